@@ -1,0 +1,147 @@
+"""Condition arrival processes, chosen by ``--updates`` (DESIGN §4).
+
+- ``poisson:RATE``   exponential inter-arrivals, RATE per second
+- ``bernoulli:P``    each latent slot holds one arrival with probability P, at a uniform
+                     phase within the slot (the paper's independent-update model)
+- ``trace:PATH``     one JSONL trace (see :mod:`latsim.traces`)
+- ``traces:DIR``     every trace in a folder, one replication each
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from latsim.errors import LatsimError
+from latsim.timing import Timing
+from latsim.traces import Trace, load_trace, trace_files
+
+
+class ArrivalSource(Protocol):
+    """Produces the arrival trace of replication ``index``."""
+
+    spec: str
+
+    def replications(self, seeds: int | None) -> int:
+        """How many replications ``--seeds`` asks for (``None``: the source's default)."""
+        ...
+
+    def trace(self, index: int, rng: np.random.Generator, duration: float,
+              timing: Timing) -> Trace:
+        """Arrivals of replication ``index`` in ``[0, duration)``, drawn from ``rng``."""
+        ...
+
+    def default_duration(self) -> float | None:
+        """The duration the source declares (trace headers), if any."""
+        ...
+
+
+#: Replications of a random arrival process when ``--seeds`` is not given: the paper's
+#: workload has 30 traces per set.
+DEFAULT_REPLICATIONS = 30
+
+
+@dataclass(frozen=True)
+class PoissonArrivals:
+    rate: float
+
+    @property
+    def spec(self) -> str:
+        return f"poisson:{self.rate!r}"
+
+    def replications(self, seeds: int | None) -> int:
+        return DEFAULT_REPLICATIONS if seeds is None else seeds
+
+    def default_duration(self) -> float | None:
+        return None
+
+    def trace(self, index, rng, duration, timing):
+        times: list[float] = []
+        t = 0.0
+        while self.rate > 0:
+            t += float(rng.exponential(1.0 / self.rate))
+            if t >= duration:
+                break
+            times.append(t)
+        return Trace(f"poisson-{index}", tuple(times), duration)
+
+
+@dataclass(frozen=True)
+class BernoulliArrivals:
+    p: float
+
+    @property
+    def spec(self) -> str:
+        return f"bernoulli:{self.p!r}"
+
+    def replications(self, seeds: int | None) -> int:
+        return DEFAULT_REPLICATIONS if seeds is None else seeds
+
+    def default_duration(self) -> float | None:
+        return None
+
+    def trace(self, index, rng, duration, timing):
+        n_slots = int(math.floor(duration / timing.delta + 1e-9))
+        hits = rng.random(n_slots) < self.p
+        phases = rng.random(n_slots)
+        times = tuple(float((s + phases[s]) * timing.delta) for s in np.flatnonzero(hits))
+        return Trace(f"bernoulli-{index}", times, duration)
+
+
+@dataclass(frozen=True)
+class TraceArrivals:
+    """Trace files replayed as they are; ``--seeds N`` replays each N times (new cost draws)."""
+
+    spec: str
+    loaded: tuple[Trace, ...]
+
+    def replications(self, seeds: int | None) -> int:
+        return len(self.loaded) * (1 if seeds is None else seeds)
+
+    def default_duration(self) -> float | None:
+        durations = [t.duration for t in self.loaded]
+        if any(d is None for d in durations):
+            return None
+        return max(durations)  # type: ignore[type-var]
+
+    def trace(self, index, rng, duration, timing):
+        source = self.loaded[index % len(self.loaded)]
+        times = tuple(x for x in source.times if x < duration)
+        return Trace(source.name, times, duration, source.meta)
+
+
+def _number(spec: str, body: str) -> float:
+    try:
+        value = float(body)
+    except ValueError:
+        raise LatsimError(f"update spec {spec!r}: {body!r} is not a number") from None
+    if not math.isfinite(value):
+        raise LatsimError(f"update spec {spec!r}: value must be finite")
+    return value
+
+
+def parse_updates(spec: str) -> ArrivalSource:
+    """Build an arrival source from a ``--updates`` spec (see the module docstring)."""
+    prefix, sep, body = spec.partition(":")
+    if not sep:
+        raise LatsimError(f"update spec {spec!r} needs the form KIND:ARG, e.g. poisson:0.1")
+    if prefix == "poisson":
+        rate = _number(spec, body)
+        if rate < 0:
+            raise LatsimError(f"poisson rate must be >= 0 per second, got {rate}")
+        return PoissonArrivals(rate)
+    if prefix == "bernoulli":
+        p = _number(spec, body)
+        if not 0 <= p <= 1:
+            raise LatsimError(f"bernoulli probability must be in [0, 1], got {p}")
+        return BernoulliArrivals(p)
+    if prefix == "trace":
+        return TraceArrivals(spec, (load_trace(body),))
+    if prefix == "traces":
+        return TraceArrivals(spec, tuple(load_trace(f) for f in trace_files(body)))
+    raise LatsimError(
+        f"unknown update spec prefix {prefix!r}; use poisson:, bernoulli:, trace: or traces:"
+    )

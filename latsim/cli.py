@@ -1,0 +1,304 @@
+"""The ``latsim`` command line: thin typer commands over library functions (DESIGN §4).
+
+Heavy imports (numpy, simpy, matplotlib, torch) happen inside commands so that
+``latsim --help`` stays fast. Bad input exits with status 2 and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from latsim.errors import LatsimError
+
+#: Options that take several values after one flag (``--K 4 8 21``).
+MULTI_VALUE_OPTIONS = ("--K",)
+
+
+def _expand_multi_values(args: list[str]) -> list[str]:
+    """Rewrite ``--K 4 8 21`` as ``--K 4 --K 8 --K 21`` (click options take one value)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        out.append(token)
+        i += 1
+        if token in MULTI_VALUE_OPTIONS:
+            first = True
+            while i < len(args) and (first or not args[i].startswith("--")):
+                if not first:
+                    out.append(token)
+                out.append(args[i])
+                first = False
+                i += 1
+    return out
+
+
+class OneLineErrors(TyperGroup):
+    """Turns usage errors and :class:`LatsimError` into ``latsim: error: …`` and exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             windows_expand_args=True, **extra: Any):
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            code = super().main(args=_expand_multi_values(argv), prog_name=prog_name,
+                                complete_var=complete_var, standalone_mode=False, **extra)
+        except LatsimError as exc:
+            typer.echo(f"latsim: error: {exc}", err=True)
+            code = 2
+        except KeyboardInterrupt:
+            typer.echo("latsim: interrupted", err=True)
+            code = 130
+        except Exception as exc:
+            # click's (or typer's vendored click's) Exit, UsageError and Abort, by shape
+            name = type(exc).__name__
+            if name == "Exit":
+                code = exc.exit_code  # type: ignore[attr-defined]
+            elif name == "Abort":
+                typer.echo("latsim: interrupted", err=True)
+                code = 130
+            elif hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+                message = " ".join(exc.format_message().split())
+                typer.echo(f"latsim: error: {message}", err=True)
+                code = 2
+            else:
+                raise
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    help="Response-latency simulator for interactive video generation "
+    "(theory, SimPy simulation, live measurement).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+PolicyOpt = Annotated[str, typer.Option(help="baseline, speculative or both")]
+ROptions = Annotated[int, typer.Option("--r", help="pixel frames per latent frame")]
+FpsOpt = Annotated[float, typer.Option("--fps", help="video frames per second")]
+COpt = Annotated[float | None, typer.Option("--C", help="fixed generation time C (s)")]
+CostOpt = Annotated[
+    str | None,
+    typer.Option(help="cost model: fixed:C, affine:A,B, table:PATH, lognormal:MEAN,CV"),
+]
+LeadOpt = Annotated[
+    float | None, typer.Option(help="planning lead (s); default: 0.99 quantile of C")
+]
+QOpt = Annotated[int | None, typer.Option("--q", help="commit unit (must divide K)")]
+UpdatesOpt = Annotated[
+    str, typer.Option(help="poisson:RATE, bernoulli:P, trace:PATH or traces:DIR")
+]
+DurationOpt = Annotated[
+    float | None, typer.Option(help="window length (s); default: trace header or 60")
+]
+SeedsOpt = Annotated[
+    int | None, typer.Option(help="replications (default 30; 1 per trace for trace specs)")
+]
+SeedOpt = Annotated[int, typer.Option(help="root seed of all random draws")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout")]
+OutOpt = Annotated[Path | None, typer.Option(help="write records, summary and plot here")]
+JobsOpt = Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")]
+
+
+def _experiment(Ks, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed):  # noqa: N803
+    from latsim.policies import policy_names
+    from latsim.sweep import DEFAULT_COST, Experiment
+
+    if C is not None and cost is not None:
+        raise LatsimError("give either --C or --cost, not both")
+    if C is not None:
+        cost = f"fixed:{C!r}"
+    return Experiment(
+        Ks=tuple(Ks), r=r, fps=fps, cost=cost or DEFAULT_COST, lead=lead, q=q,
+        policies=tuple(policy_names(policy)), updates=updates, duration=duration,
+        seeds=seeds, seed=seed,
+    )
+
+
+def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
+    from latsim.output import dumps, write_experiment
+    from latsim.sweep import run_experiment
+
+    started = time.perf_counter()
+    progress_bar = None
+    task = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal progress_bar, task
+        if progress_bar is None and time.perf_counter() - started > 1.0 and sys.stderr.isatty():
+            from rich.progress import Progress
+
+            progress_bar = Progress(transient=True)
+            progress_bar.start()
+            task = progress_bar.add_task("simulating", total=total)
+        if progress_bar is not None:
+            progress_bar.update(task, completed=done)
+
+    try:
+        result = run_experiment(experiment, jobs=jobs, progress=progress)
+    finally:
+        if progress_bar is not None:
+            progress_bar.stop()
+    if out is not None:
+        write_experiment(result, out)
+    if as_json:
+        payload = result.rows if len(result.rows) > 1 else result.rows[0]
+        typer.echo(dumps(payload))
+    else:
+        _print_rows(result.rows)
+        if out is not None:
+            typer.echo(f"wrote {out}/ (summary.json, records CSV, latency_vs_K.png)")
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _print_rows(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    first = rows[0]
+    table = Table(
+        title=f"{first['fps']:g} fps, r={first['r']}, cost {first['cost']}, "
+        f"updates {first['updates']}, {first['duration']:g} s × {first['n_runs']} runs"
+    )
+    columns = [
+        ("policy", "policy", 0), ("K", "K", 0), ("T", "T", 2), ("C_mean", "C", 3),
+        ("L_mean", "L mean", 3), ("L_mean_theory", "theory", 3), ("L50", "L50", 3),
+        ("L95", "L95", 3), ("R_mean", "R", 3), ("Q_mean", "Q", 3), ("stall_pct", "stall%", 2),
+        ("busy_pct", "busy%", 1), ("w", "w", 3), ("A", "A", 3), ("dit_calls", "calls", 0),
+        ("n_displayed", "shown", 0), ("n_superseded", "supers.", 0),
+    ]
+    for _, header, _ in columns:
+        table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*(_fmt(row[key], digits) for key, _, digits in columns))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    console.print(table)
+    console.print("[dim]seconds; theory = closed-form E[L] where one holds (fixed C <= T, "
+                  "rare updates for speculative)[/dim]")
+
+
+@app.command()
+def simulate(
+    K: Annotated[list[int], typer.Option("--K", help="chunk size in latent frames")],  # noqa: N803
+    policy: PolicyOpt = "both",
+    r: ROptions = 4,
+    fps: FpsOpt = 16.0,
+    C: COpt = None,  # noqa: N803
+    cost: CostOpt = None,
+    lead: LeadOpt = None,
+    q: QOpt = None,
+    updates: UpdatesOpt = "poisson:0.1",
+    duration: DurationOpt = None,
+    seeds: SeedsOpt = None,
+    seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
+    jobs: JobsOpt = None,
+) -> None:
+    """Simulate one K under one or both policies; records per condition, job, slot, stall."""
+    if len(K) != 1:
+        raise LatsimError("simulate takes one --K; use 'latsim sweep' for several")
+    experiment = _experiment(K, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed)
+    _run(experiment, as_json, out, jobs)
+
+
+@app.command()
+def sweep(
+    K: Annotated[  # noqa: N803
+        list[int], typer.Option("--K", help="chunk sizes, e.g. --K 4 8 21")
+    ] = [4, 8, 21],  # noqa: B006
+    policy: PolicyOpt = "both",
+    r: ROptions = 4,
+    fps: FpsOpt = 16.0,
+    C: COpt = None,  # noqa: N803
+    cost: CostOpt = None,
+    lead: LeadOpt = None,
+    q: QOpt = None,
+    updates: UpdatesOpt = "poisson:0.1",
+    duration: DurationOpt = None,
+    seeds: SeedsOpt = None,
+    seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
+    jobs: JobsOpt = None,
+) -> None:
+    """One row per (K, policy). Defaults: Wan1.3B at 16 fps, r=4 (see README)."""
+    experiment = _experiment(K, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed)
+    _run(experiment, as_json, out, jobs)
+
+
+@app.command("theory")
+def theory_cmd(
+    K: Annotated[int, typer.Option("--K", help="chunk size in latent frames")],  # noqa: N803
+    C: Annotated[float, typer.Option("--C", help="generation time C (s)")],  # noqa: N803
+    r: ROptions = 4,
+    fps: FpsOpt = 16.0,
+    rate: Annotated[
+        float | None, typer.Option(help="Poisson update rate (1/s) for A ≈ 1 + λ(T−δ)/2")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Every closed form of the timing model for one setting."""
+    from latsim import theory
+    from latsim.output import dumps
+
+    if C < 0:
+        raise LatsimError(f"C must be >= 0 seconds, got {C}")
+    result = theory.summary(K, r, fps, C, rate)
+    if as_json:
+        typer.echo(dumps(result))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"theory: K={K}, r={r}, fps={fps:g}, C={C:g} s")
+    table.add_column("quantity")
+    table.add_column("value (s)", justify="right")
+    for key, value in result.items():
+        if key != "notes":
+            table.add_row(key, _fmt(value, 4))
+    console = Console()
+    console.print(table)
+    for key, note in result["notes"].items():
+        console.print(f"[dim]{key}: {note}[/dim]")
+
+
+@app.command()
+def controller(
+    diagram: Annotated[bool, typer.Option("--diagram", help="print a Mermaid diagram")] = False,
+) -> None:
+    """Print the controller's transition table (or its Mermaid state diagram)."""
+    from latsim.controller import TRANSITIONS, mermaid_diagram
+
+    if diagram:
+        typer.echo(mermaid_diagram(), nl=False)
+        return
+    for row in TRANSITIONS:
+        guard = f"[{row.guard}]" if row.guard else ""
+        typer.echo(
+            f"{row.source.value:8} --{row.trigger}{guard}--> {row.target.value:8} "
+            f"{row.action}: {row.note}"
+        )
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

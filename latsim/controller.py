@@ -1,0 +1,511 @@
+"""The sans-IO controller: prediction cache, commitment, refill and replan (DESIGN §2–3).
+
+Pure logic, shared by the SimPy simulator and the live harness. It imports no clock,
+no simulator and no tensor library: the driver passes ``now`` with every event and
+carries out the commands it gets back. Its two control states and their transitions
+are data (:data:`TRANSITIONS`), dispatched by :meth:`Controller.handle` and printed by
+:func:`mermaid_diagram`.
+
+Inputs (events): :class:`ConditionArrived`, :class:`JobDone`, :class:`SlotDue`,
+:class:`WakeUp`. Outputs (commands): :class:`StartJob`, :class:`ScheduleWakeUp`,
+:class:`PlaySlot`; plus flat records (see :mod:`latsim.records`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from latsim.errors import LatsimError
+from latsim.policies import Policy
+from latsim.records import (
+    ConditionRecord,
+    DiscardRecord,
+    JobRecord,
+    SlotRecord,
+    StallRecord,
+)
+from latsim.timing import Timing
+
+#: Tolerance for comparing times that are sums of floats (slot starts, job ends).
+EPS = 1e-9
+
+
+class State(enum.Enum):
+    """Control state. Playback runs in both."""
+
+    PRODUCE = "Produce"  # a generation job is running
+    CONSUME = "Consume"  # no job running: predictions are replayed from the cache
+
+
+# ---------------------------------------------------------------- events (inputs)
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionArrived:
+    """The viewer sent a new condition; the controller gives it the next version."""
+
+    payload: Any = None
+    kind = "condition_arrived"
+
+
+@dataclass(frozen=True, slots=True)
+class JobDone:
+    """The generator finished job ``job_id``: all its outputs are ready now."""
+
+    job_id: int
+    kind = "job_done"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotDue:
+    """Playback tick: the slot of ``position`` is due to start now."""
+
+    position: int
+    kind = "slot_due"
+
+
+@dataclass(frozen=True, slots=True)
+class WakeUp:
+    """A wake-up the controller asked for (refill check). Stale wake-ups are harmless."""
+
+    kind = "wake_up"
+
+
+Event = ConditionArrived | JobDone | SlotDue | WakeUp
+
+
+# ---------------------------------------------------------------- commands (outputs)
+
+
+@dataclass(frozen=True, slots=True)
+class StartJob:
+    """Run the generator: sample positions ``branch .. branch+length-1`` under ``version``.
+
+    ``context`` is how many clean latents before ``branch`` exist (played or cached) and can
+    be fed as prefix context. ``kind`` is ``refill`` or ``replan``.
+    """
+
+    job_id: int
+    kind: str
+    branch: int
+    length: int
+    version: int
+    context: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleWakeUp:
+    """Deliver ``event`` back to the controller at time ``at``."""
+
+    at: float
+    event: SlotDue | WakeUp
+
+
+@dataclass(frozen=True, slots=True)
+class PlaySlot:
+    """The player shows ``position`` (from ``job_id``, condition ``version``) from ``at``."""
+
+    position: int
+    version: int
+    job_id: int
+    at: float
+
+
+Command = StartJob | ScheduleWakeUp | PlaySlot
+
+
+# ---------------------------------------------------------------- transitions as data
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of the transition table.
+
+    ``trigger`` is an event kind, or ``decide`` for the step the controller takes in
+    ``Consume`` after every event. Rows with the same (source, trigger) are tried in order;
+    the first whose ``guard`` holds fires (``guard=None`` always holds).
+    """
+
+    source: State
+    trigger: str
+    guard: str | None
+    target: State
+    action: str
+    note: str
+
+
+P, C_ = State.PRODUCE, State.CONSUME
+TRANSITIONS: tuple[Transition, ...] = (
+    Transition(C_, "condition_arrived", None, C_, "register_condition", "new version pending"),
+    Transition(P, "condition_arrived", None, P, "register_condition",
+               "running job is never aborted; version waits"),
+    Transition(C_, "slot_due", None, C_, "play_or_stall", "play cached slot, or stall"),
+    Transition(P, "slot_due", None, P, "play_or_stall", "play cached slot, or stall"),
+    Transition(C_, "wake_up", None, C_, "nothing", "re-check refill"),
+    Transition(P, "wake_up", None, P, "nothing", "stale: the running job ends with job_done"),
+    Transition(P, "job_done", None, C_, "finish_job",
+               "cache K predictions; eager commit locks them; end a stall"),
+    Transition(C_, "decide", "replan_feasible", P, "start_replan",
+               "pending version and a branch before the cache end: discard future, sample K"),
+    Transition(C_, "decide", "refill_due", P, "start_refill",
+               "cache end due within lead: sample the next K"),
+    Transition(C_, "decide", None, C_, "arm_refill", "wake up when the refill is due"),
+)
+
+
+def _transition_index() -> dict[tuple[State, str], tuple[Transition, ...]]:
+    index: dict[tuple[State, str], list[Transition]] = {}
+    for row in TRANSITIONS:
+        index.setdefault((row.source, row.trigger), []).append(row)
+    return {key: tuple(rows) for key, rows in index.items()}
+
+
+_INDEX = _transition_index()
+
+
+def mermaid_diagram() -> str:
+    """The transition table as a Mermaid ``stateDiagram-v2``."""
+    lines = [
+        "stateDiagram-v2",
+        "    [*] --> Consume: start / prebuffer K latents with version 0",
+    ]
+    for row in TRANSITIONS:
+        guard = f" [{row.guard}]" if row.guard else ""
+        lines.append(
+            f"    {row.source.value} --> {row.target.value}: {row.trigger}{guard} / {row.action}"
+        )
+    lines.append("    note right of Produce: playback continues in both states")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the controller
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """What the controller needs to know: timing, policy, and the planning lead (seconds)."""
+
+    timing: Timing
+    policy: Policy
+    lead: float
+
+    def __post_init__(self) -> None:
+        self.policy.commit_unit(self.timing.K)
+        if not (math.isfinite(self.lead) and self.lead >= 0):
+            raise LatsimError(f"lead must be >= 0 seconds, got {self.lead!r}")
+
+
+@dataclass(slots=True)
+class _RunningJob:
+    job_id: int
+    kind: str
+    branch: int
+    version: int
+    t_start: float
+    context: int
+
+
+@dataclass(slots=True)
+class _OpenCondition:
+    version: int
+    t_arrival: float
+
+
+class Controller:
+    """Prediction cache + commitment + refill/replan decisions, driven by events.
+
+    Typical driver loop::
+
+        commands = ctrl.start(now)
+        ...execute commands; when something happens: commands = ctrl.handle(event, now)
+        ...at the end: ctrl.finish(now)
+
+    Records accumulate in :attr:`conditions`, :attr:`jobs`, :attr:`slots`, :attr:`stalls`
+    and :attr:`discards`; an optional ``on_record`` callback also receives each one as it
+    is made (the live harness appends them to disk as the run goes).
+    """
+
+    def __init__(
+        self, config: ControllerConfig, on_record: Callable[[object], None] | None = None
+    ) -> None:
+        self.config = config
+        self._K = config.timing.K
+        self._delta = config.timing.delta
+        self._q = config.policy.commit_unit(self._K)
+        self._eager = config.policy.commit == "eager"
+        self._lead = config.lead
+        self._branch_lead = max(config.lead, config.policy.commit_lead)
+        self._on_record = on_record
+
+        self.state = State.CONSUME
+        self._started = False
+        self._cache: dict[int, tuple[int, int]] = {}  # position -> (version, job_id), ready
+        self._cache_end = 0  # first position not in the cache (nor in the running job)
+        self._locked_end = 0  # positions below are committed: never replaced
+        self._next_pos = 0  # next position to play
+        self._next_due = 0.0  # when it is due (if not stalled)
+        self._stalled_since: float | None = None
+        self._latest_version = 0
+        self._planned_version = 0
+        self._job: _RunningJob | None = None
+        self._next_job_id = 1
+        self._armed_refill: float | None = None
+        self._open: list[_OpenCondition] = []
+        self._played_version = 0
+
+        self.conditions: list[ConditionRecord] = []
+        self.jobs: list[JobRecord] = []
+        self.slots: list[SlotRecord] = []
+        self.stalls: list[StallRecord] = []
+        self.discards: list[DiscardRecord] = []
+        self.played = 0
+        self.discarded = 0
+        self.jobs_started = 0
+        self.jobs_done = 0
+
+    # ------------------------------------------------------------ public API
+
+    def start(self, now: float) -> list[Command]:
+        """Pre-buffer positions ``0..K-1`` with version 0 and schedule the first slot."""
+        if self._started:
+            raise RuntimeError("controller already started")
+        self._started = True
+        self._next_due = now
+        for pos in range(self._K):
+            self._cache[pos] = (0, 0)
+        self._cache_end = self._K
+        if self._eager:
+            self._locked_end = self._K
+        self._emit(JobRecord(0, "prebuffer", 0, self._K, 0, 0, now, now))
+        out: list[Command] = [ScheduleWakeUp(now, SlotDue(0))]
+        self._decide(now, out)
+        return out
+
+    def handle(self, event: Event, now: float) -> list[Command]:
+        """Feed one event at time ``now``; returns the commands to carry out."""
+        if not self._started:
+            raise RuntimeError("call start() before handle()")
+        out: list[Command] = []
+        rows = _INDEX.get((self.state, event.kind))
+        if not rows:
+            raise RuntimeError(f"no transition for {event.kind} in {self.state.value}")
+        row = rows[0]
+        getattr(self, "_act_" + row.action)(event, now, out)
+        self.state = row.target
+        self._decide(now, out)
+        return out
+
+    def next_deadline(self) -> float | None:
+        """The earliest time at which the controller wants a timer event (or None)."""
+        slot_due = None if self._stalled_since is not None else self._next_due
+        times = [t for t in (slot_due, self._armed_refill) if t is not None]
+        return min(times) if times else None
+
+    def finish(self, now: float) -> None:
+        """End of run: close an open stall and record unresolved conditions as censored."""
+        if self._stalled_since is not None:
+            self._emit(StallRecord(self._next_pos, self._stalled_since, now, True))
+            self._stalled_since = None
+        for cond in self._open:
+            self._emit(ConditionRecord.censored(cond.version, cond.t_arrival))
+        self._open = []
+
+    # ------------------------------------------------------------ read-only views
+
+    @property
+    def latest_version(self) -> int:
+        return self._latest_version
+
+    @property
+    def next_position(self) -> int:
+        return self._next_pos
+
+    @property
+    def locked_end(self) -> int:
+        return self._locked_end
+
+    @property
+    def cache_end(self) -> int:
+        return self._cache_end
+
+    @property
+    def cached_positions(self) -> dict[int, tuple[int, int]]:
+        """Ready, unplayed positions -> (version, job_id). A copy."""
+        return dict(self._cache)
+
+    @property
+    def running_job(self) -> int | None:
+        return None if self._job is None else self._job.job_id
+
+    @property
+    def open_conditions(self) -> int:
+        return len(self._open)
+
+    @property
+    def stalled(self) -> bool:
+        return self._stalled_since is not None
+
+    # ------------------------------------------------------------ timing helpers
+
+    def _slot_start(self, position: int, now: float) -> float:
+        """Projected start of ``position``'s slot given the current playhead and stall."""
+        base = now if self._stalled_since is not None else self._next_due
+        return base + (position - self._next_pos) * self._delta
+
+    def _refill_due_at(self, now: float) -> float:
+        return self._slot_start(self._cache_end, now) - self._lead
+
+    # ------------------------------------------------------------ actions on events
+
+    def _act_register_condition(self, event: ConditionArrived, now: float, out: list) -> None:
+        self._latest_version += 1
+        self._open.append(_OpenCondition(self._latest_version, now))
+
+    def _act_play_or_stall(self, event: SlotDue, now: float, out: list) -> None:
+        if event.position != self._next_pos or self._stalled_since is not None:
+            return  # a stale tick (already played, or already stalling)
+        if self._next_pos in self._cache:
+            self._play(now, out)
+        else:
+            self._stalled_since = now
+
+    def _act_nothing(self, event: Event, now: float, out: list) -> None:
+        if self._armed_refill is not None and self._armed_refill <= now + EPS:
+            self._armed_refill = None
+
+    def _act_finish_job(self, event: JobDone, now: float, out: list) -> None:
+        job = self._job
+        if job is None or job.job_id != event.job_id:
+            raise RuntimeError(f"job_done for job {event.job_id}, but it is not running")
+        self._job = None
+        for pos in range(job.branch, job.branch + self._K):
+            self._cache[pos] = (job.version, job.job_id)
+        self._cache_end = job.branch + self._K
+        if self._eager:
+            self._locked_end = max(self._locked_end, self._cache_end)
+        self.jobs_done += 1
+        self._emit(
+            JobRecord(job.job_id, job.kind, job.branch, self._K, job.version, job.context,
+                      job.t_start, now)
+        )
+        if self._stalled_since is not None and self._next_pos in self._cache:
+            self._emit(StallRecord(self._next_pos, self._stalled_since, now, False))
+            self._stalled_since = None
+            self._play(now, out)
+
+    def _play(self, now: float, out: list) -> None:
+        pos = self._next_pos
+        version, job_id = self._cache.pop(pos)
+        if version < self._played_version:
+            raise AssertionError("the version on screen must never decrease")
+        self._played_version = version
+        self.played += 1
+        if not self._eager:
+            self._locked_end = max(self._locked_end, (pos // self._q + 1) * self._q)
+        self._emit(SlotRecord(pos, version, job_id, now))
+        self._resolve_conditions(version, job_id, now)
+        self._next_pos = pos + 1
+        self._next_due = now + self._delta
+        out.append(PlaySlot(pos, version, job_id, now))
+        out.append(ScheduleWakeUp(self._next_due, SlotDue(pos + 1)))
+
+    def _resolve_conditions(self, version: int, job_id: int, now: float) -> None:
+        if not self._open or self._open[0].version > version:
+            return
+        job = self._job_record(job_id)
+        still_open = []
+        for cond in self._open:
+            if cond.version <= version:
+                self._emit(
+                    ConditionRecord.shown(
+                        cond.version, cond.t_arrival, job, now, superseded=cond.version < version
+                    )
+                )
+            else:
+                still_open.append(cond)
+        self._open = still_open
+
+    def _job_record(self, job_id: int) -> JobRecord:
+        # jobs finish in id order with a single worker; search from the end
+        for rec in reversed(self.jobs):
+            if rec.job_id == job_id:
+                return rec
+        raise KeyError(job_id)
+
+    # ------------------------------------------------------------ the decision step
+
+    def _decide(self, now: float, out: list) -> None:
+        if self.state is not State.CONSUME:
+            return
+        for row in _INDEX[(State.CONSUME, "decide")]:
+            value = None if row.guard is None else getattr(self, "_guard_" + row.guard)(now)
+            if row.guard is None or value is not None:
+                getattr(self, "_act_" + row.action)(value, now, out)
+                self.state = row.target
+                return
+
+    def _guard_replan_feasible(self, now: float) -> int | None:
+        """Branch position for a replan, or None. DESIGN §2: the first slot starting at or
+        after ``now + lead``, aligned to ``q``, not committed, and before the cache end."""
+        if self._latest_version <= self._planned_version:
+            return None
+        lowest = max(self._locked_end, self._next_pos)
+        if self._stalled_since is not None:
+            return None  # the cache is empty at the playhead: only a refill helps
+        ahead = (now + self._branch_lead - self._next_due) / self._delta
+        position = self._next_pos + max(0, math.ceil(ahead - EPS))
+        position = max(position, lowest)
+        position = -(-position // self._q) * self._q
+        return position if position < self._cache_end else None
+
+    def _guard_refill_due(self, now: float) -> int | None:
+        return self._cache_end if self._refill_due_at(now) <= now + EPS else None
+
+    def _act_start_replan(self, branch: int, now: float, out: list) -> None:
+        dropped: dict[int, list[int]] = {}
+        for pos in range(branch, self._cache_end):
+            _, job_id = self._cache.pop(pos)
+            dropped.setdefault(job_id, []).append(pos)
+        for job_id, positions in dropped.items():
+            self.discarded += len(positions)
+            self._emit(DiscardRecord(job_id, positions[0], len(positions), now,
+                                     self._latest_version))
+        self._cache_end = branch
+        self._start_job("replan", branch, now, out)
+
+    def _act_start_refill(self, branch: int, now: float, out: list) -> None:
+        self._start_job("refill", branch, now, out)
+
+    def _act_arm_refill(self, value: None, now: float, out: list) -> None:
+        due = self._refill_due_at(now)
+        if self._armed_refill is None or abs(self._armed_refill - due) > EPS:
+            self._armed_refill = due
+            out.append(ScheduleWakeUp(due, WakeUp()))
+
+    def _start_job(self, kind: str, branch: int, now: float, out: list) -> None:
+        job_id = self._next_job_id
+        self._next_job_id += 1
+        self._planned_version = self._latest_version
+        self._armed_refill = None
+        self._job = _RunningJob(job_id, kind, branch, self._latest_version, now, branch)
+        self.jobs_started += 1
+        out.append(StartJob(job_id, kind, branch, self._K, self._latest_version, branch))
+
+    def _emit(self, record: object) -> None:
+        match record:
+            case ConditionRecord():
+                self.conditions.append(record)
+            case JobRecord():
+                self.jobs.append(record)
+            case SlotRecord():
+                self.slots.append(record)
+            case StallRecord():
+                self.stalls.append(record)
+            case DiscardRecord():
+                self.discards.append(record)
+        if self._on_record is not None:
+            self._on_record(record)

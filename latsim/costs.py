@@ -1,0 +1,296 @@
+"""Cost models: how long a generation job of K latents takes (the execution-time seam).
+
+The controller never sees a duration; drivers ask a cost model. Specs (``--cost``):
+
+- ``fixed:C``            every job takes C seconds
+- ``affine:A,B``         C = A + B*K
+- ``table:PATH``         K -> C from JSON or CSV (see :func:`load_table`); samples per K
+                         are resampled, means are interpolated linearly between table K
+- ``lognormal:MEAN,CV``  lognormal with that mean and coefficient of variation
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+from typing import Protocol
+
+import numpy as np
+
+from latsim.errors import LatsimError
+
+JOB_KINDS = ("refill", "replan")
+
+
+class CostModel(Protocol):
+    """Generation time of one job of ``K`` latents."""
+
+    spec: str
+
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+        """Draw one job duration (seconds)."""
+        ...
+
+    def mean(self, K: int) -> float:  # noqa: N803
+        """Expected job duration (seconds)."""
+        ...
+
+    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+        """The ``level`` quantile of the job duration (seconds)."""
+        ...
+
+    @property
+    def deterministic(self) -> bool:
+        """True if every draw equals the mean."""
+        ...
+
+
+def _check_seconds(name: str, value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise LatsimError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class FixedCost:
+    C: float
+
+    def __post_init__(self) -> None:
+        _check_seconds("C", self.C)
+
+    @property
+    def spec(self) -> str:
+        return f"fixed:{self.C!r}"
+
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+        return self.C
+
+    def mean(self, K: int) -> float:  # noqa: N803
+        return self.C
+
+    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+        return self.C
+
+    @property
+    def deterministic(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class AffineCost:
+    """C = a + b*K (a per-call overhead plus a per-latent slope)."""
+
+    a: float
+    b: float
+
+    def __post_init__(self) -> None:
+        _check_seconds("affine intercept A", self.a)
+        _check_seconds("affine slope B", self.b)
+
+    @property
+    def spec(self) -> str:
+        return f"affine:{self.a!r},{self.b!r}"
+
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+        return self.mean(K)
+
+    def mean(self, K: int) -> float:  # noqa: N803
+        return self.a + self.b * K
+
+    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+        return self.mean(K)
+
+    @property
+    def deterministic(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class LognormalCost:
+    """Lognormal job time with the given mean and coefficient of variation (any K)."""
+
+    mean_s: float
+    cv: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.mean_s) and self.mean_s > 0):
+            raise LatsimError(f"lognormal mean must be > 0 seconds, got {self.mean_s!r}")
+        if not (math.isfinite(self.cv) and self.cv >= 0):
+            raise LatsimError(f"lognormal CV must be >= 0, got {self.cv!r}")
+
+    @property
+    def _sigma(self) -> float:
+        return math.sqrt(math.log1p(self.cv**2))
+
+    @property
+    def _mu(self) -> float:
+        return math.log(self.mean_s) - self._sigma**2 / 2
+
+    @property
+    def spec(self) -> str:
+        return f"lognormal:{self.mean_s!r},{self.cv!r}"
+
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+        return float(rng.lognormal(self._mu, self._sigma)) if self.cv > 0 else self.mean_s
+
+    def mean(self, K: int) -> float:  # noqa: N803
+        return self.mean_s
+
+    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+        if self.cv == 0:
+            return self.mean_s
+        return math.exp(self._mu + self._sigma * NormalDist().inv_cdf(level))
+
+    @property
+    def deterministic(self) -> bool:
+        return self.cv == 0
+
+
+@dataclass(frozen=True)
+class TableCost:
+    """Measured or tabulated costs per K, optionally per job kind, with samples.
+
+    ``samples[(K, kind)]`` holds one or more durations; a single value is a fixed cost. K
+    values between table rows use the linear interpolation of the row means; K outside the
+    table is an error. A kind without its own rows uses the ``refill`` rows.
+    """
+
+    path: str
+    samples: dict[tuple[int, str], tuple[float, ...]]
+
+    def __post_init__(self) -> None:
+        if not self.samples:
+            raise LatsimError(f"{self.path}: the cost table has no rows")
+
+    @property
+    def spec(self) -> str:
+        return f"table:{self.path}"
+
+    def _rows(self, K: int, kind: str) -> tuple[float, ...] | None:  # noqa: N803
+        return self.samples.get((K, kind)) or self.samples.get((K, "refill"))
+
+    def _table_ks(self) -> list[int]:
+        return sorted({k for k, _ in self.samples})
+
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+        rows = self._rows(K, kind)
+        if rows is None:
+            return self.mean(K)
+        if len(rows) == 1:
+            return rows[0]
+        return rows[int(rng.integers(len(rows)))]
+
+    def mean(self, K: int) -> float:  # noqa: N803
+        rows = self._rows(K, "refill")
+        if rows is not None:
+            return float(np.mean(rows))
+        ks = self._table_ks()
+        if K < ks[0] or K > ks[-1]:
+            raise LatsimError(
+                f"K={K} is outside the cost table's range [{ks[0]}, {ks[-1]}] ({self.path})"
+            )
+        i = bisect.bisect_left(ks, K)
+        lo, hi = ks[i - 1], ks[i]
+        m_lo, m_hi = self.mean(lo), self.mean(hi)
+        return m_lo + (m_hi - m_lo) * (K - lo) / (hi - lo)
+
+    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+        rows = self._rows(K, "refill")
+        if rows is None or len(rows) == 1:
+            return self.mean(K)
+        return float(np.quantile(np.asarray(rows), level, method="higher"))
+
+    @property
+    def deterministic(self) -> bool:
+        return all(len(set(rows)) == 1 for rows in self.samples.values())
+
+
+def load_table(path: str | Path) -> TableCost:
+    """Read a cost table.
+
+    JSON: ``{"4": 0.8, "8": [1.41, 1.45, ...], "21": {"refill": [...], "replan": [...]}}``,
+    optionally wrapped as ``{"costs": {...}}`` (a profile file may carry other keys).
+    CSV: a header with ``K`` and ``C`` (optionally ``kind``); several rows per K are samples.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise LatsimError(f"cannot read cost table {path}: {exc.strerror}") from None
+    samples: dict[tuple[int, str], list[float]] = {}
+
+    def add(k_raw: object, kind: str, value: object, where: str) -> None:
+        try:
+            k = int(str(k_raw))
+            c = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise LatsimError(f"{path}: {where}: K and C must be numbers") from None
+        if k <= 0:
+            raise LatsimError(f"{path}: {where}: K must be positive, got {k}")
+        if kind not in JOB_KINDS:
+            raise LatsimError(f"{path}: {where}: job kind must be refill or replan, got {kind!r}")
+        samples.setdefault((k, kind), []).append(_check_seconds(f"{path}: {where}: C", c))
+
+    if file.suffix.lower() == ".csv":
+        reader = csv.DictReader(text.splitlines())
+        if not reader.fieldnames or not {"K", "C"} <= set(reader.fieldnames):
+            raise LatsimError(f"{path}: a CSV cost table needs columns K and C")
+        for lineno, row in enumerate(reader, start=2):
+            add(row["K"], (row.get("kind") or "refill").strip(), row["C"], f"line {lineno}")
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LatsimError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        if isinstance(data, dict) and isinstance(data.get("costs"), dict):
+            data = data["costs"]
+        if not isinstance(data, dict):
+            raise LatsimError(f"{path}: expected a JSON object mapping K to seconds")
+        for k_raw, value in data.items():
+            per_kind = value if isinstance(value, dict) else {"refill": value}
+            for kind, vals in per_kind.items():
+                for v in vals if isinstance(vals, list) else [vals]:
+                    add(k_raw, kind, v, f"K={k_raw}")
+    return TableCost(str(path), {key: tuple(vals) for key, vals in samples.items()})
+
+
+def _numbers(spec: str, body: str, count: int) -> list[float]:
+    parts = body.split(",")
+    if len(parts) != count:
+        raise LatsimError(f"cost spec {spec!r} needs {count} comma-separated number(s)")
+    try:
+        return [float(p) for p in parts]
+    except ValueError:
+        raise LatsimError(f"cost spec {spec!r}: not a number") from None
+
+
+def parse_cost(spec: str) -> CostModel:
+    """Build a cost model from a ``--cost`` spec (see the module docstring)."""
+    prefix, sep, body = spec.partition(":")
+    if not sep:
+        raise LatsimError(f"cost spec {spec!r} needs the form KIND:ARGS, e.g. fixed:1.6")
+    if prefix == "fixed":
+        return FixedCost(*_numbers(spec, body, 1))
+    if prefix == "affine":
+        return AffineCost(*_numbers(spec, body, 2))
+    if prefix == "lognormal":
+        return LognormalCost(*_numbers(spec, body, 2))
+    if prefix == "table":
+        return load_table(body)
+    raise LatsimError(
+        f"unknown cost spec prefix {prefix!r}; use fixed:, affine:, table: or lognormal:"
+    )
+
+
+#: The quantile of C used as the default planning lead (DESIGN §2).
+LEAD_QUANTILE = 0.99
+
+
+def default_lead(cost: CostModel, K: int) -> float:  # noqa: N803
+    """DESIGN §2: the 0.99 quantile of C (equal to C for a fixed cost)."""
+    return cost.quantile(K, LEAD_QUANTILE)

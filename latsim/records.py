@@ -1,0 +1,144 @@
+"""Flat, immutable records: the same types come out of simulation and live measurement.
+
+One row per condition, job, played slot, stall and discard. ``pandas.DataFrame(records)``
+works on any list of them; :func:`write_csv` writes them with a stable column order.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+
+NAN = math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A finished generation job (id 0 is the version-0 prebuffer, not a DiT call)."""
+
+    job_id: int
+    kind: str  # prebuffer | refill | replan
+    branch: int  # first position produced
+    length: int  # positions produced (K)
+    version: int  # condition version it was conditioned on
+    context: int  # clean latents available before ``branch``
+    t_start: float
+    t_ready: float
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRecord:
+    """A played latent slot."""
+
+    position: int
+    version: int
+    job_id: int
+    t_start: float
+
+
+@dataclass(frozen=True, slots=True)
+class StallRecord:
+    """The player froze at ``position`` from ``t_start`` to ``t_end``."""
+
+    position: int
+    t_start: float
+    t_end: float
+    open_at_end: bool  # the run ended while still stalled
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardRecord:
+    """``count`` cached positions of ``job_id`` from ``first`` on were replaced at ``t``."""
+
+    job_id: int
+    first: int
+    count: int
+    t: float
+    by_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionRecord:
+    """One condition: L = R + C + Q (DESIGN §2).
+
+    ``displayed`` is False if the run ended before any output of version >= ``version``
+    played (censored). ``superseded`` is True if the first such output had a newer version:
+    the condition itself was never shown. Its R/C/Q/L then describe that newer response;
+    summaries leave superseded and censored conditions out.
+    """
+
+    version: int
+    t_arrival: float
+    job_id: int
+    t_start: float
+    t_ready: float
+    t_play: float
+    R: float
+    C: float
+    Q: float
+    L: float
+    superseded: bool
+    displayed: bool
+
+    @classmethod
+    def shown(
+        cls, version: int, t_arrival: float, job: JobRecord, t_play: float, superseded: bool
+    ) -> ConditionRecord:
+        return cls(
+            version=version,
+            t_arrival=t_arrival,
+            job_id=job.job_id,
+            t_start=job.t_start,
+            t_ready=job.t_ready,
+            t_play=t_play,
+            R=job.t_start - t_arrival,
+            C=job.t_ready - job.t_start,
+            Q=t_play - job.t_ready,
+            L=t_play - t_arrival,
+            superseded=superseded,
+            displayed=True,
+        )
+
+    @classmethod
+    def censored(cls, version: int, t_arrival: float) -> ConditionRecord:
+        return cls(version, t_arrival, -1, NAN, NAN, NAN, NAN, NAN, NAN, NAN, False, False)
+
+
+RECORD_TYPES: dict[str, type] = {
+    "conditions": ConditionRecord,
+    "jobs": JobRecord,
+    "slots": SlotRecord,
+    "stalls": StallRecord,
+    "discards": DiscardRecord,
+}
+
+
+def column_names(record_type: type) -> list[str]:
+    return [f.name for f in fields(record_type)]
+
+
+def write_csv(
+    path: Path,
+    record_type: type,
+    records: Iterable[object],
+    extra: Sequence[tuple[str, object]] = (),
+    append: bool = False,
+) -> None:
+    """Write records as CSV; ``extra`` columns (e.g. run id, policy) go first on every row."""
+    new_file = not append or not path.exists()
+    with path.open("a" if append else "w", newline="") as handle:
+        writer = csv.writer(handle)
+        if new_file:
+            writer.writerow([name for name, _ in extra] + column_names(record_type))
+        prefix = [value for _, value in extra]
+        for record in records:
+            writer.writerow(prefix + [_cell(v) for v in astuple(record)])
+
+
+def _cell(value: object) -> object:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    return value

@@ -1,0 +1,254 @@
+"""Experiments: one row per (K, policy), pooled over replications, run on all cores.
+
+An :class:`Experiment` names the timing, cost model, arrival process and policies. Every
+replication draws its arrivals and its job costs from child streams of one
+``numpy.random.SeedSequence(seed)``, shared by all policies and K (common random numbers:
+baseline and speculative see the same arrivals), so the same seed gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from functools import lru_cache
+from multiprocessing import get_context
+
+import numpy as np
+
+from latsim import theory
+from latsim.arrivals import ArrivalSource, parse_updates
+from latsim.controller import ControllerConfig
+from latsim.costs import CostModel, default_lead, parse_cost
+from latsim.errors import LatsimError
+from latsim.metrics import summarize
+from latsim.policies import PRESETS, Policy
+from latsim.sim import RunRecords, simulate_trace
+from latsim.timing import Timing
+
+#: Embedded defaults of ``latsim sweep`` (README, "Defaults"): Wan2.1-1.3B's stream
+#: (16 fps, 4 pixel frames per latent), 4 sampling steps of the paper's H200 per-forward
+#: time at 480p (77.5 ms at K=1, 2.05x at K=3, affine in K), and a Poisson update rate of
+#: 6 per minute (the middle of the paper's high-frequency traces, 3-11 per 60 s).
+DEFAULT_FPS = 16.0
+DEFAULT_R = 4
+DEFAULT_COST = "affine:0.14725,0.16275"
+DEFAULT_UPDATES = "poisson:0.1"
+DEFAULT_DURATION = 60.0
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What to simulate. ``None`` means the documented default."""
+
+    Ks: tuple[int, ...]
+    r: int = DEFAULT_R
+    fps: float = DEFAULT_FPS
+    cost: str = DEFAULT_COST
+    lead: float | None = None
+    q: int | None = None
+    policies: tuple[str, ...] = ("baseline", "speculative")
+    updates: str = DEFAULT_UPDATES
+    duration: float | None = None
+    seeds: int | None = None
+    seed: int = DEFAULT_SEED
+    commit_lead: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.Ks:
+            raise LatsimError("give at least one K")
+        if self.seeds is not None and self.seeds <= 0:
+            raise LatsimError(f"--seeds must be a positive integer, got {self.seeds}")
+        if self.seed < 0:
+            raise LatsimError(f"--seed must be >= 0, got {self.seed}")
+        for name in self.policies:
+            if name not in PRESETS:
+                raise LatsimError(f"unknown policy {name!r}; choose baseline or speculative")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (K, policy) configuration, fully resolved."""
+
+    timing: Timing
+    policy: Policy
+    lead: float
+
+    @property
+    def config(self) -> ControllerConfig:
+        return ControllerConfig(self.timing, self.policy, self.lead)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An experiment with every default resolved and its inputs validated."""
+
+    experiment: Experiment
+    cost: CostModel
+    arrivals: ArrivalSource
+    duration: float
+    replications: int
+    cells: tuple[Cell, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    plan: Plan
+    rows: list[dict]
+    runs: dict[tuple[int, str], list[RunRecords]]
+
+
+@lru_cache(maxsize=8)
+def _sources(cost_spec: str, updates_spec: str) -> tuple[CostModel, ArrivalSource]:
+    return parse_cost(cost_spec), parse_updates(updates_spec)
+
+
+def _policy(experiment: Experiment, name: str) -> Policy:
+    preset = PRESETS[name]
+    policy = preset.with_q(experiment.q)
+    if experiment.commit_lead:
+        policy = Policy(policy.name, policy.q, policy.commit, experiment.commit_lead)
+    return policy
+
+
+def plan(experiment: Experiment) -> Plan:
+    """Resolve defaults and validate everything before any simulation starts."""
+    cost, arrivals = _sources(experiment.cost, experiment.updates)
+    duration = experiment.duration
+    if duration is None:
+        duration = arrivals.default_duration() or DEFAULT_DURATION
+    if not (math.isfinite(duration) and duration > 0):
+        raise LatsimError(f"duration must be a positive number of seconds, got {duration!r}")
+    if experiment.lead is not None and not (
+        math.isfinite(experiment.lead) and experiment.lead >= 0
+    ):
+        raise LatsimError(f"lead must be >= 0 seconds, got {experiment.lead!r}")
+    cells = []
+    for K in experiment.Ks:  # noqa: N806
+        timing = Timing(K, experiment.r, experiment.fps)
+        if duration < timing.T:
+            raise LatsimError(
+                f"duration {duration:g} s is shorter than one chunk (K={K}: T = {timing.T:g} s)"
+            )
+        lead = experiment.lead if experiment.lead is not None else default_lead(cost, K)
+        cost.mean(K)  # K outside a cost table's range fails here, before any work
+        names = list(experiment.policies)
+        if "speculative" in names and "baseline" not in names:
+            names.insert(0, "baseline")  # the twin that A is measured against
+        for name in names:
+            cells.append(Cell(timing, _policy(experiment, name), lead))
+            cells[-1].config  # noqa: B018 - validates q against K
+    return Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
+                tuple(cells))
+
+
+def _replication_streams(seed: int, replications: int) -> list[tuple]:
+    children = np.random.SeedSequence(seed).spawn(replications)
+    return [tuple(child.spawn(2)) for child in children]
+
+
+def run_cell(experiment: Experiment, cell_index: int, replication: int) -> RunRecords:
+    """One replication of one cell (top-level so worker processes can run it)."""
+    p = plan(experiment)
+    cell = p.cells[cell_index]
+    arrival_stream, cost_stream = _replication_streams(experiment.seed, p.replications)[
+        replication
+    ]
+    trace = p.arrivals.trace(replication, np.random.default_rng(arrival_stream), p.duration,
+                             cell.timing)
+    records, _ = simulate_trace(cell.config, p.cost, trace, p.duration,
+                                np.random.default_rng(cost_stream))
+    return records
+
+
+def _run_chunk(experiment: Experiment, tasks: list[tuple[int, int]]) -> list[RunRecords]:
+    return [run_cell(experiment, cell, rep) for cell, rep in tasks]
+
+
+def default_jobs() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def run_experiment(
+    experiment: Experiment,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ExperimentResult:
+    """Run every (cell, replication); ``jobs`` worker processes (default: up to 2)."""
+    p = plan(experiment)
+    tasks = [(c, rep) for c in range(len(p.cells)) for rep in range(p.replications)]
+    jobs = default_jobs() if jobs is None else jobs
+    results: list[RunRecords | None] = [None] * len(tasks)
+    n_chunks = max(1, min(len(tasks), 8 * jobs))
+    chunks = [list(range(i, len(tasks), n_chunks)) for i in range(n_chunks)]
+    done = 0
+    if jobs <= 1 or len(tasks) < 8:
+        for i, task in enumerate(tasks):
+            results[i] = run_cell(experiment, *task)
+            done += 1
+            if progress:
+                progress(done, len(tasks))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
+            futures = [
+                (chunk, pool.submit(_run_chunk, experiment, [tasks[i] for i in chunk]))
+                for chunk in chunks
+            ]
+            for chunk, future in futures:
+                for i, records in zip(chunk, future.result(), strict=True):
+                    results[i] = records
+                done += len(chunk)
+                if progress:
+                    progress(done, len(tasks))
+    runs: dict[tuple[int, str], list[RunRecords]] = {}
+    for (cell_index, _), records in zip(tasks, results, strict=True):
+        cell = p.cells[cell_index]
+        runs.setdefault((cell.timing.K, cell.policy.name), []).append(records)  # type: ignore
+    rows = [_row(p, cell, runs) for cell in p.cells if cell.policy.name in experiment.policies]
+    return ExperimentResult(p, rows, runs)
+
+
+def _theory_mean(p: Plan, cell: Cell) -> float | None:
+    """The closed-form E[L] where one holds (fixed cost, C <= lead, C <= T), else None."""
+    timing, K = cell.timing, cell.timing.K  # noqa: N806
+    if not p.cost.deterministic:
+        return None
+    C = p.cost.mean(K)  # noqa: N806
+    if C > timing.T or C > cell.lead + 1e-12:
+        return None
+    if cell.policy.commit == "eager":
+        return cell.lead + timing.T / 2
+    if cell.policy.commit_unit(K) == 1 and abs(cell.lead - C) < 1e-12:
+        return theory.speculative_latency_mean(C, timing.T, timing.delta)
+    return None
+
+
+def _row(p: Plan, cell: Cell, runs: dict) -> dict:
+    K = cell.timing.K  # noqa: N806
+    metrics = summarize(runs[(K, cell.policy.name)])
+    baseline_calls = summarize(runs[(K, "baseline")]).dit_calls
+    A = metrics.dit_calls / baseline_calls if baseline_calls else None  # noqa: N806
+    row = {
+        "policy": cell.policy.name,
+        "K": K,
+        "q": cell.policy.commit_unit(K),
+        "commit": cell.policy.commit,
+        "r": cell.timing.r,
+        "fps": cell.timing.fps,
+        "T": cell.timing.T,
+        "delta": cell.timing.delta,
+        "cost": p.cost.spec,
+        "C_mean": p.cost.mean(K),
+        "lead": cell.lead,
+        "updates": p.arrivals.spec,
+        "duration": p.duration,
+        "seed": p.experiment.seed,
+        **metrics.as_dict(),
+        "A": A,
+        "A_from_w": theory.work_amplification(metrics.w) if metrics.w is not None else None,
+        "L_mean_theory": _theory_mean(p, cell),
+    }
+    return row

@@ -1,0 +1,207 @@
+"""Closed forms of the timing model (DESIGN §1–2), each citing the paper result it implements.
+
+Symbols: C generation time of the first output (s), T = K·δ chunk play time (s), δ = r/f
+latent play time (s), λ Poisson update rate (1/s), p per-latent update probability, w waste
+fraction. A formula called outside its validity raises :class:`LatsimError` instead of
+returning a number.
+"""
+
+from __future__ import annotations
+
+import math
+
+from latsim.errors import LatsimError
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise LatsimError(message)
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        _require(math.isfinite(value) and value > 0, f"{name} must be > 0, got {value!r}")
+
+
+def _check_nonnegative(**values: float) -> None:
+    for name, value in values.items():
+        _require(math.isfinite(value) and value >= 0, f"{name} must be >= 0, got {value!r}")
+
+
+def boundary_wait_lower_bound(T: float) -> float:  # noqa: N803
+    """E[R + Q] >= T/2 under chunk-boundary commitment (eq. 4; App. A.1 Prop. 1)."""
+    _check_positive(T=T)
+    return T / 2
+
+
+def baseline_latency_lower_bound(C: float, T: float) -> float:  # noqa: N803
+    """E[L] >= C + T/2 under chunk-boundary commitment, fixed C (eq. 4; Prop. 1).
+
+    With lead = C the baseline's L is uniform on [C, C + T), so the bound holds with equality.
+    """
+    _check_nonnegative(C=C)
+    return C + boundary_wait_lower_bound(T)
+
+
+def speculative_latency_ideal(C: float, delta: float) -> float:  # noqa: N803
+    """E[L] -> C + δ/2 when a ready prefix exists on arrival (eq. 5; App. A.2)."""
+    _check_nonnegative(C=C)
+    _check_positive(delta=delta)
+    return C + delta / 2
+
+
+def residual_wait_mean(C: float, T: float) -> float:  # noqa: N803
+    """E[R] = C²/(2T): a worker busy C of every T, uniform arrivals (eq. 6; App. A.3)."""
+    _check_nonnegative(C=C)
+    _check_positive(T=T)
+    _require(C <= T, f"eq. (6) needs C <= T (one worker keeps up); got C={C:g} > T={T:g}")
+    return C * C / (2 * T)
+
+
+def residual_wait_split(C: float, T: float) -> dict[str, float]:  # noqa: N803
+    """Eq. (6) worked out, Q excluded (App. A.3): an idle arrival waits C; a busy arrival
+    (probability C/T) waits C/2 + C on average; the unconditional mean is C + C²/(2T)."""
+    residual = residual_wait_mean(C, T)
+    return {
+        "idle_arrival": C,
+        "busy_arrival_mean": 1.5 * C,
+        "busy_probability": C / T,
+        "unconditional_mean": C + residual,
+    }
+
+
+def speculative_latency_mean(C: float, T: float, delta: float) -> float:  # noqa: N803
+    """E[L] of latent-boundary commitment, fixed C = lead, rare updates (DESIGN §2).
+
+    A worker refills C of every T (eq. 6). An idle arrival (probability 1 − C/T) replans at
+    once and shows at the first slot starting >= t + C; a busy one waits R (mean C/2), then
+    replans as the refill lands on a slot boundary, so its Q is δ·(⌈C/δ⌉ − C/δ): the
+    completion phase is not uniform (the paper's remark after eq. 5). Exactly, with
+    m = ⌈C/δ⌉ and g = mδ − C:
+
+        E[L] = C + C²/(2T) + [(K − m)·δ²/2 + g²/2 + C·g] / T.
+
+    DESIGN §2 writes the idle term as (1 − C/T)·δ/2, which assumes the idle arrivals' phase is
+    uniform over a slot; that is exact when C is a multiple of δ (g = 0) and otherwise exceeds
+    this value by g·(δ − g)/(2T).
+    """
+    _check_positive(delta=delta)
+    _require(delta <= T + 1e-12, f"need δ <= T, got δ={delta:g}, T={T:g}")
+    _require(abs(T / delta - round(T / delta)) < 1e-9, "T must be a whole number of slots δ")
+    residual = residual_wait_mean(C, T)
+    m = math.ceil(C / delta - 1e-9)
+    gap = m * delta - C
+    K = round(T / delta)  # noqa: N806
+    q_total = (K - m) * delta * delta / 2 + gap * gap / 2 + C * gap
+    return C + residual + q_total / T
+
+
+def speculative_latency_mean_design(C: float, T: float, delta: float) -> float:  # noqa: N803
+    """DESIGN §2's form C + C²/(2T) + (1 − C/T)·δ/2 + (C/T)·δ·(⌈C/δ⌉ − C/δ).
+
+    Equal to :func:`speculative_latency_mean` when C is a multiple of δ, an upper bound on it
+    otherwise (see there).
+    """
+    _check_positive(delta=delta)
+    residual = residual_wait_mean(C, T)
+    slots = C / delta
+    busy_q = delta * (math.ceil(slots - 1e-9) - slots)
+    return C + residual + (1 - C / T) * delta / 2 + (C / T) * busy_q
+
+
+def boundary_wait_reduction(T: float, delta: float) -> float:  # noqa: N803
+    """Predicted mean-latency reduction of latent vs chunk commitment: (T − δ)/2 (§4.3)."""
+    _check_positive(T=T, delta=delta)
+    _require(delta <= T + 1e-12, f"need δ <= T, got δ={delta:g}, T={T:g}")
+    return (T - delta) / 2
+
+
+def work_amplification(w: float) -> float:
+    """Relative DiT work A = 1/(1 − w) for waste fraction w (eq. 7; App. B)."""
+    _require(math.isfinite(w) and 0 <= w < 1, f"waste fraction w must be in [0, 1), got {w!r}")
+    return 1 / (1 - w)
+
+
+def work_amplification_independent(K: int, p: float) -> float:  # noqa: N803
+    """A = Kp / (1 − (1−p)^K), independent per-latent updates with probability p (App. B.2).
+
+    p = 0 returns the limit 1.
+    """
+    _require(isinstance(K, int) and K > 0, f"K must be a positive integer, got {K!r}")
+    _require(math.isfinite(p) and 0 <= p <= 1, f"p must be in [0, 1], got {p!r}")
+    if p == 0:
+        return 1.0
+    return K * p / (1 - (1 - p) ** K)
+
+
+def work_amplification_poisson(rate: float, T: float, delta: float) -> float:  # noqa: N803
+    """A ≈ 1 + λ(T − δ)/2 for Poisson updates with λT ≪ 1 (App. B.2).
+
+    Raises when λT >= 1, where the approximation has no claim.
+    """
+    _check_nonnegative(rate=rate)
+    _check_positive(T=T, delta=delta)
+    _require(rate * T < 1, f"the Poisson approximation needs λT << 1; got λT = {rate * T:.3g}")
+    return 1 + rate * (T - delta) / 2
+
+
+def saturated_latency_mean(T: float) -> float:  # noqa: N803
+    """C = T: the worker is always busy, E[R] = T/2, Q = 0, E[L] = 3T/2 (App. A.3)."""
+    _check_positive(T=T)
+    return 1.5 * T
+
+
+def stall_fraction(C: float, T: float) -> float:  # noqa: N803
+    """Long-run fraction of time a single worker's player is frozen: max(0, 1 − T/C).
+
+    For C > T one worker produces T seconds of video per C seconds of work.
+    """
+    _check_positive(C=C, T=T)
+    return max(0.0, 1 - T / C)
+
+
+def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> dict:  # noqa: N803
+    """Every closed form for one setting; formulas outside their validity give ``None``
+    and a note under ``notes``. Used by ``latsim theory``."""
+    from latsim.timing import Timing
+
+    timing = Timing(K, r, fps)
+    _check_nonnegative(C=C)
+    T, delta = timing.T, timing.delta  # noqa: N806
+    notes: dict[str, str] = {}
+
+    def attempt(key: str, fn, *args):
+        try:
+            return fn(*args)
+        except LatsimError as exc:
+            notes[key] = str(exc)
+            return None
+
+    out: dict = {
+        "K": K,
+        "r": r,
+        "fps": fps,
+        "C": C,
+        "T": T,
+        "delta": delta,
+        "baseline_L_lower_bound": baseline_latency_lower_bound(C, T),
+        "speculative_L_ideal": speculative_latency_ideal(C, delta),
+        "residual_wait_mean": attempt("residual_wait_mean", residual_wait_mean, C, T),
+        "speculative_L_mean": attempt(
+            "speculative_L_mean", speculative_latency_mean, C, T, delta
+        ),
+        "boundary_wait_reduction": boundary_wait_reduction(T, delta),
+        "saturated_L_mean": saturated_latency_mean(T),
+        "stall_fraction": stall_fraction(C, T) if C > 0 else 0.0,
+    }
+    split = attempt("residual_wait_split", residual_wait_split, C, T)
+    out["idle_arrival_L_excl_Q"] = split["idle_arrival"] if split else None
+    out["busy_arrival_L_excl_Q"] = split["busy_arrival_mean"] if split else None
+    out["unconditional_L_excl_Q"] = split["unconditional_mean"] if split else None
+    if rate is not None:
+        out["rate"] = rate
+        out["A_poisson_approx"] = attempt(
+            "A_poisson_approx", work_amplification_poisson, rate, T, delta
+        )
+    out["notes"] = notes
+    return out
