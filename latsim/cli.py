@@ -299,6 +299,16 @@ def controller(
         )
 
 
+def _register_extensions() -> None:
+    from latsim import cli_live, cli_paper
+
+    cli_paper.register(app)
+    cli_live.register(app)
+
+
+_register_extensions()
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
