@@ -450,7 +450,13 @@ class Controller:
 
     def _guard_replan_feasible(self, now: float) -> int | None:
         """Branch position for a replan, or None. DESIGN §2: the first slot starting at or
-        after ``now + lead``, aligned to ``q``, not committed, and before the cache end."""
+        after ``now + lead``, aligned to ``q`` and not committed, but never beyond the cache
+        end (the prefix must exist).
+
+        A branch *at* the cache end replaces nothing; it starts the next job early. Under lazy
+        commit that costs only compute (the early output stays replaceable), so the condition
+        is served at once. Under eager commit it would commit the next chunk early, so eager
+        policies leave it to the refill, which picks up the newest version (the baseline)."""
         if self._latest_version <= self._planned_version:
             return None
         lowest = max(self._locked_end, self._next_pos)
@@ -460,7 +466,11 @@ class Controller:
         position = self._next_pos + max(0, math.ceil(ahead - EPS))
         position = max(position, lowest)
         position = -(-position // self._q) * self._q
-        return position if position < self._cache_end else None
+        if position < self._cache_end:
+            return position
+        if not self._eager and self._locked_end <= self._cache_end:
+            return self._cache_end
+        return None
 
     def _guard_refill_due(self, now: float) -> int | None:
         return self._cache_end if self._refill_due_at(now) <= now + EPS else None

@@ -9,6 +9,7 @@ show (bounded by ``drain``), and time fractions are measured over ``[0, duration
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,8 +60,13 @@ def simulate_trace(
     duration: float,
     rng: np.random.Generator,
     drain: float | None = None,
+    on_record: Callable[[object], None] | None = None,
 ) -> tuple[RunRecords, Controller]:
-    """Run one trace through the controller on SimPy's clock."""
+    """Run one trace through the controller on SimPy's clock.
+
+    ``drain`` bounds the time past ``duration`` spent letting open conditions show (default:
+    four chunk-plus-lead periods); ``on_record`` receives every record as it is made.
+    """
     if not (math.isfinite(duration) and duration > 0):
         raise LatsimError(f"duration must be a positive number of seconds, got {duration!r}")
     timing = config.timing
@@ -73,7 +79,7 @@ def simulate_trace(
         drain = 4 * (timing.T + config.lead + cost.quantile(K, 0.99)) + timing.delta
 
     env = simpy.Environment()
-    ctrl = Controller(config)
+    ctrl = Controller(config, on_record=on_record)
     busy_intervals: list[tuple[float, float]] = []
 
     def deliver(event) -> None:

@@ -1,0 +1,141 @@
+"""Hypothesis properties of simulated runs over random timing, costs and update processes."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from latsim.arrivals import BernoulliArrivals, PoissonArrivals
+from latsim.controller import EPS
+from latsim.costs import LognormalCost
+from latsim.policies import BASELINE, SPECULATIVE, Policy
+from latsim.timing import Timing
+from tests.helpers import run, shown_latencies
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def settings_with_c_below_t(draw):
+    timing = Timing(
+        K=draw(st.integers(1, 12)),
+        r=draw(st.integers(1, 4)),
+        fps=draw(st.sampled_from([8.0, 12.0, 16.0, 24.0, 30.0])),
+    )
+    C = draw(st.floats(0.0, 1.0)) * timing.T  # noqa: N806
+    return timing, C
+
+
+@st.composite
+def arrival_times(draw, timing: Timing, duration: float):
+    kind = draw(st.sampled_from(["poisson", "bernoulli", "list"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if kind == "poisson":
+        source = PoissonArrivals(draw(st.floats(0.0, 3.0)))
+        return source.trace(0, rng, duration, timing).times
+    if kind == "bernoulli":
+        source = BernoulliArrivals(draw(st.floats(0.0, 1.0)))
+        return source.trace(0, rng, duration, timing).times
+    times = draw(st.lists(st.floats(0.0, duration, exclude_max=True), max_size=30))
+    return tuple(sorted(times))
+
+
+def check_run_invariants(records, timing: Timing, policy: Policy, lead: float) -> None:
+    # every slot played exactly once and in order, never before it was ready
+    positions = [s.position for s in records.slots]
+    assert positions == list(range(len(positions)))
+    ready = {j.job_id: j.t_ready for j in records.jobs}
+    for slot in records.slots:
+        assert slot.t_start >= ready[slot.job_id] - EPS
+    starts = [s.t_start for s in records.slots]
+    assert all(b - a >= timing.delta - 1e-9 for a, b in zip(starts, starts[1:], strict=False))
+    # the version on screen never decreases
+    versions = [s.version for s in records.slots]
+    assert versions == sorted(versions)
+    # latent accounting: every produced latent is played, discarded or still cached
+    discarded = sum(d.count for d in records.discards)
+    assert (records.jobs_done + 1) * timing.K == len(records.slots) + discarded + (
+        records.cached_at_end
+    )
+    # a committed position is never replaced: no discards under eager commit; under lazy
+    # commit a discard starts beyond the commit group of every slot played so far, and
+    # at a slot that starts no earlier than the planning lead
+    q = policy.commit_unit(timing.K)
+    if policy.commit == "eager":
+        assert discarded == 0
+    for d in records.discards:
+        played = [s for s in records.slots if s.t_start <= d.t]
+        if played:
+            assert d.first >= (played[-1].position // q + 1) * q
+        later = [s for s in records.slots if s.position == d.first]
+        if later and not records.stalls:
+            assert later[0].t_start >= d.t + lead - 1e-9
+    # L = R + C + Q with non-negative parts
+    for c in records.conditions:
+        if c.displayed:
+            assert min(c.R, c.C, c.Q) >= -EPS
+            assert abs(c.L - (c.R + c.C + c.Q)) < 1e-9
+
+
+def run_checked(timing, policy, times, duration, cost, lead=None, seed=0):
+    records = run(timing, policy, times, duration, cost, lead, seed)
+    used_lead = lead if lead is not None else (
+        cost if isinstance(cost, float) else cost.quantile(timing.K, 0.99)
+    )
+    check_run_invariants(records, timing, policy, used_lead)
+    return records
+
+
+@SETTINGS
+@given(data=st.data(), setting=settings_with_c_below_t())
+def test_fixed_cost_runs_keep_every_invariant(data, setting):
+    timing, C = setting  # noqa: N806
+    duration = timing.T * data.draw(st.floats(1.0, 12.0))
+    times = data.draw(arrival_times(timing, duration))
+    for policy in (BASELINE, SPECULATIVE):
+        records = run_checked(timing, policy, times, duration, C)
+        if policy is BASELINE:
+            # every baseline condition waits at least C (superseded ones too)
+            assert all(L >= C - 1e-9 for L in shown_latencies(records, True))
+        # with C <= T = lead no slot is ever late (allow float jitter)
+        assert sum(s.t_end - s.t_start for s in records.stalls) < 1e-6
+
+
+@SETTINGS
+@given(data=st.data(), setting=settings_with_c_below_t(), q_index=st.integers(0, 5),
+       commit=st.sampled_from(["eager", "lazy"]), cv=st.floats(0.0, 1.5))
+def test_stochastic_costs_and_ablations_keep_every_invariant(data, setting, q_index, commit, cv):
+    timing, C = setting  # noqa: N806
+    divisors = [d for d in range(1, timing.K + 1) if timing.K % d == 0]
+    policy = Policy("ablation", divisors[q_index % len(divisors)], commit)
+    duration = timing.T * data.draw(st.floats(1.0, 8.0))
+    times = data.draw(arrival_times(timing, duration))
+    cost = LognormalCost(max(C, 1e-3), cv)
+    run_checked(timing, policy, times, duration, cost, seed=data.draw(st.integers(0, 100)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(setting=settings_with_c_below_t(), n_phases=st.just(48))
+def test_over_uniform_phases_baseline_mean_meets_the_bound_and_speculative_beats_it(
+    setting, n_phases
+):
+    """One condition per run at phase (i + 1/2)/N of a chunk, both policies from the same
+    state: the baseline's mean L is C + T/2 (Prop. 1, equality at lead = C) up to the
+    midpoint-rule error of a sawtooth (one jump of at most T: T/N), and latent commitment
+    is never worse for any phase."""
+    timing, C = setting  # noqa: N806
+    T = timing.T  # noqa: N806
+    base, spec = [], []
+    for i in range(n_phases):
+        t = 2 * T + (i + 0.5) / n_phases * T
+        duration = 4 * T
+        b = run(timing, BASELINE, [t], duration, C).conditions[0]
+        s = run(timing, SPECULATIVE, [t], duration, C).conditions[0]
+        assert b.displayed and s.displayed
+        assert s.L <= b.L + 1e-9
+        base.append(b.L)
+        spec.append(s.L)
+    assert np.mean(base) >= C + T / 2 - T / n_phases
+    assert np.mean(spec) <= np.mean(base) + 1e-12

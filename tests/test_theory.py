@@ -1,0 +1,76 @@
+"""The closed forms against the paper's worked numbers, and their validity checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from latsim import theory
+from latsim.errors import LatsimError
+from latsim.timing import Timing
+
+
+def test_sol_h3_predicted_reductions_match_the_paper_to_three_decimals():
+    # 22- and 124-frame proposals at 24 fps, one latent per frame (§4.3)
+    for frames, paper in ((22, 0.438), (124, 2.562)):
+        timing = Timing(K=frames, r=1, fps=24.0)
+        assert f"{theory.boundary_wait_reduction(timing.T, timing.delta):.3f}" == f"{paper:.3f}"
+
+
+def test_eq6_worked_example():
+    assert f"{theory.residual_wait_mean(1.6, 5.0):.3f}" == "0.256"
+    split = theory.residual_wait_split(1.6, 5.0)
+    assert split["idle_arrival"] == pytest.approx(1.6)
+    assert split["busy_arrival_mean"] == pytest.approx(2.4)
+    assert f"{split['unconditional_mean']:.3f}" == "1.856"
+
+
+def test_limits_and_consistency():
+    T, delta = 2.0, 0.25  # noqa: N806
+    # C = T: eq. (6) gives T/2 and the refined mean becomes 3T/2 (no gain over baseline)
+    assert theory.residual_wait_mean(T, T) == pytest.approx(T / 2)
+    assert theory.speculative_latency_mean(T, T, delta) == pytest.approx(
+        theory.saturated_latency_mean(T)
+    )
+    # C -> 0: the refined mean tends to the ideal C + δ/2
+    assert theory.speculative_latency_mean(1e-9, T, delta) == pytest.approx(
+        theory.speculative_latency_ideal(0.0, delta), abs=1e-6
+    )
+    # for C a multiple of δ the exact and DESIGN forms agree
+    assert theory.speculative_latency_mean(0.5, T, delta) == pytest.approx(
+        theory.speculative_latency_mean_design(0.5, T, delta)
+    )
+    assert theory.stall_fraction(1.0, 2.0) == 0.0
+    assert theory.stall_fraction(4.0, 2.0) == pytest.approx(0.5)
+    assert theory.work_amplification(0.5) == pytest.approx(2.0)
+    assert theory.work_amplification_independent(4, 1.0) == pytest.approx(4.0)
+    assert theory.work_amplification_independent(4, 0.0) == 1.0
+    # for small p, A - 1 ≈ p(K-1)/2, the Poisson form with λ = p/δ
+    p, K = 1e-4, 8  # noqa: N806
+    approx = theory.work_amplification_poisson(p / delta, K * delta, delta)
+    assert theory.work_amplification_independent(K, p) == pytest.approx(approx, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: theory.residual_wait_mean(3.0, 2.0),  # C > T
+        lambda: theory.speculative_latency_mean(3.0, 2.0, 0.25),
+        lambda: theory.residual_wait_mean(-1.0, 2.0),
+        lambda: theory.boundary_wait_reduction(1.0, 2.0),  # δ > T
+        lambda: theory.work_amplification(1.0),
+        lambda: theory.work_amplification_independent(4, 1.5),
+        lambda: theory.work_amplification_independent(0, 0.5),
+        lambda: theory.work_amplification_poisson(1.0, 2.0, 0.25),  # λT = 2, not << 1
+        lambda: theory.stall_fraction(0.0, 1.0),
+        lambda: theory.boundary_wait_lower_bound(0.0),
+    ],
+)
+def test_outside_validity_raises(call):
+    with pytest.raises(LatsimError):
+        call()
+
+
+def test_summary_reports_invalid_formulas_as_none_with_a_note():
+    out = theory.summary(K=4, r=4, fps=16.0, C=2.0, rate=0.1)  # C > T = 1
+    assert out["speculative_L_mean"] is None and "C <= T" in out["notes"]["speculative_L_mean"]
+    assert out["stall_fraction"] == pytest.approx(0.5)

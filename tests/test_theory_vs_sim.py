@@ -1,0 +1,134 @@
+"""Simulation against the closed forms, with tolerances derived from the sample.
+
+Stochastic checks use Z standard errors of the simulated estimate (Z = 4: a false alarm
+has probability ~6e-5, and the seeds are fixed). Deterministic checks use the error bound
+of the finite horizon or phase grid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from latsim import theory
+from latsim.arrivals import BernoulliArrivals
+from latsim.metrics import stall_time_in_window
+from latsim.policies import BASELINE, SPECULATIVE
+from latsim.timing import Timing
+from tests.helpers import run, shown_latencies
+
+Z = 4.0
+
+
+def se(values: np.ndarray) -> float:
+    return float(values.std(ddof=1) / math.sqrt(values.size))
+
+
+def isolated_arrivals(timing: Timing, C: float, n: int, seed: int) -> list[float]:  # noqa: N803
+    """Rare updates: gaps of 2(T + C) (back to steady state) plus U[0, 4T), so the arrival
+    phase modulo the refill period T is exactly uniform and independent of the past."""
+    rng = np.random.default_rng(seed)
+    gaps = 2 * (timing.T + C) + rng.uniform(0, 4 * timing.T, size=n)
+    return list(np.cumsum(gaps) + timing.T)
+
+
+def test_baseline_mean_is_c_plus_half_t_with_lead_c():
+    timing = Timing(K=8, r=4, fps=16.0)  # T = 2 s
+    C = 0.7  # noqa: N806
+    rng = np.random.default_rng(1)
+    times = np.cumsum(rng.exponential(1.5, size=1500))  # Poisson, phases uniform
+    duration = float(times[-1] + 1)
+    records = run(timing, BASELINE, times, duration, C)
+    # superseded conditions are shown at the same boundary as their successor: keep them
+    L = shown_latencies(records, include_superseded=True)  # noqa: N806
+    assert L.size == len(times)
+    expected = theory.baseline_latency_lower_bound(C, timing.T)
+    assert abs(L.mean() - expected) < Z * se(L)
+    assert L.min() >= C - 1e-9 and L.max() < C + timing.T + 1e-9
+
+
+@pytest.mark.parametrize("K, C", [(8, 0.7), (4, 0.62), (21, 3.565)])  # noqa: N803
+def test_speculative_residual_wait_and_refined_mean_under_rare_updates(K, C):  # noqa: N803
+    timing = Timing(K=K, r=4, fps=16.0)
+    times = isolated_arrivals(timing, C, 1200, seed=K)
+    records = run(timing, SPECULATIVE, times, times[-1] + 1, C)
+    shown = [c for c in records.conditions if c.displayed and not c.superseded]
+    assert len(shown) == len(times)
+    R = np.array([c.R for c in shown])  # noqa: N806
+    L = np.array([c.L for c in shown])  # noqa: N806
+    assert abs(R.mean() - theory.residual_wait_mean(C, timing.T)) < Z * se(R)
+    expected = theory.speculative_latency_mean(C, timing.T, timing.delta)
+    assert abs(L.mean() - expected) < Z * se(L)
+
+
+def test_refined_mean_is_exact_over_a_phase_grid_and_designs_form_is_an_upper_bound():
+    """K=2, δ=0.5, C=0.25: C is not a multiple of δ, so DESIGN §2's idle term
+    (1 − C/T)·δ/2 overstates E[Q] by g(δ − g)/(2T) = 0.03125 s. A midpoint grid of N
+    phases over one refill period integrates L exactly up to jumps: error <= jumps·T/N."""
+    timing = Timing(K=2, r=4, fps=8.0)
+    C, T, n = 0.25, timing.T, 400  # noqa: N806
+    latencies = []
+    for i in range(n):
+        t = 3 * T + (i + 0.5) / n * T
+        (cond,) = run(timing, SPECULATIVE, [t], 6 * T, C).conditions
+        latencies.append(cond.L)
+    grid_error = (timing.K + 2) * T / n
+    exact = theory.speculative_latency_mean(C, T, timing.delta)
+    design = theory.speculative_latency_mean_design(C, T, timing.delta)
+    assert design - exact == pytest.approx(0.03125)
+    assert abs(np.mean(latencies) - exact) < grid_error
+    assert abs(np.mean(latencies) - design) > grid_error
+
+
+@pytest.mark.parametrize("K, p", [(4, 0.1), (8, 0.05), (16, 0.2)])  # noqa: N803
+def test_work_amplification_matches_independent_update_model(K, p):  # noqa: N803
+    """bernoulli:p with C << δ: each call plays min(Geom(p), K) latents (App. B.2)."""
+    timing = Timing(K=K, r=4, fps=16.0)
+    C = timing.delta * 1e-3  # noqa: N806
+    duration = 3000 * timing.delta / p
+    trace = BernoulliArrivals(p).trace(0, np.random.default_rng(K), duration, timing)
+    spec = run(timing, SPECULATIVE, trace.times, duration, C)
+    base = run(timing, BASELINE, trace.times, duration, C)
+    played = Counter(s.job_id for s in spec.slots)
+    played_per_call = np.array([played[job.job_id] for job in spec.jobs[1:-1]])
+    A_sim = K / played_per_call.mean()  # noqa: N806
+    A_se = A_sim * se(played_per_call) / played_per_call.mean()  # noqa: N806 (delta method)
+    expected = theory.work_amplification_independent(K, p)
+    assert abs(A_sim - expected) < Z * A_se
+    discarded = sum(d.count for d in spec.discards)
+    w = discarded / (discarded + len(spec.slots))
+    edge = 2 * K / len(spec.slots)  # the last call's unplayed remainder
+    assert abs(theory.work_amplification(w) - expected) < Z * A_se + edge
+    A_calls = spec.calls_in_window / base.calls_in_window  # noqa: N806
+    assert abs(A_calls - expected) < Z * A_se + edge
+
+
+def test_saturated_worker_c_equals_t_gives_three_halves_t():
+    timing = Timing(K=8, r=4, fps=16.0)
+    C = timing.T  # noqa: N806
+    times = isolated_arrivals(timing, C, 800, seed=5)
+    records = run(timing, SPECULATIVE, times, times[-1] + 1, C)
+    shown = [c for c in records.conditions if c.displayed and not c.superseded]
+    R = np.array([c.R for c in shown])  # noqa: N806
+    L = np.array([c.L for c in shown])  # noqa: N806
+    assert max(abs(c.Q) for c in shown) < 1e-9
+    assert abs(R.mean() - timing.T / 2) < Z * se(R)
+    assert abs(L.mean() - theory.saturated_latency_mean(timing.T)) < Z * se(L)
+    assert stall_time_in_window(records) < 1e-6
+
+
+@pytest.mark.parametrize("ratio", [1.25, 1.5, 3.0])
+@pytest.mark.parametrize("policy", [BASELINE, SPECULATIVE])
+def test_stall_fraction_when_generation_is_slower_than_playback(ratio, policy):
+    """C > T: deterministic, so the only error is the horizon's transient (prebuffer and
+    the partial last job): at most (2T + C)/D."""
+    timing = Timing(K=4, r=4, fps=16.0)
+    C = ratio * timing.T  # noqa: N806
+    duration = 400 * timing.T
+    records = run(timing, policy, [], duration, C)
+    fraction = stall_time_in_window(records) / duration
+    expected = theory.stall_fraction(C, timing.T)
+    assert abs(fraction - expected) <= (2 * timing.T + C) / duration
