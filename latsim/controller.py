@@ -266,6 +266,7 @@ class Controller:
         self.discarded = 0
         self.jobs_started = 0
         self.jobs_done = 0
+        self.events_handled = 0
 
     # ------------------------------------------------------------ public API
 
@@ -289,6 +290,7 @@ class Controller:
         """Feed one event at time ``now``; returns the commands to carry out."""
         if not self._started:
             raise RuntimeError("call start() before handle()")
+        self.events_handled += 1
         out: list[Command] = []
         rows = _INDEX.get((self.state, event.kind))
         if not rows:
