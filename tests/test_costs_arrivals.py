@@ -1,0 +1,106 @@
+"""Cost models and arrival processes: parsing, moments and determinism."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from latsim.arrivals import parse_updates
+from latsim.costs import (
+    AffineCost,
+    FixedCost,
+    LognormalCost,
+    default_lead,
+    load_table,
+    parse_cost,
+)
+from latsim.errors import LatsimError
+from latsim.timing import Timing
+
+Z = 4.0
+
+
+def test_specs_parse_to_the_right_models():
+    assert parse_cost("fixed:1.5") == FixedCost(1.5)
+    assert parse_cost("affine:0.1,0.2").mean(4) == pytest.approx(0.9)
+    assert parse_cost("lognormal:1,0.5") == LognormalCost(1.0, 0.5)
+    assert default_lead(FixedCost(0.7), 8) == 0.7
+    assert default_lead(AffineCost(0.1, 0.2), 4) == pytest.approx(0.9)
+
+
+def test_lognormal_mean_and_quantile_match_samples():
+    model = LognormalCost(0.8, 0.4)
+    rng = np.random.default_rng(3)
+    draws = np.array([model.sample(4, rng) for _ in range(20000)])
+    assert abs(draws.mean() - 0.8) < Z * draws.std(ddof=1) / math.sqrt(draws.size)
+    q99 = model.quantile(4, 0.99)
+    # the share of draws above the 0.99 quantile is binomial(n, 0.01)
+    share = (draws > q99).mean()
+    assert abs(share - 0.01) < Z * math.sqrt(0.01 * 0.99 / draws.size)
+
+
+def test_json_table_with_samples_kinds_and_interpolation(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text('{"costs": {"2": 0.2, "8": {"refill": [0.5, 0.7], "replan": [0.9]}}}')
+    table = load_table(path)
+    assert table.mean(2) == 0.2 and table.mean(8) == pytest.approx(0.6)
+    assert table.mean(5) == pytest.approx(0.4)  # linear between K=2 and K=8
+    rng = np.random.default_rng(0)
+    assert {table.sample(8, rng) for _ in range(50)} == {0.5, 0.7}
+    assert table.sample(8, rng, kind="replan") == 0.9
+    assert table.quantile(8, 0.99) == 0.7
+    assert not table.deterministic
+    with pytest.raises(LatsimError, match="outside the cost table's range"):
+        table.mean(9)
+
+
+def test_csv_table(tmp_path):
+    path = tmp_path / "costs.csv"
+    path.write_text("K,C,kind\n4,0.30,refill\n4,0.34,refill\n4,0.5,replan\n")
+    table = parse_cost(f"table:{path}")
+    assert table.mean(4) == pytest.approx(0.32)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("K,C\n4,abc\n")
+    with pytest.raises(LatsimError, match="line 2"):
+        load_table(bad)
+
+
+@pytest.mark.parametrize("spec", ["fixed:-1", "lognormal:0,1", "lognormal:1,-1", "fixed:nan"])
+def test_invalid_cost_values(spec):
+    with pytest.raises(LatsimError):
+        parse_cost(spec)
+
+
+def test_bernoulli_and_poisson_counts_match_their_rates():
+    timing = Timing(4, 4, 16.0)
+    duration = 2000.0
+    p = 0.05
+    trace = parse_updates(f"bernoulli:{p}").trace(0, np.random.default_rng(1), duration, timing)
+    n_slots = duration / timing.delta
+    assert abs(len(trace.times) - p * n_slots) < Z * math.sqrt(n_slots * p * (1 - p))
+    slots = np.floor(np.array(trace.times) / timing.delta)
+    assert len(set(slots)) == len(slots)  # at most one arrival per slot
+    rate = 0.3
+    trace = parse_updates(f"poisson:{rate}").trace(0, np.random.default_rng(2), duration, timing)
+    assert abs(len(trace.times) - rate * duration) < Z * math.sqrt(rate * duration)
+    assert all(0 <= t < duration for t in trace.times)
+
+
+def test_arrivals_are_a_function_of_the_generator_only():
+    timing = Timing(4, 4, 16.0)
+    source = parse_updates("poisson:1")
+    first = source.trace(0, np.random.default_rng(9), 50.0, timing)
+    assert first == source.trace(0, np.random.default_rng(9), 50.0, timing)
+    assert first != source.trace(0, np.random.default_rng(10), 50.0, timing)
+
+
+def test_trace_folder_replays_every_file(tmp_path):
+    for name, times in (("a", [1.0, 2.0]), ("b", [3.0])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(f'{{"t": {t}}}\n' for t in times))
+    source = parse_updates(f"traces:{tmp_path}")
+    assert source.replications(None) == 2 and source.replications(3) == 6
+    timing = Timing(4, 4, 16.0)
+    traces = [source.trace(i, np.random.default_rng(), 10.0, timing) for i in range(2)]
+    assert [t.times for t in traces] == [(1.0, 2.0), (3.0,)]
