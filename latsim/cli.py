@@ -107,9 +107,16 @@ SeedOpt = Annotated[int, typer.Option(help="root seed of all random draws")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout")]
 OutOpt = Annotated[Path | None, typer.Option(help="write records, summary and plot here")]
 JobsOpt = Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")]
+CommitOpt = Annotated[
+    str | None, typer.Option(help="override the commit mode: eager or lazy (ablations)")
+]
+CommitLeadOpt = Annotated[
+    float, typer.Option(help="lazy commit locks a latent this many seconds before it plays")
+]
 
 
-def _experiment(Ks, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed):  # noqa: N803
+def _experiment(Ks, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed,  # noqa: N803
+                commit=None, commit_lead=0.0):
     from latsim.policies import policy_names
     from latsim.sweep import DEFAULT_COST, Experiment
 
@@ -120,7 +127,7 @@ def _experiment(Ks, policy, r, fps, C, cost, lead, q, updates, duration, seeds, 
     return Experiment(
         Ks=tuple(Ks), r=r, fps=fps, cost=cost or DEFAULT_COST, lead=lead, q=q,
         policies=tuple(policy_names(policy)), updates=updates, duration=duration,
-        seeds=seeds, seed=seed,
+        seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
     )
 
 
@@ -212,11 +219,14 @@ def simulate(
     as_json: JsonOpt = False,
     out: OutOpt = None,
     jobs: JobsOpt = None,
+    commit: CommitOpt = None,
+    commit_lead: CommitLeadOpt = 0.0,
 ) -> None:
     """Simulate one K under one or both policies; records per condition, job, slot, stall."""
     if len(K) != 1:
         raise LatsimError("simulate takes one --K; use 'latsim sweep' for several")
-    experiment = _experiment(K, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed)
+    experiment = _experiment(K, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed,
+                             commit, commit_lead)
     _run(experiment, as_json, out, jobs)
 
 
@@ -239,9 +249,12 @@ def sweep(
     as_json: JsonOpt = False,
     out: OutOpt = None,
     jobs: JobsOpt = None,
+    commit: CommitOpt = None,
+    commit_lead: CommitLeadOpt = 0.0,
 ) -> None:
     """One row per (K, policy). Defaults: Wan1.3B at 16 fps, r=4 (see README)."""
-    experiment = _experiment(K, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed)
+    experiment = _experiment(K, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed,
+                             commit, commit_lead)
     _run(experiment, as_json, out, jobs)
 
 

@@ -55,6 +55,7 @@ def write_experiment(result: ExperimentResult, out: Path, plot: bool = True) -> 
         "duration": result.plan.duration,
         "replications": result.plan.replications,
         "seed": experiment.seed,
+        "commit": experiment.commit,
         "commit_lead": experiment.commit_lead,
     }
     for name, payload in (("config.json", config), ("summary.json", result.rows)):

@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from multiprocessing import get_context
 
@@ -55,6 +55,7 @@ class Experiment:
     duration: float | None = None
     seeds: int | None = None
     seed: int = DEFAULT_SEED
+    commit: str | None = None  # override the presets' commit mode (ablations)
     commit_lead: float = 0.0
 
     def __post_init__(self) -> None:
@@ -91,7 +92,7 @@ class Plan:
     arrivals: ArrivalSource
     duration: float
     replications: int
-    cells: tuple[Cell, ...] = field(default=())
+    cells: tuple[Cell, ...]
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,9 @@ def _sources(cost_spec: str, updates_spec: str) -> tuple[CostModel, ArrivalSourc
 
 
 def _policy(experiment: Experiment, name: str) -> Policy:
-    preset = PRESETS[name]
-    policy = preset.with_q(experiment.q)
-    if experiment.commit_lead:
-        policy = Policy(policy.name, policy.q, policy.commit, experiment.commit_lead)
-    return policy
+    policy = PRESETS[name].with_q(experiment.q)
+    return Policy(policy.name, policy.q, experiment.commit or policy.commit,
+                  experiment.commit_lead)
 
 
 def plan(experiment: Experiment) -> Plan:

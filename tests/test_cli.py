@@ -135,6 +135,8 @@ BAD_INPUTS = [
     (["simulate", "--K", "4", "--C", "1", "--seeds", "0"], "--seeds must be a positive"),
     (["simulate", "--K", "4", "8", "--C", "1"], "simulate takes one --K"),
     (["simulate", "--K", "four", "--C", "1"], "Invalid value for '--K'"),
+    (["simulate", "--K", "4", "--C", "1", "--commit", "greedy"], "commit mode must be"),
+    (["simulate", "--K", "4", "--C", "1", "--commit-lead", "-1"], "commit lead must be >= 0"),
     (["theory", "--K", "4", "--C", "-2"], "C must be >= 0"),
     (["theory", "--K", "0", "--C", "1"], "K must be a positive integer"),
     (["sweep", "--K", "2", "4", "--cost", "table:TABLE", "--duration", "5"], "outside the cost"),
