@@ -1,9 +1,147 @@
-"""CLI commands for traces, paper reproduction and figures (registered on the main app)."""
+"""CLI commands for traces, paper reproduction and figures (registered on the main app).
+
+``latsim traces generate|validate|show``, ``latsim reproduce`` and ``latsim plot timeline``.
+Only typer is imported at module level; everything else is imported inside the commands so
+that ``latsim --help`` stays fast.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from latsim.errors import LatsimError
+
+traces_app = typer.Typer(
+    help="Condition traces: generate the paper's workload, validate and summarise sets.",
+    no_args_is_help=True,
+)
+plot_app = typer.Typer(help="Figures drawn from a run folder's CSV records.",
+                       no_args_is_help=True)
+
+
+def _trace_paths(path: Path) -> list[Path]:
+    from latsim.traces import trace_files
+
+    if path.is_dir():
+        return trace_files(path)
+    if not path.exists():
+        raise LatsimError(f"{path}: no such file or folder")
+    return [path]
+
+
+@traces_app.command("generate")
+def traces_generate(
+    kind: Annotated[str, typer.Option(help="low (1-2 updates), high (3-11) or continuous")],
+    out: Annotated[Path, typer.Option(help="folder to write <kind>_NNN.jsonl into")],
+    count: Annotated[int, typer.Option(help="number of traces")] = 30,
+    duration: Annotated[float, typer.Option(help="seconds per trace")] = 60.0,
+    seed: Annotated[int, typer.Option(help="root seed (trace i uses child i)")] = 0,
+) -> None:
+    """Generate a deterministic set of traces (same kind, count, duration, seed: same bytes)."""
+    from latsim.tracegen import generate_set, write_set
+
+    paths = write_set(generate_set(kind, count, duration, seed), out)
+    typer.echo(f"wrote {len(paths)} {kind} traces to {out}/")
+
+
+@traces_app.command("validate")
+def traces_validate(
+    path: Annotated[Path, typer.Argument(help="a trace file or a folder of *.jsonl")],
+) -> None:
+    """Check traces; print every problem as file:line and exit 1 if there is any."""
+    from latsim.traces import validate_trace
+
+    files = _trace_paths(path)
+    problems = [p for f in files for p in validate_trace(f)]
+    for problem in problems:
+        typer.echo(problem)
+    if problems:
+        bad = len({p.split(":", 1)[0] for p in problems})
+        typer.echo(f"latsim: {len(problems)} problem(s) in {bad} of {len(files)} trace(s)",
+                   err=True)
+        raise typer.Exit(1)
+    typer.echo(f"ok: {len(files)} trace(s) valid")
+
+
+@traces_app.command("show")
+def traces_show(
+    path: Annotated[Path, typer.Argument(help="a trace file or a folder of *.jsonl")],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Summarise a set: count, updates per trace (min/mean/max), inter-arrival statistics."""
+    from dataclasses import asdict
+
+    from latsim.output import dumps
+    from latsim.tracegen import summarize_set
+    from latsim.traces import load_trace
+
+    loaded = [load_trace(f) for f in _trace_paths(path)]
+    summary = summarize_set([t.times for t in loaded], [t.duration for t in loaded])
+    if as_json:
+        typer.echo(dumps(asdict(summary)))
+        return
+
+    def f(x: float | None, digits: int = 3) -> str:
+        return "–" if x is None else f"{x:.{digits}f}"
+
+    typer.echo(f"{path}: {summary.count} trace(s), window {f(summary.duration_max, 1)} s")
+    typer.echo(f"updates per trace: min {summary.updates_min}, mean "
+               f"{summary.updates_mean:.2f}, max {summary.updates_max} "
+               f"({f(summary.rate_per_min, 2)} per minute)")
+    typer.echo(f"inter-arrival (s, n={summary.gap_n}): min {f(summary.gap_min)}, mean "
+               f"{f(summary.gap_mean)}, median {f(summary.gap_median)}, p95 "
+               f"{f(summary.gap_p95)}, max {f(summary.gap_max)}, CV {f(summary.gap_cv, 2)}")
+
+
+def reproduce(
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("results/paper"),
+    traces: Annotated[
+        Path | None,
+        typer.Option(help="folder holding low/ and high/ trace sets (default: the repo's "
+                     "traces/, regenerated in memory if absent)"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print all tables as JSON")] = False,
+    jobs: Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")] = None,
+) -> None:
+    """Reproduce the paper's latency results: theory, simulation and the paper side by side."""
+    from latsim import paper
+
+    result = paper.reproduce(traces_root=traces, jobs=jobs)
+    written = paper.write_results(result, out)
+    if as_json:
+        from latsim.output import dumps
+
+        typer.echo(dumps(paper.as_json(result)))
+        return
+    paper.print_report(result)
+    typer.echo(f"wrote {', '.join(p.name for p in written)} to {out}/")
+
+
+@plot_app.command("timeline")
+def plot_timeline(
+    run_dir: Annotated[Path, typer.Argument(help="folder with jobs.csv, slots.csv, ...")],
+    policy: Annotated[str | None, typer.Option(help="policy to draw (default: first)")] = None,
+    K: Annotated[int | None, typer.Option("--K", help="chunk size (default: first)")] = None,  # noqa: N803
+    run: Annotated[int | None, typer.Option(help="run index (default: first)")] = None,
+    t0: Annotated[float | None, typer.Option(help="window start (s)")] = None,
+    t1: Annotated[float | None, typer.Option(help="window end (s)")] = None,
+    out: Annotated[Path | None, typer.Option(help="PNG path (default RUN_DIR/timeline.png)")]
+    = None,
+) -> None:
+    """Draw generator jobs, playback slots, commitments and condition latencies over time."""
+    from latsim.timeline import load_run
+    from latsim.timeline import plot_timeline as draw
+
+    data = load_run(run_dir, policy=policy, K=K, run=run)
+    path = draw(data, out or run_dir / "timeline.png", t0=t0, t1=t1)
+    typer.echo(f"wrote {path} ({data.policy}, K={data.K}, run {data.run})")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
+    app.add_typer(traces_app, name="traces")
+    app.command("reproduce")(reproduce)
+    app.add_typer(plot_app, name="plot")

@@ -395,7 +395,8 @@ class Controller:
                       job.t_start, now)
         )
         if self._stalled_since is not None and self._next_pos in self._cache:
-            self._emit(StallRecord(self._next_pos, self._stalled_since, now, False))
+            if now - self._stalled_since > EPS:  # shorter ones are float rounding, not stalls
+                self._emit(StallRecord(self._next_pos, self._stalled_since, now, False))
             self._stalled_since = None
             self._play(now, out)
 

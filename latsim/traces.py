@@ -34,6 +34,7 @@ def _parse(path: Path) -> tuple[Trace | None, list[str]]:
         return None, [f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}"]
     meta: dict = {}
     times: list[float] = []
+    lines: list[int] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -68,20 +69,26 @@ def _parse(path: Path) -> tuple[Trace | None, list[str]]:
             problems.append(f"{where}: unsorted: t={t} comes after t={times[-1]}")
             continue
         times.append(float(t))
+        lines.append(lineno)
     duration = meta.get("duration")
     if duration is not None:
         if isinstance(duration, bool) or not isinstance(duration, int | float) or duration <= 0:
             problems.append(f"{path}:1: meta duration must be a positive number")
             duration = None
         else:
-            for t in times:
-                if t >= duration:
-                    problems.append(
-                        f"{path}: t={t} is beyond the declared duration {duration}"
-                    )
-                    break
+            problems += [
+                f"{path}:{lineno}: t={t} is beyond the declared duration {duration}"
+                for t, lineno in zip(times, lines, strict=True)
+                if t >= duration
+            ]
+            problems.sort(key=_line_number)
     trace = Trace(path.stem, tuple(times), float(duration) if duration else None, meta)
     return trace, problems
+
+
+def _line_number(problem: str) -> int:
+    parts = problem.split(":")
+    return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0
 
 
 def validate_trace(path: str | Path) -> list[str]:

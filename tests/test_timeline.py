@@ -1,0 +1,82 @@
+"""`latsim plot timeline RUN_DIR`: drawn from a run folder's CSVs only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from latsim.cli import app
+from latsim.output import write_experiment
+from latsim.sweep import Experiment, run_experiment
+from latsim.timeline import default_window, load_run
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    exp = Experiment(Ks=(4, 8), cost="fixed:0.6", updates="poisson:0.3", duration=30.0,
+                     seeds=2, seed=4)
+    write_experiment(run_experiment(exp, jobs=1), out, plot=False)
+    return out
+
+
+def test_timeline_default_and_selected(run_dir: Path, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plot", "timeline", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert (run_dir / "timeline.png").stat().st_size > 20_000
+    assert "baseline, K=4, run 0" in result.output
+    out = tmp_path / "spec.png"
+    result = runner.invoke(app, ["plot", "timeline", str(run_dir), "--policy", "speculative",
+                                 "--K", "8", "--run", "1", "--t0", "2", "--t1", "14",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "speculative, K=8, run 1" in result.output
+    assert out.stat().st_size > 20_000
+
+
+def test_selection_reads_the_right_rows(run_dir: Path) -> None:
+    data = load_run(run_dir, policy="speculative", K=8, run=1)
+    for frame in (data.jobs, data.slots, data.conditions):
+        assert set(frame["policy"]) == {"speculative"}
+        assert set(frame["K"]) == {8} and set(frame["run"]) == {1}
+    assert data.delta == pytest.approx(0.25)
+    assert data.T == pytest.approx(2.0)
+    t0, t1 = default_window(data)
+    assert 0 <= t0 < t1
+
+
+def test_works_on_a_measured_style_folder(run_dir: Path, tmp_path: Path) -> None:
+    """No config.json and no policy/K/run columns: a single measured run."""
+    folder = tmp_path / "measured"
+    folder.mkdir()
+    for name in ("jobs", "slots", "discards", "conditions", "stalls"):
+        frame = pd.read_csv(run_dir / f"{name}.csv")
+        if not frame.empty:
+            frame = frame[(frame["policy"] == "speculative") & (frame["K"] == 4)
+                          & (frame["run"] == 0)]
+        frame.drop(columns=["policy", "K", "run"]).to_csv(folder / f"{name}.csv",
+                                                          index=False)
+    data = load_run(folder)
+    assert data.K == 4 and data.delta == pytest.approx(0.25)
+    result = runner.invoke(app, ["plot", "timeline", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert (folder / "timeline.png").exists()
+
+
+def test_bad_input_is_one_line(run_dir: Path, tmp_path: Path) -> None:
+    for args, message in (
+        ([str(tmp_path / "nope")], "not a folder"),
+        ([str(run_dir), "--policy", "eager"], "no policy 'eager'"),
+        ([str(run_dir), "--K", "5"], "K=5"),
+        ([str(run_dir), "--t0", "5", "--t1", "4"], "t1 > t0"),
+        ([str(tmp_path)], "missing"),
+    ):
+        result = runner.invoke(app, ["plot", "timeline", *args])
+        assert result.exit_code == 2, args
+        assert message in result.output
+        assert "Traceback" not in result.output
