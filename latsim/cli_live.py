@@ -1,9 +1,122 @@
-"""CLI commands for live measurement (registered on the main app). Imports torch lazily."""
+"""CLI commands for live measurement (registered on the main app). Imports torch lazily.
+
+``latsim measure`` drives latsim's controller with the wall clock and a real Wan diffusion
+transformer (random weights; :mod:`harness`). Only typer is imported at module level so
+``latsim --help`` stays fast; the harness (and torch) load inside the command.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
+    app.command("measure")(measure)
+
+
+def measure(
+    K: Annotated[  # noqa: N803
+        list[int], typer.Option("--K", help="chunk size(s) in latent frames, e.g. --K 2 4 8")
+    ] = [4],  # noqa: B006
+    preset: Annotated[str, typer.Option(help="model preset: tiny or wan-1.3b")] = "tiny",
+    resolution: Annotated[
+        str, typer.Option(help="latent resolution: tiny, small, 240p, 480p, 720p")
+    ] = "tiny",
+    steps: Annotated[int, typer.Option(help="denoising steps per job (Euler)")] = 4,
+    policy: Annotated[str, typer.Option(help="baseline, speculative or both")] = "both",
+    trace: Annotated[
+        Path | None, typer.Option(help="condition trace (JSONL); default: Poisson at --rate")
+    ] = None,
+    rate: Annotated[
+        float, typer.Option(help="conditions per second when no --trace is given")
+    ] = 0.1,
+    duration: Annotated[
+        float | None, typer.Option(help="window (s); default: the trace header's, else 60")
+    ] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    out: Annotated[
+        Path | None,
+        typer.Option(help="parent folder: one run folder per (K, policy) inside; "
+                     "default results/runs/<run-id>/"),
+    ] = None,
+    lead: Annotated[
+        float | None,
+        typer.Option(help="planning lead (s); default: warm-up q99 + max(10%, 5 ms)"),
+    ] = None,
+    r: Annotated[int, typer.Option("--r", help="pixel frames per latent frame")] = 4,
+    fps: Annotated[float, typer.Option("--fps", help="video frames per second")] = 16.0,
+    seed: Annotated[int, typer.Option(help="seed of weights, noise, embeddings, trace")] = 0,
+    decode: Annotated[
+        bool, typer.Option("--decode/--no-decode",
+                           help="VAE-decode each job's first output group inside C")
+    ] = False,
+    context: Annotated[
+        int, typer.Option(help="clean prefix latents fed to each job as context")
+    ] = 0,
+    warmup: Annotated[int, typer.Option(help="timed warm-up jobs per K (lead, C samples)")] = 10,
+    threads: Annotated[
+        int | None, typer.Option(help="CPU torch threads (default: cores - 1)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
+) -> None:
+    """Live run: a Wan DiT (random weights) under latsim's controller on the wall clock."""
+    import sys
+
+    from latsim.errors import LatsimError
+    from latsim.policies import policy_names
+
+    if seed < 0:
+        raise LatsimError(f"--seed must be >= 0, got {seed}")
+    if trace is not None and not trace.is_file():
+        raise LatsimError(f"--trace {trace}: no such file")
+
+    from harness.presets import model_preset
+    from harness.presets import resolution as resolution_preset
+
+    model_preset(preset)
+    resolution_preset(resolution)
+    if device not in ("cpu", "cuda"):
+        raise LatsimError(f"unknown device {device!r}; choose cpu or cuda")
+
+    from harness.run import MeasureConfig
+    from harness.run import measure as run_measure
+
+    config = MeasureConfig(
+        preset=preset, resolution=resolution, Ks=tuple(K), steps=steps,
+        policies=tuple(policy_names(policy)), trace=None if trace is None else str(trace),
+        rate=rate, duration=duration, device=device, out=None if out is None else str(out),
+        lead=lead, r=r, fps=fps, seed=seed, decode=decode, context=context,
+        warmup_timed=warmup, threads=threads,
+    )
+
+    def progress(line: str) -> None:
+        sys.stderr.write("\r" + line[:150].ljust(110))
+        sys.stderr.flush()
+
+    try:
+        results = run_measure(config, progress=progress)
+    finally:
+        sys.stderr.write("\n")
+    from latsim.output import dumps
+
+    if as_json:
+        rows = [res.summary for res in results]
+        typer.echo(dumps(rows if len(rows) > 1 else rows[0]))
+        return
+    for res in results:
+        s = res.summary
+        typer.echo(
+            f"{res.run_dir}: {s['policy']} K={s['K']} T={s['T']:.3f}s C={s['C_mean']:.4f}s "
+            f"lead={s['lead']:.4f}s L50={_f(s['L50'])} L95={_f(s['L95'])} "
+            f"stall={s['stall_pct']:.2f}% busy={s['busy_pct']:.1f}% "
+            f"kernel={_f(s['kernel_activity'], 1)} calls={s['dit_calls']} "
+            f"shown={s['n_displayed']}/{s['n_conditions']}"
+        )
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"

@@ -1,0 +1,136 @@
+"""Benchmark (not a test): controller decision overhead per event and player slot-start jitter.
+
+    .venv/bin/python bench/bench_live.py [--duration 20] [--json]
+
+1. **Decision overhead, isolated**: the controller alone on a virtual clock (a heap of
+   timers, jobs of a fixed C), every ``Controller.handle`` call timed with
+   ``perf_counter``: median and p99 per event. This is the controller's own cost.
+2. **Live**: the wall-clock driver with the tiny Wan DiT on CPU (both policies, Poisson
+   conditions at 1/s): decision time as measured inside the live run (includes GIL
+   contention with the generator thread), slot-start lateness (timer fired - due) and
+   slot handling lateness (driver handled - due), p50/p99/max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import tempfile
+import time
+
+import numpy as np
+
+from latsim.controller import (
+    ConditionArrived,
+    Controller,
+    ControllerConfig,
+    JobDone,
+    ScheduleWakeUp,
+    StartJob,
+)
+from latsim.policies import BASELINE, SPECULATIVE
+from latsim.timing import Timing
+
+
+def isolated_overhead(policy, K: int = 8, C: float = 0.3, rate: float = 1.0,  # noqa: N803
+                      duration: float = 3000.0, seed: int = 0) -> list[float]:
+    """Seconds per ``handle`` call, the controller on a virtual clock."""
+    rng = np.random.default_rng(seed)
+    ctrl = Controller(ControllerConfig(Timing(K, 4, 16.0), policy, C))
+    heap: list = []
+    seq = 0
+
+    def push(at, event):
+        nonlocal seq
+        heapq.heappush(heap, (at, seq, event))
+        seq += 1
+
+    def execute(commands, now):
+        for command in commands:
+            if type(command) is ScheduleWakeUp:
+                push(command.at, command.event)
+            elif type(command) is StartJob:
+                push(now + C, JobDone(command.job_id))
+
+    t = 0.0
+    while True:
+        t += float(rng.exponential(1 / rate))
+        if t >= duration:
+            break
+        push(t, ConditionArrived())
+    execute(ctrl.start(0.0), 0.0)
+    times = []
+    clock = time.perf_counter
+    while heap:
+        at, _, event = heapq.heappop(heap)
+        if at > duration:
+            break
+        t0 = clock()
+        commands = ctrl.handle(event, at)
+        times.append(clock() - t0)
+        execute(commands, at)
+    return times
+
+
+def _stats_us(values: list[float]) -> dict:
+    arr = np.asarray(values) * 1e6
+    return {"median_us": float(np.median(arr)), "p99_us": float(np.percentile(arr, 99)),
+            "max_us": float(arr.max()), "n": int(arr.size)}
+
+
+def live(duration: float) -> dict:
+    from harness.run import MeasureConfig, measure
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = MeasureConfig(preset="tiny", resolution="tiny", Ks=(4,), steps=8,
+                               duration=duration, rate=1.0, out=tmp, warmup_timed=5,
+                               warmup_gap_s=0.1)
+        results = measure(config)
+    out = {}
+    for res in results:
+        s = res.summary
+        decisions = [e.decision_s for e in res.driver.events]
+        out[s["policy"]] = {
+            "decision": _stats_us(decisions),
+            "slot_start_lateness_ms": s["slot_start_lateness_ms"],
+            "slot_handle_lateness_ms": s["slot_handle_lateness_ms"],
+            "job_dispatch_delay_ms": s["job_dispatch_delay_ms"],
+            "C_mean_s": s["C_mean"], "lead_s": s["lead"], "L50_s": s["L50"], "L95_s": s["L95"],
+            "stall_pct": s["stall_pct"], "busy_pct": s["busy_pct"],
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--skip-live", action="store_true")
+    args = parser.parse_args()
+    report = {"isolated": {p.name: _stats_us(isolated_overhead(p))
+                           for p in (BASELINE, SPECULATIVE)}}
+    if not args.skip_live:
+        report["live"] = live(args.duration)
+    try:
+        with open("/proc/loadavg") as handle:
+            report["loadavg"] = handle.read().split()[:3]
+    except OSError:
+        pass
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    for name, s in report["isolated"].items():
+        print(f"isolated {name:>11}: decision median {s['median_us']:.1f} us, "
+              f"p99 {s['p99_us']:.1f} us, max {s['max_us']:.1f} us ({s['n']} events)")
+    for name, s in report.get("live", {}).items():
+        d, j, h = s["decision"], s["slot_start_lateness_ms"], s["slot_handle_lateness_ms"]
+        print(f"live     {name:>11}: decision median {d['median_us']:.1f} us, p99 "
+              f"{d['p99_us']:.1f} us; slot-start lateness p50 {j['p50']:.3f} ms, p99 "
+              f"{j['p99']:.3f} ms; handled p99 {h['p99']:.3f} ms; L50 {s['L50_s']:.3f} s")
+    if "loadavg" in report:
+        print(f"load average {' '.join(report['loadavg'])} (other processes share the cores)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,342 @@
+"""The live generator: a diffusers Wan DiT (random weights) that executes ``StartJob`` commands.
+
+Live, the generator *is* the cost model (DESIGN §3): a job's duration is whatever sampling
+``K`` latents takes. One job:
+
+1. gathers up to ``context`` clean latents just before the branch position (from the
+   stream's latent store: played or cached output) as prefix context in the same call; the
+   context tokens get timestep 0, the ``K`` noisy latents the current timestep (diffusers'
+   per-token timestep path of ``WanTransformer3DModel``);
+2. conditions on a seeded random embedding per condition version (``encoder_hidden_states``
+   of ``text_len`` x ``text_dim``: a stand-in for the umT5 prompt embedding);
+3. samples ``K`` noise latents for ``steps`` flow-matching Euler steps
+   (``FlowMatchEulerDiscreteScheduler``);
+4. optionally decodes the first output group (``decode_group`` latents: the commit unit
+   ``q``) with ``AutoencoderKLWan``, counted inside C as in the paper. The decoder's causal
+   cache is carried across jobs, so every latent after the first decodes to ``r`` = 4 frames.
+   After a replan the carried cache belongs to the discarded branch; the frame count and the
+   work are right, the pixels (random weights anyway) are not. Later latents of a job are
+   assumed to be decoded off the critical path and are not run.
+
+CUDA: bfloat16 weights, PyTorch SDPA attention, job time also measured with CUDA events.
+CPU: float32, ``torch.set_num_threads(cores - 1)`` so one core stays free for the driver.
+Everything runs under ``torch.inference_mode``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from harness.presets import ModelPreset, Resolution, model_preset, resolution
+from latsim.controller import StartJob
+from latsim.errors import LatsimError
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """What to build and how a job runs."""
+
+    preset: str = "tiny"
+    resolution: str = "tiny"
+    steps: int = 4
+    context: int = 0  # clean prefix latents fed with each job (at most what exists)
+    decode: bool = False
+    device: str = "cpu"
+    seed: int = 0
+    threads: int | None = None  # CPU intra-op threads; default: cores - 1 (at least 1)
+    flow_shift: float = 3.0
+
+    def __post_init__(self) -> None:
+        model_preset(self.preset)
+        resolution(self.resolution)
+        if self.steps <= 0:
+            raise LatsimError(f"--steps must be a positive integer, got {self.steps}")
+        if self.context < 0:
+            raise LatsimError(f"--context must be >= 0 latents, got {self.context}")
+        if self.device not in ("cpu", "cuda"):
+            raise LatsimError(f"unknown device {self.device!r}; choose cpu or cuda")
+        if self.threads is not None and self.threads <= 0:
+            raise LatsimError(f"threads must be a positive integer, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class JobTiming:
+    """The generator's own measurement of one job (``perf_counter`` seconds)."""
+
+    job_id: int
+    kind: str
+    K: int
+    branch: int
+    version: int
+    context: int  # context latents actually fed
+    t_start: float
+    t_end: float
+    device_s: float | None  # CUDA-event time of the job (None on CPU)
+    decoded_latents: int
+    decoded_frames: int
+
+    @property
+    def wall_s(self) -> float:
+        return self.t_end - self.t_start
+
+
+def default_threads() -> int:
+    """CPU threads for torch: all cores but one (the driver's), at least one."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+def require_device(device: str) -> None:
+    """Raise a one-line :class:`LatsimError` if ``device`` cannot be used."""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise LatsimError(
+                f"--device cuda: no CUDA GPU is available (torch {torch.__version__}, "
+                f"CUDA build: {torch.version.cuda or 'none'})"
+            )
+    elif device != "cpu":
+        raise LatsimError(f"unknown device {device!r}; choose cpu or cuda")
+
+
+def device_name(device: str) -> str:
+    """A human-readable name of the device (GPU name, or the CPU model)."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return f"cpu: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    import platform
+
+    return f"cpu: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+
+class WanGenerator:
+    """Random-weight Wan DiT (+ optional VAE) executing one job at a time.
+
+    Not thread-safe: one worker thread calls :meth:`run_job`; :meth:`reset_stream` and
+    :meth:`warmup` are called before the worker starts.
+    """
+
+    def __init__(self, config: GeneratorConfig) -> None:
+        import torch
+        from diffusers import (
+            AutoencoderKLWan,
+            FlowMatchEulerDiscreteScheduler,
+            WanTransformer3DModel,
+        )
+
+        require_device(config.device)
+        self.config = config
+        self.preset: ModelPreset = model_preset(config.preset)
+        self.res: Resolution = resolution(config.resolution)
+        self._torch = torch
+        self.device = torch.device(config.device)
+        self.dtype = torch.bfloat16 if config.device == "cuda" else torch.float32
+        if config.device == "cpu":
+            torch.set_num_threads(config.threads or default_threads())
+        self.threads = torch.get_num_threads()
+        torch.manual_seed(config.seed)
+        with torch.device(self.device):
+            model = WanTransformer3DModel(**self.preset.transformer_kwargs())
+        self.model = _cast(model, self.dtype, model._keep_in_fp32_modules).eval()
+        self.scheduler = FlowMatchEulerDiscreteScheduler(shift=config.flow_shift)
+        self.vae = None
+        if config.decode:
+            with torch.device(self.device):
+                vae = AutoencoderKLWan(**self.preset.vae_kwargs())
+            self.vae = _cast(vae, self.dtype, ()).eval()
+        self.n_params = sum(p.numel() for p in self.model.parameters())
+        self._store: dict[int, Any] = {}  # position -> latent (1, C, 1, H, W)
+        self._embeddings: dict[int, Any] = {}
+        self._vae_first = True
+        self._K = 0
+
+    # ------------------------------------------------------------ stream state
+
+    def latent_shape(self, frames: int) -> tuple[int, int, int, int, int]:
+        return (1, self.preset.in_channels, frames, self.res.latent_h, self.res.latent_w)
+
+    def _randn(self, shape: tuple[int, ...], seed: int) -> Any:
+        torch = self._torch
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        return torch.randn(shape, generator=gen).to(self.device, self.dtype)
+
+    def embedding(self, version: int) -> Any:
+        """The condition embedding of ``version`` (seeded; the same version, the same tensor)."""
+        emb = self._embeddings.get(version)
+        if emb is None:
+            if len(self._embeddings) > 8:
+                self._embeddings.clear()
+            shape = (1, self.preset.text_len, self.preset.text_dim)
+            emb = self._randn(shape, 1_000_003 * (self.config.seed + 1) + version)
+            self._embeddings[version] = emb
+        return emb
+
+    def reset_stream(self, K: int) -> None:  # noqa: N803
+        """Start a new stream: positions ``0..K-1`` hold the version-0 prebuffer; the VAE's
+        causal cache is primed by decoding the last prebuffered latent."""
+        torch = self._torch
+        self._K = K
+        self._store = {}
+        for pos in range(K):
+            self._store[pos] = self._randn(self.latent_shape(1), 7_919 * (pos + 1))
+        self._vae_first = True
+        if self.vae is not None:
+            self.vae.clear_cache()
+            with torch.inference_mode():
+                self._decode(self._store[K - 1])
+            self._sync()
+
+    # ------------------------------------------------------------ jobs
+
+    def run_job(self, job: StartJob, decode_group: int = 1) -> JobTiming:
+        """Sample positions ``job.branch .. job.branch + job.length - 1`` and store them."""
+        torch = self._torch
+        K = job.length  # noqa: N806
+        cuda = self.device.type == "cuda"
+        t_start = time.perf_counter()
+        if cuda:
+            ev_start = torch.cuda.Event(enable_timing=True)
+            ev_end = torch.cuda.Event(enable_timing=True)
+            ev_start.record()
+        with torch.inference_mode():
+            n_ctx = 0
+            limit = min(self.config.context, job.context, job.branch)
+            while n_ctx < limit and (job.branch - n_ctx - 1) in self._store:
+                n_ctx += 1
+            x = self._randn(self.latent_shape(K), 104_729 * (job.job_id + 17))
+            ctx = (
+                torch.cat([self._store[p] for p in range(job.branch - n_ctx, job.branch)], dim=2)
+                if n_ctx
+                else None
+            )
+            ehs = self.embedding(job.version)
+            tpf = self.res.tokens_per_frame(self.preset)
+            self.scheduler.set_timesteps(self.config.steps, device=self.device)
+            for t in self.scheduler.timesteps:
+                if ctx is None:
+                    inp, ts = x, t.expand(1)
+                else:
+                    inp = torch.cat([ctx, x], dim=2)
+                    ts = torch.cat(
+                        [torch.zeros(n_ctx * tpf, device=self.device), t.expand(K * tpf)]
+                    ).unsqueeze(0)
+                v = self.model(inp, ts, ehs, return_dict=False)[0]
+                if n_ctx:
+                    v = v[:, :, n_ctx:]
+                x = self.scheduler.step(v, t, x, return_dict=False)[0]
+            for i in range(K):
+                self._store[job.branch + i] = x[:, :, i : i + 1]
+            for pos in [p for p in self._store if p < job.branch - 2 * K - self.config.context]:
+                del self._store[pos]
+            decoded_latents = decoded_frames = 0
+            if self.vae is not None and decode_group > 0:
+                decoded_latents = min(decode_group, K)
+                decoded_frames = self._decode(x[:, :, :decoded_latents])
+        device_s = None
+        if cuda:
+            ev_end.record()
+            ev_end.synchronize()
+            device_s = ev_start.elapsed_time(ev_end) / 1000.0
+        t_end = time.perf_counter()
+        return JobTiming(job.job_id, job.kind, K, job.branch, job.version, n_ctx, t_start,
+                         t_end, device_s, decoded_latents, decoded_frames)
+
+    def _decode(self, z: Any) -> int:
+        """Decode latents in order with the carried causal cache; returns frames produced."""
+        vae = self.vae
+        assert vae is not None
+        x = vae.post_quant_conv(z)
+        frames = 0
+        for i in range(x.shape[2]):
+            vae._conv_idx = [0]
+            out = vae.decoder(x[:, :, i : i + 1], feat_cache=vae._feat_map,
+                              feat_idx=vae._conv_idx, first_chunk=self._vae_first)
+            self._vae_first = False
+            frames += int(out.shape[2])
+        return frames
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self._torch.cuda.synchronize()
+
+    def warmup(
+        self, K: int, untimed: int = 2, timed: int = 10, decode_group: int = 1,  # noqa: N803
+        gap_s: float = 0.0,
+    ) -> list[JobTiming]:
+        """Run ``untimed`` then ``timed`` jobs of ``K`` latents; returns the timed ones.
+
+        Each timed job follows ``gap_s`` seconds of idleness, as jobs do in a live run:
+        back-to-back jobs run hot and underestimate C (on this 2-core CPU a job after a
+        0.3 s pause takes ~1.5x longer). Raises :class:`LatsimError` if ``K`` does not fit
+        in memory.
+        """
+        self.check_fits(K)
+        try:
+            self.reset_stream(K)
+            timings = []
+            for i in range(untimed + timed):
+                if i >= untimed and gap_s > 0:
+                    time.sleep(gap_s)
+                branch = K * (i + 1)
+                job = StartJob(-(i + 1), "refill", branch, K, i % 3, branch)
+                timing = self.run_job(job, decode_group)
+                if i >= untimed:
+                    timings.append(timing)
+            return timings
+        except self._torch.OutOfMemoryError:
+            self._store = {}
+            if self.device.type == "cuda":
+                self._torch.cuda.empty_cache()
+            raise LatsimError(
+                f"K={K} does not fit in {self.config.device} memory with preset "
+                f"{self.preset.name} at {self.res.name} (out of memory in warm-up); "
+                "use a smaller --K or --resolution"
+            ) from None
+
+    def check_fits(self, K: int) -> None:  # noqa: N803
+        """Up-front memory and position checks for chunk size ``K`` (a rough estimate)."""
+        frames = K + self.config.context
+        if frames > self.preset.rope_max_seq_len:
+            raise LatsimError(
+                f"K={K} plus {self.config.context} context latents exceed the model's "
+                f"{self.preset.rope_max_seq_len} frame positions"
+            )
+        tokens = frames * self.res.tokens_per_frame(self.preset)
+        itemsize = 2 if self.dtype == self._torch.bfloat16 else 4
+        # live activations of one block: hidden, q/k/v/out, FFN hidden (x2 for temporaries)
+        need = 2 * tokens * (6 * self.preset.dim + self.preset.ffn_dim) * itemsize
+        if self.device.type == "cuda":
+            free, _ = self._torch.cuda.mem_get_info()
+        else:
+            try:
+                free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            except (ValueError, OSError):
+                return
+        if need > 0.9 * free:
+            raise LatsimError(
+                f"K={K} needs about {need / 2**30:.1f} GiB of activations with preset "
+                f"{self.preset.name} at {self.res.name}, more than the {free / 2**30:.1f} GiB "
+                f"free on {self.config.device}; use a smaller --K or --resolution"
+            )
+
+
+def _cast(module: Any, dtype: Any, keep_fp32: Any) -> Any:
+    """Cast parameters to ``dtype`` except those diffusers keeps in float32 (as
+    ``from_pretrained(torch_dtype=...)`` does); no gradients."""
+    keep = set(keep_fp32 or ())
+    for name, param in module.named_parameters():
+        param.requires_grad_(False)
+        if not keep.intersection(name.split(".")):
+            param.data = param.data.to(dtype)
+    return module

@@ -1,0 +1,264 @@
+"""Harness pieces without a long live run: presets and FLOPs, generator jobs, telemetry
+without NVML, the GPU check's table, the wall-clock driver against the simulator, CLI errors.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from harness.presets import MODEL_PRESETS, RESOLUTIONS, forward_flops, model_preset, resolution
+from harness.telemetry import NvmlSampler, UtilSample, time_weighted_activity
+from latsim.cli import app
+from latsim.controller import ControllerConfig, StartJob
+from latsim.costs import FixedCost
+from latsim.errors import LatsimError
+from latsim.metrics import summarize
+from latsim.policies import BASELINE, SPECULATIVE
+from latsim.sim import simulate_trace
+from latsim.timing import Timing
+from latsim.traces import Trace
+
+runner = CliRunner()
+
+
+# ---------------------------------------------------------------- presets
+
+
+def test_wan_presets_match_the_architecture():
+    wan = MODEL_PRESETS["wan-1.3b"]
+    assert (wan.dim, wan.num_heads, wan.head_dim, wan.num_layers, wan.ffn_dim) == (
+        1536, 12, 128, 30, 8960)
+    assert wan.text_dim == 4096 and wan.patch == (1, 2, 2) and wan.in_channels == 16
+    r480 = RESOLUTIONS["480p"]
+    assert (r480.latent_h, r480.latent_w) == (60, 104)
+    assert r480.tokens_per_frame(wan) == 1560
+    with pytest.raises(LatsimError, match="unknown preset"):
+        model_preset("wan-14b")
+    with pytest.raises(LatsimError, match="unknown resolution"):
+        resolution("4k")
+
+
+def test_wan_flops_are_in_the_expected_range():
+    # ~1.3e9 parameters in the blocks: 2 x params x tokens plus attention
+    wan, r480 = MODEL_PRESETS["wan-1.3b"], RESOLUTIONS["480p"]
+    per_token = forward_flops(wan, r480, 1) / 1560
+    assert 2.4e9 < per_token < 3.2e9
+    assert forward_flops(wan, r480, 3) > 3 * forward_flops(wan, r480, 1)  # attention is N^2
+
+
+def test_analytic_flops_match_torchs_flop_counter_on_the_tiny_model():
+    torch = pytest.importorskip("torch")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from harness.generator import GeneratorConfig, WanGenerator
+
+    gen = WanGenerator(GeneratorConfig("tiny", "small"))
+    K = 3  # noqa: N806
+    x = gen._randn(gen.latent_shape(K), 1)
+    with torch.inference_mode(), sdpa_kernel(SDPBackend.MATH), \
+            FlopCounterMode(display=False) as counter:
+        gen.model(x, torch.tensor([500.0]), gen.embedding(1), return_dict=False)
+    counted = counter.get_total_flops()
+    analytic = forward_flops(gen.preset, gen.res, K)
+    assert abs(analytic - counted) / counted < 0.05
+
+
+# ---------------------------------------------------------------- generator
+
+
+@pytest.fixture(scope="module")
+def decoding_generator():
+    pytest.importorskip("diffusers")
+    from harness.generator import GeneratorConfig, WanGenerator
+
+    return WanGenerator(GeneratorConfig("tiny", "tiny", steps=2, context=2, decode=True))
+
+
+def test_a_job_uses_context_and_carries_the_vae_cache(decoding_generator):
+    gen = decoding_generator
+    gen.reset_stream(4)
+    first = gen.run_job(StartJob(1, "refill", 4, 4, 1, 4), decode_group=1)
+    assert first.context == 2 and first.K == 4 and first.wall_s > 0
+    # the prebuffer primed the causal cache: a latent decodes to r = 4 frames
+    assert (first.decoded_latents, first.decoded_frames) == (1, 4)
+    replan = gen.run_job(StartJob(2, "replan", 6, 4, 2, 6), decode_group=4)
+    assert (replan.decoded_latents, replan.decoded_frames) == (4, 16)
+    early = gen.run_job(StartJob(3, "replan", 1, 4, 3, 1), decode_group=0)
+    assert early.context == 1 and early.decoded_frames == 0  # only one latent before it
+
+
+def test_warmup_times_jobs_and_rejects_k_beyond_the_models_positions(decoding_generator):
+    jobs = decoding_generator.warmup(2, untimed=1, timed=2, decode_group=1, gap_s=0.01)
+    assert len(jobs) == 2 and all(j.wall_s > 0 for j in jobs)
+    with pytest.raises(LatsimError, match="frame positions"):
+        decoding_generator.warmup(5000)
+
+
+def test_cuda_without_a_gpu_is_a_one_line_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from harness.generator import GeneratorConfig, WanGenerator
+
+    with pytest.raises(LatsimError, match="no CUDA GPU"):
+        WanGenerator(GeneratorConfig(device="cuda"))
+
+
+# ---------------------------------------------------------------- telemetry
+
+
+def test_time_weighted_activity_weights_each_sample_by_its_period():
+    samples = [UtilSample(10.0, 50.0), UtilSample(11.0, 100.0), UtilSample(13.0, 0.0)]
+    # (9,10]: 50, (10,11]: 100, (11,13]: 0 -> window [10, 13]: (100*1 + 0*2) / 3
+    assert time_weighted_activity(samples, 10.0, 13.0) == pytest.approx(100 / 3)
+    assert time_weighted_activity(samples, 9.5, 10.5) == pytest.approx(75.0)
+    assert time_weighted_activity(samples, 20.0, 30.0) is None
+    assert time_weighted_activity([], 0.0, 1.0) is None
+
+
+def test_without_pynvml_kernel_activity_is_unavailable_with_a_reason(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
+    sampler = NvmlSampler()
+    sampler.start()
+    activity = sampler.activity(0.0, 10.0)
+    sampler.stop()
+    assert sampler.available is False
+    assert activity.percent is None and "NVML unavailable" in activity.note
+
+
+def test_when_nvml_init_fails_kernel_activity_is_unavailable(monkeypatch):
+    fake = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        pass
+
+    def init():
+        raise NVMLError("Driver Not Loaded")
+
+    fake.NVMLError = NVMLError
+    fake.nvmlInit = init
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = NvmlSampler()
+    sampler.start()
+    activity = sampler.activity(0.0, 1.0)
+    assert activity.percent is None and "Driver Not Loaded" in activity.note
+
+
+def test_nvml_samples_are_collected_and_reduced(monkeypatch):
+    import time
+
+    fake = types.ModuleType("pynvml")
+    now_us = int(time.time() * 1e6)
+
+    class NVMLError(Exception):
+        value = 6
+
+    class Value:
+        def __init__(self, v):
+            self.uiVal = v
+
+    class Sample:
+        def __init__(self, ts, v):
+            self.timeStamp, self.sampleValue = ts, Value(v)
+
+    def get_samples(handle, kind, last):
+        return 1, [Sample(now_us + 100_000 * i, 40 if i % 2 else 80) for i in range(1, 11)
+                   if now_us + 100_000 * i > last]
+
+    fake.NVMLError = NVMLError
+    fake.NVML_ERROR_NOT_FOUND = 6
+    fake.NVML_GPU_UTILIZATION_SAMPLES = 1
+    fake.nvmlInit = lambda: None
+    fake.nvmlShutdown = lambda: None
+    fake.nvmlDeviceGetHandleByIndex = lambda i: object()
+    fake.nvmlDeviceGetSamples = get_samples
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = NvmlSampler(period_s=0.01)
+    sampler.start()
+    sampler.stop()
+    assert sampler.source == "nvml-samples" and len(sampler.samples) == 10
+    # (0.1, 0.9] holds samples 2..9: four at 80 %, four at 40 %
+    activity = sampler.activity(now_us / 1e6 + 0.1, now_us / 1e6 + 0.9)
+    assert activity.percent == pytest.approx(60.0, rel=1e-3)
+
+
+# ---------------------------------------------------------------- GPU check, CPU parts
+
+
+def test_gpu_check_table_has_the_paper_reference_beside_ours():
+    from harness.gpu_check import PAPER_H200_MS, format_table, make_row
+
+    wan, r480 = MODEL_PRESETS["wan-1.3b"], RESOLUTIONS["480p"]
+    rows = [make_row(wan, r480, 1, [70.0] * 19 + [90.0]), make_row(wan, r480, 3, [150.0] * 20)]
+    assert rows[0].median_ms == 70.0 and rows[0].paper_ms == PAPER_H200_MS[1]
+    assert rows[0].tflops == pytest.approx(forward_flops(wan, r480, 1) / 0.070 / 1e12)
+    text = format_table(rows, "test")
+    assert "77.5" in text and "158.9" in text and "paper 2.05x" in text
+
+
+def test_gpu_check_times_forwards_on_the_tiny_preset_and_refuses_without_cuda(capsys):
+    torch = pytest.importorskip("torch")
+    from harness.generator import GeneratorConfig, WanGenerator
+    from harness.gpu_check import forward_rows, main
+
+    rows = forward_rows(WanGenerator(GeneratorConfig("tiny", "tiny")), (1, 3), reps=3)
+    assert [r.K for r in rows] == [1, 3] and all(r.median_ms > 0 for r in rows)
+    if not torch.cuda.is_available():
+        assert main([]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "CUDA is not available" in err[0]
+
+
+# ---------------------------------------------------------------- driver vs simulator
+
+
+@pytest.mark.parametrize("policy", [BASELINE, SPECULATIVE])
+def test_wall_clock_driver_agrees_with_the_simulator_for_a_fixed_cost(policy):
+    from harness.driver import DriverConfig, LiveDriver, SleepExecutor
+
+    trace = Trace("t", (0.4, 1.3, 2.45, 3.2), 4.0)
+    config = ControllerConfig(Timing(2, 4, 16.0), policy, 0.08)
+    live = LiveDriver(config, SleepExecutor(0.05), trace, DriverConfig(4.0)).run()
+    sim, _ = simulate_trace(config, FixedCost(0.05), trace, 4.0, np.random.default_rng(0))
+    m_live, m_sim = summarize([live.records]), summarize([sim])
+    assert m_live.dit_calls == m_sim.dit_calls
+    assert m_live.L50 == pytest.approx(m_sim.L50, abs=0.03)
+    assert m_live.busy_pct == pytest.approx(m_sim.busy_pct, abs=2.0)
+    assert not live.interrupted and live.stop_reason == "complete"
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_measure_rejects_bad_input_with_one_line(tmp_path):
+    bad_trace = tmp_path / "bad.jsonl"
+    bad_trace.write_text('{"t": 2}\n{"t": 1}\n')
+    cases = [
+        (["measure", "--preset", "huge"], "unknown preset"),
+        (["measure", "--resolution", "8k"], "unknown resolution"),
+        (["measure", "--policy", "eager"], "unknown policy"),
+        (["measure", "--K", "0"], "K must be a positive integer"),
+        (["measure", "--device", "tpu"], "unknown device"),
+        (["measure", "--trace", str(bad_trace), "--out", str(tmp_path)], "unsorted"),
+        (["measure", "--trace", str(tmp_path / "missing.jsonl")], "no such file"),
+        (["measure", "--K", "4000", "--duration", "2000", "--out", str(tmp_path)],
+         "frame positions"),
+    ]
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            cases.append((["measure", "--device", "cuda"], "no CUDA GPU"))
+    except ImportError:
+        pass
+    for args, message in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, result.stderr)
