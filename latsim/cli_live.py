@@ -16,6 +16,60 @@ import typer
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
     app.command("measure")(measure)
+    app.command("profile")(profile)
+
+
+def profile(
+    K: Annotated[  # noqa: N803
+        list[int], typer.Option("--K", help="chunk sizes in latent frames, e.g. --K 2 4 8")
+    ] = [4],  # noqa: B006
+    out: Annotated[Path, typer.Option(help="profile file to write (JSON)")] = Path(
+        "profile.json"
+    ),
+    preset: Annotated[str, typer.Option(help="model preset: tiny or wan-1.3b")] = "tiny",
+    resolution: Annotated[
+        str, typer.Option(help="latent resolution: tiny, small, 240p, 480p, 720p")
+    ] = "tiny",
+    steps: Annotated[int, typer.Option(help="denoising steps per job (Euler)")] = 4,
+    jobs: Annotated[int, typer.Option(help="timed jobs per K and job kind")] = 20,
+    gap: Annotated[float, typer.Option(help="idle seconds before each timed job")] = 0.3,
+    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    decode: Annotated[
+        bool, typer.Option("--decode/--no-decode", help="VAE-decode the first latent inside C")
+    ] = False,
+    context: Annotated[int, typer.Option(help="clean prefix latents fed as context")] = 0,
+    seed: Annotated[int, typer.Option(help="seed of weights and noise")] = 0,
+    threads: Annotated[
+        int | None, typer.Option(help="CPU torch threads (default: cores - 1)")
+    ] = None,
+) -> None:
+    """Measure C per K and job kind (refill, replan); write a --cost table:PATH file."""
+    import sys
+
+    from harness.generator import GeneratorConfig, require_device
+    from harness.profile import ProfileConfig, write_profile
+    from harness.profile import profile as run_profile
+
+    generator = GeneratorConfig(preset=preset, resolution=resolution, steps=steps,
+                                context=context, decode=decode, device=device, seed=seed,
+                                threads=threads)
+    require_device(device)
+    config = ProfileConfig(generator, tuple(K), jobs_per_kind=jobs, gap_s=gap)
+
+    def progress(line: str) -> None:
+        sys.stderr.write("\r" + line.ljust(40))
+        sys.stderr.flush()
+
+    try:
+        document = run_profile(config, progress=progress)
+    finally:
+        sys.stderr.write("\n")
+    write_profile(document, out)
+    for k, kinds in document["summary"].items():
+        typer.echo(f"K={k:>3}  " + "  ".join(
+            f"{kind}: mean {s['mean'] * 1e3:.1f} ms p50 {s['p50'] * 1e3:.1f} "
+            f"p99 {s['p99'] * 1e3:.1f} cv {s['cv']:.2f}" for kind, s in kinds.items()))
+    typer.echo(f"wrote {out} (use: latsim sweep --cost table:{out} ...)")
 
 
 def measure(

@@ -70,8 +70,10 @@ def residual_wait_split(C: float, T: float) -> dict[str, float]:  # noqa: N803
     }
 
 
-def speculative_latency_mean(C: float, T: float, delta: float) -> float:  # noqa: N803
-    """E[L] of latent-boundary commitment, fixed C = lead, rare updates (DESIGN §2).
+def speculative_latency_mean(
+    C: float, T: float, delta: float, lead: float | None = None  # noqa: N803
+) -> float:
+    """E[L] of latent-boundary commitment, fixed C, lead = C, rare updates (DESIGN §2).
 
     A worker refills C of every T (eq. 6). An idle arrival (probability 1 − C/T) replans at
     once and shows at the first slot starting >= t + C; a busy one waits R (mean C/2), then
@@ -84,8 +86,15 @@ def speculative_latency_mean(C: float, T: float, delta: float) -> float:  # noqa
     DESIGN §2 writes the idle term as (1 − C/T)·δ/2, which assumes the idle arrivals' phase is
     uniform over a slot; that is exact when C is a multiple of δ (g = 0) and otherwise exceeds
     this value by g·(δ − g)/(2T).
+
+    With a planning ``lead`` >= C (a live run plans with a quantile of C plus a margin)
+    every branch is placed ``lead`` ahead instead of C, and the same derivation gives the
+    value above plus (lead − C).
     """
     _check_positive(delta=delta)
+    if lead is not None:
+        _require(math.isfinite(lead) and lead >= C,
+                 f"the lead form needs lead >= C; got lead={lead!r}, C={C!r}")
     _require(delta <= T + 1e-12, f"need δ <= T, got δ={delta:g}, T={T:g}")
     _require(abs(T / delta - round(T / delta)) < 1e-9, "T must be a whole number of slots δ")
     residual = residual_wait_mean(C, T)
@@ -93,7 +102,7 @@ def speculative_latency_mean(C: float, T: float, delta: float) -> float:  # noqa
     gap = m * delta - C
     K = round(T / delta)  # noqa: N806
     q_total = (K - m) * delta * delta / 2 + gap * gap / 2 + C * gap
-    return C + residual + q_total / T
+    return C + residual + q_total / T + (0.0 if lead is None else lead - C)
 
 
 def speculative_latency_mean_design(C: float, T: float, delta: float) -> float:  # noqa: N803

@@ -50,17 +50,19 @@ def test_baseline_mean_is_c_plus_half_t_with_lead_c():
     assert L.min() >= C - 1e-9 and L.max() < C + timing.T + 1e-9
 
 
-@pytest.mark.parametrize("K, C", [(8, 0.7), (4, 0.62), (21, 3.565)])  # noqa: N803
-def test_speculative_residual_wait_and_refined_mean_under_rare_updates(K, C):  # noqa: N803
+@pytest.mark.parametrize("K, C, lead", [  # noqa: N803
+    (8, 0.7, None), (4, 0.62, None), (21, 3.565, None), (8, 0.3, 0.55), (4, 0.2, 1.4),
+])
+def test_speculative_residual_wait_and_refined_mean_under_rare_updates(K, C, lead):  # noqa: N803
     timing = Timing(K=K, r=4, fps=16.0)
     times = isolated_arrivals(timing, C, 1200, seed=K)
-    records = run(timing, SPECULATIVE, times, times[-1] + 1, C)
+    records = run(timing, SPECULATIVE, times, times[-1] + 1, C, lead=lead)
     shown = [c for c in records.conditions if c.displayed and not c.superseded]
     assert len(shown) == len(times)
     R = np.array([c.R for c in shown])  # noqa: N806
     L = np.array([c.L for c in shown])  # noqa: N806
     assert abs(R.mean() - theory.residual_wait_mean(C, timing.T)) < Z * se(R)
-    expected = theory.speculative_latency_mean(C, timing.T, timing.delta)
+    expected = theory.speculative_latency_mean(C, timing.T, timing.delta, lead)
     assert abs(L.mean() - expected) < Z * se(L)
 
 

@@ -1,0 +1,38 @@
+"""latsim profile: measured C per K and job kind, usable as --cost table:PATH."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from latsim.cli import app
+from latsim.costs import load_table
+
+
+def test_profile_writes_a_cost_table_the_simulator_uses(tmp_path):
+    out = tmp_path / "profile.json"
+    runner = CliRunner()
+    result = runner.invoke(app, ["profile", "--K", "1", "3", "--jobs", "3", "--gap", "0",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(out.read_text())
+    for k in ("1", "3"):
+        assert {kind: len(v) for kind, v in document["costs"][k].items()} == {
+            "refill": 3, "replan": 3,
+        }
+    table = load_table(out)
+    assert table.mean(3) > 0 and table.mean(2) > 0  # K=2 interpolated between 1 and 3
+    assert not table.deterministic
+    sweep = runner.invoke(app, ["sweep", "--K", "1", "3", "--cost", f"table:{out}",
+                                "--duration", "10", "--seeds", "2", "--json"])
+    assert sweep.exit_code == 0, sweep.stderr
+    rows = json.loads(sweep.stdout)
+    assert rows[0]["cost"] == f"table:{out}" and rows[0]["C_mean"] == table.mean(1)
+
+
+def test_profile_bad_input_is_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["profile", "--K", "0", "--out", str(tmp_path / "p")])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    result = CliRunner().invoke(app, ["profile", "--preset", "huge"])
+    assert result.exit_code == 2 and "preset" in result.stderr
