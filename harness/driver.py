@@ -283,22 +283,7 @@ class LiveDriver:
         for job_id, start in job_starts.items():
             if job_id not in finished:  # still running at the end
                 busy.append((start, end_time))
-        records = RunRecords(
-            duration=duration,
-            end_time=end_time,
-            conditions=tuple(sorted(ctrl.conditions, key=lambda c: c.version)),
-            jobs=tuple(ctrl.jobs),
-            slots=tuple(ctrl.slots),
-            stalls=tuple(ctrl.stalls),
-            discards=tuple(ctrl.discards),
-            jobs_started=ctrl.jobs_started,
-            jobs_done=ctrl.jobs_done,
-            cached_at_end=len(ctrl.cached_positions),
-            calls_in_window=sum(1 for start in job_starts.values() if start < duration),
-            busy_in_window=sum(
-                max(0.0, min(end, duration) - max(start, 0.0)) for start, end in busy
-            ),
-        )
+        records = RunRecords.from_controller(ctrl, duration, end_time, busy)
         reason = self._stop_reason if interrupted else "complete"
         return DriverResult(
             records=records, controller=ctrl, jobs=rel_timings, job_starts=job_starts,

@@ -46,6 +46,7 @@ from harness.generator import (
 from harness.presets import model_preset, resolution
 from harness.recorder import RecordWriter
 from harness.telemetry import KernelActivity, NvmlSampler, unavailable
+from latsim.arrivals import PoissonArrivals
 from latsim.controller import ControllerConfig, StartJob
 from latsim.errors import LatsimError
 from latsim.metrics import summarize
@@ -155,16 +156,11 @@ def load_or_make_trace(config: MeasureConfig) -> tuple[Trace, float]:
         duration = config.duration or trace.duration or 60.0
         return trace, float(duration)
     duration = float(config.duration or 60.0)
-    rng = np.random.default_rng(config.seed)
-    times: list[float] = []
-    t = 0.0
-    while config.rate > 0:
-        t += float(rng.exponential(1.0 / config.rate))
-        if t >= duration:
-            break
-        times.append(t)
+    drawn = PoissonArrivals(config.rate).trace(
+        config.seed, np.random.default_rng(config.seed), duration, Timing(1, config.r, config.fps)
+    )
     meta = {"duration": duration, "generator": f"poisson:{config.rate!r}", "seed": config.seed}
-    return Trace(f"poisson-{config.seed}", tuple(times), duration, meta), duration
+    return Trace(drawn.name, drawn.times, duration, meta), duration
 
 
 class _Executor:

@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from latsim.errors import LatsimError
+from latsim.formatting import fmt as _fmt
 
 #: Options that take several values after one flag (``--K 4 8 21``).
 MULTI_VALUE_OPTIONS = ("--K",)
@@ -164,14 +165,6 @@ def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
         _print_rows(result.rows)
         if out is not None:
             typer.echo(f"wrote {out}/ (summary.json, records CSV, latency_vs_K.png)")
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def _print_rows(rows: list[dict]) -> None:

@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from latsim.formatting import fmt
+
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
@@ -165,12 +167,8 @@ def measure(
         s = res.summary
         typer.echo(
             f"{res.run_dir}: {s['policy']} K={s['K']} T={s['T']:.3f}s C={s['C_mean']:.4f}s "
-            f"lead={s['lead']:.4f}s L50={_f(s['L50'])} L95={_f(s['L95'])} "
+            f"lead={s['lead']:.4f}s L50={fmt(s['L50'])} L95={fmt(s['L95'])} "
             f"stall={s['stall_pct']:.2f}% busy={s['busy_pct']:.1f}% "
-            f"kernel={_f(s['kernel_activity'], 1)} calls={s['dit_calls']} "
+            f"kernel={fmt(s['kernel_activity'], 1)} calls={s['dit_calls']} "
             f"shown={s['n_displayed']}/{s['n_conditions']}"
         )
-
-
-def _f(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"

@@ -31,6 +31,7 @@ from latsim import theory
 from latsim.controller import ControllerConfig
 from latsim.costs import FixedCost
 from latsim.errors import LatsimError
+from latsim.formatting import fmt
 from latsim.policies import PRESETS
 from latsim.sim import simulate_trace
 from latsim.sweep import Experiment, run_experiment
@@ -489,14 +490,6 @@ def plot_reproduction(result: Reproduction, path: Path) -> Path:
 # ---------------------------------------------------------------- terminal report
 
 
-def _f(value: object, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
 def _signed(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:+.{digits}f}"
 
@@ -515,9 +508,9 @@ def print_report(result: Reproduction) -> None:
         t.add_column(header, justify="left" if header in ("setting", "C from") else "right",
                      no_wrap=True)
     for row in result.settings:
-        t.add_row(row["setting"], str(row["K"]), str(row["r"]), _f(row["fps"], 0),
-                  _f(row["T"]), _f(row["delta"]), _f(row["C"]), _f(row["C_over_T"], 2),
-                  row["C_method"], _f(row["C_implied_by_paper"]))
+        t.add_row(row["setting"], str(row["K"]), str(row["r"]), fmt(row["fps"], 0),
+                  fmt(row["T"]), fmt(row["delta"]), fmt(row["C"]), fmt(row["C_over_T"], 2),
+                  row["C_method"], fmt(row["C_implied_by_paper"]))
     console.print(t)
     for method, text in C_METHOD_TEXT.items():
         console.print(f"[dim]C from {method}: {text}[/dim]")
@@ -531,10 +524,10 @@ def print_report(result: Reproduction) -> None:
                      no_wrap=True)
     for row in result.settings:
         t.add_row(
-            row["setting"], _f(row["paper_reduction"]), _f(row["theory_reduction"]),
-            _signed(row["diff_theory_minus_paper"]), _f(row["theory_reduction_at_C"]),
-            f"{_f(row['sim_low_reduction'])}±{_f(row['sim_low_reduction_se'], 2)}",
-            f"{_f(row['sim_high_reduction'])}±{_f(row['sim_high_reduction_se'], 2)}",
+            row["setting"], fmt(row["paper_reduction"]), fmt(row["theory_reduction"]),
+            _signed(row["diff_theory_minus_paper"]), fmt(row["theory_reduction_at_C"]),
+            f"{fmt(row['sim_low_reduction'])}±{fmt(row['sim_low_reduction_se'], 2)}",
+            f"{fmt(row['sim_high_reduction'])}±{fmt(row['sim_high_reduction_se'], 2)}",
             _signed(row["diff_sim_low_minus_paper"]), _signed(row["diff_sim_high_minus_paper"]),
         )
     console.print(t)
@@ -546,8 +539,8 @@ def print_report(result: Reproduction) -> None:
     for header in ("quantity", "theory", "simulated", "sim−theory", "paper", "theory−paper"):
         t.add_column(header, justify="left" if header == "quantity" else "right")
     for row in result.eq6:
-        t.add_row(row["quantity"], _f(row["theory"]), _f(row["simulated"]),
-                  _signed(row["diff_sim_minus_theory"], 4), _f(row["paper"]),
+        t.add_row(row["quantity"], fmt(row["theory"]), fmt(row["simulated"]),
+                  _signed(row["diff_sim_minus_theory"], 4), fmt(row["paper"]),
                   _signed(row["diff_theory_minus_paper"]))
     console.print(t)
 
@@ -557,9 +550,9 @@ def print_report(result: Reproduction) -> None:
                    "sim−theory"):
         t.add_column(header, justify="right")
     for row in result.amplification:
-        t.add_row(str(row["K"]), _f(row["p"]), _f(row["lambda_T"], 2),
-                  _f(row["A_independent"]), _f(row["A_poisson_approx"]), _f(row["A_sim"]),
-                  _f(row["A_sim_from_w"]), _signed(row["diff_sim_minus_independent"]))
+        t.add_row(str(row["K"]), fmt(row["p"]), fmt(row["lambda_T"], 2),
+                  fmt(row["A_independent"]), fmt(row["A_poisson_approx"]), fmt(row["A_sim"]),
+                  fmt(row["A_sim_from_w"]), _signed(row["diff_sim_minus_independent"]))
     console.print(t)
 
     t = Table(title="Stall regime: LTX-2.3 short chunk (K=3, T=1 s) with C > T, and a C/T sweep")
@@ -567,10 +560,10 @@ def print_report(result: Reproduction) -> None:
                    "sim−paper", "sim L mean", "3T/2 at C=T"):
         t.add_column(header, justify="left" if header in ("case", "policy") else "right")
     for row in result.stall:
-        t.add_row(row["case"], row["policy"], _f(row["C"]), _f(row["C_over_T"], 2),
-                  _f(row["theory_stall_pct"], 2), _f(row["sim_stall_pct"], 2),
-                  _f(row["paper_stall_pct"], 3), _signed(row["diff_sim_minus_paper"], 2),
-                  _f(row["sim_L_mean"]), _f(row["theory_saturated_L_mean"]))
+        t.add_row(row["case"], row["policy"], fmt(row["C"]), fmt(row["C_over_T"], 2),
+                  fmt(row["theory_stall_pct"], 2), fmt(row["sim_stall_pct"], 2),
+                  fmt(row["paper_stall_pct"], 3), _signed(row["diff_sim_minus_paper"], 2),
+                  fmt(row["sim_L_mean"]), fmt(row["theory_saturated_L_mean"]))
     console.print(t)
 
     t = Table(title="Paper Table 3 values beside ours (L50 s, stall %)")
@@ -578,6 +571,6 @@ def print_report(result: Reproduction) -> None:
         t.add_column(header, justify="left" if header in ("setting", "metric", "load")
                      else "right")
     for row in result.l50:
-        t.add_row(row["setting"], row["metric"], row["load"], _f(row["paper"]),
-                  _f(row["ours"]), _signed(row["diff_ours_minus_paper"]))
+        t.add_row(row["setting"], row["metric"], row["load"], fmt(row["paper"]),
+                  fmt(row["ours"]), _signed(row["diff_ours_minus_paper"]))
     console.print(t)

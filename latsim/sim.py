@@ -52,6 +52,30 @@ class RunRecords:
     calls_in_window: int  # DiT calls started before ``duration``
     busy_in_window: float  # generator-busy seconds within [0, duration]
 
+    @classmethod
+    def from_controller(
+        cls, ctrl: Controller, duration: float, end_time: float,
+        busy: list[tuple[float, float]],
+    ) -> RunRecords:
+        """Collect a finished controller's records; ``busy`` holds every job's (start, end)
+        on the generator, including one still running at the end."""
+        return cls(
+            duration=duration,
+            end_time=end_time,
+            conditions=tuple(sorted(ctrl.conditions, key=lambda c: c.version)),
+            jobs=tuple(ctrl.jobs),
+            slots=tuple(ctrl.slots),
+            stalls=tuple(ctrl.stalls),
+            discards=tuple(ctrl.discards),
+            jobs_started=ctrl.jobs_started,
+            jobs_done=ctrl.jobs_done,
+            cached_at_end=len(ctrl.cached_positions),
+            calls_in_window=sum(1 for start, _ in busy if start < duration),
+            busy_in_window=sum(
+                max(0.0, min(end, duration) - max(start, 0.0)) for start, end in busy
+            ),
+        )
+
 
 def simulate_trace(
     config: ControllerConfig,
@@ -106,20 +130,5 @@ def simulate_trace(
     while ctrl.open_conditions and env.peek() <= limit:
         env.step()
     ctrl.finish(env.now)
-    records = RunRecords(
-        duration=duration,
-        end_time=env.now,
-        conditions=tuple(sorted(ctrl.conditions, key=lambda c: c.version)),
-        jobs=tuple(ctrl.jobs),
-        slots=tuple(ctrl.slots),
-        stalls=tuple(ctrl.stalls),
-        discards=tuple(ctrl.discards),
-        jobs_started=ctrl.jobs_started,
-        jobs_done=ctrl.jobs_done,
-        cached_at_end=len(ctrl.cached_positions),
-        calls_in_window=sum(1 for start, _ in busy_intervals if start < duration),
-        busy_in_window=sum(
-            max(0.0, min(end, duration) - start) for start, end in busy_intervals
-        ),
-    )
+    records = RunRecords.from_controller(ctrl, duration, env.now, busy_intervals)
     return records, ctrl
