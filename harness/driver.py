@@ -44,7 +44,7 @@ from latsim.controller import (
     StartJob,
 )
 from latsim.errors import LatsimError
-from latsim.sim import RunRecords
+from latsim.sim import RunRecords, default_drain
 from latsim.traces import Trace
 
 
@@ -73,7 +73,7 @@ class DriverConfig:
     """Wall-clock settings of one live run."""
 
     duration: float
-    drain: float | None = None  # default: 4 (T + lead) + delta, as in the simulator
+    drain: float | None = None  # default: latsim.sim.default_drain, as in the simulator
     spin_s: float = SPIN_S
     switch_interval_s: float = 0.0005  # sys.setswitchinterval during the run (GIL hand-off)
     progress_every_s: float = 0.5
@@ -108,6 +108,9 @@ class DriverResult:
     interrupted: bool
     stop_reason: str  # "complete", or why the run was cut short
     errors: tuple[str, ...] = field(default=())
+    # position -> wall-clock time (s since t0) the player was told to show it: the slot's
+    # scheduled start plus timer lateness and handling delay
+    display_times: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -185,11 +188,10 @@ class LiveDriver:
         """Run the stream to the end of the window (plus drain); Ctrl-C ends it early."""
         cfg = self.driver_config
         ctrl = self.controller
-        timing = self.config.timing
         duration = cfg.duration
         drain = cfg.drain
         if drain is None:
-            drain = 4 * (timing.T + self.config.lead) + timing.delta
+            drain = default_drain(self.config)
         limit = duration + drain
 
         old_switch = sys.getswitchinterval()
@@ -209,6 +211,8 @@ class LiveDriver:
             self._post, t0, [t for t in self.trace.times if t < duration], cfg.spin_s
         )
 
+        display_times: dict[int, float] = {}
+
         def execute(commands: list, now: float) -> None:
             for command in commands:
                 kind = type(command)
@@ -217,8 +221,8 @@ class LiveDriver:
                 elif kind is StartJob:
                     job_starts[command.job_id] = now
                     self._jobs_in.put(command)
-                elif kind is PlaySlot:
-                    pass  # the slot record is the player's output; nothing to render
+                elif kind is PlaySlot:  # nothing to render; note when it would show
+                    display_times[command.position] = clock() - t0
 
         worker.start()
         player.start()
@@ -289,5 +293,5 @@ class LiveDriver:
             records=records, controller=ctrl, jobs=rel_timings, job_starts=job_starts,
             events=tuple(events), t0_perf=t0, t0_unix=t0_unix, end_time=end_time,
             interrupted=interrupted, stop_reason=reason or "stopped",
-            errors=tuple(self._errors),
+            errors=tuple(self._errors), display_times=display_times,
         )

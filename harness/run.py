@@ -30,7 +30,7 @@ import math
 import platform
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +87,8 @@ class MeasureConfig:
     warmup_gap_s: float | None = None  # idle before each timed warm-up job; default min(T/2, .5)
     lead_margin_frac: float = 0.10
     lead_margin_s: float = 0.005
+    calibration_jobs: int = 8  # refills of the in-situ calibration pass (0: warm-up only)
+    calibration_max_s: float = 15.0
     drain: float | None = None
     threads: int | None = None
 
@@ -108,6 +110,8 @@ class MeasureConfig:
             raise LatsimError(f"--lead must be >= 0 seconds, got {self.lead!r}")
         if not (math.isfinite(self.rate) and self.rate >= 0):
             raise LatsimError(f"--rate must be >= 0 per second, got {self.rate!r}")
+        if self.calibration_jobs < 0:
+            raise LatsimError(f"--calibrate must be >= 0 jobs, got {self.calibration_jobs}")
         if self.warmup_timed < 1 or self.warmup_untimed < 0:
             raise LatsimError("warm-up needs at least one timed job")
         GeneratorConfig(self.preset, self.resolution, self.steps, self.context, self.decode,
@@ -134,6 +138,7 @@ class Warmup:
     K: int
     decode_group: int
     jobs: tuple[JobTiming, ...]
+    calibration: tuple[float, ...] = ()  # controller-view C of the in-run calibration pass
 
     @property
     def durations(self) -> list[float]:
@@ -142,6 +147,31 @@ class Warmup:
     @property
     def q99(self) -> float:
         return float(np.quantile(np.asarray(self.durations), LEAD_QUANTILE, method="higher"))
+
+
+def calibrate(generator: WanGenerator, timing: Timing, lead: float, config: MeasureConfig,
+              decode_group: int) -> list[float]:
+    """Job times as the controller sees them in a live run, measured in situ.
+
+    Warm-up jobs run alone; in a run the same job shares the process with the player clock,
+    the driver and the recorder (GIL hand-offs, a 2-core CPU), and the controller's clock
+    starts it at the due time it acted on, so timer lateness and dispatch delay count too
+    (on this machine: jobs ~30% slower and 6-10 ms of dispatch at K=2). A short pass of the
+    real driver with no conditions (baseline refills) measures ``t_ready - t_start`` of each
+    job; the lead is then set from these.
+    """
+    if config.calibration_jobs <= 0:
+        return []
+    duration = min((config.calibration_jobs + 1) * timing.T, config.calibration_max_s)
+    duration = max(duration, timing.T)
+    generator.reset_stream(timing.K)
+    driver = LiveDriver(
+        ControllerConfig(timing, PRESETS["baseline"], lead),
+        _Executor(generator, max(decode_group, 1) if config.decode else 0),
+        Trace("calibration", (), duration), DriverConfig(duration, config.drain),
+    )
+    result = driver.run()
+    return [j.t_ready - j.t_start for j in result.records.jobs if j.kind != "prebuffer"]
 
 
 def lead_from_warmup(q99: float, margin_frac: float, margin_s: float) -> float:
@@ -299,6 +329,24 @@ def measure(
             lead = lead_from_warmup(q99, config.lead_margin_frac, config.lead_margin_s)
             lead_source = (f"warm-up q{LEAD_QUANTILE:g} ({q99:.6f} s) + "
                            f"max({config.lead_margin_frac:g} x q99, {config.lead_margin_s:g} s)")
+            calibration = {
+                group: calibrate(generator, timings[K], lead, config, group)
+                for group in warmups
+            }
+            measured = [c for samples in calibration.values() for c in samples]
+            if measured:
+                q99_live = float(np.quantile(np.asarray(measured), LEAD_QUANTILE,
+                                             method="higher"))
+                if q99_live > q99:
+                    q99 = q99_live
+                    lead = lead_from_warmup(q99, config.lead_margin_frac,
+                                            config.lead_margin_s)
+                    lead_source = (
+                        f"in-run calibration q{LEAD_QUANTILE:g} ({q99:.6f} s, {len(measured)} "
+                        f"jobs as the controller saw them) + max({config.lead_margin_frac:g} "
+                        f"x q99, {config.lead_margin_s:g} s)")
+            for group, samples in calibration.items():
+                warmups[group] = replace(warmups[group], calibration=tuple(samples))
         baseline_calls: int | None = None
         for policy in policies:
             group = policy.commit_unit(K) if config.decode else 0
@@ -366,6 +414,7 @@ def _run_one(
         "trace_name": trace.name, "n_trace_conditions": len(trace_times),
         "lead": lead, "lead_source": lead_source,
         "warmup_durations": warmup.durations, "warmup_q99": warmup.q99,
+        "calibration_durations": list(warmup.calibration),
         "decode_group": decode_group,
         "device": config.device, **env,
         "switch_interval_s": DriverConfig(duration).switch_interval_s,
@@ -436,6 +485,26 @@ def _command_line(config: MeasureConfig, K: int, policy: str,  # noqa: N803
     return " ".join(parts)
 
 
+def wall_latencies(result: DriverResult) -> list[dict]:
+    """Each displayed condition's latency on the wall clock: from its trace time to when the
+    player was told to show its first slot (scheduled start + timer lateness + handling).
+
+    The controller runs on the slots' scheduled times (the playback grid does not drift), so
+    the records' L excludes the player's own delays; this puts them back in.
+    """
+    position_at = {slot.t_start: slot.position for slot in result.records.slots}
+    rows = []
+    for c in result.records.conditions:
+        if not c.displayed:
+            continue
+        position = position_at[c.t_play]
+        shown = result.display_times[position]
+        rows.append({"version": c.version, "t_arrival": c.t_arrival, "position": position,
+                     "t_play": c.t_play, "t_display": shown, "L": c.L,
+                     "L_wall": shown - c.t_arrival, "superseded": c.superseded})
+    return rows
+
+
 def _summary(config: MeasureConfig, result: DriverResult, timing: Timing, policy: Policy,
              lead: float, warmup: Warmup, activity: KernelActivity, env: dict,
              baseline_calls: int | None, run_id: str) -> dict:
@@ -448,6 +517,17 @@ def _summary(config: MeasureConfig, result: DriverResult, timing: Timing, policy
     elif baseline_calls:
         A = metrics.dit_calls / baseline_calls  # noqa: N806
     w = metrics.w
+    wall = np.array([row["L_wall"] for row in wall_latencies(result)])
+    lateness = np.array([row["t_display"] - row["t_play"] for row in wall_latencies(result)])
+    measured_l = {
+        "L_mean": float(wall.mean()) if wall.size else None,
+        "L50": float(np.percentile(wall, 50)) if wall.size else None,
+        "L95": float(np.percentile(wall, 95)) if wall.size else None,
+        "L_mean_timeline": metrics.L_mean,
+        "L50_timeline": metrics.L50,
+        "L95_timeline": metrics.L95,
+        "display_lateness_ms": _percentiles_ms(list(lateness)),
+    }
     return {
         "run_id": run_id,
         "policy": policy.name,
@@ -469,6 +549,7 @@ def _summary(config: MeasureConfig, result: DriverResult, timing: Timing, policy
         "duration": result.records.duration,
         "seed": config.seed,
         **metrics.as_dict(),
+        **measured_l,  # L on the wall clock; the controller-timeline values beside it
         "A": A,
         "A_from_w": (1.0 / (1.0 - w)) if w is not None and w < 1 else None,
         "kernel_activity": activity.percent,
@@ -504,6 +585,10 @@ def _write_telemetry(run_dir: Path, result: DriverResult, warmup: Warmup,
                      j.t_end, j.wall_s, "" if j.device_s is None else j.device_s,
                      j.decoded_latents, j.decoded_frames, result.job_starts.get(j.job_id, "")])
     _write_rows(run_dir / "gen_jobs.csv", header, rows)
+    display = wall_latencies(result)
+    columns = ["version", "t_arrival", "position", "t_play", "t_display", "L", "L_wall",
+               "superseded"]
+    _write_rows(run_dir / "display.csv", columns, [[row[c] for c in columns] for row in display])
     _write_rows(
         run_dir / "events.csv",
         ["kind", "position", "scheduled", "happened", "handled", "now", "decision_s"],

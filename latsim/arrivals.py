@@ -43,6 +43,10 @@ class ArrivalSource(Protocol):
 #: workload has 30 traces per set.
 DEFAULT_REPLICATIONS = 30
 
+#: A run's expected condition count above which a Poisson spec is refused (a typo, not a
+#: workload: the controller would see more conditions than latent slots).
+MAX_ARRIVALS = 1e6
+
 
 @dataclass(frozen=True)
 class PoissonArrivals:
@@ -59,6 +63,11 @@ class PoissonArrivals:
         return None
 
     def trace(self, index, rng, duration, timing):
+        if self.rate * duration > MAX_ARRIVALS:
+            raise LatsimError(
+                f"poisson:{self.rate:g} over {duration:g} s means ~{self.rate * duration:.3g} "
+                f"conditions; at most {MAX_ARRIVALS:g} per run"
+            )
         times: list[float] = []
         t = 0.0
         while self.rate > 0:

@@ -55,6 +55,10 @@ class OneLineErrors(TyperGroup):
         except KeyboardInterrupt:
             typer.echo("latsim: interrupted", err=True)
             code = 130
+        except OSError as exc:  # unreadable input or unwritable output
+            where = f" {exc.filename}" if exc.filename else ""
+            typer.echo(f"latsim: error:{where}: {exc.strerror or exc}", err=True)
+            code = 2
         except Exception as exc:
             # click's (or typer's vendored click's) Exit, UsageError and Abort, by shape
             name = type(exc).__name__
@@ -94,7 +98,9 @@ CostOpt = Annotated[
 LeadOpt = Annotated[
     float | None, typer.Option(help="planning lead (s); default: 0.99 quantile of C")
 ]
-QOpt = Annotated[int | None, typer.Option("--q", help="commit unit (must divide K)")]
+QOpt = Annotated[
+    int | None, typer.Option("--q", help="speculative policy's commit unit (must divide K)")
+]
 UpdatesOpt = Annotated[
     str, typer.Option(help="poisson:RATE, bernoulli:P, trace:PATH or traces:DIR")
 ]
@@ -109,7 +115,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout")]
 OutOpt = Annotated[Path | None, typer.Option(help="write records, summary and plot here")]
 JobsOpt = Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")]
 CommitOpt = Annotated[
-    str | None, typer.Option(help="override the commit mode: eager or lazy (ablations)")
+    str | None,
+    typer.Option(help="speculative policy's commit mode: eager or lazy (ablations)"),
 ]
 CommitLeadOpt = Annotated[
     float, typer.Option(help="lazy commit locks a latent this many seconds before it plays")

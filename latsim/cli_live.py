@@ -101,7 +101,8 @@ def measure(
     ] = None,
     lead: Annotated[
         float | None,
-        typer.Option(help="planning lead (s); default: warm-up q99 + max(10%, 5 ms)"),
+        typer.Option(help="planning lead (s); default: q99 of warm-up and in-run calibration "
+                     "jobs + max(10%, 5 ms)"),
     ] = None,
     r: Annotated[int, typer.Option("--r", help="pixel frames per latent frame")] = 4,
     fps: Annotated[float, typer.Option("--fps", help="video frames per second")] = 16.0,
@@ -114,6 +115,10 @@ def measure(
         int, typer.Option(help="clean prefix latents fed to each job as context")
     ] = 0,
     warmup: Annotated[int, typer.Option(help="timed warm-up jobs per K (lead, C samples)")] = 10,
+    calibrate: Annotated[
+        int, typer.Option(help="refills of the in-run calibration pass that sets the lead "
+                          "(0: warm-up only)")
+    ] = 8,
     threads: Annotated[
         int | None, typer.Option(help="CPU torch threads (default: cores - 1)")
     ] = None,
@@ -146,7 +151,7 @@ def measure(
         policies=tuple(policy_names(policy)), trace=None if trace is None else str(trace),
         rate=rate, duration=duration, device=device, out=None if out is None else str(out),
         lead=lead, r=r, fps=fps, seed=seed, decode=decode, context=context,
-        warmup_timed=warmup, threads=threads,
+        warmup_timed=warmup, threads=threads, calibration_jobs=calibrate,
     )
 
     def progress(line: str) -> None:

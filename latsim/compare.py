@@ -13,6 +13,7 @@ over all runs (:mod:`latsim.fidelity`).
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ class MeasuredRun:
     summary: dict
     trace: Trace
     job_costs: dict[str, tuple[float, ...]]  # measured C (t_ready − t_start) per job kind
-    latencies: tuple[float, ...]  # measured L of displayed, non-superseded conditions
+    latencies: tuple[float, ...]  # measured L of displayed conditions (wall clock if live)
 
     @property
     def timing(self) -> Timing:
@@ -117,10 +118,15 @@ def load_run(run_dir: Path) -> MeasuredRun:
     for _, job in read_csv(run_dir / "jobs.csv", JobRecord):
         if job.kind != "prebuffer":
             costs.setdefault(job.kind, []).append(job.t_ready - job.t_start)
-    latencies = tuple(
-        c.L for _, c in read_csv(run_dir / "conditions.csv", ConditionRecord)
-        if c.displayed and not c.superseded
-    )
+    display = run_dir / "display.csv"
+    if display.exists():  # a live run: L on the wall clock, as its summary reports it
+        with display.open(newline="") as handle:
+            latencies = tuple(float(row["L_wall"]) for row in csv.DictReader(handle))
+    else:
+        latencies = tuple(
+            c.L for _, c in read_csv(run_dir / "conditions.csv", ConditionRecord)
+            if c.displayed
+        )
     return MeasuredRun(run_dir, run_dir.name, config, summary, trace,
                        {k: tuple(v) for k, v in costs.items()}, latencies)
 
@@ -165,7 +171,7 @@ def compare_runs(paths: list[Path], replications: int = 20, seed: int = 0) -> Co
     for run in runs:
         predicted, sims = predict(run, replications, seed)
         predicted_l.append(tuple(
-            c.L for r in sims for c in r.conditions if c.displayed and not c.superseded
+            c.L for r in sims for c in r.conditions if c.displayed
         ))
         c_all = [c for values in run.job_costs.values() for c in values]
         row: dict = {

@@ -453,13 +453,16 @@ class Controller:
 
     def _guard_replan_feasible(self, now: float) -> int | None:
         """Branch position for a replan, or None. DESIGN §2: the first slot starting at or
-        after ``now + lead``, aligned to ``q`` and not committed, but never beyond the cache
-        end (the prefix must exist).
+        after ``now + lead``, aligned to ``q`` and not committed, and before the cache end:
+        there must be a replaceable future to replace.
 
-        A branch *at* the cache end replaces nothing; it starts the next job early. Under lazy
-        commit that costs only compute (the early output stays replaceable), so the condition
-        is served at once. Under eager commit it would commit the next chunk early, so eager
-        policies leave it to the refill, which picks up the newest version (the baseline)."""
+        A branch that would land at (or past) the cache end replaces nothing, so no job starts
+        early: the refill, due when that position is ``lead`` away, picks up the newest
+        version and the condition shows at the same slot. Starting early would only occupy
+        the single worker and make a condition arriving moments later wait a whole C (the
+        paper's FSM: a pending version alone does not start a job). The cost is in the
+        split, not in L: such a condition waits in R instead of Q (see
+        :func:`latsim.theory.speculative_residual_wait_mean`)."""
         if self._latest_version <= self._planned_version:
             return None
         lowest = max(self._locked_end, self._next_pos)
@@ -469,11 +472,7 @@ class Controller:
         position = self._next_pos + max(0, math.ceil(ahead - EPS))
         position = max(position, lowest)
         position = -(-position // self._q) * self._q
-        if position < self._cache_end:
-            return position
-        if not self._eager and self._locked_end <= self._cache_end:
-            return self._cache_end
-        return None
+        return position if position < self._cache_end else None
 
     def _guard_refill_due(self, now: float) -> int | None:
         return self._cache_end if self._refill_due_at(now) <= now + EPS else None

@@ -55,10 +55,14 @@ def stall_time_in_window(run: RunRecords) -> float:
 def summarize(runs: Sequence[RunRecords]) -> Metrics:
     """Pool the runs' records into one set of metrics.
 
-    L, R, C, Q statistics use displayed, non-superseded conditions. Stall % and busy % are
-    time-weighted over the runs' windows; w counts latents played or discarded in the window.
+    L, R, C, Q statistics use every displayed condition, superseded ones included: DESIGN §2
+    defines a condition's display as the first slot of a version at least its own, and leaving
+    out the overtaken ones would drop the longest waits (under chunk commitment, exactly the
+    early arrivals of a chunk window) and bias L low. Censored conditions (never displayed
+    before the drain ended) are counted, not averaged. Stall % and busy % are time-weighted
+    over the runs' windows; w counts latents played or discarded in the window.
     """
-    shown = [c for run in runs for c in run.conditions if c.displayed and not c.superseded]
+    shown = [c for run in runs for c in run.conditions if c.displayed]
     latencies = np.array([c.L for c in shown], dtype=float)
     window = sum(run.duration for run in runs)
     played = sum(1 for run in runs for s in run.slots if s.t_start < run.duration)

@@ -3,6 +3,10 @@
 ``baseline`` is chunk-boundary commitment (q = K, eager: a finished chunk is committed at
 once); ``speculative`` is latent-boundary commitment (q = 1, lazy: a latent is committed when
 it starts playing, or ``commit_lead`` seconds before). Other combinations are ablations.
+Under eager commit the commit unit does not matter: a finished job's whole output is
+committed at once, so nothing is ever replanned and every eager policy behaves like the
+baseline; ``q`` matters under lazy commit, where it sets the group that playback locks and
+the alignment of replan branches.
 """
 
 from __future__ import annotations

@@ -66,8 +66,8 @@ class ConditionRecord:
 
     ``displayed`` is False if the run ended before any output of version >= ``version``
     played (censored). ``superseded`` is True if the first such output had a newer version:
-    the condition itself was never shown. Its R/C/Q/L then describe that newer response;
-    summaries leave superseded and censored conditions out.
+    the condition itself was never shown. Its R/C/Q/L then describe that newer response, the
+    first display at least as new (DESIGN §2); summaries include them and count censored ones.
     """
 
     version: int

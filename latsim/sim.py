@@ -77,6 +77,12 @@ class RunRecords:
         )
 
 
+def default_drain(config: ControllerConfig) -> float:
+    """How long past the window both drivers wait for open conditions: four chunks plus
+    twice the lead (the lead stands in for a late job: it is C's 0.99 quantile by default)."""
+    return 4 * (config.timing.T + 2 * config.lead) + config.timing.delta
+
+
 def simulate_trace(
     config: ControllerConfig,
     cost: CostModel,
@@ -89,7 +95,7 @@ def simulate_trace(
     """Run one trace through the controller on SimPy's clock.
 
     ``drain`` bounds the time past ``duration`` spent letting open conditions show (default:
-    four chunk-plus-lead periods); ``on_record`` receives every record as it is made.
+    :func:`default_drain`); ``on_record`` receives every record as it is made.
     """
     if not (math.isfinite(duration) and duration > 0):
         raise LatsimError(f"duration must be a positive number of seconds, got {duration!r}")
@@ -100,7 +106,7 @@ def simulate_trace(
         )
     K = timing.K  # noqa: N806
     if drain is None:
-        drain = 4 * (timing.T + config.lead + cost.quantile(K, 0.99)) + timing.delta
+        drain = default_drain(config)
 
     env = simpy.Environment()
     ctrl = Controller(config, on_record=on_record)

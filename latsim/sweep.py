@@ -68,6 +68,10 @@ class Experiment:
         for name in self.policies:
             if name not in PRESETS:
                 raise LatsimError(f"unknown policy {name!r}; choose baseline or speculative")
+        overrides = self.q is not None or self.commit is not None or self.commit_lead
+        if overrides and "speculative" not in self.policies:
+            raise LatsimError("--q, --commit and --commit-lead modify the speculative policy; "
+                              "baseline is the fixed reference (q = K, eager)")
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,10 @@ def _sources(cost_spec: str, updates_spec: str) -> tuple[CostModel, ArrivalSourc
 
 
 def _policy(experiment: Experiment, name: str) -> Policy:
+    """The preset; ablation knobs apply to the speculative policy only, so that A is
+    always measured against the reference baseline."""
+    if name == "baseline":
+        return PRESETS[name]
     policy = PRESETS[name].with_q(experiment.q)
     return Policy(policy.name, policy.q, experiment.commit or policy.commit,
                   experiment.commit_lead)

@@ -58,6 +58,25 @@ def residual_wait_mean(C: float, T: float) -> float:  # noqa: N803
     return C * C / (2 * T)
 
 
+def speculative_residual_wait_mean(C: float, T: float, delta: float) -> float:  # noqa: N803
+    """E[R] under latent commitment with refill deferral, fixed C = lead, rare updates.
+
+    Eq. (6)'s C²/(2T) assumes every idle arrival starts its job at once. latsim's controller
+    starts a replan only where there is a replaceable future (a branch before the cache end);
+    otherwise the refill, due ``lead`` before that position, serves the condition at the same
+    slot. L is unchanged (:func:`speculative_latency_mean`), but the wait moves from Q to R:
+    idle arrivals whose first feasible slot is the cache end (a window of length
+    min(δ, T − C) before each refill) wait for it, adding (T − max(C, T − δ))²/(2T); and when
+    ⌈C/δ⌉ = K a busy arrival's replan would also land there, adding (C/T)(T − C).
+    """
+    base = residual_wait_mean(C, T)
+    _check_positive(delta=delta)
+    _require(abs(T / delta - round(T / delta)) < 1e-9, "T must be a whole number of slots δ")
+    idle = (T - max(C, T - delta)) ** 2 / (2 * T)
+    busy = (C / T) * (T - C) if math.ceil(C / delta - 1e-9) >= round(T / delta) else 0.0
+    return base + idle + busy
+
+
 def residual_wait_split(C: float, T: float) -> dict[str, float]:  # noqa: N803
     """Eq. (6) worked out, Q excluded (App. A.3): an idle arrival waits C; a busy arrival
     (probability C/T) waits C/2 + C on average; the unconditional mean is C + C²/(2T)."""
@@ -176,6 +195,8 @@ def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> 
 
     timing = Timing(K, r, fps)
     _check_nonnegative(C=C)
+    if rate is not None:
+        _check_nonnegative(rate=rate)
     T, delta = timing.T, timing.delta  # noqa: N806
     notes: dict[str, str] = {}
 
@@ -200,7 +221,7 @@ def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> 
             "speculative_L_mean", speculative_latency_mean, C, T, delta
         ),
         "boundary_wait_reduction": boundary_wait_reduction(T, delta),
-        "saturated_L_mean": saturated_latency_mean(T),
+        "L_mean_at_C_equals_T": saturated_latency_mean(T),
         "stall_fraction": stall_fraction(C, T) if C > 0 else 0.0,
     }
     split = attempt("residual_wait_split", residual_wait_split, C, T)

@@ -12,6 +12,7 @@ import json
 import threading
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -43,7 +44,8 @@ def generator() -> WanGenerator:
 def _config(tmp: Path, trace: Path, **kw) -> MeasureConfig:
     base = dict(preset="tiny", resolution="tiny", Ks=(4,), steps=STEPS,
                 policies=("baseline", "speculative"), trace=str(trace), duration=DURATION,
-                out=str(tmp / "runs"), r=4, fps=16.0, warmup_timed=5, warmup_gap_s=0.1)
+                out=str(tmp / "runs"), r=4, fps=16.0, warmup_timed=5, warmup_gap_s=0.1,
+                calibration_jobs=2)
     base.update(kw)
     return MeasureConfig(**base)
 
@@ -76,6 +78,7 @@ def test_one_run_folder_per_policy_with_the_contract_files(both):
         assert {"torch", "diffusers"} <= config["versions"].keys()
         assert config["trace_path"].endswith("trace.jsonl") and config["device_name"]
         assert len(config["warmup_durations"]) == 5
+        assert len(config["calibration_durations"]) >= 1  # the in-run calibration pass ran
 
 
 def test_records_are_complete_and_every_latency_covers_its_job(both):
@@ -84,8 +87,13 @@ def test_records_are_complete_and_every_latency_covers_its_job(both):
         conditions = pd.read_csv(res.run_dir / "conditions.csv")
         assert list(conditions.columns[:3]) == ["policy", "K", "run"]
         assert sorted(conditions.version) == list(range(1, len(TIMES) + 1))
-        # every condition was displayed or superseded (none left open at the end)
-        assert (conditions.displayed | conditions.superseded).all()
+        # none left open at the end: each shown as itself, or overtaken (superseded) by a
+        # newer version that was shown; the summary counts agree with the records
+        assert conditions.displayed.all()
+        summary = res.summary
+        assert summary["n_censored"] == 0
+        assert summary["n_displayed"] + summary["n_superseded"] == len(TIMES)
+        assert summary["n_superseded"] == int(conditions.superseded.sum())
         gen = pd.read_csv(res.run_dir / "gen_jobs.csv")
         measured = gen[gen.phase == "run"].set_index("job_id").wall_s
         shown = conditions[conditions.displayed]
@@ -93,6 +101,13 @@ def test_records_are_complete_and_every_latency_covers_its_job(both):
             assert row.L >= measured[row.job_id] - 1e-9
             assert row.L >= row.C >= measured[row.job_id] - 1e-9
         assert res.summary["n_conditions"] == len(TIMES)
+        # wall-clock latency adds the player's own delay to the controller's timeline
+        display = pd.read_csv(res.run_dir / "display.csv")
+        assert len(display) == len(conditions)
+        delay = display.L_wall - display.L
+        assert (delay >= -1e-9).all() and (delay < 0.1).all()
+        assert summary["L50"] == pytest.approx(float(np.percentile(display.L_wall, 50)))
+        assert summary["L50_timeline"] == pytest.approx(float(np.percentile(display.L, 50)))
 
 
 def test_speculative_responds_faster_than_baseline_when_c_is_well_under_t(both):

@@ -61,7 +61,8 @@ def test_speculative_residual_wait_and_refined_mean_under_rare_updates(K, C, lea
     assert len(shown) == len(times)
     R = np.array([c.R for c in shown])  # noqa: N806
     L = np.array([c.L for c in shown])  # noqa: N806
-    assert abs(R.mean() - theory.residual_wait_mean(C, timing.T)) < Z * se(R)
+    expected_r = theory.speculative_residual_wait_mean(C, timing.T, timing.delta)
+    assert abs(R.mean() - expected_r) < Z * se(R)
     expected = theory.speculative_latency_mean(C, timing.T, timing.delta, lead)
     assert abs(L.mean() - expected) < Z * se(L)
 
