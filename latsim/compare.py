@@ -214,9 +214,9 @@ def theory_lines(row: dict) -> dict[str, float | None]:
                                     "speculative_L_mean": None}
     if C is None:
         return out
-    if C <= lead:  # the baseline's L is uniform on [lead, lead + T)
-        out["baseline_L50"] = lead + 0.5 * T
-        out["baseline_L95"] = lead + 0.95 * T
+    if C <= lead:
+        out["baseline_L50"] = theory.baseline_latency_quantile(lead, T, 0.5)
+        out["baseline_L95"] = theory.baseline_latency_quantile(lead, T, 0.95)
     if C <= T and C <= lead:
         out["speculative_L_mean"] = theory.speculative_latency_mean(C, T, delta, lead)
     return out

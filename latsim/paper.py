@@ -482,7 +482,7 @@ def plot_reproduction(result: Reproduction, path: Path) -> Path:
         ax.plot([row["C_over_T"] for row in sel], [row["sim_stall_pct"] for row in sel],
                 marker, label=f"simulated {policy}")
     ratios = np.linspace(0.5, 2.0, 200)
-    ax.plot(ratios, [100 * max(0.0, 1 - 1 / q) for q in ratios], "-", color="#7f7f7f",
+    ax.plot(ratios, [100 * theory.stall_fraction(q, 1.0) for q in ratios], "-", color="#7f7f7f",
             label="theory 100·(1 − T/C)")
     for row in result.stall:
         if row["paper_stall_pct"] is not None and row["policy"] == "baseline":

@@ -34,7 +34,9 @@ def plot_latency_vs_k(rows: list[dict], path: Path) -> Path:
         fixed = [r for r in base if r["L_mean_theory"] is not None]
         if fixed:
             share = 0.5 if metric == "L50" else 0.95
-            ax.plot([r["K"] for r in fixed], [r["lead"] + share * r["T"] for r in fixed], "--",
+            ax.plot([r["K"] for r in fixed],
+                    [theory.baseline_latency_quantile(r["lead"], r["T"], share) for r in fixed],
+                    "--",
                     color=POLICY_COLORS["baseline"],
                     label=f"baseline theory C + {share:g}·T")
         spec = sorted((r for r in rows if r["policy"] == "speculative"), key=lambda r: r["K"])

@@ -227,7 +227,7 @@ def _theory_mean(p: Plan, cell: Cell) -> float | None:
     if C > timing.T or C > cell.lead + 1e-12:
         return None
     if cell.policy.commit == "eager":
-        return cell.lead + timing.T / 2
+        return theory.baseline_latency_quantile(cell.lead, timing.T, 0.5)
     if cell.policy.commit_unit(K) == 1 and abs(cell.lead - C) < 1e-12:
         return theory.speculative_latency_mean(C, timing.T, timing.delta)
     return None

@@ -43,6 +43,19 @@ def baseline_latency_lower_bound(C: float, T: float) -> float:  # noqa: N803
     return C + boundary_wait_lower_bound(T)
 
 
+def baseline_latency_quantile(lead: float, T: float, level: float) -> float:  # noqa: N803
+    """The ``level`` quantile of the baseline's L when it plans ``lead`` >= C ahead, C <= T.
+
+    A chunk's job starts ``lead`` before its boundary, so a condition is shown at the first
+    boundary at least ``lead`` after it arrives: L is uniform on [lead, lead + T) (Prop. 1,
+    with equality at lead = C). Level 0.5 is both its median and its mean.
+    """
+    _check_nonnegative(lead=lead)
+    _check_positive(T=T)
+    _require(0 <= level <= 1, f"level must be in [0, 1], got {level!r}")
+    return lead + level * T
+
+
 def speculative_latency_ideal(C: float, delta: float) -> float:  # noqa: N803
     """E[L] -> C + δ/2 when a ready prefix exists on arrival (eq. 5; App. A.2)."""
     _check_nonnegative(C=C)

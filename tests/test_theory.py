@@ -39,6 +39,10 @@ def test_limits_and_consistency():
     assert theory.speculative_latency_mean(0.5, T, delta) == pytest.approx(
         theory.speculative_latency_mean_design(0.5, T, delta)
     )
+    # the baseline planned lead ahead: L uniform on [lead, lead + T)
+    assert theory.baseline_latency_quantile(0.3, T, 0.5) == pytest.approx(1.3)
+    assert theory.baseline_latency_quantile(T / 4, T, 0.5) == pytest.approx(
+        theory.baseline_latency_lower_bound(T / 4, T))
     assert theory.stall_fraction(1.0, 2.0) == 0.0
     assert theory.stall_fraction(4.0, 2.0) == pytest.approx(0.5)
     assert theory.work_amplification(0.5) == pytest.approx(2.0)
@@ -63,6 +67,7 @@ def test_limits_and_consistency():
         lambda: theory.work_amplification_poisson(1.0, 2.0, 0.25),  # λT = 2, not << 1
         lambda: theory.stall_fraction(0.0, 1.0),
         lambda: theory.boundary_wait_lower_bound(0.0),
+        lambda: theory.baseline_latency_quantile(0.1, 1.0, 1.5),
     ],
 )
 def test_outside_validity_raises(call):
