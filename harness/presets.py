@@ -123,20 +123,20 @@ RESOLUTIONS: dict[str, Resolution] = {
 }
 
 
-def model_preset(name: str) -> ModelPreset:
+def _lookup(table: dict, name: str, what: str):
     try:
-        return MODEL_PRESETS[name]
+        return table[name]
     except KeyError:
-        choices = ", ".join(MODEL_PRESETS)
-        raise LatsimError(f"unknown preset {name!r}; choose one of: {choices}") from None
+        choices = ", ".join(table)
+        raise LatsimError(f"unknown {what} {name!r}; choose one of: {choices}") from None
+
+
+def model_preset(name: str) -> ModelPreset:
+    return _lookup(MODEL_PRESETS, name, "preset")
 
 
 def resolution(name: str) -> Resolution:
-    try:
-        return RESOLUTIONS[name]
-    except KeyError:
-        choices = ", ".join(RESOLUTIONS)
-        raise LatsimError(f"unknown resolution {name!r}; choose one of: {choices}") from None
+    return _lookup(RESOLUTIONS, name, "resolution")
 
 
 def forward_flops(

@@ -455,9 +455,10 @@ def _run_one(
         activity = unavailable(
             "device is cpu: NVML measures GPU kernels; generator busy % is busy_pct"
         )
+    display = wall_latencies(result)
     summary = _summary(config, result, timing, policy, lead, warmup, activity, env,
-                       baseline_calls, run_id)
-    _write_telemetry(run_dir, result, warmup, sampler, K)
+                       baseline_calls, run_id, display)
+    _write_telemetry(run_dir, result, warmup, sampler, K, display)
     (run_dir / "summary.json").write_text(dumps(summary) + "\n")
     run_config["status"] = "interrupted" if result.interrupted else "complete"
     run_config["interrupted"] = result.interrupted
@@ -507,7 +508,7 @@ def wall_latencies(result: DriverResult) -> list[dict]:
 
 def _summary(config: MeasureConfig, result: DriverResult, timing: Timing, policy: Policy,
              lead: float, warmup: Warmup, activity: KernelActivity, env: dict,
-             baseline_calls: int | None, run_id: str) -> dict:
+             baseline_calls: int | None, run_id: str, display: list[dict]) -> dict:
     metrics = summarize([result.records])
     run_c = [j.wall_s for j in result.jobs]
     c_all = run_c or warmup.durations
@@ -517,8 +518,8 @@ def _summary(config: MeasureConfig, result: DriverResult, timing: Timing, policy
     elif baseline_calls:
         A = metrics.dit_calls / baseline_calls  # noqa: N806
     w = metrics.w
-    wall = np.array([row["L_wall"] for row in wall_latencies(result)])
-    lateness = np.array([row["t_display"] - row["t_play"] for row in wall_latencies(result)])
+    wall = np.array([row["L_wall"] for row in display])
+    lateness = np.array([row["t_display"] - row["t_play"] for row in display])
     measured_l = {
         "L_mean": float(wall.mean()) if wall.size else None,
         "L50": float(np.percentile(wall, 50)) if wall.size else None,
@@ -571,7 +572,8 @@ def _summary(config: MeasureConfig, result: DriverResult, timing: Timing, policy
 
 
 def _write_telemetry(run_dir: Path, result: DriverResult, warmup: Warmup,
-                     sampler: NvmlSampler | None, K: int) -> None:  # noqa: N803
+                     sampler: NvmlSampler | None, K: int,  # noqa: N803
+                     display: list[dict]) -> None:
     header = ["phase", "job_id", "kind", "K", "branch", "version", "context", "t_start",
               "t_end", "wall_s", "device_s", "decoded_latents", "decoded_frames",
               "controller_start"]
@@ -585,7 +587,6 @@ def _write_telemetry(run_dir: Path, result: DriverResult, warmup: Warmup,
                      j.t_end, j.wall_s, "" if j.device_s is None else j.device_s,
                      j.decoded_latents, j.decoded_frames, result.job_starts.get(j.job_id, "")])
     _write_rows(run_dir / "gen_jobs.csv", header, rows)
-    display = wall_latencies(result)
     columns = ["version", "t_arrival", "position", "t_play", "t_display", "L", "L_wall",
                "superseded"]
     _write_rows(run_dir / "display.csv", columns, [[row[c] for c in columns] for row in display])

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from latsim.costs import TableCost
 from latsim.errors import LatsimError
 from latsim.fidelity import error_pct, mape
 from latsim.metrics import summarize
+from latsim.output import dumps
 from latsim.policies import Policy
 from latsim.records import RECORD_TYPES, ConditionRecord, JobRecord, read_csv, write_csv
 from latsim.sim import RunRecords, simulate_trace
@@ -236,15 +236,10 @@ def write_run_dir(run_dir: Path, config: ControllerConfig, trace: Trace, duratio
     }
     summary = {"policy": policy.name, "K": timing.K, "T": timing.T, "delta": timing.delta,
                "lead": config.lead, **summarize([records]).as_dict(), **(extra_summary or {})}
-    (run_dir / "config.json").write_text(json.dumps(conf, indent=2) + "\n")
-    (run_dir / "summary.json").write_text(json.dumps(_finite(summary), indent=2) + "\n")
+    (run_dir / "config.json").write_text(dumps(conf) + "\n")
+    (run_dir / "summary.json").write_text(dumps(summary) + "\n")
     write_trace(run_dir / "trace.jsonl", list(trace.times), {"duration": duration})
     extra = (("policy", policy.name), ("K", timing.K), ("run", 0))
     for table, record_type in RECORD_TYPES.items():
         write_csv(run_dir / f"{table}.csv", record_type, getattr(records, table), extra=extra)
     return run_dir
-
-
-def _finite(obj: dict) -> dict:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in obj.items()}

@@ -44,12 +44,6 @@ class Policy:
             raise LatsimError(f"q={q} does not divide K={K}")
         return q
 
-    def with_q(self, q: int | None) -> Policy:
-        """The same policy with another commit unit (``None`` keeps the preset's)."""
-        if q is None:
-            return self
-        return Policy(name=self.name, q=q, commit=self.commit, commit_lead=self.commit_lead)
-
 
 BASELINE = Policy(name="baseline", q=None, commit="eager")
 SPECULATIVE = Policy(name="speculative", q=1, commit="lazy")

@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from multiprocessing import get_context
 
@@ -114,11 +114,12 @@ def _sources(cost_spec: str, updates_spec: str) -> tuple[CostModel, ArrivalSourc
 def _policy(experiment: Experiment, name: str) -> Policy:
     """The preset; ablation knobs apply to the speculative policy only, so that A is
     always measured against the reference baseline."""
+    preset = PRESETS[name]
     if name == "baseline":
-        return PRESETS[name]
-    policy = PRESETS[name].with_q(experiment.q)
-    return Policy(policy.name, policy.q, experiment.commit or policy.commit,
-                  experiment.commit_lead)
+        return preset
+    return replace(preset, q=preset.q if experiment.q is None else experiment.q,
+                   commit=experiment.commit or preset.commit,
+                   commit_lead=experiment.commit_lead)
 
 
 def plan(experiment: Experiment) -> Plan:
