@@ -29,8 +29,8 @@ from latsim.controller import (
     ScheduleWakeUp,
     StartJob,
 )
-from latsim.policies import BASELINE, SPECULATIVE
-from latsim.timing import Timing
+from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.timing import Timing
 
 
 def isolated_overhead(policy, K: int = 8, C: float = 0.3, rate: float = 1.0,  # noqa: N803

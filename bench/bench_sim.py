@@ -16,12 +16,18 @@ from pathlib import Path
 import numpy as np
 
 from latsim.controller import ControllerConfig
-from latsim.costs import AffineCost
-from latsim.policies import BASELINE, SPECULATIVE
-from latsim.sim import simulate_trace
-from latsim.sweep import DEFAULT_COST, DEFAULT_FPS, DEFAULT_R, Experiment, run_experiment
-from latsim.timing import Timing
-from latsim.traces import Trace
+from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.timing import Timing
+from latsim.experiments.sweep import (
+    DEFAULT_COST,
+    DEFAULT_FPS,
+    DEFAULT_R,
+    Experiment,
+    run_experiment,
+)
+from latsim.model.costs import AffineCost
+from latsim.model.traces import Trace
+from latsim.sim.simpy_driver import simulate_trace
 
 
 def best_of(n: int, fn) -> float:

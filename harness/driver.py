@@ -1,7 +1,7 @@
 """The live driver: latsim's :class:`~latsim.controller.Controller` on the wall clock.
 
-The second driver of the one controller (DESIGN §3; the first is :mod:`latsim.sim`). Its
-structure mirrors :func:`latsim.sim.simulate_trace`, with SimPy's timeouts replaced by
+The second driver of the one controller (DESIGN §3; the first is :mod:`latsim.sim.simpy_driver`). Its
+structure mirrors :func:`latsim.sim.simpy_driver.simulate_trace`, with SimPy's timeouts replaced by
 threads that post into **one event queue**:
 
 - the **player clock** (:class:`~harness.player.PlayerClock`) posts ``SlotDue`` and
@@ -44,8 +44,8 @@ from latsim.controller import (
     StartJob,
 )
 from latsim.errors import LatsimError
-from latsim.sim import RunRecords, default_drain
-from latsim.traces import Trace
+from latsim.model.traces import Trace
+from latsim.sim.simpy_driver import RunRecords, default_drain
 
 
 class JobExecutor(Protocol):
@@ -73,7 +73,7 @@ class DriverConfig:
     """Wall-clock settings of one live run."""
 
     duration: float
-    drain: float | None = None  # default: latsim.sim.default_drain, as in the simulator
+    drain: float | None = None  # default: latsim.sim.simpy_driver.default_drain, as in the simulator
     spin_s: float = SPIN_S
     switch_interval_s: float = 0.0005  # sys.setswitchinterval during the run (GIL hand-off)
     progress_every_s: float = 0.5

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.presets import ModelPreset, Resolution, forward_flops, model_preset, resolution
 from latsim.errors import LatsimError
-from latsim.output import clean
+from latsim.run.files import clean
 
 #: The paper's single-H200 per-forward times of Wan at 480p (ms), by K.
 PAPER_H200_MS: dict[int, float] = {1: 77.5, 3: 77.5 * 2.05}

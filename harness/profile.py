@@ -4,7 +4,7 @@ A *refill* job continues the stream at the end of the cache; a *replan* job bran
 the previous job's output under a new condition version (and may carry extra work, e.g. a
 continuation adapter, in other generators). Each timed job follows an idle gap, as jobs do
 in a live run (back-to-back jobs run hot and underestimate C). The output file is read by
-``--cost table:PATH`` (:func:`latsim.costs.load_table`): every sample is kept, so the
+``--cost table:PATH`` (:func:`latsim.model.costs.load_table`): every sample is kept, so the
 simulator resamples the empirical distribution.
 """
 

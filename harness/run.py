@@ -13,12 +13,12 @@ start from idle and take longer than back-to-back ones. Files of a run folder::
     events.csv        every event the controller handled: due, fired, handled, decision time
     nvml_samples.csv  raw GPU utilisation samples (when NVML is available)
     trace.jsonl       the arrival trace as replayed
-    cost_samples.json every measured job duration, in latsim.costs.load_table's format
+    cost_samples.json every measured job duration, in latsim.model.costs.load_table's format
     config.json       everything needed to re-run (versions, device, lead, trace path, status)
     summary.json      DESIGN §4 keys + kernel_activity(_note), device, timing diagnostics
 
-Summary metrics come from :func:`latsim.metrics.summarize` on a
-:class:`~latsim.sim.RunRecords` built from the live records, the same code as simulation.
+Summary metrics come from :func:`latsim.analysis.metrics.summarize` on a
+:class:`~latsim.sim.simpy_driver.RunRecords` built from the live records, the same code as simulation.
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ from harness.generator import (
 from harness.presets import model_preset, resolution
 from harness.recorder import RecordWriter
 from harness.telemetry import KernelActivity, NvmlSampler, unavailable
-from latsim.arrivals import PoissonArrivals
+from latsim.analysis.metrics import summarize
 from latsim.controller import ControllerConfig, StartJob
+from latsim.controller.policies import PRESETS, Policy
+from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
-from latsim.metrics import summarize
-from latsim.output import clean, dumps
-from latsim.policies import PRESETS, Policy
-from latsim.timing import Timing
-from latsim.traces import Trace, load_trace, write_trace
+from latsim.model.arrivals import PoissonArrivals
+from latsim.model.traces import Trace, load_trace, write_trace
+from latsim.run.files import clean, dumps
 
 #: Default results folder when ``--out`` is not given (one folder per run inside).
 RESULTS_RUNS = Path("results/runs")

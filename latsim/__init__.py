@@ -1,8 +1,8 @@
 """latsim: response-latency simulator for interactive video generation.
 
-The public surface is small: a :class:`~latsim.timing.Timing` (K, r, fps), a
-:class:`~latsim.policies.Policy` (commit unit and mode), a cost model, an arrival
-process, and :func:`~latsim.sim.simulate` which drives the sans-IO
+The public surface is small: a :class:`~latsim.controller.timing.Timing` (K, r, fps), a
+:class:`~latsim.controller.policies.Policy` (commit unit and mode), a cost model, an arrival
+process, and :func:`~latsim.sim.simpy_driver.simulate` which drives the sans-IO
 :class:`~latsim.controller.Controller` on SimPy's clock.
 """
 

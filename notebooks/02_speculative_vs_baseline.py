@@ -28,9 +28,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from latsim.output import write_experiment  # noqa: E402
-from latsim.sweep import DEFAULT_COST, Experiment, run_experiment  # noqa: E402
-from latsim.timeline import load_run, plot_timeline  # noqa: E402
+from latsim.experiments.sweep import DEFAULT_COST, Experiment, run_experiment  # noqa: E402
+from latsim.run.files import write_experiment  # noqa: E402
+from latsim.viz.timeline import load_run, plot_timeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
 RESULTS = Path(os.environ.get("LATSIM_RESULTS", ROOT / "results"))  # tests redirect this

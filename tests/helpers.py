@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from latsim.controller import ControllerConfig
-from latsim.costs import CostModel, FixedCost
-from latsim.policies import BASELINE, SPECULATIVE, Policy
-from latsim.sim import RunRecords, simulate_trace
-from latsim.timing import Timing
-from latsim.traces import Trace
+from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
+from latsim.controller.timing import Timing
+from latsim.model.costs import CostModel, FixedCost
+from latsim.model.traces import Trace
+from latsim.sim.simpy_driver import RunRecords, simulate_trace
 
 
 def run(

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from latsim.cli import _expand_multi_values, app
+from latsim.cli.app import _expand_multi_values, app
 
 runner = CliRunner()
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from latsim.analysis.compare import COMPARED, compare_runs, load_run, write_run_dir
 from latsim.cli import app
-from latsim.compare import COMPARED, compare_runs, load_run, write_run_dir
 from latsim.controller import ControllerConfig
-from latsim.costs import FixedCost
-from latsim.policies import BASELINE, SPECULATIVE
-from latsim.sim import simulate_trace
-from latsim.timing import Timing
-from latsim.traces import Trace
+from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.timing import Timing
+from latsim.model.costs import FixedCost
+from latsim.model.traces import Trace
+from latsim.sim.simpy_driver import simulate_trace
 
 TIMES = (1.3, 4.07, 4.5, 9.91, 13.2, 16.66, 21.05, 24.4)
 

@@ -18,9 +18,9 @@ from latsim.controller import (
     WakeUp,
     mermaid_diagram,
 )
+from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
+from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
-from latsim.policies import BASELINE, SPECULATIVE, Policy
-from latsim.timing import Timing
 
 # K=4 latents of 0.25 s: T = 1 s. Lead = C = 0.3 s.
 TIMING = Timing(K=4, r=4, fps=16.0)

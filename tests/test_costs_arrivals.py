@@ -7,8 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from latsim.arrivals import parse_updates
-from latsim.costs import (
+from latsim.controller.timing import Timing
+from latsim.errors import LatsimError
+from latsim.model.arrivals import parse_updates
+from latsim.model.costs import (
     AffineCost,
     FixedCost,
     LognormalCost,
@@ -16,8 +18,6 @@ from latsim.costs import (
     load_table,
     parse_cost,
 )
-from latsim.errors import LatsimError
-from latsim.timing import Timing
 
 Z = 4.0
 

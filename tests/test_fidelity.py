@@ -2,7 +2,7 @@
 
 import pytest
 
-from latsim.fidelity import error_pct, mape
+from latsim.analysis.fidelity import error_pct, mape
 
 
 def test_error_pct_is_signed_and_relative_to_the_measurement():

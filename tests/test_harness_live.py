@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import latsim.controller
-from latsim.traces import write_trace
+from latsim.model.traces import write_trace
 
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
@@ -127,7 +127,7 @@ def test_the_harness_drives_latsims_controller_class_itself(both):
 
 
 def test_cost_samples_load_as_a_latsim_cost_table(both):
-    from latsim.costs import load_table
+    from latsim.model.costs import load_table
 
     results, _ = both
     path = results[1].run_dir / "cost_samples.json"

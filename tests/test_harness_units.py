@@ -13,15 +13,15 @@ from typer.testing import CliRunner
 
 from harness.presets import MODEL_PRESETS, RESOLUTIONS, forward_flops, model_preset, resolution
 from harness.telemetry import NvmlSampler, UtilSample, time_weighted_activity
+from latsim.analysis.metrics import summarize
 from latsim.cli import app
 from latsim.controller import ControllerConfig, StartJob
-from latsim.costs import FixedCost
+from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
-from latsim.metrics import summarize
-from latsim.policies import BASELINE, SPECULATIVE
-from latsim.sim import simulate_trace
-from latsim.timing import Timing
-from latsim.traces import Trace
+from latsim.model.costs import FixedCost
+from latsim.model.traces import Trace
+from latsim.sim.simpy_driver import simulate_trace
 
 runner = CliRunner()
 

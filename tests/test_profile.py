@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from latsim.cli import app
-from latsim.costs import load_table
+from latsim.model.costs import load_table
 
 
 def test_profile_writes_a_cost_table_the_simulator_uses(tmp_path):

@@ -6,11 +6,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from latsim.arrivals import BernoulliArrivals, PoissonArrivals
 from latsim.controller import EPS
-from latsim.costs import LognormalCost
-from latsim.policies import BASELINE, SPECULATIVE, Policy
-from latsim.timing import Timing
+from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
+from latsim.controller.timing import Timing
+from latsim.model.arrivals import BernoulliArrivals, PoissonArrivals
+from latsim.model.costs import LognormalCost
 from tests.helpers import run, shown_latencies
 
 SETTINGS = settings(max_examples=40, deadline=None,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import astuple
 
-from latsim.policies import SPECULATIVE
-from latsim.records import RECORD_TYPES, read_csv, write_csv
-from latsim.timing import Timing
+from latsim.controller.policies import SPECULATIVE
+from latsim.controller.records import RECORD_TYPES, read_csv, write_csv
+from latsim.controller.timing import Timing
 from tests.helpers import run
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from latsim import paper, theory
+from latsim.analysis import theory
 from latsim.cli import app
-from latsim.sweep import Experiment, run_experiment
+from latsim.experiments import paper
+from latsim.experiments.sweep import Experiment, run_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from latsim import theory
+from latsim.analysis import theory
+from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
-from latsim.timing import Timing
 
 
 def test_sol_h3_predicted_reductions_match_the_paper_to_three_decimals():

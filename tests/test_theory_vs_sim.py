@@ -13,11 +13,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from latsim import theory
-from latsim.arrivals import BernoulliArrivals
-from latsim.metrics import stall_time_in_window
-from latsim.policies import BASELINE, SPECULATIVE
-from latsim.timing import Timing
+from latsim.analysis import theory
+from latsim.analysis.metrics import stall_time_in_window
+from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.timing import Timing
+from latsim.model.arrivals import BernoulliArrivals
 from tests.helpers import run, shown_latencies
 
 Z = 4.0

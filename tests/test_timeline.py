@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from latsim.cli import app
-from latsim.output import write_experiment
-from latsim.sweep import Experiment, run_experiment
-from latsim.timeline import default_window, load_run
+from latsim.experiments.sweep import Experiment, run_experiment
+from latsim.run.files import write_experiment
+from latsim.viz.timeline import default_window, load_run
 
 runner = CliRunner()
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from latsim.cli import app
-from latsim.tracegen import (
+from latsim.experiments.tracegen import (
     BURST_RATE_HZ,
     CANONICAL_SETS,
     COUNT_RANGES,
@@ -18,7 +18,7 @@ from latsim.tracegen import (
     generate_set,
     summarize_set,
 )
-from latsim.traces import load_trace
+from latsim.model.traces import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()

@@ -1,7 +1,7 @@
 """The SimPy driver: one controller, one generator worker, a player and an arrival process.
 
 The controller decides; this module only keeps SimPy's clock. Job durations come from a
-cost model, arrivals from a :class:`~latsim.traces.Trace`. Conditions arrive within
+cost model, arrivals from a :class:`~latsim.model.traces.Trace`. Conditions arrive within
 ``[0, duration)``; the run continues past ``duration`` only to let the last conditions
 show (bounded by ``drain``), and time fractions are measured over ``[0, duration]``.
 """
@@ -23,16 +23,16 @@ from latsim.controller import (
     ScheduleWakeUp,
     StartJob,
 )
-from latsim.costs import CostModel
-from latsim.errors import LatsimError
-from latsim.records import (
+from latsim.controller.records import (
     ConditionRecord,
     DiscardRecord,
     JobRecord,
     SlotRecord,
     StallRecord,
 )
-from latsim.traces import Trace
+from latsim.errors import LatsimError
+from latsim.model.costs import CostModel
+from latsim.model.traces import Trace
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The timeline figure (like the paper's Figures 1–2), drawn only from a run folder's CSVs.
 
 A run folder holds ``jobs.csv``, ``slots.csv``, ``discards.csv``, ``conditions.csv`` and
-``stalls.csv`` as :func:`latsim.output.write_experiment` writes them (``policy, K, run``
+``stalls.csv`` as :func:`latsim.run.files.write_experiment` writes them (``policy, K, run``
 columns first; a measured run from the live harness writes the same files). Nothing here
 touches the simulator, so the figure works unchanged on measured runs. pandas and
 matplotlib are imported inside the functions.

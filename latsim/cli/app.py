@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,8 +41,36 @@ def _expand_multi_values(args: list[str]) -> list[str]:
     return out
 
 
+#: Entry-point group of command plugins: each entry names a ``typer.Typer`` whose commands
+#: join ``latsim``'s (the live harness registers ``measure`` and ``profile`` this way, so the
+#: library never imports it). Plugins load only when a command is looked up or listed.
+PLUGIN_GROUP = "latsim.commands"
+
+
+@cache
+def _plugin_commands() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    found: dict[str, Any] = {}
+    for entry in entry_points(group=PLUGIN_GROUP):
+        command = typer.main.get_command(entry.load())
+        if hasattr(command, "commands"):  # a group (typer vendors its own click)
+            found.update(command.commands)
+        elif command.name:
+            found[command.name] = command
+    return found
+
+
 class OneLineErrors(TyperGroup):
-    """Turns usage errors and :class:`LatsimError` into ``latsim: error: …`` and exit 2."""
+    """Turns usage errors and :class:`LatsimError` into ``latsim: error: …`` and exit 2;
+    adds the commands of installed plugins (:data:`PLUGIN_GROUP`)."""
+
+    def list_commands(self, ctx):  # noqa: ANN001, ANN201 - click's signature
+        own = super().list_commands(ctx)
+        return own + sorted(name for name in _plugin_commands() if name not in own)
+
+    def get_command(self, ctx, cmd_name):  # noqa: ANN001, ANN201 - click's signature
+        return super().get_command(ctx, cmd_name) or _plugin_commands().get(cmd_name)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              windows_expand_args=True, **extra: Any):
@@ -125,8 +154,8 @@ CommitLeadOpt = Annotated[
 
 def _experiment(Ks, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed,  # noqa: N803
                 commit=None, commit_lead=0.0):
-    from latsim.policies import policy_names
-    from latsim.sweep import DEFAULT_COST, Experiment
+    from latsim.controller.policies import policy_names
+    from latsim.experiments.sweep import DEFAULT_COST, Experiment
 
     if C is not None and cost is not None:
         raise LatsimError("give either --C or --cost, not both")
@@ -140,8 +169,8 @@ def _experiment(Ks, policy, r, fps, C, cost, lead, q, updates, duration, seeds, 
 
 
 def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
-    from latsim.output import dumps, write_experiment
-    from latsim.sweep import run_experiment
+    from latsim.experiments.sweep import run_experiment
+    from latsim.run.files import dumps, write_experiment
 
     started = time.perf_counter()
     progress_bar = None
@@ -270,8 +299,8 @@ def theory_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Every closed form of the timing model for one setting."""
-    from latsim import theory
-    from latsim.output import dumps
+    from latsim.analysis import theory
+    from latsim.run.files import dumps
 
     if C < 0:
         raise LatsimError(f"C must be >= 0 seconds, got {C}")
@@ -325,13 +354,13 @@ def compare(
     ] = None,
 ) -> None:
     """Measured vs predicted: re-simulate each run with its own measured C samples."""
-    from latsim.compare import COMPARED, compare_runs
-    from latsim.output import dumps, write_rows_csv
+    from latsim.analysis.compare import COMPARED, compare_runs
+    from latsim.run.files import dumps, write_rows_csv
 
     result = compare_runs(list(run_dirs), replications=replications, seed=seed)
     payload = {"runs": result.rows, "MAPE": result.mape}
     if out is not None:
-        from latsim.plots import plot_compare_cdf, plot_compare_overlay
+        from latsim.viz.plots import plot_compare_cdf, plot_compare_overlay
 
         out.mkdir(parents=True, exist_ok=True)
         (out / "compare.json").write_text(dumps(payload) + "\n")
@@ -371,10 +400,9 @@ def compare(
 
 
 def _register_extensions() -> None:
-    from latsim import cli_live, cli_paper
+    from latsim.cli import paper_commands
 
-    cli_paper.register(app)
-    cli_live.register(app)
+    paper_commands.register(app)
 
 
 _register_extensions()

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from latsim.errors import LatsimError
-from latsim.traces import write_trace
+from latsim.model.traces import write_trace
 
 #: The kinds :func:`generate_set` knows, with a one-line description each.
 KINDS: dict[str, str] = {

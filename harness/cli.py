@@ -1,4 +1,7 @@
-"""CLI commands for live measurement (registered on the main app). Imports torch lazily.
+"""The live harness's commands, ``latsim measure`` and ``latsim profile``. Imports torch lazily.
+
+They join the ``latsim`` command line as a plugin (entry point group ``latsim.commands`` in
+``pyproject.toml``), so the library never imports the harness.
 
 ``latsim measure`` drives latsim's controller with the wall clock and a real Wan diffusion
 transformer (random weights; :mod:`harness`). Only typer is imported at module level so
@@ -14,13 +17,10 @@ import typer
 
 from latsim.formatting import fmt
 
-
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
-    app.command("measure")(measure)
-    app.command("profile")(profile)
+commands = typer.Typer(help="Live measurement with a real Wan DiT (random weights).")
 
 
+@commands.command("profile")
 def profile(
     K: Annotated[  # noqa: N803
         list[int], typer.Option("--K", help="chunk sizes in latent frames, e.g. --K 2 4 8")
@@ -74,6 +74,7 @@ def profile(
     typer.echo(f"wrote {out} (use: latsim sweep --cost table:{out} ...)")
 
 
+@commands.command("measure")
 def measure(
     K: Annotated[  # noqa: N803
         list[int], typer.Option("--K", help="chunk size(s) in latent frames, e.g. --K 2 4 8")
@@ -127,8 +128,8 @@ def measure(
     """Live run: a Wan DiT (random weights) under latsim's controller on the wall clock."""
     import sys
 
+    from latsim.controller.policies import policy_names
     from latsim.errors import LatsimError
-    from latsim.policies import policy_names
 
     if seed < 0:
         raise LatsimError(f"--seed must be >= 0, got {seed}")
@@ -162,7 +163,7 @@ def measure(
         results = run_measure(config, progress=progress)
     finally:
         sys.stderr.write("\n")
-    from latsim.output import dumps
+    from latsim.run.files import dumps
 
     if as_json:
         rows = [res.summary for res in results]

@@ -18,15 +18,15 @@ from multiprocessing import get_context
 
 import numpy as np
 
-from latsim import theory
-from latsim.arrivals import ArrivalSource, parse_updates
+from latsim.analysis import theory
+from latsim.analysis.metrics import summarize
 from latsim.controller import ControllerConfig
-from latsim.costs import CostModel, default_lead, parse_cost
+from latsim.controller.policies import PRESETS, Policy
+from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
-from latsim.metrics import summarize
-from latsim.policies import PRESETS, Policy
-from latsim.sim import RunRecords, simulate_trace
-from latsim.timing import Timing
+from latsim.model.arrivals import ArrivalSource, parse_updates
+from latsim.model.costs import CostModel, default_lead, parse_cost
+from latsim.sim.simpy_driver import RunRecords, simulate_trace
 
 #: Embedded defaults of ``latsim sweep`` (README, "Defaults"): Wan2.1-1.3B's stream
 #: (16 fps, 4 pixel frames per latent), 4 sampling steps of the paper's H200 per-forward

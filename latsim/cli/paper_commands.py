@@ -23,7 +23,7 @@ plot_app = typer.Typer(help="Figures drawn from a run folder's CSV records.",
 
 
 def _trace_paths(path: Path) -> list[Path]:
-    from latsim.traces import trace_files
+    from latsim.model.traces import trace_files
 
     if path.is_dir():
         return trace_files(path)
@@ -41,7 +41,7 @@ def traces_generate(
     seed: Annotated[int, typer.Option(help="root seed (trace i uses child i)")] = 0,
 ) -> None:
     """Generate a deterministic set of traces (same kind, count, duration, seed: same bytes)."""
-    from latsim.tracegen import generate_set, write_set
+    from latsim.experiments.tracegen import generate_set, write_set
 
     paths = write_set(generate_set(kind, count, duration, seed), out)
     typer.echo(f"wrote {len(paths)} {kind} traces to {out}/")
@@ -52,7 +52,7 @@ def traces_validate(
     path: Annotated[Path, typer.Argument(help="a trace file or a folder of *.jsonl")],
 ) -> None:
     """Check traces; print every problem as file:line and exit 1 if there is any."""
-    from latsim.traces import validate_trace
+    from latsim.model.traces import validate_trace
 
     files = _trace_paths(path)
     problems = [p for f in files for p in validate_trace(f)]
@@ -74,9 +74,9 @@ def traces_show(
     """Summarise a set: count, updates per trace (min/mean/max), inter-arrival statistics."""
     from dataclasses import asdict
 
-    from latsim.output import dumps
-    from latsim.tracegen import summarize_set
-    from latsim.traces import load_trace
+    from latsim.experiments.tracegen import summarize_set
+    from latsim.model.traces import load_trace
+    from latsim.run.files import dumps
 
     loaded = [load_trace(f) for f in _trace_paths(path)]
     summary = summarize_set([t.times for t in loaded], [t.duration for t in loaded])
@@ -107,12 +107,12 @@ def reproduce(
     jobs: Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")] = None,
 ) -> None:
     """Reproduce the paper's latency results: theory, simulation and the paper side by side."""
-    from latsim import paper
+    from latsim.experiments import paper
 
     result = paper.reproduce(traces_root=traces, jobs=jobs)
     written = paper.write_results(result, out)
     if as_json:
-        from latsim.output import dumps
+        from latsim.run.files import dumps
 
         typer.echo(dumps(paper.as_json(result)))
         return
@@ -132,8 +132,8 @@ def plot_timeline(
     = None,
 ) -> None:
     """Draw generator jobs, playback slots, commitments and condition latencies over time."""
-    from latsim.timeline import load_run
-    from latsim.timeline import plot_timeline as draw
+    from latsim.viz.timeline import load_run
+    from latsim.viz.timeline import plot_timeline as draw
 
     data = load_run(run_dir, policy=policy, K=K, run=run)
     path = draw(data, out or run_dir / "timeline.png", t0=t0, t1=t1)

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from latsim.sim import RunRecords
+from latsim.sim.simpy_driver import RunRecords
 
 
 @dataclass(frozen=True)

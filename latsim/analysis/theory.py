@@ -204,7 +204,7 @@ def stall_fraction(C: float, T: float) -> float:  # noqa: N803
 def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> dict:  # noqa: N803
     """Every closed form for one setting; formulas outside their validity give ``None``
     and a note under ``notes``. Used by ``latsim theory``."""
-    from latsim.timing import Timing
+    from latsim.controller.timing import Timing
 
     timing = Timing(K, r, fps)
     _check_nonnegative(C=C)

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from latsim import theory  # noqa: E402
+from latsim.analysis import theory  # noqa: E402
 
 POLICY_COLORS = {"baseline": "#7f7f7f", "speculative": "#2ca02c"}
 
@@ -101,7 +101,7 @@ def plot_compare_cdf(comparison, path: Path) -> Path:
 
 def plot_compare_overlay(comparison, path: Path) -> Path:
     """L50 and L95 vs K: measured points, simulated (predicted) lines, theory lines."""
-    from latsim.compare import theory_lines
+    from latsim.analysis.compare import theory_lines
 
     rows = sorted(comparison.rows, key=lambda r: r["K"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)

@@ -8,7 +8,7 @@ are data (:data:`TRANSITIONS`), dispatched by :meth:`Controller.handle` and prin
 
 Inputs (events): :class:`ConditionArrived`, :class:`JobDone`, :class:`SlotDue`,
 :class:`WakeUp`. Outputs (commands): :class:`StartJob`, :class:`ScheduleWakeUp`,
-:class:`PlaySlot`; plus flat records (see :mod:`latsim.records`).
+:class:`PlaySlot`; plus flat records (see :mod:`latsim.controller.records`).
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from latsim.errors import LatsimError
-from latsim.policies import Policy
-from latsim.records import (
+from latsim.controller.policies import Policy
+from latsim.controller.records import (
     ConditionRecord,
     DiscardRecord,
     JobRecord,
     SlotRecord,
     StallRecord,
 )
-from latsim.timing import Timing
+from latsim.controller.timing import Timing
+from latsim.errors import LatsimError
 
 #: Tolerance for comparing times that are sums of floats (slot starts, job ends).
 EPS = 1e-9
@@ -462,7 +462,7 @@ class Controller:
         the single worker and make a condition arriving moments later wait a whole C (the
         paper's FSM: a pending version alone does not start a job). The cost is in the
         split, not in L: such a condition waits in R instead of Q (see
-        :func:`latsim.theory.speculative_residual_wait_mean`)."""
+        :func:`latsim.analysis.theory.speculative_residual_wait_mean`)."""
         if self._latest_version <= self._planned_version:
             return None
         lowest = max(self._locked_end, self._next_pos)

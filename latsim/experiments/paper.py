@@ -1,6 +1,6 @@
 """The paper reproduction behind ``latsim reproduce``: settings, C choices and every table.
 
-Everything printed as "ours" is computed here, from :mod:`latsim.theory` closed forms or from
+Everything printed as "ours" is computed here, from :mod:`latsim.analysis.theory` closed forms or from
 simulations of the committed trace sets; the paper's own numbers are read from
 ``paper_data.json`` and only ever placed beside ours (columns prefixed ``paper_``). Where a C
 has to be inferred from a paper measurement, :data:`SETTINGS` says which measurement and
@@ -27,19 +27,19 @@ from pathlib import Path
 
 import numpy as np
 
-from latsim import theory
+from latsim.analysis import theory
 from latsim.controller import ControllerConfig
-from latsim.costs import FixedCost
+from latsim.controller.policies import PRESETS
+from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
+from latsim.experiments.sweep import Experiment, run_experiment
 from latsim.formatting import fmt
-from latsim.policies import PRESETS
-from latsim.sim import simulate_trace
-from latsim.sweep import Experiment, run_experiment
-from latsim.timing import Timing
-from latsim.traces import Trace
+from latsim.model.costs import FixedCost
+from latsim.model.traces import Trace
+from latsim.sim.simpy_driver import simulate_trace
 
 PAPER_DATA = Path(__file__).with_name("paper_data.json")
-REPO_TRACES = Path(__file__).resolve().parent.parent / "traces"
+REPO_TRACES = Path(__file__).resolve().parents[2] / "traces"
 TRACE_SETS = ("low", "high")
 
 
@@ -146,7 +146,7 @@ def _trace_root(traces_root: Path | None, tmp: Path) -> Path:
         return root
     if traces_root is not None:
         raise LatsimError(f"{traces_root}: needs sub-folders {' and '.join(TRACE_SETS)}")
-    from latsim.tracegen import CANONICAL_SETS, generate_set, write_set
+    from latsim.experiments.tracegen import CANONICAL_SETS, generate_set, write_set
 
     for kind in TRACE_SETS:
         count, duration, seed = CANONICAL_SETS[kind]
@@ -409,7 +409,7 @@ def as_json(result: Reproduction) -> dict:
 
 def write_results(result: Reproduction, out: Path) -> list[Path]:
     """One CSV per table plus ``reproduce.png``; byte-identical for identical results."""
-    from latsim.output import write_rows_csv
+    from latsim.run.files import write_rows_csv
 
     out.mkdir(parents=True, exist_ok=True)
     written = []

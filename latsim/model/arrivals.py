@@ -3,7 +3,7 @@
 - ``poisson:RATE``   exponential inter-arrivals, RATE per second
 - ``bernoulli:P``    each latent slot holds one arrival with probability P, at a uniform
                      phase within the slot (the paper's independent-update model)
-- ``trace:PATH``     one JSONL trace (see :mod:`latsim.traces`)
+- ``trace:PATH``     one JSONL trace (see :mod:`latsim.model.traces`)
 - ``traces:DIR``     every trace in a folder, one replication each
 """
 
@@ -15,9 +15,9 @@ from typing import Protocol
 
 import numpy as np
 
+from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
-from latsim.timing import Timing
-from latsim.traces import Trace, load_trace, trace_files
+from latsim.model.traces import Trace, load_trace, trace_files
 
 
 class ArrivalSource(Protocol):

@@ -7,8 +7,8 @@ import json
 import math
 from pathlib import Path
 
-from latsim.records import RECORD_TYPES, write_csv
-from latsim.sweep import ExperimentResult
+from latsim.controller.records import RECORD_TYPES, write_csv
+from latsim.experiments.sweep import ExperimentResult
 
 
 def clean(value: object) -> object:
@@ -74,7 +74,7 @@ def write_experiment(result: ExperimentResult, out: Path, plot: bool = True) -> 
                 first = False
         written.append(path)
     if plot:
-        from latsim.plots import plot_latency_vs_k
+        from latsim.viz.plots import plot_latency_vs_k
 
         written.append(plot_latency_vs_k(result.rows, out / "latency_vs_K.png"))
     return written

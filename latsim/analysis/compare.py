@@ -1,14 +1,14 @@
 """Measured vs predicted: re-simulate measured runs and report the disagreement.
 
 A *run folder* holds one (K, policy) run: ``config.json`` (K, policy, q, commit, r, fps,
-duration, lead, the trace copy), ``summary.json`` (metrics as :func:`latsim.metrics.summarize`
+duration, lead, the trace copy), ``summary.json`` (metrics as :func:`latsim.analysis.metrics.summarize`
 computes them, plus ``kernel_activity`` for live runs), the record CSVs and the trace.
 ``latsim measure`` writes them; :func:`write_run_dir` writes one from simulator records.
 
 The prediction re-runs the same trace through the simulator with the same policy, K, lead
 and window, drawing each job's C from the run's own measured job times (by job kind), over
 several cost seeds; errors are ``100·(predicted − measured)/measured`` per metric and MAPE
-over all runs (:mod:`latsim.fidelity`).
+over all runs (:mod:`latsim.analysis.fidelity`).
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
-from latsim import theory
+from latsim.analysis import theory
+from latsim.analysis.fidelity import error_pct, mape
+from latsim.analysis.metrics import summarize
 from latsim.controller import ControllerConfig
-from latsim.costs import TableCost
+from latsim.controller.policies import Policy
+from latsim.controller.records import RECORD_TYPES, ConditionRecord, JobRecord, read_csv, write_csv
+from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
-from latsim.fidelity import error_pct, mape
-from latsim.metrics import summarize
-from latsim.output import dumps
-from latsim.policies import Policy
-from latsim.records import RECORD_TYPES, ConditionRecord, JobRecord, read_csv, write_csv
-from latsim.sim import RunRecords, simulate_trace
-from latsim.timing import Timing
-from latsim.traces import Trace, load_trace, write_trace
+from latsim.model.costs import TableCost
+from latsim.model.traces import Trace, load_trace, write_trace
+from latsim.run.files import dumps
+from latsim.sim.simpy_driver import RunRecords, simulate_trace
 
 #: Metrics compared per run (DESIGN §4 names). stall_pct is also compared in percentage
 #: points, since its relative error is undefined when the measured value is 0.
@@ -208,7 +208,7 @@ def compare_runs(paths: list[Path], replications: int = 20, seed: int = 0) -> Co
 def theory_lines(row: dict) -> dict[str, float | None]:
     """Closed forms at a run's measured mean C and its lead (None outside their validity):
     the baseline's L is uniform on [lead, lead + T); the speculative mean is eq. (6) + Q
-    planned ``lead`` ahead (:func:`latsim.theory.speculative_latency_mean`)."""
+    planned ``lead`` ahead (:func:`latsim.analysis.theory.speculative_latency_mean`)."""
     C, T, delta, lead = row["C_measured_mean"], row["T"], row["delta"], row["lead"]  # noqa: N806
     out: dict[str, float | None] = {"baseline_L50": None, "baseline_L95": None,
                                     "speculative_L_mean": None}

@@ -1,0 +1,2 @@
+"""Analysis of records: summary metrics, closed-form theory, fidelity and measured-vs-
+predicted comparison."""

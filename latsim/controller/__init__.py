@@ -1,0 +1,31 @@
+"""The core layer: stream timing, commitment policies, flat records and the sans-IO controller.
+
+Pure logic with no simpy, numpy, torch or clock imports; every other layer builds on it.
+The controller's public types are re-exported here (``from latsim.controller import
+Controller, StartJob``).
+"""
+
+from latsim.controller.machine import (
+    EPS,
+    TRANSITIONS,
+    Command,
+    ConditionArrived,
+    Controller,
+    ControllerConfig,
+    Event,
+    JobDone,
+    PlaySlot,
+    ScheduleWakeUp,
+    SlotDue,
+    StartJob,
+    State,
+    Transition,
+    WakeUp,
+    mermaid_diagram,
+)
+
+__all__ = [
+    "EPS", "TRANSITIONS", "Command", "ConditionArrived", "Controller", "ControllerConfig",
+    "Event", "JobDone", "PlaySlot", "ScheduleWakeUp", "SlotDue", "StartJob", "State",
+    "Transition", "WakeUp", "mermaid_diagram",
+]

@@ -1,0 +1,1 @@
+"""Experiments: sweeps over K and policies, the paper reproduction, trace generation."""

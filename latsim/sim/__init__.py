@@ -1,0 +1,1 @@
+"""The SimPy driver of the controller."""

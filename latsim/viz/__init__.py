@@ -1,0 +1,2 @@
+"""Figures (matplotlib is imported only here and only inside functions or on import of
+these modules)."""
