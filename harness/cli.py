@@ -15,39 +15,47 @@ from typing import Annotated
 
 import typer
 
-from latsim.formatting import fmt
+from latsim.formatting import StatusLine, fmt
 
 commands = typer.Typer(help="Live measurement with a real Wan DiT (random weights).")
+
+# Generator options shared by profile and measure.
+PresetOpt = Annotated[str, typer.Option(help="model preset: tiny or wan-1.3b")]
+ResolutionOpt = Annotated[
+    str, typer.Option(help="latent resolution: tiny, small, 240p, 480p, 720p")
+]
+StepsOpt = Annotated[int, typer.Option(help="denoising steps per job (Euler)")]
+DeviceOpt = Annotated[str, typer.Option(help="cpu or cuda")]
+DecodeOpt = Annotated[
+    bool, typer.Option("--decode/--no-decode",
+                       help="VAE-decode each job's first output group inside C")
+]
+ContextOpt = Annotated[int, typer.Option(help="clean prefix latents fed to each job as context")]
+SeedOpt = Annotated[int, typer.Option(help="seed of weights, noise, embeddings (and trace)")]
+ThreadsOpt = Annotated[int | None, typer.Option(help="CPU torch threads (default: cores - 1)")]
+KsOpt = Annotated[
+    list[int], typer.Option("--K", help="chunk sizes in latent frames, e.g. --K 2 4 8")
+]
 
 
 @commands.command("profile")
 def profile(
-    K: Annotated[  # noqa: N803
-        list[int], typer.Option("--K", help="chunk sizes in latent frames, e.g. --K 2 4 8")
-    ] = [4],  # noqa: B006
+    K: KsOpt = [4],  # noqa: B006, N803
     out: Annotated[Path, typer.Option(help="profile file to write (JSON)")] = Path(
         "profile.json"
     ),
-    preset: Annotated[str, typer.Option(help="model preset: tiny or wan-1.3b")] = "tiny",
-    resolution: Annotated[
-        str, typer.Option(help="latent resolution: tiny, small, 240p, 480p, 720p")
-    ] = "tiny",
-    steps: Annotated[int, typer.Option(help="denoising steps per job (Euler)")] = 4,
+    preset: PresetOpt = "tiny",
+    resolution: ResolutionOpt = "tiny",
+    steps: StepsOpt = 4,
     jobs: Annotated[int, typer.Option(help="timed jobs per K and job kind")] = 20,
     gap: Annotated[float, typer.Option(help="idle seconds before each timed job")] = 0.3,
-    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
-    decode: Annotated[
-        bool, typer.Option("--decode/--no-decode", help="VAE-decode the first latent inside C")
-    ] = False,
-    context: Annotated[int, typer.Option(help="clean prefix latents fed as context")] = 0,
-    seed: Annotated[int, typer.Option(help="seed of weights and noise")] = 0,
-    threads: Annotated[
-        int | None, typer.Option(help="CPU torch threads (default: cores - 1)")
-    ] = None,
+    device: DeviceOpt = "cpu",
+    decode: DecodeOpt = False,
+    context: ContextOpt = 0,
+    seed: SeedOpt = 0,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Measure C per K and job kind (refill, replan); write a --cost table:PATH file."""
-    import sys
-
     from harness.generator import GeneratorConfig, require_device
     from harness.profile import ProfileConfig, write_profile
     from harness.profile import profile as run_profile
@@ -57,15 +65,8 @@ def profile(
                                 threads=threads)
     require_device(device)
     config = ProfileConfig(generator, tuple(K), jobs_per_kind=jobs, gap_s=gap)
-
-    def progress(line: str) -> None:
-        sys.stderr.write("\r" + line.ljust(40))
-        sys.stderr.flush()
-
-    try:
-        document = run_profile(config, progress=progress)
-    finally:
-        sys.stderr.write("\n")
+    with StatusLine(width=40) as status:
+        document = run_profile(config, progress=status)
     write_profile(document, out)
     for k, kinds in document["summary"].items():
         typer.echo(f"K={k:>3}  " + "  ".join(
@@ -76,14 +77,10 @@ def profile(
 
 @commands.command("measure")
 def measure(
-    K: Annotated[  # noqa: N803
-        list[int], typer.Option("--K", help="chunk size(s) in latent frames, e.g. --K 2 4 8")
-    ] = [4],  # noqa: B006
-    preset: Annotated[str, typer.Option(help="model preset: tiny or wan-1.3b")] = "tiny",
-    resolution: Annotated[
-        str, typer.Option(help="latent resolution: tiny, small, 240p, 480p, 720p")
-    ] = "tiny",
-    steps: Annotated[int, typer.Option(help="denoising steps per job (Euler)")] = 4,
+    K: KsOpt = [4],  # noqa: B006, N803
+    preset: PresetOpt = "tiny",
+    resolution: ResolutionOpt = "tiny",
+    steps: StepsOpt = 4,
     policy: Annotated[str, typer.Option(help="baseline, speculative or both")] = "both",
     trace: Annotated[
         Path | None, typer.Option(help="condition trace (JSONL); default: Poisson at --rate")
@@ -94,7 +91,7 @@ def measure(
     duration: Annotated[
         float | None, typer.Option(help="window (s); default: the trace header's, else 60")
     ] = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda")] = "cpu",
+    device: DeviceOpt = "cpu",
     out: Annotated[
         Path | None,
         typer.Option(help="parent folder: one run folder per (K, policy) inside; "
@@ -103,30 +100,22 @@ def measure(
     lead: Annotated[
         float | None,
         typer.Option(help="planning lead (s); default: q99 of warm-up and in-run calibration "
-                     "jobs + max(10%, 5 ms)"),
+                     "jobs + max(10%, 5 ms) (latsim.model.lead.LIVE)"),
     ] = None,
     r: Annotated[int, typer.Option("--r", help="pixel frames per latent frame")] = 4,
     fps: Annotated[float, typer.Option("--fps", help="video frames per second")] = 16.0,
-    seed: Annotated[int, typer.Option(help="seed of weights, noise, embeddings, trace")] = 0,
-    decode: Annotated[
-        bool, typer.Option("--decode/--no-decode",
-                           help="VAE-decode each job's first output group inside C")
-    ] = False,
-    context: Annotated[
-        int, typer.Option(help="clean prefix latents fed to each job as context")
-    ] = 0,
+    seed: SeedOpt = 0,
+    decode: DecodeOpt = False,
+    context: ContextOpt = 0,
     warmup: Annotated[int, typer.Option(help="timed warm-up jobs per K (lead, C samples)")] = 10,
     calibrate: Annotated[
         int, typer.Option(help="refills of the in-run calibration pass that sets the lead "
                           "(0: warm-up only)")
     ] = 8,
-    threads: Annotated[
-        int | None, typer.Option(help="CPU torch threads (default: cores - 1)")
-    ] = None,
+    threads: ThreadsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
 ) -> None:
     """Live run: a Wan DiT (random weights) under latsim's controller on the wall clock."""
-    import sys
 
     from latsim.controller.policies import policy_names
     from latsim.errors import LatsimError
@@ -155,14 +144,8 @@ def measure(
         warmup_timed=warmup, threads=threads, calibration_jobs=calibrate,
     )
 
-    def progress(line: str) -> None:
-        sys.stderr.write("\r" + line[:150].ljust(110))
-        sys.stderr.flush()
-
-    try:
-        results = run_measure(config, progress=progress)
-    finally:
-        sys.stderr.write("\n")
+    with StatusLine() as status:
+        results = run_measure(config, progress=status)
     from latsim.run.files import dumps
 
     if as_json:

@@ -1,8 +1,9 @@
 """The live driver: latsim's :class:`~latsim.controller.Controller` on the wall clock.
 
-The second driver of the one controller (DESIGN §3; the first is :mod:`latsim.sim.simpy_driver`). Its
-structure mirrors :func:`latsim.sim.simpy_driver.simulate_trace`, with SimPy's timeouts replaced by
-threads that post into **one event queue**:
+The second driver of the one controller (DESIGN §3; the first is
+:mod:`latsim.sim.simpy_driver`). Both own a :class:`~latsim.run.stream.StreamRun` (window,
+dispatch, drain, busy accounting, records) and supply only their clock; here SimPy's timeouts
+are replaced by threads that post into **one event queue**:
 
 - the **player clock** (:class:`~harness.player.PlayerClock`) posts ``SlotDue`` and
   ``WakeUp`` at the times the controller asked for;
@@ -23,7 +24,6 @@ result then says it was interrupted and keeps every record made so far.
 
 from __future__ import annotations
 
-import math
 import queue
 import sys
 import threading
@@ -39,13 +39,12 @@ from latsim.controller import (
     ControllerConfig,
     JobDone,
     PlaySlot,
-    ScheduleWakeUp,
     SlotDue,
     StartJob,
+    WakeUp,
 )
-from latsim.errors import LatsimError
 from latsim.model.traces import Trace
-from latsim.sim.simpy_driver import RunRecords, default_drain
+from latsim.run.stream import COMPLETE, INTERRUPTED, RunRecords, RunWindow, StreamRun
 
 
 class JobExecutor(Protocol):
@@ -73,7 +72,7 @@ class DriverConfig:
     """Wall-clock settings of one live run."""
 
     duration: float
-    drain: float | None = None  # default: latsim.sim.simpy_driver.default_drain, as in the simulator
+    drain: float | None = None  # default: latsim.run.stream.default_drain, as simulated
     spin_s: float = SPIN_S
     switch_interval_s: float = 0.0005  # sys.setswitchinterval during the run (GIL hand-off)
     progress_every_s: float = 0.5
@@ -123,6 +122,27 @@ class _Item:
 _STOP = object()
 
 
+class _WallClockPort:
+    """Carries out commands on the wall clock: timers go to the player clock, jobs to the
+    generator worker's queue, played slots get their display time noted."""
+
+    def __init__(self, player: PlayerClock, jobs_in: queue.SimpleQueue, t0: float) -> None:
+        self.player = player
+        self.jobs_in = jobs_in
+        self.t0 = t0
+        # position -> wall-clock time (s since t0) the player was told to show it
+        self.display_times: dict[int, float] = {}
+
+    def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
+        self.player.schedule(self.t0 + at, event)
+
+    def start_job(self, job: StartJob, now: float) -> None:
+        self.jobs_in.put(job)
+
+    def play(self, slot: PlaySlot) -> None:  # nothing to render; note when it would show
+        self.display_times[slot.position] = time.perf_counter() - self.t0
+
+
 class LiveDriver:
     """Drives ``Controller(config)`` with the wall clock, a generator and a trace."""
 
@@ -135,19 +155,14 @@ class LiveDriver:
         on_record: Callable[[object], None] | None = None,
         progress: Callable[[float, Controller], None] | None = None,
     ) -> None:
-        duration = driver_config.duration
-        if not (math.isfinite(duration) and duration > 0):
-            raise LatsimError(f"duration must be a positive number of seconds, got {duration!r}")
-        if duration < config.timing.T:
-            raise LatsimError(
-                f"duration {duration:g} s is shorter than one chunk (T = {config.timing.T:g} s)"
-            )
         self.config = config
         self.driver_config = driver_config
+        self.window = RunWindow.for_config(config, driver_config.duration, driver_config.drain)
         self.executor = executor
         self.trace = trace
-        self.controller = Controller(config, on_record=on_record)
+        self._on_record = on_record
         self._progress = progress
+        self.controller: Controller | None = None  # the run's, once it has started
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._jobs_in: queue.SimpleQueue = queue.SimpleQueue()
         self._stop_reason: str | None = None
@@ -187,18 +202,11 @@ class LiveDriver:
     def run(self) -> DriverResult:
         """Run the stream to the end of the window (plus drain); Ctrl-C ends it early."""
         cfg = self.driver_config
-        ctrl = self.controller
-        duration = cfg.duration
-        drain = cfg.drain
-        if drain is None:
-            drain = default_drain(self.config)
-        limit = duration + drain
-
+        window = self.window
         old_switch = sys.getswitchinterval()
         sys.setswitchinterval(cfg.switch_interval_s)
         player = PlayerClock(self._post, cfg.spin_s)
         worker = threading.Thread(target=self._worker, name="latsim-generator", daemon=True)
-        job_starts: dict[int, float] = {}
         events: list[EventTiming] = []
         interrupted = False
         last_now = 0.0
@@ -207,38 +215,27 @@ class LiveDriver:
         t0 = clock()
         self.t0 = t0
         t0_unix = time.time()
+        port = _WallClockPort(player, self._jobs_in, t0)
+        run = StreamRun(self.config, window, port, on_record=self._on_record)
+        ctrl = self.controller = run.controller
         injector = ConditionInjector(
-            self._post, t0, [t for t in self.trace.times if t < duration], cfg.spin_s
+            self._post, t0, [t for t in self.trace.times if t < window.duration], cfg.spin_s
         )
-
-        display_times: dict[int, float] = {}
-
-        def execute(commands: list, now: float) -> None:
-            for command in commands:
-                kind = type(command)
-                if kind is ScheduleWakeUp:
-                    player.schedule(t0 + command.at, command.event)
-                elif kind is StartJob:
-                    job_starts[command.job_id] = now
-                    self._jobs_in.put(command)
-                elif kind is PlaySlot:  # nothing to render; note when it would show
-                    display_times[command.position] = clock() - t0
-
         worker.start()
         player.start()
         injector.start()
         next_progress = 0.0
         try:
-            execute(ctrl.start(0.0), 0.0)
+            run.start(0.0)
             while True:
                 rel = clock() - t0
-                if rel >= duration and (ctrl.open_conditions == 0 or rel >= limit):
+                if run.should_end(rel):
                     break
                 if self._progress is not None and rel >= next_progress:
                     self._progress(rel, ctrl)
                     next_progress = rel + cfg.progress_every_s
-                wait = min(cfg.progress_every_s, max(0.0, (duration if rel < duration
-                                                           else limit) - rel))
+                horizon = window.duration if rel < window.duration else window.limit
+                wait = min(cfg.progress_every_s, max(0.0, horizon - rel))
                 try:
                     item = self._events.get(timeout=max(wait, 1e-4))
                 except queue.Empty:
@@ -254,9 +251,8 @@ class LiveDriver:
                 now = max(when, last_now)
                 last_now = now
                 h0 = clock()
-                commands = ctrl.handle(item.event, now)
+                run.deliver(item.event, now)
                 decision = clock() - h0
-                execute(commands, now)
                 event = item.event
                 events.append(EventTiming(
                     kind=event.kind,  # type: ignore[attr-defined]
@@ -276,22 +272,18 @@ class LiveDriver:
             sys.setswitchinterval(old_switch)
 
         end_time = max(clock() - t0, last_now)
-        ctrl.finish(end_time)
         rel_timings = tuple(
             JobTiming(j.job_id, j.kind, j.K, j.branch, j.version, j.context, j.t_start - t0,
                       j.t_end - t0, j.device_s, j.decoded_latents, j.decoded_frames)
             for j in list(self._timings)
         )
-        busy: list[tuple[float, float]] = [(j.t_start, j.t_end) for j in rel_timings]
-        finished = {j.job_id for j in rel_timings}
-        for job_id, start in job_starts.items():
-            if job_id not in finished:  # still running at the end
-                busy.append((start, end_time))
-        records = RunRecords.from_controller(ctrl, duration, end_time, busy)
-        reason = self._stop_reason if interrupted else "complete"
+        for j in rel_timings:
+            run.job_ran(j.job_id, j.t_start, j.t_end)
+        reason = (self._stop_reason or "stopped") if interrupted else COMPLETE
+        records = run.finish(end_time, INTERRUPTED if interrupted else COMPLETE)
         return DriverResult(
-            records=records, controller=ctrl, jobs=rel_timings, job_starts=job_starts,
+            records=records, controller=ctrl, jobs=rel_timings, job_starts=dict(run.job_starts),
             events=tuple(events), t0_perf=t0, t0_unix=t0_unix, end_time=end_time,
-            interrupted=interrupted, stop_reason=reason or "stopped",
-            errors=tuple(self._errors), display_times=display_times,
+            interrupted=interrupted, stop_reason=reason,
+            errors=tuple(self._errors), display_times=port.display_times,
         )

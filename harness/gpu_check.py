@@ -161,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.reps < 20 and args.device == "cuda":
             raise LatsimError("--reps must be >= 20")
         from harness.generator import GeneratorConfig, WanGenerator, device_name
-        from harness.run import MeasureConfig, measure, print_stderr, versions
+        from harness.measured import versions
+        from harness.run import MeasureConfig, measure
+        from latsim.formatting import StatusLine
 
         preset, res = model_preset(args.preset), resolution(args.resolution)
         if args.device == "cuda":
@@ -180,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                 device=args.device, out=str(args.out / "live"), decode=args.decode,
                 warmup_timed=10, drain=10.0,
             )
-            results = measure(config, progress=print_stderr, generator=generator)
-            sys.stderr.write("\n")
+            with StatusLine() as status:
+                results = measure(config, progress=status, generator=generator)
             live = [r.summary for r in results]
             print(f"\nlive runs ({args.duration:g} s each, {res.name}, steps={args.steps})")
             for s in live:

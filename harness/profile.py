@@ -65,7 +65,7 @@ def profile(config: ProfileConfig, progress=None) -> dict:
             if progress:
                 progress(f"K={K}: {i + 1}/{2 * config.jobs_per_kind} jobs")
         costs[str(K)] = samples
-    from harness.run import versions
+    from harness.measured import versions
 
     return {
         "costs": costs,

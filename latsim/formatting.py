@@ -1,6 +1,10 @@
-"""Number formatting for terminal tables (no heavy imports: the CLI loads this at start)."""
+"""Terminal text: number formatting for tables and a one-line progress display (no heavy
+imports: the CLI loads this at start)."""
 
 from __future__ import annotations
+
+import sys
+from typing import TextIO
 
 
 def fmt(value: object, digits: int = 3) -> str:
@@ -10,3 +14,27 @@ def fmt(value: object, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
+
+
+class StatusLine:
+    """A progress sink that rewrites one line of stderr (``\\r``); as a context manager it
+    ends the line when done, so later output starts on a fresh one."""
+
+    def __init__(self, width: int = 110, limit: int = 160, stream: TextIO | None = None) -> None:
+        self.width = width
+        self.limit = limit
+        self.stream = stream
+        self.used = False
+
+    def __call__(self, line: str) -> None:
+        stream = self.stream or sys.stderr
+        stream.write("\r" + line[: self.limit].ljust(self.width))
+        stream.flush()
+        self.used = True
+
+    def __enter__(self) -> StatusLine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.used:
+            (self.stream or sys.stderr).write("\n")

@@ -28,9 +28,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from latsim.experiments.sweep import DEFAULT_COST, Experiment, run_experiment  # noqa: E402
-from latsim.run.files import write_experiment  # noqa: E402
-from latsim.viz.timeline import load_run, plot_timeline  # noqa: E402
+from latsim.experiments.sweep import (  # noqa: E402
+    DEFAULT_COST,
+    Experiment,
+    run_experiment,
+    write_experiment,  # noqa: E402
+)
+from latsim.viz.timeline import plot_timeline, select_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
 RESULTS = Path(os.environ.get("LATSIM_RESULTS", ROOT / "results"))  # tests redirect this
@@ -98,9 +102,9 @@ if run_dir.exists():
     shutil.rmtree(run_dir)
 one = Experiment(Ks=(14,), cost=DEFAULT_COST,
                  updates=f"trace:{TRACES / 'high' / 'high_003.jsonl'}")
-write_experiment(run_experiment(one, jobs=1), run_dir, plot=False)
+write_experiment(run_experiment(one, jobs=1), run_dir)
 for name in ("config.json", "summary.json", "summary.csv"):
     (run_dir / name).unlink()  # they hold the absolute trace path; the timeline infers δ
 for policy in ("baseline", "speculative"):
-    plot_timeline(load_run(run_dir, policy=policy), OUT / f"timeline_{policy}.png")
+    plot_timeline(select_run(run_dir, policy=policy), OUT / f"timeline_{policy}.png")
 print("wrote", OUT)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from latsim.analysis.compare import COMPARED, compare_runs, load_run, write_run_dir
+from latsim.analysis.compare import COMPARED, compare_runs, load_measured, write_simulated
 from latsim.cli import app
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import BASELINE, SPECULATIVE
@@ -30,7 +30,7 @@ def sim_runs(tmp_path_factory):
             config = ControllerConfig(Timing(K, 4, 16.0), policy, 0.2)
             records, _ = simulate_trace(config, FixedCost(0.2), trace, 30.0,
                                         np.random.default_rng(0))
-            write_run_dir(root / f"K{K}-{policy.name}", config, trace, 30.0, records)
+            write_simulated(root / f"K{K}-{policy.name}", config, FixedCost(0.2), trace, records)
     return root
 
 
@@ -60,7 +60,7 @@ def test_error_is_relative_to_the_measurement(sim_runs, tmp_path):
 
 
 def test_load_run_takes_c_samples_from_the_jobs(sim_runs):
-    run = load_run(sim_runs / "K8-speculative")
+    run = load_measured(sim_runs / "K8-speculative")
     assert set(run.job_costs) <= {"refill", "replan"}
     assert all(c == pytest.approx(0.2) for values in run.job_costs.values() for c in values)
     assert len(run.latencies) == run.summary["n_displayed"]

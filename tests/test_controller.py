@@ -15,9 +15,11 @@ from latsim.controller import (
     SlotDue,
     StartJob,
     State,
+    Transition,
     WakeUp,
     mermaid_diagram,
 )
+from latsim.controller.machine import Decide, _compile
 from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
@@ -51,7 +53,7 @@ def test_start_prebuffers_version_zero_and_schedules_first_slot_and_refill():
     assert ctrl.state is State.CONSUME
     assert ctrl.cached_positions == {p: (0, 0) for p in range(4)}
     assert ctrl.jobs[0].kind == "prebuffer"
-    assert ctrl.next_deadline() == 0.0
+    assert not of_type(commands, StartJob)  # both guarded decide rows were skipped
 
 
 def test_slot_due_plays_cached_slot_and_schedules_next():
@@ -126,7 +128,6 @@ def test_stall_when_due_slot_is_missing_and_recovery_on_job_done():
     (job,) = of_type(ctrl.handle(WakeUp(), 0.9), StartJob)
     commands = ctrl.handle(SlotDue(4), 1.0)
     assert not of_type(commands, PlaySlot) and ctrl.stalled
-    assert ctrl.next_deadline() is None
     commands = ctrl.handle(JobDone(job.job_id), 1.2)
     assert PlaySlot(4, 0, job.job_id, 1.2) in commands
     assert ScheduleWakeUp(pytest.approx(1.45), SlotDue(5)) in commands
@@ -205,11 +206,107 @@ def test_q_must_divide_k():
         ControllerConfig(TIMING, Policy("bad", q=3, commit="lazy"), 0.1)
 
 
-def test_transition_table_covers_every_state_and_event():
-    kinds = {"condition_arrived", "job_done", "slot_due", "wake_up"}
+def test_refill_fires_when_the_replan_guard_before_it_does_not_hold():
+    ctrl = make()
+    ctrl.start(0.0)
+    play_through(ctrl, 2)
+    # version 1 is pending, but the first feasible branch (0.7 + 0.3 -> position 4) is the
+    # cache end: the replan row's guard fails and the refill row fires with the new version
+    (job,) = of_type(ctrl.handle(ConditionArrived(), 0.7), StartJob)
+    assert (job.kind, job.branch, job.version) == ("refill", 4, 1)
+    assert not ctrl.discards
+
+
+def test_dispatch_covers_exactly_the_table_in_table_order():
+    dispatch = Controller._dispatch
+    for state, by_trigger in dispatch.items():
+        for trigger, rows in by_trigger.items():
+            expected = [t for t in TRANSITIONS
+                        if t.trigger is trigger and t.source in (None, state)]
+            assert [entry[0] for entry in rows] == expected
+            # only the last row may be unguarded: every row can fire
+            assert all(entry[1] is not None for entry in rows[:-1])
+            for row, guard, action, target, target_rows in rows:
+                assert action is getattr(Controller, "_act_" + row.action)
+                assert guard is (None if row.guard is None
+                                 else getattr(Controller, "_guard_" + row.guard))
+                assert target is (state if row.target is None else row.target)
+                assert target_rows is dispatch[target]
+    compiled = {entry[0] for by_trigger in dispatch.values() for rows in by_trigger.values()
+                for entry in rows}
+    assert compiled == set(TRANSITIONS)
+
+
+def test_every_event_has_a_row_in_every_state_except_job_done_in_consume():
     for state in State:
-        for kind in kinds - ({"job_done"} if state is State.CONSUME else set()):
-            assert any(t.source is state and t.trigger == kind for t in TRANSITIONS), (state, kind)
+        for event_type in (ConditionArrived, JobDone, SlotDue, WakeUp):
+            has_row = event_type in Controller._dispatch[state]
+            assert has_row is not (state is State.CONSUME and event_type is JobDone)
+    assert Decide in Controller._dispatch[State.CONSUME]
+    assert Decide not in Controller._dispatch[State.PRODUCE]  # the running job ends it
+
+
+def test_event_with_no_row_raises():
+    ctrl = make()
+    ctrl.start(0.0)
+    with pytest.raises(RuntimeError, match="no transition for JobDone in Consume"):
+        ctrl.handle(JobDone(0), 0.0)
+    with pytest.raises(RuntimeError, match="no transition for object in Consume"):
+        ctrl.handle(object(), 0.0)  # type: ignore[arg-type]
+
+
+class _Probe(Controller):
+    """A controller whose table has a guarded event row and no decide step."""
+
+    def __init__(self, table: tuple[Transition, ...]) -> None:
+        self._dispatch = _compile(table, _Probe)  # type: ignore[misc]
+        super().__init__(ControllerConfig(TIMING, SPECULATIVE, LEAD))
+        self.marked: list[int] = []
+
+    def _guard_odd(self, event: SlotDue, now: float) -> int | None:
+        return event.position * 10 if event.position % 2 else None
+
+    def _act_mark(self, value: int, now: float, out: list) -> None:
+        self.marked.append(value)
+
+
+def test_event_rows_are_tried_in_order_and_the_first_whose_guard_holds_fires():
+    C, P = State.CONSUME, State.PRODUCE
+    ctrl = _Probe((
+        Transition(C, SlotDue, "odd", P, "mark", "odd positions: marked, go to Produce"),
+        Transition(None, SlotDue, None, None, "play_or_stall", "otherwise: play"),
+    ))
+    ctrl.start(0.0)
+    commands = ctrl.handle(SlotDue(0), 0.0)  # guard fails: the second row plays
+    assert PlaySlot(0, 0, 0, 0.0) in commands and ctrl.state is C and ctrl.marked == []
+    assert ctrl.handle(SlotDue(1), DELTA) == []  # guard holds: its value reaches the action
+    assert ctrl.marked == [10] and ctrl.state is P and ctrl.next_position == 1
+    ctrl.handle(SlotDue(1), DELTA)  # in Produce only the any-state row remains
+    assert ctrl.next_position == 2 and ctrl.marked == [10]
+
+
+def test_no_guard_holds_raises():
+    ctrl = _Probe((Transition(State.CONSUME, SlotDue, "odd", None, "mark", "odd only"),))
+    ctrl.start(0.0)
+    with pytest.raises(RuntimeError, match="no transition for SlotDue in Consume \\(no guard"):
+        ctrl.handle(SlotDue(0), 0.0)
+
+
+def test_a_row_after_an_unguarded_row_is_rejected():
+    table = (
+        Transition(None, SlotDue, None, None, "play_or_stall", "always"),
+        Transition(State.PRODUCE, SlotDue, "odd", None, "mark", "unreachable"),
+    )
+    with pytest.raises(ValueError, match="unreachable"):
+        _compile(table, _Probe)
+
+
+def test_diagram_and_table_print_every_row():
     diagram = mermaid_diagram()
-    assert diagram.startswith("stateDiagram-v2")
+    assert diagram.startswith("stateDiagram-v2\n")
     assert "Consume --> Produce: decide [replan_feasible] / start_replan" in diagram
+    assert "Produce --> Consume: job_done / finish_job" in diagram
+    assert diagram.count("    note right of Produce\n") == 1 and "    end note\n" in diagram
+    for row in TRANSITIONS:
+        guard = f" [{row.guard}]" if row.guard else ""
+        assert f"{row.trigger.kind}{guard} / {row.action}" in diagram

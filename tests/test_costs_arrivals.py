@@ -14,10 +14,10 @@ from latsim.model.costs import (
     AffineCost,
     FixedCost,
     LognormalCost,
-    default_lead,
     load_table,
     parse_cost,
 )
+from latsim.model.lead import SIMULATED
 
 Z = 4.0
 
@@ -26,8 +26,8 @@ def test_specs_parse_to_the_right_models():
     assert parse_cost("fixed:1.5") == FixedCost(1.5)
     assert parse_cost("affine:0.1,0.2").mean(4) == pytest.approx(0.9)
     assert parse_cost("lognormal:1,0.5") == LognormalCost(1.0, 0.5)
-    assert default_lead(FixedCost(0.7), 8) == 0.7
-    assert default_lead(AffineCost(0.1, 0.2), 4) == pytest.approx(0.9)
+    assert SIMULATED.from_cost(FixedCost(0.7), 8) == 0.7
+    assert SIMULATED.from_cost(AffineCost(0.1, 0.2), 4) == pytest.approx(0.9)
 
 
 def test_lognormal_mean_and_quantile_match_samples():

@@ -9,9 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from latsim.cli import app
-from latsim.experiments.sweep import Experiment, run_experiment
-from latsim.run.files import write_experiment
-from latsim.viz.timeline import default_window, load_run
+from latsim.experiments.sweep import Experiment, run_experiment, write_experiment
+from latsim.viz.timeline import default_window, select_run
 
 runner = CliRunner()
 
@@ -21,7 +20,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run")
     exp = Experiment(Ks=(4, 8), cost="fixed:0.6", updates="poisson:0.3", duration=30.0,
                      seeds=2, seed=4)
-    write_experiment(run_experiment(exp, jobs=1), out, plot=False)
+    write_experiment(run_experiment(exp, jobs=1), out)
     return out
 
 
@@ -40,7 +39,7 @@ def test_timeline_default_and_selected(run_dir: Path, tmp_path: Path) -> None:
 
 
 def test_selection_reads_the_right_rows(run_dir: Path) -> None:
-    data = load_run(run_dir, policy="speculative", K=8, run=1)
+    data = select_run(run_dir, policy="speculative", K=8, run=1)
     for frame in (data.jobs, data.slots, data.conditions):
         assert set(frame["policy"]) == {"speculative"}
         assert set(frame["K"]) == {8} and set(frame["run"]) == {1}
@@ -61,7 +60,7 @@ def test_works_on_a_measured_style_folder(run_dir: Path, tmp_path: Path) -> None
                           & (frame["run"] == 0)]
         frame.drop(columns=["policy", "K", "run"]).to_csv(folder / f"{name}.csv",
                                                           index=False)
-    data = load_run(folder)
+    data = select_run(folder)
     assert data.K == 4 and data.delta == pytest.approx(0.25)
     result = runner.invoke(app, ["plot", "timeline", str(folder)])
     assert result.exit_code == 0, result.output

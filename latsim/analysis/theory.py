@@ -248,3 +248,21 @@ def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> 
         )
     out["notes"] = notes
     return out
+
+
+def theory_lines(row: dict) -> dict[str, float | None]:
+    """Closed forms at a run's measured mean C (``row["C_measured_mean"]``), its ``T``,
+    ``delta`` and ``lead`` (None outside their validity): the baseline's L is uniform on
+    [lead, lead + T); the speculative mean is eq. (6) + Q planned ``lead`` ahead
+    (:func:`speculative_latency_mean`)."""
+    C, T, delta, lead = row["C_measured_mean"], row["T"], row["delta"], row["lead"]  # noqa: N806
+    out: dict[str, float | None] = {"baseline_L50": None, "baseline_L95": None,
+                                    "speculative_L_mean": None}
+    if C is None:
+        return out
+    if C <= lead:
+        out["baseline_L50"] = baseline_latency_quantile(lead, T, 0.5)
+        out["baseline_L95"] = baseline_latency_quantile(lead, T, 0.95)
+    if C <= T and C <= lead:
+        out["speculative_L_mean"] = speculative_latency_mean(C, T, delta, lead)
+    return out

@@ -160,7 +160,9 @@ def _experiment(Ks, policy, r, fps, C, cost, lead, q, updates, duration, seeds, 
     if C is not None and cost is not None:
         raise LatsimError("give either --C or --cost, not both")
     if C is not None:
-        cost = f"fixed:{C!r}"
+        from latsim.model.costs import FixedCost
+
+        cost = FixedCost(C)
     return Experiment(
         Ks=tuple(Ks), r=r, fps=fps, cost=cost or DEFAULT_COST, lead=lead, q=q,
         policies=tuple(policy_names(policy)), updates=updates, duration=duration,
@@ -169,8 +171,8 @@ def _experiment(Ks, policy, r, fps, C, cost, lead, q, updates, duration, seeds, 
 
 
 def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
-    from latsim.experiments.sweep import run_experiment
-    from latsim.run.files import dumps, write_experiment
+    from latsim.experiments.sweep import run_experiment, write_experiment
+    from latsim.run.files import dumps
 
     started = time.perf_counter()
     progress_bar = None
@@ -193,7 +195,10 @@ def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
         if progress_bar is not None:
             progress_bar.stop()
     if out is not None:
+        from latsim.viz.plots import plot_latency_vs_k
+
         write_experiment(result, out)
+        plot_latency_vs_k(result.rows, out / "latency_vs_K.png")
     if as_json:
         payload = result.rows if len(result.rows) > 1 else result.rows[0]
         typer.echo(dumps(payload))
@@ -333,11 +338,12 @@ def controller(
     if diagram:
         typer.echo(mermaid_diagram(), nl=False)
         return
-    for row in TRANSITIONS:
+    for row in TRANSITIONS:  # source None: any state; target None: the state is kept
+        source = "any" if row.source is None else row.source.value
+        target = "same" if row.target is None else row.target.value
         guard = f"[{row.guard}]" if row.guard else ""
         typer.echo(
-            f"{row.source.value:8} --{row.trigger}{guard}--> {row.target.value:8} "
-            f"{row.action}: {row.note}"
+            f"{source:8} --{row.trigger.kind}{guard}--> {target:8} {row.action}: {row.note}"
         )
 
 

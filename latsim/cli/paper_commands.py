@@ -108,15 +108,17 @@ def reproduce(
 ) -> None:
     """Reproduce the paper's latency results: theory, simulation and the paper side by side."""
     from latsim.experiments import paper
+    from latsim.viz.paper import plot_reproduction, print_report
 
     result = paper.reproduce(traces_root=traces, jobs=jobs)
     written = paper.write_results(result, out)
+    written.append(plot_reproduction(result, out / "reproduce.png"))
     if as_json:
         from latsim.run.files import dumps
 
         typer.echo(dumps(paper.as_json(result)))
         return
-    paper.print_report(result)
+    print_report(result)
     typer.echo(f"wrote {', '.join(p.name for p in written)} to {out}/")
 
 
@@ -132,10 +134,10 @@ def plot_timeline(
     = None,
 ) -> None:
     """Draw generator jobs, playback slots, commitments and condition latencies over time."""
-    from latsim.viz.timeline import load_run
     from latsim.viz.timeline import plot_timeline as draw
+    from latsim.viz.timeline import select_run
 
-    data = load_run(run_dir, policy=policy, K=K, run=run)
+    data = select_run(run_dir, policy=policy, K=K, run=run)
     path = draw(data, out or run_dir / "timeline.png", t0=t0, t1=t1)
     typer.echo(f"wrote {path} ({data.policy}, K={data.K}, run {data.run})")
 

@@ -3,8 +3,9 @@
 Pure logic, shared by the SimPy simulator and the live harness. It imports no clock,
 no simulator and no tensor library: the driver passes ``now`` with every event and
 carries out the commands it gets back. Its two control states and their transitions
-are data (:data:`TRANSITIONS`), dispatched by :meth:`Controller.handle` and printed by
-:func:`mermaid_diagram`.
+are data (:data:`TRANSITIONS`): :meth:`Controller.handle` dispatches every event, and the
+decide step after it, through that table alone (by event type, guards tried in order), and
+:func:`mermaid_diagram` prints it.
 
 Inputs (events): :class:`ConditionArrived`, :class:`JobDone`, :class:`SlotDue`,
 :class:`WakeUp`. Outputs (commands): :class:`StartJob`, :class:`ScheduleWakeUp`,
@@ -15,9 +16,9 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from latsim.controller.policies import Policy
 from latsim.controller.records import (
@@ -42,6 +43,7 @@ class State(enum.Enum):
 
 
 # ---------------------------------------------------------------- events (inputs)
+# Dispatch is by type; ``kind`` is only a label (the event logs and the printed table).
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,13 @@ class WakeUp:
 
 
 Event = ConditionArrived | JobDone | SlotDue | WakeUp
+
+
+class Decide:
+    """Not an event: the trigger of the decide step, taken after every event and at start."""
+
+    __slots__ = ()
+    kind = "decide"
 
 
 # ---------------------------------------------------------------- commands (outputs)
@@ -123,48 +132,51 @@ Command = StartJob | ScheduleWakeUp | PlaySlot
 
 @dataclass(frozen=True)
 class Transition:
-    """One row of the transition table.
+    """One row of the transition table; the table alone drives :meth:`Controller.handle`.
 
-    ``trigger`` is an event kind, or ``decide`` for the step the controller takes in
-    ``Consume`` after every event. Rows with the same (source, trigger) are tried in order;
-    the first whose ``guard`` holds fires (``guard=None`` always holds).
+    ``trigger`` is an event type, or :class:`Decide` for the step the controller takes after
+    every event. ``source=None`` means any state; ``target=None`` means the state is kept.
+    Rows with the same (state, trigger) are tried in order and the first whose ``guard``
+    holds fires: ``guard=None`` always holds, else ``Controller._guard_<guard>(event, now)``
+    returns None (it does not hold) or a value that ``Controller._act_<action>`` receives in
+    place of the event (the decide step has no event: None). An event with no row that fires
+    is an error; a state with no :class:`Decide` rows takes no decision.
     """
 
-    source: State
-    trigger: str
+    source: State | None
+    trigger: type[Event] | type[Decide]
     guard: str | None
-    target: State
+    target: State | None
     action: str
     note: str
 
 
 P, C_ = State.PRODUCE, State.CONSUME
 TRANSITIONS: tuple[Transition, ...] = (
-    Transition(C_, "condition_arrived", None, C_, "register_condition", "new version pending"),
-    Transition(P, "condition_arrived", None, P, "register_condition",
-               "running job is never aborted; version waits"),
-    Transition(C_, "slot_due", None, C_, "play_or_stall", "play cached slot, or stall"),
-    Transition(P, "slot_due", None, P, "play_or_stall", "play cached slot, or stall"),
-    Transition(C_, "wake_up", None, C_, "nothing", "re-check refill"),
-    Transition(P, "wake_up", None, P, "nothing", "stale: the running job ends with job_done"),
-    Transition(P, "job_done", None, C_, "finish_job",
+    Transition(None, ConditionArrived, None, None, "register_condition",
+               "new version pending; a running job is never aborted"),
+    Transition(None, SlotDue, None, None, "play_or_stall",
+               "play the cached slot, or stall; stale ticks are ignored"),
+    Transition(None, WakeUp, None, None, "forget_due_refill",
+               "forget the armed refill once due, so decide re-checks it "
+               "(stale in Produce: no refill is armed while a job runs)"),
+    Transition(P, JobDone, None, C_, "finish_job",
                "cache K predictions; eager commit locks them; end a stall"),
-    Transition(C_, "decide", "replan_feasible", P, "start_replan",
+    Transition(C_, Decide, "replan_feasible", P, "start_replan",
                "pending version and a branch before the cache end: discard future, sample K"),
-    Transition(C_, "decide", "refill_due", P, "start_refill",
+    Transition(C_, Decide, "refill_due", P, "start_refill",
                "cache end due within lead: sample the next K"),
-    Transition(C_, "decide", None, C_, "arm_refill", "wake up when the refill is due"),
+    Transition(C_, Decide, None, C_, "arm_refill", "wake up when the refill is due"),
 )
 
 
-def _transition_index() -> dict[tuple[State, str], tuple[Transition, ...]]:
-    index: dict[tuple[State, str], list[Transition]] = {}
-    for row in TRANSITIONS:
-        index.setdefault((row.source, row.trigger), []).append(row)
-    return {key: tuple(rows) for key, rows in index.items()}
+def _sources(row: Transition) -> tuple[State, ...]:
+    return tuple(State) if row.source is None else (row.source,)
 
 
-_INDEX = _transition_index()
+def _label(row: Transition) -> str:
+    guard = f" [{row.guard}]" if row.guard else ""
+    return f"{row.trigger.kind}{guard} / {row.action}"
 
 
 def mermaid_diagram() -> str:
@@ -173,12 +185,17 @@ def mermaid_diagram() -> str:
         "stateDiagram-v2",
         "    [*] --> Consume: start / prebuffer K latents with version 0",
     ]
+    kept = []
     for row in TRANSITIONS:
-        guard = f" [{row.guard}]" if row.guard else ""
-        lines.append(
-            f"    {row.source.value} --> {row.target.value}: {row.trigger}{guard} / {row.action}"
-        )
-    lines.append("    note right of Produce: playback continues in both states")
+        if row.source is None and row.target is None:
+            kept.append(f"        {_label(row)}")  # a self-loop on every state: one note
+            continue
+        for state in _sources(row):
+            target = state if row.target is None else row.target
+            lines.append(f"    {state.value} --> {target.value}: {_label(row)}")
+    if kept:
+        lines += ["    note right of Produce", "        in any state, keeping it:", *kept,
+                  "    end note"]
     return "\n".join(lines) + "\n"
 
 
@@ -229,6 +246,9 @@ class Controller:
     is made (the live harness appends them to disk as the run goes).
     """
 
+    #: :data:`TRANSITIONS` compiled by :func:`_compile`: state -> trigger -> rows.
+    _dispatch: ClassVar[_Dispatch]
+
     def __init__(
         self, config: ControllerConfig, on_record: Callable[[object], None] | None = None
     ) -> None:
@@ -242,6 +262,7 @@ class Controller:
         self._on_record = on_record
 
         self.state = State.CONSUME
+        self._rows = self._dispatch[self.state]  # the rows of self.state, by trigger
         self._started = False
         self._cache: dict[int, tuple[int, int]] = {}  # position -> (version, job_id), ready
         self._cache_end = 0  # first position not in the cache (nor in the running job)
@@ -292,20 +313,9 @@ class Controller:
             raise RuntimeError("call start() before handle()")
         self.events_handled += 1
         out: list[Command] = []
-        rows = _INDEX.get((self.state, event.kind))
-        if not rows:
-            raise RuntimeError(f"no transition for {event.kind} in {self.state.value}")
-        row = rows[0]
-        getattr(self, "_act_" + row.action)(event, now, out)
-        self.state = row.target
+        self._fire(self._rows.get(type(event), ()), event, now, out)
         self._decide(now, out)
         return out
-
-    def next_deadline(self) -> float | None:
-        """The earliest time at which the controller wants a timer event (or None)."""
-        slot_due = None if self._stalled_since is not None else self._next_due
-        times = [t for t in (slot_due, self._armed_refill) if t is not None]
-        return min(times) if times else None
 
     def finish(self, now: float) -> None:
         """End of run: close an open stall and record unresolved conditions as censored."""
@@ -375,7 +385,7 @@ class Controller:
         else:
             self._stalled_since = now
 
-    def _act_nothing(self, event: Event, now: float, out: list) -> None:
+    def _act_forget_due_refill(self, event: WakeUp, now: float, out: list) -> None:
         if self._armed_refill is not None and self._armed_refill <= now + EPS:
             self._armed_refill = None
 
@@ -439,19 +449,33 @@ class Controller:
                 return rec
         raise KeyError(job_id)
 
-    # ------------------------------------------------------------ the decision step
+    # ------------------------------------------------------------ dispatch
+
+    def _fire(self, rows: tuple[_Row, ...], event: Event | None, now: float, out: list) -> None:
+        """Fire the first of ``rows`` whose guard holds (see :class:`Transition`)."""
+        for _, guard, action, target, target_rows in rows:
+            if guard is None:
+                action(self, event, now, out)
+            else:
+                value = guard(self, event, now)
+                if value is None:
+                    continue
+                action(self, value, now, out)
+            self.state = target
+            self._rows = target_rows
+            return
+        trigger = "Decide" if event is None else type(event).__name__
+        held = " (no guard holds)" if rows else ""
+        raise RuntimeError(f"no transition for {trigger} in {self.state.value}{held}: {event!r}")
 
     def _decide(self, now: float, out: list) -> None:
-        if self.state is not State.CONSUME:
-            return
-        for row in _INDEX[(State.CONSUME, "decide")]:
-            value = None if row.guard is None else getattr(self, "_guard_" + row.guard)(now)
-            if row.guard is None or value is not None:
-                getattr(self, "_act_" + row.action)(value, now, out)
-                self.state = row.target
-                return
+        rows = self._rows.get(Decide)
+        if rows is not None:
+            self._fire(rows, None, now, out)
 
-    def _guard_replan_feasible(self, now: float) -> int | None:
+    # ------------------------------------------------------------ the decision step
+
+    def _guard_replan_feasible(self, event: None, now: float) -> int | None:
         """Branch position for a replan, or None. DESIGN §2: the first slot starting at or
         after ``now + lead``, aligned to ``q`` and not committed, and before the cache end:
         there must be a replaceable future to replace.
@@ -474,7 +498,7 @@ class Controller:
         position = -(-position // self._q) * self._q
         return position if position < self._cache_end else None
 
-    def _guard_refill_due(self, now: float) -> int | None:
+    def _guard_refill_due(self, event: None, now: float) -> int | None:
         return self._cache_end if self._refill_due_at(now) <= now + EPS else None
 
     def _act_start_replan(self, branch: int, now: float, out: list) -> None:
@@ -521,3 +545,28 @@ class Controller:
                 self.discards.append(record)
         if self._on_record is not None:
             self._on_record(record)
+
+
+# A compiled row: (row, guard, action, target state, target state's rows by trigger). The
+# methods are resolved once here, so handle() does no name lookups and allocates nothing.
+_Row = tuple[Transition, Any, Any, State, dict[type, tuple[Any, ...]]]
+_Dispatch = dict[State, dict[type, tuple[_Row, ...]]]
+
+
+def _compile(table: Sequence[Transition], cls: type[Controller]) -> _Dispatch:
+    """Rows by state and trigger, in table order, with ``cls``'s guards and actions bound."""
+    dispatch: _Dispatch = {state: {} for state in State}
+    for row in table:
+        guard = None if row.guard is None else getattr(cls, "_guard_" + row.guard)
+        action = getattr(cls, "_act_" + row.action)
+        for state in _sources(row):
+            rows = dispatch[state].get(row.trigger, ())
+            if rows and rows[-1][1] is None:
+                raise ValueError(f"unreachable: {row} follows an unguarded row for "
+                                 f"{row.trigger.__name__} in {state.value}")
+            target = state if row.target is None else row.target
+            dispatch[state][row.trigger] = (*rows, (row, guard, action, target, dispatch[target]))
+    return dispatch
+
+
+Controller._dispatch = _compile(TRANSITIONS, Controller)

@@ -1,7 +1,7 @@
 """The paper reproduction behind ``latsim reproduce``: settings, C choices and every table.
 
-Everything printed as "ours" is computed here, from :mod:`latsim.analysis.theory` closed forms or from
-simulations of the committed trace sets; the paper's own numbers are read from
+Everything printed as "ours" is computed here, from :mod:`latsim.analysis.theory` closed forms
+or from simulations of the committed trace sets; the paper's own numbers are read from
 ``paper_data.json`` and only ever placed beside ours (columns prefixed ``paper_``). Where a C
 has to be inferred from a paper measurement, :data:`SETTINGS` says which measurement and
 :func:`infer_C` computes it (nothing is typed in as a result).
@@ -33,7 +33,6 @@ from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
 from latsim.experiments.sweep import Experiment, run_experiment
-from latsim.formatting import fmt
 from latsim.model.costs import FixedCost
 from latsim.model.traces import Trace
 from latsim.sim.simpy_driver import simulate_trace
@@ -155,7 +154,7 @@ def _trace_root(traces_root: Path | None, tmp: Path) -> Path:
 
 
 def _sim_rows(setting: Setting, C: float, trace_dir: Path, jobs: int | None) -> dict:  # noqa: N803
-    exp = Experiment(Ks=(setting.K,), r=setting.r, fps=setting.fps, cost=f"fixed:{C!r}",
+    exp = Experiment(Ks=(setting.K,), r=setting.r, fps=setting.fps, cost=FixedCost(C),
                      updates=f"traces:{trace_dir}")
     return {row["policy"]: row for row in run_experiment(exp, jobs=jobs).rows}
 
@@ -302,7 +301,7 @@ def amplification_table(jobs: int | None) -> list[dict]:
     r, fps = AMP_TIMING
     rows = []
     for p in AMP_PS:
-        exp = Experiment(Ks=AMP_KS, r=r, fps=fps, cost=f"fixed:{AMP_C!r}",
+        exp = Experiment(Ks=AMP_KS, r=r, fps=fps, cost=FixedCost(AMP_C),
                          updates=f"bernoulli:{p!r}", duration=AMP_DURATION, seeds=AMP_SEEDS)
         for row in run_experiment(exp, jobs=jobs).rows:
             if row["policy"] != "speculative":
@@ -341,7 +340,7 @@ def stall_table(root: Path, jobs: int | None) -> list[dict]:
             rows.append(_stall_row(f"{s.name} {kind}", s, C, sim[policy], paper[kind]))
     for ratio in STALL_RATIOS:
         c = ratio * T
-        exp = Experiment(Ks=(s.K,), r=s.r, fps=s.fps, cost=f"fixed:{c!r}",
+        exp = Experiment(Ks=(s.K,), r=s.r, fps=s.fps, cost=FixedCost(c),
                          updates="poisson:0.1", duration=STALL_DURATION, seeds=2)
         for row in run_experiment(exp, jobs=jobs).rows:
             rows.append(_stall_row(f"C/T={ratio:g} poisson:0.1", s, c, row, None))
@@ -408,7 +407,7 @@ def as_json(result: Reproduction) -> dict:
 
 
 def write_results(result: Reproduction, out: Path) -> list[Path]:
-    """One CSV per table plus ``reproduce.png``; byte-identical for identical results."""
+    """One CSV per table; byte-identical for identical results."""
     from latsim.run.files import write_rows_csv
 
     out.mkdir(parents=True, exist_ok=True)
@@ -417,173 +416,4 @@ def write_results(result: Reproduction, out: Path) -> list[Path]:
         path = out / f"{name}.csv"
         write_rows_csv(path, rows)
         written.append(path)
-    written.append(plot_reproduction(result, out / "reproduce.png"))
     return written
-
-
-def plot_reproduction(result: Reproduction, path: Path) -> Path:
-    """Four panels: reductions per setting, eq. (6), A(p), stall vs C/T."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    ax = axes[0, 0]
-    names = [row["setting"] for row in result.settings]
-    x = np.arange(len(names))
-    series = [("paper (measured)", "paper_reduction", "#d62728"),
-              ("theory (T-δ)/2", "theory_reduction", "#7f7f7f"),
-              ("ours: low traces", "sim_low_reduction", "#98df8a"),
-              ("ours: high traces", "sim_high_reduction", "#2ca02c")]
-    for i, (label, key, color) in enumerate(series):
-        ax.bar(x + (i - 1.5) * 0.2, [row[key] for row in result.settings], 0.2, label=label,
-               color=color)
-    ax.set_xticks(x, [n.replace(" ", "\n") for n in names], fontsize=8)
-    ax.set_ylabel("mean-latency reduction (s)")
-    ax.set_title("baseline − speculative, six serving settings")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3, axis="y")
-
-    ax = axes[0, 1]
-    labels = [row["quantity"] for row in result.eq6]
-    y = np.arange(len(labels))
-    ax.barh(y + 0.2, [row["theory"] for row in result.eq6], 0.4, label="theory",
-            color="#7f7f7f")
-    ax.barh(y - 0.2, [row["simulated"] for row in result.eq6], 0.4, label="simulated",
-            color="#2ca02c")
-    ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel("seconds (P(busy): probability)")
-    ax.set_title("eq. (6) example: T = 5 s, C = 1.6 s")
-    ax.legend(fontsize=7)
-
-    ax = axes[1, 0]
-    for K in AMP_KS:  # noqa: N806
-        sel = [row for row in result.amplification if row["K"] == K]
-        ps = [row["p"] for row in sel]
-        line = ax.plot(ps, [row["A_independent"] for row in sel], "-", label=f"K={K}")[0]
-        ax.plot(ps, [row["A_sim"] for row in sel], "o", color=line.get_color())
-        poi = [(row["p"], row["A_poisson_approx"]) for row in sel if row["A_poisson_approx"]]
-        if poi:
-            ax.plot(*zip(*poi, strict=True), ":", color=line.get_color())
-    ax.set_xscale("log")
-    ax.set_xticks(AMP_PS, [f"{p:g}" for p in AMP_PS])
-    ax.minorticks_off()
-    ax.set_xlabel("per-latent update probability p")
-    ax.set_ylabel("work amplification A")
-    ax.set_title("A(p): line Kp/(1-(1-p)^K), dotted 1+λ(T-δ)/2, dots simulated")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-
-    ax = axes[1, 1]
-    sweep = [row for row in result.stall if row["case"].startswith("C/T")]
-    for policy, marker in (("baseline", "o"), ("speculative", "x")):
-        sel = [row for row in sweep if row["policy"] == policy]
-        ax.plot([row["C_over_T"] for row in sel], [row["sim_stall_pct"] for row in sel],
-                marker, label=f"simulated {policy}")
-    ratios = np.linspace(0.5, 2.0, 200)
-    ax.plot(ratios, [100 * theory.stall_fraction(q, 1.0) for q in ratios], "-", color="#7f7f7f",
-            label="theory 100·(1 − T/C)")
-    for row in result.stall:
-        if row["paper_stall_pct"] is not None and row["policy"] == "baseline":
-            ax.plot(row["C_over_T"], row["paper_stall_pct"], "*", color="#d62728",
-                    markersize=10)
-    ax.plot([], [], "*", color="#d62728", label="paper: LTX short eager")
-    ax.set_xlabel("C / T")
-    ax.set_ylabel("stall %")
-    ax.set_title("stall regime (LTX-2.3 K=3, T = 1 s)")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    return path
-
-
-# ---------------------------------------------------------------- terminal report
-
-
-def _signed(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:+.{digits}f}"
-
-
-def print_report(result: Reproduction) -> None:
-    """Rich tables: ours beside the paper's, with the differences."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=170)
-    t = Table(title="Six serving settings and the generation time C used for each")
-    for header in ("setting", "K", "r", "fps", "T (s)", "δ (s)", "C (s)", "C/T", "C from",
-                   "C implied by paper Δ"):
-        t.add_column(header, justify="left" if header in ("setting", "C from") else "right",
-                     no_wrap=True)
-    for row in result.settings:
-        t.add_row(row["setting"], str(row["K"]), str(row["r"]), fmt(row["fps"], 0),
-                  fmt(row["T"]), fmt(row["delta"]), fmt(row["C"]), fmt(row["C_over_T"], 2),
-                  row["C_method"], fmt(row["C_implied_by_paper"]))
-    console.print(t)
-    for method, text in C_METHOD_TEXT.items():
-        console.print(f"[dim]C from {method}: {text}[/dim]")
-    console.print("[dim]C implied = the C with (T−δ)/2 − C²/(2T) = the paper's Δ "
-                  "(– : none, the paper's Δ exceeds (T−δ)/2)[/dim]")
-    t = Table(title="Mean-latency reduction Δ = baseline − speculative L_mean (s): paper vs "
-              "theory vs ours (simulated on the committed trace sets)")
-    for header in ("setting", "paper Δ", "theory (T−δ)/2", "theory−paper", "theory Δ(C)",
-                   "sim low ±se", "sim high ±se", "low−paper", "high−paper"):
-        t.add_column(header, justify="left" if header == "setting" else "right",
-                     no_wrap=True)
-    for row in result.settings:
-        t.add_row(
-            row["setting"], fmt(row["paper_reduction"]), fmt(row["theory_reduction"]),
-            _signed(row["diff_theory_minus_paper"]), fmt(row["theory_reduction_at_C"]),
-            f"{fmt(row['sim_low_reduction'])}±{fmt(row['sim_low_reduction_se'], 2)}",
-            f"{fmt(row['sim_high_reduction'])}±{fmt(row['sim_high_reduction_se'], 2)}",
-            _signed(row["diff_sim_low_minus_paper"]), _signed(row["diff_sim_high_minus_paper"]),
-        )
-    console.print(t)
-    console.print("[dim]theory Δ(C) = C + T/2 − refined speculative mean (eq. 6 + Q), "
-                  "theory.speculative_latency_mean; – where C > T[/dim]")
-
-    t = Table(title="Eq. (6) worked example, T = 5 s (K=20, r=1, 4 fps), C = 1.6 s; "
-              f"simulation over {EQ6_PHASES} arrival phases")
-    for header in ("quantity", "theory", "simulated", "sim−theory", "paper", "theory−paper"):
-        t.add_column(header, justify="left" if header == "quantity" else "right")
-    for row in result.eq6:
-        t.add_row(row["quantity"], fmt(row["theory"]), fmt(row["simulated"]),
-                  _signed(row["diff_sim_minus_theory"], 4), fmt(row["paper"]),
-                  _signed(row["diff_theory_minus_paper"]))
-    console.print(t)
-
-    t = Table(title=f"Work amplification A: theory vs simulation (C = {AMP_C} s ≪ δ = 0.25 s, "
-              f"bernoulli:p, {AMP_SEEDS} × {AMP_DURATION:g} s)")
-    for header in ("K", "p", "λT", "Kp/(1−(1−p)^K)", "1+λ(T−δ)/2", "sim A", "sim 1/(1−w)",
-                   "sim−theory"):
-        t.add_column(header, justify="right")
-    for row in result.amplification:
-        t.add_row(str(row["K"]), fmt(row["p"]), fmt(row["lambda_T"], 2),
-                  fmt(row["A_independent"]), fmt(row["A_poisson_approx"]), fmt(row["A_sim"]),
-                  fmt(row["A_sim_from_w"]), _signed(row["diff_sim_minus_independent"]))
-    console.print(t)
-
-    t = Table(title="Stall regime: LTX-2.3 short chunk (K=3, T=1 s) with C > T, and a C/T sweep")
-    for header in ("case", "policy", "C", "C/T", "theory stall %", "sim stall %", "paper %",
-                   "sim−paper", "sim L mean", "3T/2 at C=T"):
-        t.add_column(header, justify="left" if header in ("case", "policy") else "right")
-    for row in result.stall:
-        t.add_row(row["case"], row["policy"], fmt(row["C"]), fmt(row["C_over_T"], 2),
-                  fmt(row["theory_stall_pct"], 2), fmt(row["sim_stall_pct"], 2),
-                  fmt(row["paper_stall_pct"], 3), _signed(row["diff_sim_minus_paper"], 2),
-                  fmt(row["sim_L_mean"]), fmt(row["theory_saturated_L_mean"]))
-    console.print(t)
-
-    t = Table(title="Paper Table 3 values beside ours (L50 s, stall %)")
-    for header in ("setting", "metric", "load", "paper", "ours", "ours−paper"):
-        t.add_column(header, justify="left" if header in ("setting", "metric", "load")
-                     else "right")
-    for row in result.l50:
-        t.add_row(row["setting"], row["metric"], row["load"], fmt(row["paper"]),
-                  fmt(row["ours"]), _signed(row["diff_ours_minus_paper"]))
-    console.print(t)

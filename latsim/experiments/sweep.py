@@ -15,18 +15,30 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from multiprocessing import get_context
+from pathlib import Path
 
 import numpy as np
 
 from latsim.analysis import theory
-from latsim.analysis.metrics import summarize
+from latsim.analysis.metrics import summarize, work_ratio
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
 from latsim.model.arrivals import ArrivalSource, parse_updates
-from latsim.model.costs import CostModel, default_lead, parse_cost
-from latsim.sim.simpy_driver import RunRecords, simulate_trace
+from latsim.model.costs import CostModel, parse_cost
+from latsim.model.lead import SIMULATED
+from latsim.run.files import write_rows_csv
+from latsim.run.folder import (
+    FORMAT_VERSION,
+    RUNNING,
+    RunIdentity,
+    summary_row,
+    write_json,
+    write_records,
+)
+from latsim.run.stream import COMPLETE, RunRecords
+from latsim.sim.simpy_driver import simulate_trace
 
 #: Embedded defaults of ``latsim sweep`` (README, "Defaults"): Wan2.1-1.3B's stream
 #: (16 fps, 4 pixel frames per latent), 4 sampling steps of the paper's H200 per-forward
@@ -42,16 +54,17 @@ DEFAULT_SEED = 0
 
 @dataclass(frozen=True)
 class Experiment:
-    """What to simulate. ``None`` means the documented default."""
+    """What to simulate. ``None`` means the documented default. ``cost`` and ``updates`` are
+    a spec string (``--cost``, ``--updates``) or a cost model / arrival source object."""
 
     Ks: tuple[int, ...]
     r: int = DEFAULT_R
     fps: float = DEFAULT_FPS
-    cost: str = DEFAULT_COST
+    cost: str | CostModel = DEFAULT_COST
     lead: float | None = None
     q: int | None = None
     policies: tuple[str, ...] = ("baseline", "speculative")
-    updates: str = DEFAULT_UPDATES
+    updates: str | ArrivalSource = DEFAULT_UPDATES
     duration: float | None = None
     seeds: int | None = None
     seed: int = DEFAULT_SEED
@@ -107,8 +120,19 @@ class ExperimentResult:
 
 
 @lru_cache(maxsize=8)
-def _sources(cost_spec: str, updates_spec: str) -> tuple[CostModel, ArrivalSource]:
-    return parse_cost(cost_spec), parse_updates(updates_spec)
+def _parse_cost(spec: str) -> CostModel:
+    return parse_cost(spec)
+
+
+@lru_cache(maxsize=8)
+def _parse_updates(spec: str) -> ArrivalSource:
+    return parse_updates(spec)
+
+
+def _sources(experiment: Experiment) -> tuple[CostModel, ArrivalSource]:
+    cost, updates = experiment.cost, experiment.updates
+    return (_parse_cost(cost) if isinstance(cost, str) else cost,
+            _parse_updates(updates) if isinstance(updates, str) else updates)
 
 
 def _policy(experiment: Experiment, name: str) -> Policy:
@@ -124,7 +148,7 @@ def _policy(experiment: Experiment, name: str) -> Policy:
 
 def plan(experiment: Experiment) -> Plan:
     """Resolve defaults and validate everything before any simulation starts."""
-    cost, arrivals = _sources(experiment.cost, experiment.updates)
+    cost, arrivals = _sources(experiment)
     duration = experiment.duration
     if duration is None:
         duration = arrivals.default_duration() or DEFAULT_DURATION
@@ -141,7 +165,7 @@ def plan(experiment: Experiment) -> Plan:
             raise LatsimError(
                 f"duration {duration:g} s is shorter than one chunk (K={K}: T = {timing.T:g} s)"
             )
-        lead = experiment.lead if experiment.lead is not None else default_lead(cost, K)
+        lead = experiment.lead if experiment.lead is not None else SIMULATED.from_cost(cost, K)
         cost.mean(K)  # K outside a cost table's range fails here, before any work
         names = list(experiment.policies)
         if "speculative" in names and "baseline" not in names:
@@ -236,27 +260,43 @@ def _theory_mean(p: Plan, cell: Cell) -> float | None:
 
 def _row(p: Plan, cell: Cell, runs: dict) -> dict:
     K = cell.timing.K  # noqa: N806
-    metrics = summarize(runs[(K, cell.policy.name)])
-    baseline_calls = summarize(runs[(K, "baseline")]).dit_calls
-    A = metrics.dit_calls / baseline_calls if baseline_calls else None  # noqa: N806
-    row = {
-        "policy": cell.policy.name,
-        "K": K,
-        "q": cell.policy.commit_unit(K),
-        "commit": cell.policy.commit,
-        "r": cell.timing.r,
-        "fps": cell.timing.fps,
-        "T": cell.timing.T,
-        "delta": cell.timing.delta,
-        "cost": p.cost.spec,
-        "C_mean": p.cost.mean(K),
-        "lead": cell.lead,
-        "updates": p.arrivals.spec,
-        "duration": p.duration,
-        "seed": p.experiment.seed,
-        **metrics.as_dict(),
-        "A": A,
-        "A_from_w": theory.work_amplification(metrics.w) if metrics.w is not None else None,
-        "L_mean_theory": _theory_mean(p, cell),
+    own = runs[(K, cell.policy.name)]
+    metrics = summarize(own)
+    A, A_se = work_ratio(own, runs[(K, "baseline")])  # noqa: N806
+    identity = RunIdentity.of(cell.config, p.cost.spec, p.cost.mean(K), p.arrivals.spec,
+                              p.duration, p.experiment.seed)
+    return summary_row(
+        identity, metrics.as_dict(), A=A, A_se=A_se,
+        A_from_w=theory.work_amplification(metrics.w) if metrics.w is not None else None,
+        L_mean_theory=_theory_mean(p, cell),
+    )
+
+
+def experiment_config(result: ExperimentResult) -> dict:
+    """``config.json`` of an experiment folder: the run-folder format and every input."""
+    experiment, p = result.plan.experiment, result.plan
+    return {
+        "format_version": FORMAT_VERSION, "kind": "experiment", "status": COMPLETE,
+        "Ks": list(experiment.Ks), "r": experiment.r, "fps": experiment.fps,
+        "cost": p.cost.spec, "lead": experiment.lead, "q": experiment.q,
+        "policies": list(experiment.policies), "updates": p.arrivals.spec,
+        "duration": p.duration, "replications": p.replications, "seed": experiment.seed,
+        "commit": experiment.commit, "commit_lead": experiment.commit_lead,
     }
-    return row
+
+
+def write_experiment(result: ExperimentResult, out: Path) -> list[Path]:
+    """Write an experiment folder (:mod:`latsim.run.folder`): ``config.json``,
+    ``summary.json``/``.csv`` and one CSV per record type. Returns the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    config = experiment_config(result)
+    written = [write_json(out / "config.json", {**config, "status": RUNNING})]
+    written += write_records(out, (
+        ((policy, K, index), run)
+        for (K, policy), runs in result.runs.items()  # noqa: N806
+        for index, run in enumerate(runs)
+    ))
+    write_rows_csv(out / "summary.csv", result.rows)
+    written += [out / "summary.csv", write_json(out / "summary.json", result.rows)]
+    write_json(out / "config.json", config)
+    return written

@@ -285,12 +285,3 @@ def parse_cost(spec: str) -> CostModel:
     raise LatsimError(
         f"unknown cost spec prefix {prefix!r}; use fixed:, affine:, table: or lognormal:"
     )
-
-
-#: The quantile of C used as the default planning lead (DESIGN §2).
-LEAD_QUANTILE = 0.99
-
-
-def default_lead(cost: CostModel, K: int) -> float:  # noqa: N803
-    """DESIGN §2: the 0.99 quantile of C (equal to C for a fixed cost)."""
-    return cost.quantile(K, LEAD_QUANTILE)

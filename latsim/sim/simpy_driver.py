@@ -1,16 +1,15 @@
 """The SimPy driver: one controller, one generator worker, a player and an arrival process.
 
-The controller decides; this module only keeps SimPy's clock. Job durations come from a
-cost model, arrivals from a :class:`~latsim.model.traces.Trace`. Conditions arrive within
-``[0, duration)``; the run continues past ``duration`` only to let the last conditions
-show (bounded by ``drain``), and time fractions are measured over ``[0, duration]``.
+The controller decides and :class:`~latsim.run.stream.StreamRun` keeps the books; this module
+only keeps SimPy's clock. Job durations come from a cost model, arrivals from a
+:class:`~latsim.model.traces.Trace`. Conditions arrive within ``[0, duration)``; the run
+continues past ``duration`` only to let the last conditions show (bounded by ``drain``), and
+time fractions are measured over ``[0, duration]``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -19,68 +18,44 @@ from latsim.controller import (
     ConditionArrived,
     Controller,
     ControllerConfig,
+    Event,
     JobDone,
-    ScheduleWakeUp,
+    PlaySlot,
+    SlotDue,
     StartJob,
+    WakeUp,
 )
-from latsim.controller.records import (
-    ConditionRecord,
-    DiscardRecord,
-    JobRecord,
-    SlotRecord,
-    StallRecord,
-)
-from latsim.errors import LatsimError
 from latsim.model.costs import CostModel
 from latsim.model.traces import Trace
+from latsim.run.stream import RunRecords, RunWindow, StreamRun
 
 
-@dataclass(frozen=True)
-class RunRecords:
-    """Everything one run recorded, plus the window it is measured over."""
+class _SimPyPort:
+    """Carries out commands on SimPy's clock; job durations are drawn from ``cost``."""
 
-    duration: float
-    end_time: float
-    conditions: tuple[ConditionRecord, ...]
-    jobs: tuple[JobRecord, ...]
-    slots: tuple[SlotRecord, ...]
-    stalls: tuple[StallRecord, ...]
-    discards: tuple[DiscardRecord, ...]
-    jobs_started: int
-    jobs_done: int
-    cached_at_end: int
-    calls_in_window: int  # DiT calls started before ``duration``
-    busy_in_window: float  # generator-busy seconds within [0, duration]
+    def __init__(self, env: simpy.Environment, cost: CostModel, K: int,  # noqa: N803
+                 rng: np.random.Generator) -> None:
+        self.env = env
+        self.cost = cost
+        self.K = K
+        self.rng = rng
+        self.run: StreamRun | None = None
 
-    @classmethod
-    def from_controller(
-        cls, ctrl: Controller, duration: float, end_time: float,
-        busy: list[tuple[float, float]],
-    ) -> RunRecords:
-        """Collect a finished controller's records; ``busy`` holds every job's (start, end)
-        on the generator, including one still running at the end."""
-        return cls(
-            duration=duration,
-            end_time=end_time,
-            conditions=tuple(sorted(ctrl.conditions, key=lambda c: c.version)),
-            jobs=tuple(ctrl.jobs),
-            slots=tuple(ctrl.slots),
-            stalls=tuple(ctrl.stalls),
-            discards=tuple(ctrl.discards),
-            jobs_started=ctrl.jobs_started,
-            jobs_done=ctrl.jobs_done,
-            cached_at_end=len(ctrl.cached_positions),
-            calls_in_window=sum(1 for start, _ in busy if start < duration),
-            busy_in_window=sum(
-                max(0.0, min(end, duration) - max(start, 0.0)) for start, end in busy
-            ),
-        )
+    def deliver(self, event: Event) -> None:
+        self.run.deliver(event, self.env.now)  # type: ignore[union-attr]
 
+    def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
+        timer = self.env.timeout(max(0.0, at - self.env.now))
+        timer.callbacks.append(lambda _, e=event: self.deliver(e))
 
-def default_drain(config: ControllerConfig) -> float:
-    """How long past the window both drivers wait for open conditions: four chunks plus
-    twice the lead (the lead stands in for a late job: it is C's 0.99 quantile by default)."""
-    return 4 * (config.timing.T + 2 * config.lead) + config.timing.delta
+    def start_job(self, job: StartJob, now: float) -> None:
+        took = self.cost.sample(self.K, self.rng, job.kind)
+        self.run.job_ran(job.job_id, now, now + took)  # type: ignore[union-attr]
+        done = self.env.timeout(took)
+        done.callbacks.append(lambda _, j=job.job_id: self.deliver(JobDone(j)))
+
+    def play(self, slot: PlaySlot) -> None:
+        pass  # nothing to show in simulation: the slot record is the output
 
 
 def simulate_trace(
@@ -95,46 +70,20 @@ def simulate_trace(
     """Run one trace through the controller on SimPy's clock.
 
     ``drain`` bounds the time past ``duration`` spent letting open conditions show (default:
-    :func:`default_drain`); ``on_record`` receives every record as it is made.
+    :func:`latsim.run.stream.default_drain`); ``on_record`` receives every record as it is
+    made.
     """
-    if not (math.isfinite(duration) and duration > 0):
-        raise LatsimError(f"duration must be a positive number of seconds, got {duration!r}")
-    timing = config.timing
-    if duration < timing.T:
-        raise LatsimError(
-            f"duration {duration:g} s is shorter than one chunk (T = {timing.T:g} s)"
-        )
-    K = timing.K  # noqa: N806
-    if drain is None:
-        drain = default_drain(config)
-
+    window = RunWindow.for_config(config, duration, drain)
     env = simpy.Environment()
-    ctrl = Controller(config, on_record=on_record)
-    busy_intervals: list[tuple[float, float]] = []
-
-    def deliver(event) -> None:
-        execute(ctrl.handle(event, env.now))
-
-    def execute(commands) -> None:
-        for command in commands:
-            if type(command) is ScheduleWakeUp:
-                timer = env.timeout(max(0.0, command.at - env.now))
-                timer.callbacks.append(lambda _, e=command.event: deliver(e))
-            elif type(command) is StartJob:
-                took = cost.sample(K, rng, command.kind)
-                busy_intervals.append((env.now, env.now + took))
-                done = env.timeout(took)
-                done.callbacks.append(lambda _, j=command.job_id: deliver(JobDone(j)))
+    port = _SimPyPort(env, cost, config.timing.K, rng)
+    run = port.run = StreamRun(config, window, port, on_record)
 
     for t in trace.times:
-        if t < duration:
+        if t < window.duration:
             arrival = env.timeout(t)
-            arrival.callbacks.append(lambda _: deliver(ConditionArrived()))
-    execute(ctrl.start(env.now))
-    env.run(until=duration)
-    limit = duration + drain
-    while ctrl.open_conditions and env.peek() <= limit:
+            arrival.callbacks.append(lambda _: port.deliver(ConditionArrived()))
+    run.start(env.now)
+    env.run(until=window.duration)
+    while run.controller.open_conditions and env.peek() <= window.limit:
         env.step()
-    ctrl.finish(env.now)
-    records = RunRecords.from_controller(ctrl, duration, env.now, busy_intervals)
-    return records, ctrl
+    return run.finish(env.now), run.controller

@@ -101,8 +101,6 @@ def plot_compare_cdf(comparison, path: Path) -> Path:
 
 def plot_compare_overlay(comparison, path: Path) -> Path:
     """L50 and L95 vs K: measured points, simulated (predicted) lines, theory lines."""
-    from latsim.analysis.compare import theory_lines
-
     rows = sorted(comparison.rows, key=lambda r: r["K"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
     for ax, metric in zip(axes, ("L50", "L95"), strict=True):
@@ -114,13 +112,13 @@ def plot_compare_overlay(comparison, path: Path) -> Path:
                     label=f"{policy} simulated")
             ax.plot(ks, [r[f"{metric}_measured"] for r in sel], "o", color=color, ms=7,
                     mfc="none", mew=2, label=f"{policy} measured")
-        base = [(r["K"], theory_lines(r)) for r in rows if r["policy"] == "baseline"]
+        base = [(r["K"], theory.theory_lines(r)) for r in rows if r["policy"] == "baseline"]
         key = "baseline_L50" if metric == "L50" else "baseline_L95"
         pts = [(k, t[key]) for k, t in base if t[key] is not None]
         if pts:
             ax.plot(*zip(*pts, strict=True), ":", color=POLICY_COLORS["baseline"],
                     label="baseline theory lead + " + ("T/2" if metric == "L50" else "0.95·T"))
-        spec = [(r["K"], theory_lines(r)["speculative_L_mean"]) for r in rows
+        spec = [(r["K"], theory.theory_lines(r)["speculative_L_mean"]) for r in rows
                 if r["policy"] == "speculative"]
         pts = [(k, v) for k, v in spec if v is not None]
         if pts and metric == "L50":

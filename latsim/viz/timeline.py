@@ -1,20 +1,19 @@
 """The timeline figure (like the paper's Figures 1–2), drawn only from a run folder's CSVs.
 
-A run folder holds ``jobs.csv``, ``slots.csv``, ``discards.csv``, ``conditions.csv`` and
-``stalls.csv`` as :func:`latsim.run.files.write_experiment` writes them (``policy, K, run``
-columns first; a measured run from the live harness writes the same files). Nothing here
-touches the simulator, so the figure works unchanged on measured runs. pandas and
-matplotlib are imported inside the functions.
+A run folder (:mod:`latsim.run.folder`: an experiment, a simulated or a measured run) holds
+``jobs.csv``, ``slots.csv``, ``discards.csv``, ``conditions.csv`` and ``stalls.csv`` with
+``policy, K, run`` columns first. Nothing here touches the simulator, so the figure works
+unchanged on measured runs. pandas and matplotlib are imported inside the functions.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from latsim.errors import LatsimError
+from latsim.run.folder import RunFolder, read_run_folder
 
 RECORD_FILES = ("jobs", "slots", "discards", "conditions", "stalls")
 REQUIRED = ("jobs", "slots")
@@ -40,15 +39,6 @@ class RunData:
         return self.K * self.delta
 
 
-def _read(path: Path):
-    import pandas as pd
-
-    try:
-        return pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        return pd.DataFrame()
-
-
 def _select(frame, policy: str | None, K: int | None, run: int | None):  # noqa: N803
     if frame.empty:
         return frame
@@ -60,42 +50,30 @@ def _select(frame, policy: str | None, K: int | None, run: int | None):  # noqa:
     return frame if mask is None else frame[mask].reset_index(drop=True)
 
 
-def _infer_delta(slots, run_dir: Path) -> float:
-    config = run_dir / "config.json"
-    if config.exists():
-        try:
-            data = json.loads(config.read_text())
-            if data.get("r") and data.get("fps"):
-                return float(data["r"]) / float(data["fps"])
-        except (json.JSONDecodeError, TypeError, ValueError):
-            pass
+def _infer_delta(slots, folder: RunFolder) -> float:
+    config = folder.config
+    if config.get("r") and config.get("fps"):
+        return float(config["r"]) / float(config["fps"])
     starts = slots.sort_values("position")["t_start"].diff().dropna()
     starts = starts[starts > 1e-9]
     if starts.empty:
-        raise LatsimError(f"{run_dir}: cannot infer the slot length δ (too few slots)")
+        raise LatsimError(f"{folder.path}: cannot infer the slot length δ (too few slots)")
     return float(starts.min())
 
 
-def load_run(run_dir: str | Path, policy: str | None = None, K: int | None = None,  # noqa: N803
-             run: int | None = None) -> RunData:
-    """Read a run folder and select one (policy, K, run); ``None`` picks the first present."""
-    folder = Path(run_dir)
-    if not folder.is_dir():
-        raise LatsimError(f"{run_dir}: not a folder")
-    frames = {}
-    for name in RECORD_FILES:
-        path = folder / f"{name}.csv"
-        if not path.exists():
-            if name in REQUIRED:
-                raise LatsimError(f"{path}: missing (a run folder needs jobs.csv and slots.csv)")
-            import pandas as pd
-
-            frames[name] = pd.DataFrame()
-        else:
-            frames[name] = _read(path)
+def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = None,  # noqa: N803
+               run: int | None = None) -> RunData:
+    """Read a run folder (:mod:`latsim.run.folder`) and select one (policy, K, run);
+    ``None`` picks the first present."""
+    folder = read_run_folder(run_dir)
+    for name in REQUIRED:
+        if not (folder.path / f"{name}.csv").exists():
+            raise LatsimError(f"{folder.path / (name + '.csv')}: missing "
+                              "(a run folder needs jobs.csv and slots.csv)")
+    frames = {name: folder.frame(name) for name in RECORD_FILES}
     jobs = frames["jobs"]
     if jobs.empty:
-        raise LatsimError(f"{folder / 'jobs.csv'}: no job records")
+        raise LatsimError(f"{folder.path / 'jobs.csv'}: no job records")
     if policy is not None and "policy" in jobs.columns and policy not in set(jobs["policy"]):
         raise LatsimError(f"{run_dir}: no policy {policy!r} (have "
                           f"{', '.join(sorted(set(jobs['policy'])))})")
@@ -113,7 +91,10 @@ def load_run(run_dir: str | Path, policy: str | None = None, K: int | None = Non
     if picked["jobs"].empty or picked["slots"].empty:
         raise LatsimError(f"{run_dir}: no records for policy {policy!r}, K={K}, run {run}")
     delta = _infer_delta(picked["slots"], folder)
-    eager = policy == "baseline"
+    if folder.kind == "experiment":  # its "commit" overrides the speculative policy only
+        eager = policy == "baseline" or folder.config.get("commit") == "eager"
+    else:
+        eager = folder.config.get("commit") == "eager"
     return RunData(policy, int(K), int(run), delta, eager, picked["jobs"], picked["slots"],
                    picked["discards"], picked["conditions"], picked["stalls"])
 

@@ -1,0 +1,186 @@
+"""What a measured run folder holds beyond the controller's records: the summary row and the
+telemetry files (the format is :mod:`latsim.run.folder`, kind ``measured``)::
+
+    gen_jobs.csv      the generator's own timing of every job (warm-up and run)
+    display.csv       each displayed condition's latency on the wall clock
+    events.csv        every event the controller handled: due, fired, handled, decision time
+    nvml_samples.csv  raw GPU utilisation samples (when NVML is available)
+    cost_samples.json every measured job duration, in latsim.model.costs.load_table's format
+"""
+
+from __future__ import annotations
+
+import csv
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from harness.calibration import Warmup
+from harness.driver import DriverResult
+from harness.telemetry import KernelActivity, NvmlSampler
+from latsim.analysis.metrics import summarize, work_ratio
+from latsim.controller import ControllerConfig
+from latsim.model.lead import LIVE
+from latsim.run.folder import RunIdentity, summary_row, write_json
+from latsim.run.stream import RunRecords
+
+
+def versions() -> dict:
+    """Versions of everything that shapes a measurement."""
+    import diffusers
+    import torch
+
+    import latsim
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "diffusers": diffusers.__version__,
+        "numpy": np.__version__,
+        "latsim": getattr(latsim, "__version__", "0.1.0"),
+        "platform": platform.platform(),
+    }
+
+
+def wall_latencies(result: DriverResult) -> list[dict]:
+    """Each displayed condition's latency on the wall clock: from its trace time to when the
+    player was told to show its first slot (scheduled start + timer lateness + handling).
+
+    The controller runs on the slots' scheduled times (the playback grid does not drift), so
+    the records' L excludes the player's own delays; this puts them back in.
+    """
+    position_at = {slot.t_start: slot.position for slot in result.records.slots}
+    rows = []
+    for c in result.records.conditions:
+        if not c.displayed:
+            continue
+        position = position_at[c.t_play]
+        shown = result.display_times[position]
+        rows.append({"version": c.version, "t_arrival": c.t_arrival, "position": position,
+                     "t_play": c.t_play, "t_display": shown, "L": c.L,
+                     "L_wall": shown - c.t_arrival, "superseded": c.superseded})
+    return rows
+
+
+def percentiles_ms(values: list[float]) -> dict:
+    if not values:
+        return {"p50": None, "p99": None, "max": None, "n": 0}
+    arr = np.asarray(values) * 1e3
+    return {"p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)),
+            "max": float(arr.max()), "n": int(arr.size)}
+
+
+def timing_diagnostics(result: DriverResult) -> dict:
+    """Timer lateness, handling delay and controller decision time of one run (ms)."""
+    slot_fire = [e.happened - e.scheduled for e in result.events
+                 if e.kind == "slot_due" and e.scheduled is not None]
+    slot_handle = [e.handled - e.scheduled for e in result.events
+                   if e.kind == "slot_due" and e.scheduled is not None]
+    timer_fire = [e.happened - e.scheduled for e in result.events if e.scheduled is not None]
+    done_handle = [e.handled - e.happened for e in result.events if e.kind == "job_done"]
+    decision = [e.decision_s for e in result.events]
+    by_id = {j.job_id: j for j in result.jobs}
+    dispatch = [by_id[job_id].t_start - start for job_id, start in result.job_starts.items()
+                if job_id in by_id]
+    return {
+        "slot_start_lateness_ms": percentiles_ms(slot_fire),
+        "slot_handle_lateness_ms": percentiles_ms(slot_handle),
+        "timer_lateness_ms": percentiles_ms(timer_fire),
+        "job_done_handle_delay_ms": percentiles_ms(done_handle),
+        "job_dispatch_delay_ms": percentiles_ms(dispatch),
+        "decision_ms": percentiles_ms(decision),
+    }
+
+
+def measured_summary(config: ControllerConfig, cost: str, updates: str, seed: int,
+                     result: DriverResult, baseline: RunRecords | None, display: list[dict],
+                     warmup: Warmup, activity: KernelActivity, **settings: object) -> dict:
+    """The summary row of a measured run: the simulator's metrics, L on the wall clock (the
+    controller-timeline values beside it), C statistics (the generator's wall time per job),
+    A against ``baseline`` (the baseline's run on the same trace; ``None`` if it was not
+    measured), kernel activity, ``settings`` (device, preset, ...) and timing diagnostics."""
+    metrics = summarize([result.records])
+    run_c = [j.wall_s for j in result.jobs] or warmup.durations
+    identity = RunIdentity.of(config, cost, float(np.mean(run_c)), updates,
+                              result.records.duration, seed)
+    wall = np.array([row["L_wall"] for row in display])
+    lateness = [row["t_display"] - row["t_play"] for row in display]
+    A = work_ratio([result.records], [baseline])[0] if baseline is not None else None  # noqa: N806
+    return summary_row(
+        identity, metrics.as_dict(),
+        # L on the wall clock; the controller-timeline values beside it
+        L_mean=float(wall.mean()) if wall.size else None,
+        L50=float(np.percentile(wall, 50)) if wall.size else None,
+        L95=float(np.percentile(wall, 95)) if wall.size else None,
+        L_mean_timeline=metrics.L_mean, L50_timeline=metrics.L50, L95_timeline=metrics.L95,
+        display_lateness_ms=percentiles_ms(lateness),
+        C_p50=float(np.percentile(run_c, 50)), C_p99=float(np.percentile(run_c, 99)),
+        C_warmup_mean=float(np.mean(warmup.durations)),
+        C_warmup_q99=LIVE.sample_quantile(warmup.durations),
+        A=A,
+        A_from_w=(1.0 / (1.0 - metrics.w)) if metrics.w is not None and metrics.w < 1 else None,
+        kernel_activity=activity.percent,
+        kernel_activity_note=activity.note,
+        kernel_activity_source=activity.source,
+        nvml_samples=activity.n_samples,
+        **settings,
+        interrupted=result.interrupted,
+        stop_reason=result.stop_reason,
+        end_time=result.end_time,
+        **timing_diagnostics(result),
+    )
+
+
+def write_rows(path: Path, header: list[str], rows: list[list]) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def write_telemetry(run_dir: Path, result: DriverResult, warmup: Warmup,
+                    sampler: NvmlSampler | None, display: list[dict]) -> None:
+    """The telemetry files of a measured run (see the module docstring)."""
+    header = ["phase", "job_id", "kind", "K", "branch", "version", "context", "t_start",
+              "t_end", "wall_s", "device_s", "decoded_latents", "decoded_frames",
+              "controller_start"]
+    rows = []
+    for j in warmup.jobs:
+        rows.append(["warmup", j.job_id, j.kind, j.K, j.branch, j.version, j.context, "", "",
+                     j.wall_s, "" if j.device_s is None else j.device_s, j.decoded_latents,
+                     j.decoded_frames, ""])
+    for j in result.jobs:
+        rows.append(["run", j.job_id, j.kind, j.K, j.branch, j.version, j.context, j.t_start,
+                     j.t_end, j.wall_s, "" if j.device_s is None else j.device_s,
+                     j.decoded_latents, j.decoded_frames, result.job_starts.get(j.job_id, "")])
+    write_rows(run_dir / "gen_jobs.csv", header, rows)
+    columns = ["version", "t_arrival", "position", "t_play", "t_display", "L", "L_wall",
+               "superseded"]
+    write_rows(run_dir / "display.csv", columns, [[row[c] for c in columns] for row in display])
+    write_rows(
+        run_dir / "events.csv",
+        ["kind", "position", "scheduled", "happened", "handled", "now", "decision_s"],
+        [[e.kind, "" if e.position is None else e.position,
+          "" if e.scheduled is None else float(e.scheduled), e.happened, e.handled, e.now,
+          e.decision_s] for e in result.events],
+    )
+    if sampler is not None and sampler.samples:
+        write_rows(run_dir / "nvml_samples.csv", ["t_unix", "t_rel", "gpu_util_pct"],
+                   [[s.t_unix, s.t_unix - result.t0_unix, s.percent]
+                    for s in sampler.samples])
+    refill = warmup.durations + [j.wall_s for j in result.jobs if j.kind == "refill"]
+    replan = [j.wall_s for j in result.jobs if j.kind == "replan"]
+    observed: dict[str, list[float]] = {"refill": [], "replan": []}
+    for rec in result.records.jobs:
+        if rec.job_id > 0:
+            observed[rec.kind].append(rec.t_ready - rec.t_start)
+    K = warmup.K  # noqa: N806
+    write_json(run_dir / "cost_samples.json", {
+        "costs": {str(K): {"refill": refill, "replan": replan}},
+        "note": "generator wall time per job (s), warm-up jobs first under refill; "
+                "controller_observed adds dispatch and hand-back delays (t_ready - t_start)",
+        "warmup": warmup.durations,
+        "controller_observed": {str(K): observed},
+    })

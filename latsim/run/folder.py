@@ -1,0 +1,280 @@
+"""The run-folder format: one schema, one writer, one reader, one summary-row builder.
+
+A run folder holds the records of one or more runs and what they were run with::
+
+    config.json     {"format_version": 1, "kind": ..., "status": ..., ...}
+    summary.json    one summary row (a single run) or a list of rows (an experiment)
+    conditions.csv jobs.csv slots.csv stalls.csv discards.csv
+                    the controller's records, leading columns ``policy, K, run``
+    trace.jsonl     the arrival trace of a single run (``config["trace_copy"]``)
+
+``kind`` is ``experiment`` (``latsim simulate/sweep --out``: every (policy, K, replication)
+in one folder), ``simulated`` (one simulated run, e.g. for ``latsim compare``) or
+``measured`` (one live run, written by the harness with extra telemetry files).
+``status`` is ``complete``, ``running`` (the writer has not finished; a folder left so by a
+killed process reads as ``incomplete``), or why the run stopped early. Small, essential files
+are written atomically (a temporary name, then a rename), so a reader never sees half a
+``config.json`` or ``summary.json``.
+
+Folders written before the format had a version (no ``format_version``) read as version 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from latsim.controller import ControllerConfig
+from latsim.controller.policies import Policy
+from latsim.controller.records import RECORD_TYPES, read_csv, write_csv
+from latsim.controller.timing import Timing
+from latsim.errors import LatsimError
+from latsim.model.traces import Trace, load_trace, write_trace
+from latsim.run.files import dumps
+from latsim.run.stream import COMPLETE, RunRecords
+
+FORMAT_VERSION = 1
+KINDS = ("experiment", "simulated", "measured")
+RUNNING = "running"
+INCOMPLETE = "incomplete"  # "running" in a folder no process is writing any more
+TRACE_COPY = "trace.jsonl"
+
+#: What a single run's config.json must hold to be re-simulated.
+RUN_KEYS = ("K", "policy", "q", "commit", "r", "fps", "duration", "lead")
+
+
+# ---------------------------------------------------------------- schema
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What a summary row starts with: the configuration its metrics belong to."""
+
+    policy: str
+    K: int
+    q: int
+    commit: str
+    r: int
+    fps: float
+    T: float
+    delta: float
+    cost: str
+    C_mean: float
+    lead: float
+    updates: str
+    duration: float
+    seed: int | None
+
+    @classmethod
+    def of(cls, config: ControllerConfig, cost: str, C_mean: float, updates: str,  # noqa: N803
+           duration: float, seed: int | None) -> RunIdentity:
+        timing, policy = config.timing, config.policy
+        return cls(policy.name, timing.K, policy.commit_unit(timing.K), policy.commit,
+                   timing.r, timing.fps, timing.T, timing.delta, cost, C_mean, config.lead,
+                   updates, duration, seed)
+
+
+def summary_row(identity: RunIdentity, metrics: Mapping[str, Any], **extra: Any) -> dict:
+    """The one summary row layout: identity, then the metrics, then ``extra`` keys."""
+    return {**asdict(identity), **metrics, **extra}
+
+
+def run_config(config: ControllerConfig, duration: float, kind: str, status: str = RUNNING,
+               **extra: Any) -> dict:
+    """``config.json`` of a single run: the format, the stream and the window, then
+    ``extra`` (provenance, measurement settings)."""
+    if kind not in KINDS[1:]:
+        raise ValueError(f"a single run's kind is simulated or measured, not {kind!r}")
+    timing, policy = config.timing, config.policy
+    return {
+        "format_version": FORMAT_VERSION, "kind": kind, "status": status,
+        "K": timing.K, "policy": policy.name, "q": policy.commit_unit(timing.K),
+        "commit": policy.commit, "commit_lead": policy.commit_lead, "r": timing.r,
+        "fps": timing.fps, "T": timing.T, "delta": timing.delta, "duration": duration,
+        "lead": config.lead, "trace_copy": TRACE_COPY, **extra,
+    }
+
+
+# ---------------------------------------------------------------- writing
+
+
+def write_json(path: Path, payload: object) -> Path:
+    """Write JSON atomically: a reader sees the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(dumps(payload) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def write_records(run_dir: Path, runs: Iterable[tuple[tuple[str, int, int], RunRecords]]
+                  ) -> list[Path]:
+    """One CSV per record type, rows of every ``((policy, K, run), records)`` in order."""
+    runs = list(runs)
+    paths = []
+    for table, record_type in RECORD_TYPES.items():
+        path = run_dir / f"{table}.csv"
+        write_csv(path, record_type, (), extra=(("policy", ""), ("K", 0), ("run", 0)))
+        for (policy, K, index), records in runs:  # noqa: N806
+            write_csv(path, record_type, getattr(records, table),
+                      extra=(("policy", policy), ("K", K), ("run", index)), append=True)
+        paths.append(path)
+    return paths
+
+
+def write_simulated_run(run_dir: Path, config: ControllerConfig, trace: Trace,
+                        records: RunRecords, summary: dict, **extra: Any) -> Path:
+    """A single simulated run as a run folder, so it can be compared, plotted and checked
+    like a measured one."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    duration = records.duration
+    conf = run_config(config, duration, "simulated", **extra)
+    write_json(run_dir / "config.json", conf)
+    write_trace(run_dir / TRACE_COPY, list(trace.times), {"duration": duration})
+    write_records(run_dir, [((config.policy.name, config.timing.K, 0), records)])
+    write_json(run_dir / "summary.json", summary)
+    write_json(run_dir / "config.json", {**conf, "status": records.status})
+    return run_dir
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise LatsimError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise LatsimError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """A run folder, read: its config, its summary rows and access to its records."""
+
+    path: Path
+    config: dict
+    summaries: tuple[dict, ...]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def format_version(self) -> int:
+        return int(self.config.get("format_version", 0))
+
+    @property
+    def kind(self) -> str:
+        if "kind" in self.config:
+            return str(self.config["kind"])
+        if "Ks" in self.config:
+            return "experiment"
+        return "measured" if self.config.get("source") != "simulated" else "simulated"
+
+    @property
+    def status(self) -> str:
+        """``complete``, ``incomplete`` (a writer stopped without saying why: no summary,
+        or still marked running), or the reason the run stopped early."""
+        status = str(self.config.get("status", COMPLETE))
+        if status == RUNNING or not self.summaries:
+            return INCOMPLETE
+        return status
+
+    @property
+    def complete(self) -> bool:
+        return self.status == COMPLETE
+
+    @property
+    def summary(self) -> dict:
+        """The summary row of a single run (``{}`` if it has none yet)."""
+        return self.summaries[0] if self.summaries else {}
+
+    def require_single_run(self) -> None:
+        if self.kind == "experiment":
+            raise LatsimError(f"{self.path}: an experiment folder, not a single run")
+        missing = [k for k in RUN_KEYS if k not in self.config]
+        if missing:
+            raise LatsimError(f"{self.path}/config.json lacks {', '.join(missing)}")
+
+    @property
+    def controller_config(self) -> ControllerConfig:
+        """The stream a single run was made with."""
+        self.require_single_run()
+        c = self.config
+        timing = Timing(int(c["K"]), int(c["r"]), float(c["fps"]))
+        policy = Policy(c["policy"], int(c["q"]), c["commit"], float(c.get("commit_lead", 0.0)))
+        return ControllerConfig(timing, policy, float(c["lead"]))
+
+    @property
+    def duration(self) -> float:
+        return float(self.config["duration"])
+
+    def trace(self) -> Trace:
+        return load_trace(self.path / self.config.get("trace_copy", TRACE_COPY))
+
+    def records(self, table: str) -> list[tuple[dict[str, str], object]]:
+        """``(leading columns, record)`` rows of one record CSV (empty if it is absent)."""
+        path = self.path / f"{table}.csv"
+        return read_csv(path, RECORD_TYPES[table]) if path.exists() else []
+
+    def frame(self, table: str) -> Any:
+        """One record CSV as a pandas DataFrame (empty if absent or empty)."""
+        import pandas as pd
+
+        path = self.path / f"{table}.csv"
+        if not path.exists():
+            return pd.DataFrame()
+        try:
+            return pd.read_csv(path)
+        except pd.errors.EmptyDataError:
+            return pd.DataFrame()
+
+
+def is_run_folder(path: Path) -> bool:
+    return (path / "config.json").is_file() and (path / "jobs.csv").is_file()
+
+
+def read_run_folder(path: str | Path) -> RunFolder:
+    """Read a run folder's config and summary (records are read on demand)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise LatsimError(f"{path}: not a folder")
+    if not (folder / "config.json").is_file():
+        if not (folder / "jobs.csv").is_file():
+            raise LatsimError(f"{path}: not a run folder (config.json and jobs.csv missing)")
+        return RunFolder(folder, {}, ())  # bare record CSVs: status reads incomplete
+    config = _read_json(folder / "config.json")
+    if not isinstance(config, dict):
+        raise LatsimError(f"{folder / 'config.json'}: expected a JSON object")
+    version = int(config.get("format_version", 0))
+    if version > FORMAT_VERSION:
+        raise LatsimError(f"{folder}: run-folder format {version} is newer than this latsim "
+                          f"reads ({FORMAT_VERSION}); upgrade latsim")
+    summary_path = folder / "summary.json"
+    summaries: tuple[dict, ...] = ()
+    if summary_path.is_file():
+        loaded = _read_json(summary_path)
+        summaries = tuple(loaded) if isinstance(loaded, list) else (loaded,)
+    return RunFolder(folder, config, summaries)
+
+
+def find_run_folders(paths: Iterable[Path]) -> list[Path]:
+    """Run folders among ``paths``: each path is a run folder or a folder of them."""
+    found: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise LatsimError(f"{path}: no such folder")
+        if is_run_folder(path):
+            found.append(path)
+            continue
+        inside = sorted(p for p in path.iterdir() if p.is_dir() and is_run_folder(p))
+        if not inside:
+            raise LatsimError(f"{path}: not a run folder (config.json + jobs.csv) "
+                              "and holds none")
+        found.extend(inside)
+    return found

@@ -1,0 +1,208 @@
+"""One stream's run, independent of the clock that drives it.
+
+Both drivers (SimPy in :mod:`latsim.sim.simpy_driver`, the wall clock in ``harness.driver``)
+own a :class:`StreamRun` and supply only their clock, the way SimPy's ``rt.py`` overrides one
+method of the core. The run owns what they used to repeat:
+
+- the window check (:class:`RunWindow`: conditions arrive in ``[0, duration)``, the run goes
+  on past ``duration`` only while conditions are open, for at most ``drain`` seconds);
+- command dispatch: :meth:`StreamRun.start` and :meth:`StreamRun.deliver` hand each command to
+  the driver's :class:`ClockPort` and note every job's start;
+- busy accounting: each job's generator interval, or (start, end of run) for a job still
+  running when the run ends;
+- the records (:class:`RunRecords`), built once by :meth:`StreamRun.finish`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from latsim.controller import (
+    Command,
+    Controller,
+    ControllerConfig,
+    Event,
+    PlaySlot,
+    ScheduleWakeUp,
+    SlotDue,
+    StartJob,
+    WakeUp,
+)
+from latsim.controller.records import (
+    ConditionRecord,
+    DiscardRecord,
+    JobRecord,
+    SlotRecord,
+    StallRecord,
+)
+from latsim.errors import LatsimError
+
+#: Status of a run that reached the end of its window (and drain).
+COMPLETE = "complete"
+#: Status of a run stopped early (Ctrl-C, a stop request, a failed generator).
+INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class BusyInterval:
+    """Generator time of one job: ``[t_start, t_end]`` (``t_end`` of a job still running at
+    the end of the run is the end of the run)."""
+
+    job_id: int
+    t_start: float
+    t_end: float
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """Everything one run recorded, plus the window it is measured over.
+
+    ``status`` is :data:`COMPLETE` or :data:`INTERRUPTED` (a partial run: its records cover
+    ``[0, end_time]`` only).
+    """
+
+    duration: float
+    end_time: float
+    conditions: tuple[ConditionRecord, ...]
+    jobs: tuple[JobRecord, ...]
+    slots: tuple[SlotRecord, ...]
+    stalls: tuple[StallRecord, ...]
+    discards: tuple[DiscardRecord, ...]
+    busy: tuple[BusyInterval, ...]
+    jobs_started: int
+    jobs_done: int
+    cached_at_end: int
+    status: str = COMPLETE
+
+    @property
+    def complete(self) -> bool:
+        return self.status == COMPLETE
+
+    @property
+    def busy_in_window(self) -> float:
+        """Generator-busy seconds within ``[0, duration]``."""
+        return sum(
+            max(0.0, min(b.t_end, self.duration) - max(b.t_start, 0.0)) for b in self.busy
+        )
+
+
+@dataclass(frozen=True)
+class RunWindow:
+    """The measurement window ``[0, duration]`` and the drain allowed past it."""
+
+    duration: float
+    drain: float
+
+    @classmethod
+    def for_config(cls, config: ControllerConfig, duration: float,
+                   drain: float | None = None) -> RunWindow:
+        """Validate ``duration`` against the stream's timing; ``drain`` defaults to
+        :func:`default_drain`."""
+        if not (math.isfinite(duration) and duration > 0):
+            raise LatsimError(f"duration must be a positive number of seconds, got {duration!r}")
+        if duration < config.timing.T:
+            raise LatsimError(
+                f"duration {duration:g} s is shorter than one chunk (T = {config.timing.T:g} s)"
+            )
+        if drain is None:
+            drain = default_drain(config)
+        if not (math.isfinite(drain) and drain >= 0):
+            raise LatsimError(f"drain must be >= 0 seconds, got {drain!r}")
+        return cls(float(duration), float(drain))
+
+    @property
+    def limit(self) -> float:
+        """The latest time the run goes on to (end of window plus drain)."""
+        return self.duration + self.drain
+
+
+def default_drain(config: ControllerConfig) -> float:
+    """How long past the window both drivers wait for open conditions: four chunks plus
+    twice the lead (the lead stands in for a late job: it is C's 0.99 quantile by default)."""
+    return 4 * (config.timing.T + 2 * config.lead) + config.timing.delta
+
+
+class ClockPort(Protocol):
+    """What a driver supplies: its clock's way of carrying out the controller's commands."""
+
+    def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
+        """Deliver ``event`` back at time ``at``."""
+
+    def start_job(self, job: StartJob, now: float) -> None:
+        """Run the job; deliver ``JobDone`` when it is done and report its interval with
+        :meth:`StreamRun.job_ran`."""
+
+    def play(self, slot: PlaySlot) -> None:
+        """The player shows ``slot`` now."""
+
+
+class StreamRun:
+    """One controller, one window, one driver's :class:`ClockPort`."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        window: RunWindow,
+        port: ClockPort,
+        on_record: Callable[[object], None] | None = None,
+    ) -> None:
+        self.window = window
+        self.controller = Controller(config, on_record=on_record)
+        self._port = port
+        self.job_starts: dict[int, float] = {}  # job id -> the controller's start time
+        self._ran: dict[int, tuple[float, float]] = {}  # job id -> generator interval
+
+    def start(self, now: float) -> None:
+        self._execute(self.controller.start(now), now)
+
+    def deliver(self, event: Event, now: float) -> None:
+        """Feed one event to the controller and carry out what it commands."""
+        self._execute(self.controller.handle(event, now), now)
+
+    def _execute(self, commands: list[Command], now: float) -> None:
+        port = self._port
+        for command in commands:
+            kind = type(command)
+            if kind is ScheduleWakeUp:
+                port.schedule(command.at, command.event)
+            elif kind is StartJob:
+                self.job_starts[command.job_id] = now
+                port.start_job(command, now)
+            else:
+                port.play(command)
+
+    def job_ran(self, job_id: int, t_start: float, t_end: float) -> None:
+        """The generator's own interval for a job (may differ from the controller's view)."""
+        self._ran[job_id] = (t_start, t_end)
+
+    def should_end(self, now: float) -> bool:
+        """Past the window with nothing open, or past the drain limit."""
+        return now >= self.window.duration and (
+            self.controller.open_conditions == 0 or now >= self.window.limit
+        )
+
+    def finish(self, end_time: float, status: str = COMPLETE) -> RunRecords:
+        """Close the controller (open stall, censored conditions) and collect the records."""
+        ctrl = self.controller
+        ctrl.finish(end_time)
+        busy = tuple(
+            BusyInterval(job_id, *self._ran.get(job_id, (start, end_time)))
+            for job_id, start in self.job_starts.items()
+        )
+        return RunRecords(
+            duration=self.window.duration,
+            end_time=end_time,
+            conditions=tuple(sorted(ctrl.conditions, key=lambda c: c.version)),
+            jobs=tuple(ctrl.jobs),
+            slots=tuple(ctrl.slots),
+            stalls=tuple(ctrl.stalls),
+            discards=tuple(ctrl.discards),
+            busy=busy,
+            jobs_started=ctrl.jobs_started,
+            jobs_done=ctrl.jobs_done,
+            cached_at_end=len(ctrl.cached_positions),
+            status=status,
+        )
