@@ -1,13 +1,15 @@
-"""Simulator benchmark: events/s, simulations/s, the default sweep's wall time, --help time.
+"""Simulator benchmark: events/s, simulations/s, and the command line's wall times.
 
-Run: ``.venv/bin/python bench/bench_sim.py``. Reports numbers; asserts nothing.
-Targets (2-core machine): default ``latsim sweep --K 4 8 21`` < 5 s wall including start-up,
-``latsim --help`` < 0.5 s.
+Run: ``.venv/bin/python bench/bench_sim.py [--baseline DIR]``. Reports numbers; asserts
+nothing. Targets (2-core machine): default ``latsim sweep --K 4 8 21`` < 5 s wall including
+start-up, ``latsim --help`` < 0.5 s, ``import latsim.cli`` < 60 ms. ``--baseline DIR`` (a
+checkout of an earlier commit, e.g. ``git worktree add /tmp/old REV``) times the same
+commands from that tree in the same run, alternating, and prints new/old ratios.
 """
 
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 import sys
 import time
@@ -66,20 +68,65 @@ def sims_per_second() -> None:
               f"({n_runs / took:.0f} simulations/s of 60 s each)")
 
 
-def command_line() -> None:
-    exe = shutil.which("latsim") or str(Path(sys.executable).with_name("latsim"))
-    help_s = best_of(5, lambda: subprocess.run([exe, "--help"], capture_output=True,
-                                                check=True))
-    sweep_s = best_of(3, lambda: subprocess.run([exe, "sweep", "--K", "4", "8", "21"],
-                                                 capture_output=True, check=True))
-    print(f"  latsim --help: {help_s:.3f} s (target < 0.5 s; ratio {help_s / 0.5:.2f})")
-    print(f"  latsim sweep --K 4 8 21: {sweep_s:.3f} s (target < 5 s; ratio {sweep_s / 5:.2f})")
+COMMANDS = (
+    ("latsim --help", ["--help"], 5, 0.5),
+    ("latsim sweep --K 4 8 21", ["sweep", "--K", "4", "8", "21"], 3, 5.0),
+    ("latsim reproduce", ["reproduce", "--out", "{tmp}"], 2, None),
+)
+
+
+def _latsim(tree: Path | None, args: list[str]) -> None:
+    """Run the CLI of the installed tree, or of ``tree`` (put first on the import path)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    code = "import sys; from latsim.cli import main; sys.argv[0] = 'latsim'; main()"
+    subprocess.run([sys.executable, "-c", code, *args], capture_output=True, check=True,
+                   env=env, cwd=tree or Path.cwd())
+
+
+def import_time() -> float:
+    """Self time of ``import latsim.cli`` and its imports, from ``python -X importtime``."""
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", "import latsim.cli"],
+                         capture_output=True, text=True, check=True).stderr
+    line = next(x for x in err.splitlines() if x.rstrip().endswith("| latsim.cli"))
+    return int(line.split("|")[1]) / 1e6
+
+
+def command_line(baseline: Path | None) -> None:
+    import tempfile
+
+    took = best_of(5, import_time)
+    print(f"  import latsim.cli: {took * 1e3:.0f} ms (target < 60 ms; ratio {took / 0.06:.2f})")
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, args, reps, target in COMMANDS:
+            args = [a.replace("{tmp}", tmp) for a in args]
+            new, old = [], []
+            for _ in range(reps):  # alternate, so load from elsewhere hits both alike
+                start = time.perf_counter()
+                _latsim(None, args)
+                new.append(time.perf_counter() - start)
+                if baseline is not None:
+                    start = time.perf_counter()
+                    _latsim(baseline, args)
+                    old.append(time.perf_counter() - start)
+            line = f"  {label}: {min(new):.3f} s"
+            if target:
+                line += f" (target < {target:g} s; ratio {min(new) / target:.2f})"
+            if old:
+                line += f"; baseline tree {min(old):.3f} s, new/old {min(new) / min(old):.2f}"
+            print(line)
 
 
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", type=Path, help="an earlier checkout to compare with")
+    options = parser.parse_args()
     print("single-core controller + SimPy throughput:")
     single_core_throughput()
     print("simulations per second:")
     sims_per_second()
     print("command line (wall, best of runs, including interpreter start-up):")
-    command_line()
+    command_line(options.baseline)

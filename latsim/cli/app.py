@@ -152,24 +152,6 @@ CommitLeadOpt = Annotated[
 ]
 
 
-def _experiment(Ks, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed,  # noqa: N803
-                commit=None, commit_lead=0.0):
-    from latsim.controller.policies import policy_names
-    from latsim.experiments.sweep import DEFAULT_COST, Experiment
-
-    if C is not None and cost is not None:
-        raise LatsimError("give either --C or --cost, not both")
-    if C is not None:
-        from latsim.model.costs import FixedCost
-
-        cost = FixedCost(C)
-    return Experiment(
-        Ks=tuple(Ks), r=r, fps=fps, cost=cost or DEFAULT_COST, lead=lead, q=q,
-        policies=tuple(policy_names(policy)), updates=updates, duration=duration,
-        seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
-    )
-
-
 def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
     from latsim.experiments.sweep import run_experiment, write_experiment
     from latsim.run.files import dumps
@@ -236,60 +218,59 @@ def _print_rows(rows: list[dict]) -> None:
                   "rare updates for speculative)[/dim]")
 
 
-@app.command()
-def simulate(
-    K: Annotated[list[int], typer.Option("--K", help="chunk size in latent frames")],  # noqa: N803
-    policy: PolicyOpt = "both",
-    r: ROptions = 4,
-    fps: FpsOpt = 16.0,
-    C: COpt = None,  # noqa: N803
-    cost: CostOpt = None,
-    lead: LeadOpt = None,
-    q: QOpt = None,
-    updates: UpdatesOpt = "poisson:0.1",
-    duration: DurationOpt = None,
-    seeds: SeedsOpt = None,
-    seed: SeedOpt = 0,
-    as_json: JsonOpt = False,
-    out: OutOpt = None,
-    jobs: JobsOpt = None,
-    commit: CommitOpt = None,
-    commit_lead: CommitLeadOpt = 0.0,
-) -> None:
-    """Simulate one K under one or both policies; records per condition, job, slot, stall."""
-    if len(K) != 1:
-        raise LatsimError("simulate takes one --K; use 'latsim sweep' for several")
-    experiment = _experiment(K, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed,
-                             commit, commit_lead)
-    _run(experiment, as_json, out, jobs)
+def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -> None:  # noqa: N803
+    """Register ``simulate`` or ``sweep``: the same options, one K or several."""
+
+    def command(
+        K: Annotated[  # noqa: N803
+            list[int] | None, typer.Option("--K", help="chunk size(s) in latent frames, "
+                                           "e.g. --K 4 8 21")
+        ] = default_Ks,
+        policy: PolicyOpt = "both",
+        r: ROptions = 4,
+        fps: FpsOpt = 16.0,
+        C: COpt = None,  # noqa: N803
+        cost: CostOpt = None,
+        lead: LeadOpt = None,
+        q: QOpt = None,
+        updates: UpdatesOpt = "poisson:0.1",
+        duration: DurationOpt = None,
+        seeds: SeedsOpt = None,
+        seed: SeedOpt = 0,
+        as_json: JsonOpt = False,
+        out: OutOpt = None,
+        jobs: JobsOpt = None,
+        commit: CommitOpt = None,
+        commit_lead: CommitLeadOpt = 0.0,
+    ) -> None:
+        if not K:
+            raise LatsimError(f"{name} needs --K")
+        if default_Ks is None and len(K) != 1:
+            raise LatsimError(f"{name} takes one --K; use 'latsim sweep' for several")
+        if C is not None and cost is not None:
+            raise LatsimError("give either --C or --cost, not both")
+        from latsim.controller.policies import policy_names
+        from latsim.experiments.sweep import DEFAULT_COST, Experiment
+        from latsim.model.costs import FixedCost
+
+        experiment = Experiment(
+            Ks=tuple(K), r=r, fps=fps,
+            cost=FixedCost(C) if C is not None else cost or DEFAULT_COST, lead=lead, q=q,
+            policies=tuple(policy_names(policy)), updates=updates, duration=duration,
+            seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
+        )
+        _run(experiment, as_json, out, jobs)
+
+    command.__doc__ = summary
+    app.command(name)(command)
 
 
-@app.command()
-def sweep(
-    K: Annotated[  # noqa: N803
-        list[int], typer.Option("--K", help="chunk sizes, e.g. --K 4 8 21")
-    ] = [4, 8, 21],  # noqa: B006
-    policy: PolicyOpt = "both",
-    r: ROptions = 4,
-    fps: FpsOpt = 16.0,
-    C: COpt = None,  # noqa: N803
-    cost: CostOpt = None,
-    lead: LeadOpt = None,
-    q: QOpt = None,
-    updates: UpdatesOpt = "poisson:0.1",
-    duration: DurationOpt = None,
-    seeds: SeedsOpt = None,
-    seed: SeedOpt = 0,
-    as_json: JsonOpt = False,
-    out: OutOpt = None,
-    jobs: JobsOpt = None,
-    commit: CommitOpt = None,
-    commit_lead: CommitLeadOpt = 0.0,
-) -> None:
-    """One row per (K, policy). Defaults: Wan1.3B at 16 fps, r=4 (see README)."""
-    experiment = _experiment(K, policy, r, fps, C, cost, lead, q, updates, duration, seeds, seed,
-                             commit, commit_lead)
-    _run(experiment, as_json, out, jobs)
+_experiment_command(
+    "simulate", None,
+    "Simulate one K under one or both policies; records per condition, job, slot, stall.")
+_experiment_command(
+    "sweep", [4, 8, 21],
+    "One row per (K, policy). Defaults: Wan1.3B at 16 fps, r=4 (see README).")
 
 
 @app.command("theory")
@@ -320,10 +301,12 @@ def theory_cmd(
     table.add_column("quantity")
     table.add_column("value (s)", justify="right")
     for key, value in result.items():
-        if key != "notes":
+        if key not in ("notes", "about"):
             table.add_row(key, _fmt(value, 4))
     console = Console()
     console.print(table)
+    for key, text in result["about"].items():
+        console.print(f"{key}: {text}", highlight=False)
     for key, note in result["notes"].items():
         console.print(f"[dim]{key}: {note}[/dim]")
 

@@ -12,6 +12,7 @@ from latsim.controller.machine import (
     ConditionArrived,
     Controller,
     ControllerConfig,
+    Decide,
     Event,
     JobDone,
     PlaySlot,
@@ -26,6 +27,6 @@ from latsim.controller.machine import (
 
 __all__ = [
     "EPS", "TRANSITIONS", "Command", "ConditionArrived", "Controller", "ControllerConfig",
-    "Event", "JobDone", "PlaySlot", "ScheduleWakeUp", "SlotDue", "StartJob", "State",
+    "Decide", "Event", "JobDone", "PlaySlot", "ScheduleWakeUp", "SlotDue", "StartJob", "State",
     "Transition", "WakeUp", "mermaid_diagram",
 ]

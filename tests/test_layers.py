@@ -1,0 +1,112 @@
+"""The folder tree is the architecture: imports run one way through the layers, nothing in
+``latsim`` imports the live harness, and the light entry points stay light."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Layers bottom-up; a module may import from its own layer and the ones before it.
+LAYERS = ("errors", "formatting", "controller", "model", "run", "sim", "analysis",
+          "experiments", "viz", "cli")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, module_level_only: bool) -> set[str]:
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if module_level_only else list(ast.walk(tree))
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _sources(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "latsim" or len(parts) < 2:
+        return None
+    return LAYERS.index(parts[1]) if parts[1] in LAYERS else None
+
+
+def test_every_latsim_module_belongs_to_a_layer():
+    stray = [_module_name(p) for p in _sources("latsim")
+             if _module_name(p) != "latsim" and _layer(_module_name(p)) is None]
+    assert not stray
+
+
+@pytest.mark.parametrize("path", _sources("latsim"), ids=lambda p: _module_name(p))
+def test_imports_run_down_the_layers(path):
+    own = _layer(_module_name(path))
+    if own is None:
+        return
+    upward = sorted(m for m in _imports(path, module_level_only=False)
+                    if (_layer(m) or 0) > own)
+    assert not upward, f"{_module_name(path)} (layer {LAYERS[own]}) imports {upward}"
+
+
+def test_latsim_never_imports_the_harness_at_module_level():
+    offenders = [_module_name(p) for p in _sources("latsim")
+                 if any(m == "harness" or m.startswith("harness.")
+                        for m in _imports(p, module_level_only=True))]
+    assert not offenders
+
+
+def test_no_import_cycles_among_latsim_modules():
+    modules = {_module_name(p): p for p in _sources("latsim")}
+    graph = {
+        name: {m for m in _imports(path, module_level_only=True) if m in modules and m != name}
+        for name, path in modules.items()
+    }
+    # a package's __init__ re-exporting its own submodules is not a cycle of layers
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack + [node, nxt]))
+            if nxt not in state:
+                visit(nxt, stack + [node])
+        state[node] = 2
+
+    for name in graph:
+        if name not in state:
+            visit(name, [])
+
+
+def _loaded_after_import(module: str) -> set[str]:
+    code = f"import sys, {module}; print(' '.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout
+    return {name.split(".")[0] for name in out.split()}
+
+
+@pytest.mark.parametrize(("module", "absent"), [
+    ("latsim.controller", {"simpy", "numpy", "torch"}),
+    ("latsim.cli", {"numpy", "simpy", "pandas", "matplotlib", "torch", "harness"}),
+    ("harness.driver", {"simpy", "torch", "matplotlib"}),
+])
+def test_light_entry_points_stay_light(module, absent):
+    assert not (_loaded_after_import(module) & absent)
