@@ -7,6 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from latsim.analysis import theory
 from latsim.cli.app import _expand_multi_values, app
 
 runner = CliRunner()
@@ -89,6 +90,44 @@ def test_theory_json_keys_and_paper_example():
         assert key in out
     assert out["T"] == 5.0 and round(out["residual_wait_mean"], 3) == 0.256
     assert round(out["unconditional_L_excl_Q"], 3) == 1.856
+
+
+def test_theory_json_has_the_speculative_residual_wait_and_says_what_to_compare_it_with():
+    result = invoke("theory", "--K", "8", "--C", "0.9", "--json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["residual_wait_mean"] == pytest.approx(0.2025)  # eq. (6)
+    assert out["speculative_R_mean"] == pytest.approx(0.2025 + 0.25**2 / 4)  # + deferral
+    assert "R_mean" in out["about"]["speculative_R_mean"]
+    table = invoke("theory", "--K", "8", "--C", "0.9")
+    assert table.exit_code == 0 and "speculative_R_mean" in table.stdout
+
+
+def test_sweep_with_different_refill_and_replan_costs_has_no_theory_value(tmp_path):
+    """Refill 0.5 s, replan 1.2 s: no single C, so no closed form (it used to print the
+    fixed-C 0.656 s while the simulation gave 1.27 s); the lead covers the replan."""
+    table = tmp_path / "kinds.json"
+    table.write_text('{"8": {"refill": 0.5, "replan": 1.2}}')
+    result = invoke("sweep", "--K", "8", "--cost", f"table:{table}", *FAST, "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["policy"] for r in rows] == ["baseline", "speculative"]
+    assert all(r["L_mean_theory"] is None for r in rows)
+    assert all(r["lead"] == 1.2 for r in rows)
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ((), theory.speculative_latency_mean(0.3, 2.0, 0.25)),
+    (("--lead", "0.55"), theory.speculative_latency_mean(0.3, 2.0, 0.25, 0.55)),
+    (("--commit-lead", "1.0"), None),  # branches placed 1 s ahead, not `lead`
+    (("--q", "2"), None),
+])
+def test_sweep_speculative_theory_only_where_the_closed_form_holds(extra, expected):
+    result = invoke("sweep", "--K", "8", "--C", "0.3", *FAST, *extra, "--json")
+    assert result.exit_code == 0, result.stderr
+    spec = json.loads(result.stdout)[1]
+    assert spec["policy"] == "speculative"
+    assert spec["L_mean_theory"] == (None if expected is None else pytest.approx(expected))
 
 
 def test_controller_diagram_is_mermaid():

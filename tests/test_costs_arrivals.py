@@ -50,10 +50,52 @@ def test_json_table_with_samples_kinds_and_interpolation(tmp_path):
     rng = np.random.default_rng(0)
     assert {table.sample(8, rng) for _ in range(50)} == {0.5, 0.7}
     assert table.sample(8, rng, kind="replan") == 0.9
-    assert table.quantile(8, 0.99) == 0.7
+    assert table.quantile(8, 0.99) == 0.9  # the lead covers the replan rows too
     assert not table.deterministic
     with pytest.raises(LatsimError, match="outside the cost table's range"):
         table.mean(9)
+
+
+def test_table_with_different_refill_and_replan_costs_is_not_fixed(tmp_path):
+    """One value per kind is still two job times: no closed form, and the lead must cover
+    the replan, which the controller plans as far ahead as a refill."""
+    path = tmp_path / "kinds.json"
+    path.write_text('{"4": 0.3, "8": {"refill": 0.5, "replan": 1.2}}')
+    table = load_table(path)
+    assert table.mean(8) == 0.5
+    assert not table.deterministic
+    assert table.quantile(8, 0.99) == 1.2
+    assert SIMULATED.from_cost(table, 8) == 1.2
+    assert table.quantile(6, 0.99) == pytest.approx(0.4)  # between rows: every draw
+
+
+def test_table_is_deterministic_when_every_kind_has_the_same_single_value(tmp_path):
+    path = tmp_path / "same.json"
+    path.write_text('{"4": 0.3, "8": {"refill": [0.5, 0.5], "replan": 0.5}}')
+    table = load_table(path)
+    assert table.deterministic
+    assert table.quantile(8, 0.99) == 0.5 == table.mean(8)
+
+
+def test_table_quantile_is_the_largest_per_kind_quantile_not_the_pooled_one(tmp_path):
+    """199 refill samples and one replan sample: the pooled 0.99 quantile is a refill time,
+    which would leave every replan late; the per-kind maximum is the replan's."""
+    path = tmp_path / "profile.csv"
+    rows = "".join(f"8,0.5{i % 10},refill\n" for i in range(199))
+    path.write_text("K,C,kind\n" + rows + "8,1.2,replan\n")
+    table = load_table(path)
+    pooled = float(np.quantile([c for rows in table.samples.values() for c in rows], 0.99,
+                               method="higher"))
+    assert pooled < 0.6
+    assert table.quantile(8, 0.99) == 1.2
+    assert table.quantile(8, 0.5) == 1.2  # the replan's median is its only sample
+
+
+def test_table_k_without_refill_rows_is_an_error(tmp_path):
+    path = tmp_path / "replan_only.json"
+    path.write_text('{"4": 0.3, "8": {"replan": 1.2}}')
+    with pytest.raises(LatsimError, match="K=8 has rows for another job kind but no refill"):
+        load_table(path)
 
 
 def test_csv_table(tmp_path):

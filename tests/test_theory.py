@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from latsim.analysis import theory
+from latsim.analysis.metrics import paired_jackknife_se, summarize
+from latsim.controller.policies import SPECULATIVE
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
+from latsim.model.arrivals import parse_updates
+from tests.helpers import run
+
+Z = 4.0
 
 
 def test_sol_h3_predicted_reductions_match_the_paper_to_three_decimals():
@@ -79,3 +86,36 @@ def test_summary_reports_invalid_formulas_as_none_with_a_note():
     out = theory.summary(K=4, r=4, fps=16.0, C=2.0, rate=0.1)  # C > T = 1
     assert out["speculative_L_mean"] is None and "C <= T" in out["notes"]["speculative_L_mean"]
     assert out["stall_fraction"] == pytest.approx(0.5)
+
+
+def test_summary_names_the_residual_wait_a_simulation_measures():
+    out = theory.summary(K=8, r=4, fps=16.0, C=0.9)
+    assert out["speculative_R_mean"] == theory.speculative_residual_wait_mean(0.9, 2.0, 0.25)
+    assert out["speculative_R_mean"] > out["residual_wait_mean"]
+    assert "compare a simulation's speculative R_mean with this" in (
+        out["about"]["speculative_R_mean"])
+    assert theory.summary(K=4, r=4, fps=16.0, C=2.0)["speculative_R_mean"] is None
+
+
+def test_simulated_speculative_r_mean_matches_the_summarys_speculative_r_mean():
+    """Rare Poisson updates (λT = 0.04), fixed C = lead = 0.9 s <= T = 2 s, many seeds: the
+    pooled R_mean that ``latsim simulate`` reports is within Z standard errors (a jackknife
+    over runs) of the summary's ``speculative_R_mean``."""
+    timing = Timing(K=8, r=4, fps=16.0)
+    C, duration, seeds = 0.9, 600.0, 100  # noqa: N806
+    source = parse_updates("poisson:0.02")
+    runs = [
+        run(timing, SPECULATIVE, source.trace(i, np.random.default_rng(i), duration, timing).times,
+            duration, C)
+        for i in range(seeds)
+    ]
+    r_mean = summarize(runs).R_mean
+    components = np.array([
+        (sum(c.R for c in r.conditions if c.displayed),
+         sum(1 for c in r.conditions if c.displayed))
+        for r in runs
+    ])
+    se = paired_jackknife_se(components, lambda t: t[0] / t[1])
+    assert components[:, 1].sum() > 1000 and se is not None
+    expected = theory.summary(timing.K, timing.r, timing.fps, C)["speculative_R_mean"]
+    assert abs(r_mean - expected) < Z * se

@@ -13,7 +13,7 @@ policies play the same number of latents.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -81,6 +81,36 @@ def work_calls(run: RunRecords) -> float:
     return (_played_generated(run) + _discarded(run)) / K
 
 
+def paired_jackknife_se(
+    per_run_components: np.ndarray, statistic: Callable[[np.ndarray], float]
+) -> float | None:
+    """Jackknife standard error of ``statistic(column totals)`` over replications.
+
+    ``per_run_components`` has one row per replication and one column per additive
+    component (e.g. the sum of L and the count of conditions of each policy); ``statistic``
+    maps a vector of column totals to a number (a pooled mean, a ratio, a difference of
+    pooled means). Leaving a whole row out keeps whatever the columns share within a
+    replication, such as two policies run on the same arrivals: the SE of a paired
+    difference then reflects their covariance instead of treating them as independent.
+    For a plain mean (components ``[x_i, 1]``, statistic ``t[0] / t[1]``) it equals
+    ``s / sqrt(n)``. ``None`` with fewer than two rows, or where a leave-one-out statistic
+    is not finite (say, a zero denominator).
+    """
+    components = np.asarray(per_run_components, dtype=float)
+    n = components.shape[0]
+    if n < 2:
+        return None
+    totals = np.array([column.sum() for column in components.T])
+    leave_one_out = np.array([statistic(totals - row) for row in components], dtype=float)
+    if not np.all(np.isfinite(leave_one_out)):
+        return None
+    return math.sqrt((n - 1) / n * float(np.sum((leave_one_out - leave_one_out.mean()) ** 2)))
+
+
+def _ratio(totals: np.ndarray) -> float:
+    return float(totals[0] / totals[1]) if totals[1] > 0 else math.nan
+
+
 def work_ratio(
     runs: Sequence[RunRecords], reference: Sequence[RunRecords]
 ) -> tuple[float | None, float | None]:
@@ -88,9 +118,9 @@ def work_ratio(
     arrivals, paired by index), and its standard error.
 
     The point estimate is the ratio of pooled work; the standard error is the paired
-    jackknife over replications (leave one replication out of both), since the two policies
-    see common random numbers. ``None`` where the reference did no work, or (SE) with fewer
-    than two replications.
+    jackknife over replications (:func:`paired_jackknife_se`: leave one replication out of
+    both), since the two policies see common random numbers. ``None`` where the reference
+    did no work, or (SE) with fewer than two replications.
     """
     if len(runs) != len(reference):
         raise ValueError("work_ratio pairs runs by replication: give equally many")
@@ -99,15 +129,7 @@ def work_ratio(
     if theirs.sum() <= 0:
         return None, None
     ratio = float(ours.sum() / theirs.sum())
-    n = len(ours)
-    if n < 2:
-        return ratio, None
-    rest_ours, rest_theirs = ours.sum() - ours, theirs.sum() - theirs
-    if np.any(rest_theirs <= 0):
-        return ratio, None
-    leave_one_out = rest_ours / rest_theirs
-    se = math.sqrt((n - 1) / n * float(np.sum((leave_one_out - leave_one_out.mean()) ** 2)))
-    return ratio, se
+    return ratio, paired_jackknife_se(np.column_stack([ours, theirs]), _ratio)
 
 
 def summarize(runs: Sequence[RunRecords]) -> Metrics:

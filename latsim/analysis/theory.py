@@ -201,9 +201,23 @@ def stall_fraction(C: float, T: float) -> float:  # noqa: N803
     return max(0.0, 1 - T / C)
 
 
+#: What a simulation's numbers are to be compared with, shown under ``about`` by
+#: :func:`summary` (``latsim theory``).
+ABOUT: dict[str, str] = {
+    "residual_wait_mean": "eq. (6), C²/(2T): every idle arrival's job starts at once",
+    "speculative_R_mean": (
+        "eq. (6) plus the refill deferral (README, 'Replans need a replaceable future'); "
+        "compare a simulation's speculative R_mean with this one, not residual_wait_mean "
+        "(fixed C = lead <= T, rare updates)"
+    ),
+}
+
+
 def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> dict:  # noqa: N803
     """Every closed form for one setting; formulas outside their validity give ``None``
-    and a note under ``notes``. Used by ``latsim theory``."""
+    and a note under ``notes``; ``about`` says which simulated quantity a value is the
+    mean of where two are easily confused (R with and without the refill deferral).
+    Used by ``latsim theory``."""
     from latsim.controller.timing import Timing
 
     timing = Timing(K, r, fps)
@@ -230,6 +244,9 @@ def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> 
         "baseline_L_lower_bound": baseline_latency_lower_bound(C, T),
         "speculative_L_ideal": speculative_latency_ideal(C, delta),
         "residual_wait_mean": attempt("residual_wait_mean", residual_wait_mean, C, T),
+        "speculative_R_mean": attempt(
+            "speculative_R_mean", speculative_residual_wait_mean, C, T, delta
+        ),
         "speculative_L_mean": attempt(
             "speculative_L_mean", speculative_latency_mean, C, T, delta
         ),
@@ -247,6 +264,7 @@ def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> 
             "A_poisson_approx", work_amplification_poisson, rate, T, delta
         )
     out["notes"] = notes
+    out["about"] = dict(ABOUT)
     return out
 
 

@@ -28,13 +28,15 @@ from pathlib import Path
 import numpy as np
 
 from latsim.analysis import theory
+from latsim.analysis.metrics import paired_jackknife_se
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
-from latsim.experiments.sweep import Experiment, run_experiment
+from latsim.experiments.sweep import Experiment, ExperimentResult, run_experiment
 from latsim.model.costs import FixedCost
 from latsim.model.traces import Trace
+from latsim.run.stream import RunRecords
 from latsim.sim.simpy_driver import simulate_trace
 
 PAPER_DATA = Path(__file__).with_name("paper_data.json")
@@ -153,27 +155,66 @@ def _trace_root(traces_root: Path | None, tmp: Path) -> Path:
     return tmp
 
 
-def _sim_rows(setting: Setting, C: float, trace_dir: Path, jobs: int | None) -> dict:  # noqa: N803
+def _simulate(setting: Setting, C: float, trace_dir: Path,  # noqa: N803
+              jobs: int | None) -> ExperimentResult:
+    """Both policies of ``setting`` at fixed ``C`` on one trace set (one replication per
+    trace, the same traces for both policies)."""
     exp = Experiment(Ks=(setting.K,), r=setting.r, fps=setting.fps, cost=FixedCost(C),
                      updates=f"traces:{trace_dir}")
-    return {row["policy"]: row for row in run_experiment(exp, jobs=jobs).rows}
+    return run_experiment(exp, jobs=jobs)
+
+
+def _rows_by_policy(result: ExperimentResult) -> dict[str, dict]:
+    return {row["policy"]: row for row in result.rows}
+
+
+def _sim_rows(setting: Setting, C: float, trace_dir: Path, jobs: int | None) -> dict:  # noqa: N803
+    """The summary row of each policy (see :func:`_simulate`)."""
+    return _rows_by_policy(_simulate(setting, C, trace_dir, jobs))
 
 
 def _r6(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else round(float(x), 6)
 
 
-def _se_diff(a: dict, b: dict) -> float | None:
-    if a["L_mean_se"] is None or b["L_mean_se"] is None:
-        return None
-    return math.hypot(a["L_mean_se"], b["L_mean_se"])
+def _latency_components(run: RunRecords) -> tuple[float, int]:
+    """Sum and count of the latencies ``summarize`` pools into L_mean for one run."""
+    latencies = [c.L for c in run.conditions if c.displayed]
+    return float(sum(latencies)), len(latencies)
+
+
+def _mean_difference(totals: np.ndarray) -> float:
+    sum_a, n_a, sum_b, n_b = totals
+    return float(sum_a / n_a - sum_b / n_b) if n_a > 0 and n_b > 0 else math.nan
+
+
+def _se_diff(runs_a: list[RunRecords], runs_b: list[RunRecords]) -> float | None:
+    """Standard error of L_mean(a) − L_mean(b), the pooled means of two policies run on the
+    same traces (paired by index).
+
+    On common random numbers the two means are correlated (typically positively: a trace
+    with late updates delays both), so ``hypot`` of their SEs, which treats them as
+    independent, misstates the SE of the difference. The paired jackknife (leave one trace
+    out of both policies) keeps that covariance, and with whole traces as the unit it also
+    keeps the dependence between conditions of one trace. None with fewer than two traces.
+    """
+    if len(runs_a) != len(runs_b):
+        raise ValueError("the paired SE needs the same replications for both policies")
+    components = np.array([
+        (*_latency_components(a), *_latency_components(b))
+        for a, b in zip(runs_a, runs_b, strict=True)
+    ])
+    return paired_jackknife_se(components, _mean_difference)
 
 
 # ---------------------------------------------------------------- tables
 
 
 def settings_table(root: Path, jobs: int | None) -> list[dict]:
-    """The six settings: paper's reduction, theory's and ours (simulated on both sets)."""
+    """The six settings: paper's reduction, theory's and ours (simulated on both sets).
+
+    A simulated reduction's SE is paired over the traces (:func:`_se_diff`): both policies
+    replay the same traces."""
     rows = []
     for s in SETTINGS:
         data = paper_data()["settings"][s.name]
@@ -188,14 +229,16 @@ def settings_table(root: Path, jobs: int | None) -> list[dict]:
             "C_implied_by_paper": _r6(invert_reduction(data["reduction_s"], T, delta)),
         }
         for kind in TRACE_SETS:
-            sim = _sim_rows(s, C, root / kind, jobs)
+            result = _simulate(s, C, root / kind, jobs)
+            sim = _rows_by_policy(result)
             base, spec = sim["baseline"], sim["speculative"]
             reduction = base["L_mean"] - spec["L_mean"]
             row |= {
                 f"sim_{kind}_baseline_L_mean": _r6(base["L_mean"]),
                 f"sim_{kind}_speculative_L_mean": _r6(spec["L_mean"]),
                 f"sim_{kind}_reduction": _r6(reduction),
-                f"sim_{kind}_reduction_se": _r6(_se_diff(base, spec)),
+                f"sim_{kind}_reduction_se": _r6(_se_diff(result.runs[(s.K, "baseline")],
+                                                         result.runs[(s.K, "speculative")])),
                 f"sim_{kind}_baseline_L50": _r6(base["L50"]),
                 f"sim_{kind}_speculative_L50": _r6(spec["L50"]),
                 f"sim_{kind}_baseline_stall_pct": _r6(base["stall_pct"]),

@@ -244,7 +244,16 @@ def run_experiment(
 
 
 def _theory_mean(p: Plan, cell: Cell) -> float | None:
-    """The closed-form E[L] where one holds (fixed cost, C <= lead, C <= T), else None."""
+    """The closed-form E[L] where one holds, else None (a blank theory column).
+
+    The closed forms assume one fixed C for every job, refills and replans alike
+    (``cost.deterministic``), one worker that keeps up (C <= T) and a lead that covers C.
+    Under eager commit every policy behaves like the baseline: L is uniform on
+    [lead, lead + T) at any update rate. Under lazy commit only latent commitment (q = 1)
+    has one, :func:`theory.speculative_latency_mean` in the rare-update limit (plus
+    lead − C for a lead above C), and only while its branches are placed ``lead`` ahead: a
+    ``commit_lead`` beyond the lead moves them further.
+    """
     timing, K = cell.timing, cell.timing.K  # noqa: N806
     if not p.cost.deterministic:
         return None
@@ -253,8 +262,8 @@ def _theory_mean(p: Plan, cell: Cell) -> float | None:
         return None
     if cell.policy.commit == "eager":
         return theory.baseline_latency_quantile(cell.lead, timing.T, 0.5)
-    if cell.policy.commit_unit(K) == 1 and abs(cell.lead - C) < 1e-12:
-        return theory.speculative_latency_mean(C, timing.T, timing.delta)
+    if cell.policy.commit_unit(K) == 1 and cell.policy.commit_lead <= cell.lead:
+        return theory.speculative_latency_mean(C, timing.T, timing.delta, max(cell.lead, C))
     return None
 
 

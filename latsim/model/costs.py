@@ -37,16 +37,18 @@ class CostModel(Protocol):
         ...
 
     def mean(self, K: int) -> float:  # noqa: N803
-        """Expected job duration (seconds)."""
+        """Expected job duration (seconds); a refill's where the job kinds differ."""
         ...
 
     def quantile(self, K: int, level: float) -> float:  # noqa: N803
-        """The ``level`` quantile of the job duration (seconds)."""
+        """The ``level`` quantile of the job duration (seconds), for every job kind: the
+        planning lead is set from it and covers refills and replans alike."""
         ...
 
     @property
     def deterministic(self) -> bool:
-        """True if every draw equals the mean."""
+        """True if every draw, of every job kind, equals ``mean`` (so closed forms that
+        assume one fixed C for every job apply)."""
         ...
 
 
@@ -156,8 +158,9 @@ class TableCost:
     """Measured or tabulated costs per K, optionally per job kind, with samples.
 
     ``samples[(K, kind)]`` holds one or more durations; a single value is a fixed cost. K
-    values between table rows use the linear interpolation of the row means; K outside the
-    table is an error. A kind without its own rows uses the ``refill`` rows.
+    values between table rows use the linear interpolation of the refill row means; K
+    outside the table is an error. A kind without its own rows uses the ``refill`` rows, so
+    every K in the table needs refill rows.
     """
 
     path: str
@@ -166,6 +169,11 @@ class TableCost:
     def __post_init__(self) -> None:
         if not self.samples:
             raise LatsimError(f"{self.path}: the cost table has no rows")
+        for k in self._table_ks():
+            if not self.samples.get((k, "refill")):
+                raise LatsimError(
+                    f"{self.path}: K={k} has rows for another job kind but no refill rows"
+                )
 
     @property
     def spec(self) -> str:
@@ -177,6 +185,10 @@ class TableCost:
     def _table_ks(self) -> list[int]:
         return sorted({k for k, _ in self.samples})
 
+    def _kind_rows(self, K: int) -> list[tuple[float, ...]]:  # noqa: N803
+        """The rows each job kind draws from at a table ``K`` (empty between table rows)."""
+        return [rows for kind in JOB_KINDS if (rows := self._rows(K, kind)) is not None]
+
     def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
         rows = self._rows(K, kind)
         if rows is None:
@@ -186,6 +198,8 @@ class TableCost:
         return rows[int(rng.integers(len(rows)))]
 
     def mean(self, K: int) -> float:  # noqa: N803
+        """The refill rows' mean (what a refill costs on average), interpolated between
+        table K."""
         rows = self._rows(K, "refill")
         if rows is not None:
             return float(np.mean(rows))
@@ -200,14 +214,30 @@ class TableCost:
         return m_lo + (m_hi - m_lo) * (K - lo) / (hi - lo)
 
     def quantile(self, K: int, level: float) -> float:  # noqa: N803
-        rows = self._rows(K, "refill")
-        if rows is None or len(rows) == 1:
+        """The largest of the job kinds' ``level`` quantiles at ``K``.
+
+        The planning lead is this quantile, and the controller starts both refills and
+        replans that far ahead, so it has to cover each kind. The maximum of the per-kind
+        quantiles gives every kind at least ``level`` probability of finishing in time;
+        the quantile of the pooled samples would weigh the kinds by how many samples each
+        has in the table (a profiling choice, not the run's job mix), and with few replan
+        samples it would leave replans late most of the time. Between table K every draw
+        is the interpolated mean, so that is the quantile.
+        """
+        kinds = self._kind_rows(K)
+        if not kinds:
             return self.mean(K)
-        return float(np.quantile(np.asarray(rows), level, method="higher"))
+        return max(float(np.quantile(np.asarray(rows), level, method="higher"))
+                   for rows in kinds)
 
     @property
     def deterministic(self) -> bool:
-        return all(len(set(rows)) == 1 for rows in self.samples.values())
+        """True if at every table K all draws, of every job kind, are one value (the mean
+        the closed forms use); between table K every draw is the interpolated mean."""
+        return all(
+            len({c for rows in self._kind_rows(k) for c in rows}) == 1
+            for k in self._table_ks()
+        )
 
 
 def load_table(path: str | Path) -> TableCost:

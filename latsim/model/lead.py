@@ -4,7 +4,9 @@ One rule for both drivers: a quantile of the job time C plus a safety margin
 ``max(margin_frac × quantile, margin_s)``. The simulator takes the quantile from the cost
 model (:data:`SIMULATED`: C's 0.99 quantile, no margin; equal to C for a fixed cost); the live
 harness from measured job times (:data:`LIVE`: the same quantile plus a margin for the timing
-noise a model of C does not have).
+noise a model of C does not have). The controller plans refills and replans with the same
+lead, so the quantile covers every job kind (:meth:`CostModel.quantile`; for a table with
+separate replan rows, the larger of the two kinds' quantiles).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ class LeadRule:
         return c_quantile + max(self.margin_frac * c_quantile, self.margin_s)
 
     def from_cost(self, cost: CostModel, K: int) -> float:  # noqa: N803
-        """The lead for chunk size ``K`` under a cost model."""
+        """The lead for chunk size ``K`` under a cost model: its quantile over every job
+        kind the controller may start, plus the margin."""
         return self.with_margin(cost.quantile(K, self.quantile))
 
     def sample_quantile(self, samples: Sequence[float]) -> float:
