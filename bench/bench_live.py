@@ -5,7 +5,13 @@
 1. **Decision overhead, isolated**: the controller alone on a virtual clock (a heap of
    timers, jobs of a fixed C), every ``Controller.handle`` call timed with
    ``perf_counter``: median and p99 per event. This is the controller's own cost.
-2. **Live**: the wall-clock driver with the tiny Wan DiT on CPU (both policies, Poisson
+2. **Fixed-cost agreement**: the wall-clock driver with a stand-in generator that sleeps
+   exactly C against the simulator with ``fixed:C`` on the same trace (both policies):
+   |L50 live - L50 simulated|, the largest per-condition |L| difference, busy % and DiT
+   calls side by side, and how much longer than C jobs took as the controller saw them
+   (dispatch and hand-back delays). These are wall-clock figures: tests/test_harness_units.py
+   checks the driver pathwise against the simulator fed the measured job times instead.
+3. **Live**: the wall-clock driver with the tiny Wan DiT on CPU (both policies, Poisson
    conditions at 1/s): decision time as measured inside the live run (includes GIL
    contention with the generator thread), slot-start lateness (timer fired - due) and
    slot handling lateness (driver handled - due), p50/p99/max.
@@ -79,6 +85,47 @@ def _stats_us(values: list[float]) -> dict:
             "max_us": float(arr.max()), "n": int(arr.size)}
 
 
+def fixed_cost_agreement(duration: float, C: float = 0.05, lead: float = 0.08,  # noqa: N803
+                         rate: float = 2.0, seed: int = 0) -> dict:
+    """The live driver with a generator that sleeps ``C`` against ``fixed:C`` simulated."""
+    from harness.driver import DriverConfig, LiveDriver, SleepExecutor
+    from latsim.analysis.metrics import summarize
+    from latsim.model.arrivals import PoissonArrivals
+    from latsim.model.costs import FixedCost
+    from latsim.sim.simpy_driver import simulate_trace
+
+    timing = Timing(2, 4, 16.0)
+    trace = PoissonArrivals(rate).trace(seed, np.random.default_rng(seed), duration, timing)
+    out = {}
+    for policy in (BASELINE, SPECULATIVE):
+        config = ControllerConfig(timing, policy, lead)
+        live_run = LiveDriver(config, SleepExecutor(C), trace, DriverConfig(duration)).run()
+        sim, _ = simulate_trace(config, FixedCost(C), trace, duration,
+                                np.random.default_rng(seed))
+        m_live, m_sim = summarize([live_run.records]), summarize([sim])
+        shown = {c.version: c.L for c in sim.conditions if c.displayed}
+        diffs = [abs(c.L - shown[c.version]) for c in live_run.records.conditions
+                 if c.displayed and c.version in shown]
+        extra = [j.t_ready - j.t_start - C for j in live_run.records.jobs if j.job_id > 0]
+        out[policy.name] = {
+            "L50_live_s": m_live.L50, "L50_sim_s": m_sim.L50,
+            "L50_abs_diff_s": (abs(m_live.L50 - m_sim.L50)
+                               if m_live.L50 is not None and m_sim.L50 is not None else None),
+            "L_max_abs_diff_s": max(diffs, default=None),
+            "busy_pct_live": m_live.busy_pct, "busy_pct_sim": m_sim.busy_pct,
+            "dit_calls_live": m_live.dit_calls, "dit_calls_sim": m_sim.dit_calls,
+            "job_extra_ms": _stats_ms(extra) if extra else None,
+            "n_conditions": m_live.n_conditions,
+        }
+    return out
+
+
+def _stats_ms(values: list[float]) -> dict:
+    arr = np.asarray(values) * 1e3
+    return {"median_ms": float(np.median(arr)), "p99_ms": float(np.percentile(arr, 99)),
+            "max_ms": float(arr.max()), "n": int(arr.size)}
+
+
 def live(duration: float) -> dict:
     from harness.run import MeasureConfig, measure
 
@@ -102,14 +149,21 @@ def live(duration: float) -> dict:
     return out
 
 
+def _s(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--skip-live", action="store_true")
+    parser.add_argument("--skip-fixed", action="store_true")
     args = parser.parse_args()
     report = {"isolated": {p.name: _stats_us(isolated_overhead(p))
                            for p in (BASELINE, SPECULATIVE)}}
+    if not args.skip_fixed:
+        report["fixed_cost"] = fixed_cost_agreement(args.duration)
     if not args.skip_live:
         report["live"] = live(args.duration)
     try:
@@ -123,6 +177,14 @@ def main() -> None:
     for name, s in report["isolated"].items():
         print(f"isolated {name:>11}: decision median {s['median_us']:.1f} us, "
               f"p99 {s['p99_us']:.1f} us, max {s['max_us']:.1f} us ({s['n']} events)")
+    for name, s in report.get("fixed_cost", {}).items():
+        extra = s["job_extra_ms"] or {"median_ms": float("nan"), "max_ms": float("nan")}
+        print(f"fixed C  {name:>11}: L50 live {_s(s['L50_live_s'])} vs sim "
+              f"{_s(s['L50_sim_s'])} s (|diff| {_s(s['L50_abs_diff_s'])}, max per condition "
+              f"{_s(s['L_max_abs_diff_s'])}); busy {s['busy_pct_live']:.2f} vs "
+              f"{s['busy_pct_sim']:.2f} %; calls {s['dit_calls_live']} vs {s['dit_calls_sim']}; "
+              f"job time over C median {extra['median_ms']:.3f} ms, max "
+              f"{extra['max_ms']:.3f} ms")
     for name, s in report.get("live", {}).items():
         d, j, h = s["decision"], s["slot_start_lateness_ms"], s["slot_handle_lateness_ms"]
         print(f"live     {name:>11}: decision median {d['median_us']:.1f} us, p99 "

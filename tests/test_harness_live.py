@@ -1,23 +1,31 @@
 """Live harness on CPU with the tiny preset: both policies on one trace, interruption.
 
 Each live run is a few wall-clock seconds (K=4, r=4, 16 fps: delta = 0.25 s, T = 1 s;
-C of the tiny model is a few tens of ms, well under T).
+C of the tiny model is a few tens of ms, well under T). Slow tier (~30-40 s in all).
+
+No assertion here holds only on a fast or idle machine: bounds come from the runs' own
+records and event timings, and early stops are triggered by what the generator is asked to do,
+not by timers. (One mild exception: the 3 s calibration pass must finish one tiny-model job.)
 """
 
 from __future__ import annotations
 
 import _thread
+import bisect
 import csv
 import json
-import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-import latsim.controller
+from latsim.analysis.metrics import stall_time_in_window
 from latsim.model.traces import write_trace
+from tests.helpers import assert_live_run_matches_simulation
+
+pytestmark = pytest.mark.slow
 
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
@@ -39,6 +47,23 @@ STEPS = 8
 @pytest.fixture(scope="module")
 def generator() -> WanGenerator:
     return WanGenerator(GeneratorConfig("tiny", "tiny", steps=STEPS))
+
+
+class HookedGenerator:
+    """The generator, with ``hook(job)`` called in the generator thread before each job once
+    armed (tests arm it in ``on_driver``, after warm-up and calibration)."""
+
+    def __init__(self, generator: WanGenerator) -> None:
+        self._generator = generator
+        self.hook = None
+
+    def __getattr__(self, name: str):
+        return getattr(self._generator, name)
+
+    def run_job(self, job, decode_group: int = 1):
+        if self.hook is not None:
+            self.hook(job)
+        return self._generator.run_job(job, decode_group)
 
 
 def _config(tmp: Path, trace: Path, **kw) -> MeasureConfig:
@@ -71,7 +96,12 @@ def test_one_run_folder_per_policy_with_the_contract_files(both):
         summary = json.loads((res.run_dir / "summary.json").read_text())
         assert SUMMARY_KEYS <= summary.keys()
         assert summary["kernel_activity"] is None and "cpu" in summary["kernel_activity_note"]
-        assert summary["stall_pct"] is not None and summary["busy_pct"] > 0
+        records = res.driver.records
+        assert summary["stall_pct"] == pytest.approx(
+            100 * stall_time_in_window(records) / DURATION, abs=1e-9)
+        assert summary["busy_pct"] == pytest.approx(
+            100 * records.busy_in_window / DURATION, abs=1e-9)
+        assert summary["busy_pct"] > 0
         assert summary["interrupted"] is False
         config = json.loads((res.run_dir / "config.json").read_text())
         assert config["status"] == "complete" and config["lead"] == summary["lead"]
@@ -82,45 +112,128 @@ def test_one_run_folder_per_policy_with_the_contract_files(both):
 
 
 def test_records_are_complete_and_every_latency_covers_its_job(both):
-    results, _ = both
-    for res in results:
+    results, drivers = both
+    for res, driver in zip(results, drivers, strict=True):
         conditions = pd.read_csv(res.run_dir / "conditions.csv")
         assert list(conditions.columns[:3]) == ["policy", "K", "run"]
         assert sorted(conditions.version) == list(range(1, len(TIMES) + 1))
-        # none left open at the end: each shown as itself, or overtaken (superseded) by a
-        # newer version that was shown; the summary counts agree with the records
-        assert conditions.displayed.all()
+        # each shown as itself, or overtaken (superseded) by a newer version that was shown;
+        # one is left open (censored) only if the run went on to the end of its drain; the
+        # summary counts agree with the records
         summary = res.summary
-        assert summary["n_censored"] == 0
-        assert summary["n_displayed"] + summary["n_superseded"] == len(TIMES)
+        shown = conditions[conditions.displayed]
+        censored = len(conditions) - len(shown)
+        if censored:
+            assert res.driver.end_time >= driver.window.limit
+        assert summary["n_censored"] == censored
+        assert summary["n_displayed"] + summary["n_superseded"] + censored == len(TIMES)
         assert summary["n_superseded"] == int(conditions.superseded.sum())
         gen = pd.read_csv(res.run_dir / "gen_jobs.csv")
         measured = gen[gen.phase == "run"].set_index("job_id").wall_s
-        shown = conditions[conditions.displayed]
         for row in shown.itertuples():
             assert row.L >= measured[row.job_id] - 1e-9
             assert row.L >= row.C >= measured[row.job_id] - 1e-9
         assert res.summary["n_conditions"] == len(TIMES)
-        # wall-clock latency adds the player's own delay to the controller's timeline
+        # wall-clock latency adds the player's own delay to the controller's timeline: the
+        # player was told to show a slot while the driver handled the very event that started
+        # it, so the delay is that event's handling lateness plus part of its handling time
+        # (bracketed by the run's own event timings, not by a wall-clock constant)
         display = pd.read_csv(res.run_dir / "display.csv")
-        assert len(display) == len(conditions)
+        assert len(display) == len(shown)
         delay = display.L_wall - display.L
-        assert (delay >= -1e-9).all() and (delay < 0.1).all()
+        assert (delay >= -1e-9).all()
+        events = res.driver.events
+        handled = [e.handled for e in events]
+        for row in display.itertuples():
+            k = bisect.bisect_right(handled, row.t_display) - 1
+            assert k >= 0, row
+            assert events[k].now == pytest.approx(row.t_play, abs=1e-9), (row, events[k])
+            after = handled[k + 1] if k + 1 < len(events) else res.driver.end_time
+            assert row.t_display <= after
         assert summary["L50"] == pytest.approx(float(np.percentile(display.L_wall, 50)))
         assert summary["L50_timeline"] == pytest.approx(float(np.percentile(display.L, 50)))
 
 
+def _stall_s(records) -> float:
+    return sum(s.t_end - s.t_start for s in records.stalls)
+
+
+def _c_max(records) -> float:
+    """The longest job as the controller saw it (t_ready - t_start: dispatch included)."""
+    return max((j.t_ready - j.t_start for j in records.jobs if j.job_id > 0), default=0.0)
+
+
+def _response_bounds(results) -> dict:
+    """Per-condition bounds of the two runs, from their own records (DESIGN §2, lead <= T and
+    every job shorter than T, so each refill starts when it is due):
+
+    - baseline: the first refill due at or after the arrival serves it and plays at least
+      ``lead`` later, so ``L >= lead + phi`` with ``phi = (-t - lead) mod T``; stalls shift
+      the chunk grid later by at most the run's total stall S, which can wrap phi to 0 only
+      when ``phi + S >= T``;
+    - speculative: a replan starts at once or when the running job ends (at most the longest
+      job later) and branches at the first slot at least ``lead`` ahead, so a condition
+      shown as itself has ``L <= lead + delta + C_max + S``.
+    """
+    base_rec, spec_rec = (r.driver.records for r in results)
+    T, delta, lead = (results[0].summary[k] for k in ("T", "delta", "lead"))  # noqa: N806
+    s_base = _stall_s(base_rec)
+    lower = {}
+    for c in base_rec.conditions:
+        phi = (-c.t_arrival - lead) % T
+        lower[c.version] = lead + (phi if phi + s_base < T else 0.0)
+    upper = lead + delta + _c_max(spec_rec) + _stall_s(spec_rec)
+    return {"lower": lower, "upper": upper, "T": T, "lead": lead,
+            "c_max": max(_c_max(base_rec), _c_max(spec_rec))}
+
+
+def test_each_response_is_within_the_timing_models_bounds(both):
+    results, _ = both
+    bounds = _response_bounds(results)
+    if bounds["lead"] > bounds["T"] or bounds["c_max"] > bounds["T"]:
+        pytest.skip(f"jobs took up to {bounds['c_max']:.3f} s, lead {bounds['lead']:.3f} s: "
+                    f"the bounds assume both are under T = {bounds['T']:g} s")
+    base_rec, spec_rec = (r.driver.records for r in results)
+    for c in base_rec.conditions:
+        if c.displayed:
+            assert c.L >= bounds["lower"][c.version] - 1e-9, c
+    for c in spec_rec.conditions:
+        if c.displayed and not c.superseded:
+            assert c.L <= bounds["upper"] + 1e-9, c
+
+
 def test_speculative_responds_faster_than_baseline_when_c_is_well_under_t(both):
+    """The paper's claim for C well under T. Whether C was well under T in this run is a
+    wall-clock fact, so the premise is checked on the runs' own records: the bounds of
+    ``_response_bounds`` (plus the largest display delay) must separate the two medians,
+    with no speculative condition overtaken; otherwise the machine was too slow to say."""
     results, _ = both
     base, spec = (r.summary for r in results)
-    assert base["C_mean"] < 0.25 * base["T"]
+    assert spec["A"] is not None and base["A"] == 1.0
+    bounds = _response_bounds(results)
+    spec_rec = results[1].driver.records
+    display_max = max(spec["display_lateness_ms"]["max"] or 0.0, 0.0) / 1e3
+    base_floor = float(np.percentile(list(bounds["lower"].values()), 50))
+    spec_ceiling = bounds["upper"] + display_max
+    premise = (bounds["lead"] <= bounds["T"] and bounds["c_max"] <= bounds["T"]
+               and not any(c.superseded for c in spec_rec.conditions)
+               and spec_ceiling < base_floor)
+    if not premise:
+        pytest.skip(f"C was not well under T in this run (longest job {bounds['c_max']:.3f} s; "
+                    f"speculative bound {spec_ceiling:.3f} s vs baseline floor "
+                    f"{base_floor:.3f} s)")
     assert spec["L50"] < base["L50"]
-    assert spec["A"] is not None and spec["A"] >= 1.0 and base["A"] == 1.0
+    # no stall in either run: both played the same slots, so A counts the discards on top
+    if _stall_s(spec_rec) == 0 and _stall_s(results[0].driver.records) == 0:
+        assert spec["A"] >= 1.0
 
 
-def test_the_harness_drives_latsims_controller_class_itself(both):
-    _, drivers = both
-    assert drivers and all(type(d.controller) is latsim.controller.Controller for d in drivers)
+def test_the_simulator_given_the_measured_job_times_reproduces_each_run(both):
+    """latsim's controller drives the live runs: the simulator fed the job times each run
+    measured makes the same decisions at the same times (tests.helpers)."""
+    results, drivers = both
+    for res, driver in zip(results, drivers, strict=True):
+        assert_live_run_matches_simulation(driver, res.driver)
 
 
 def test_cost_samples_load_as_a_latsim_cost_table(both):
@@ -136,36 +249,70 @@ def test_cost_samples_load_as_a_latsim_cost_table(both):
 
 
 def test_a_stopped_run_leaves_readable_partial_records(generator, tmp_path):
+    """Stopped (from the generator thread) as the first job conditioned on version 3 starts:
+    a point in the run's own timeline, not a wall-clock timer."""
+    times = [0.3, 0.9, 1.5, 6.0, 8.0]
     trace = tmp_path / "trace.jsonl"
-    write_trace(trace, [0.3, 0.9, 1.5, 6.0, 8.0], {"duration": 10.0})
+    write_trace(trace, times, {"duration": 10.0})
+    hooked = HookedGenerator(generator)
+    stopped: list[float] = []
 
-    def stop_soon(driver: LiveDriver) -> None:
-        threading.Timer(2.0, driver.stop, args=("test stop",)).start()
+    def arm(driver: LiveDriver) -> None:
+        def stop_at_version_3(job) -> None:
+            if job.version >= 3 and not stopped:
+                driver.stop("test stop")
+                stopped.append(time.perf_counter())  # after the stop was queued
+
+        hooked.hook = stop_at_version_3
 
     results = measure(_config(tmp_path, trace, duration=10.0, policies=("speculative",)),
-                      generator=generator, on_driver=stop_soon)
+                      generator=hooked, on_driver=arm)
     run_dir = results[0].run_dir
+    t_stop = stopped[0] - results[0].driver.t0_perf
     summary = json.loads((run_dir / "summary.json").read_text())
     config = json.loads((run_dir / "config.json").read_text())
     assert summary["interrupted"] is True and config["status"] == "interrupted"
-    assert summary["stop_reason"] == "test stop" and summary["end_time"] < 4.0
+    assert summary["stop_reason"] == "test stop" and summary["end_time"] >= t_stop
+    # everything the driver handled had been queued before the stop: the conditions are the
+    # trace's first ones (version 3 among them: a job was conditioned on it), all arrived
+    # before the stop, and every slot started before it
+    conditions = pd.read_csv(run_dir / "conditions.csv").sort_values("version")
+    n = len(conditions)
+    assert 3 <= n <= sum(t < t_stop for t in times)
+    assert list(conditions.version) == list(range(1, n + 1))
+    assert list(conditions.t_arrival) == pytest.approx(times[:n], abs=1e-9)
     with (run_dir / "slots.csv").open() as handle:
         slots = list(csv.DictReader(handle))
-    assert 4 <= len(slots) <= 12
-    conditions = pd.read_csv(run_dir / "conditions.csv")
-    assert len(conditions) == 3  # the conditions that arrived before the stop
+    assert [int(s["position"]) for s in slots] == list(range(len(slots)))
+    assert all(float(s["t_start"]) < t_stop for s in slots)
+    # the slots played are those whose tick the driver handled, bar one stalled at the stop
+    events = pd.read_csv(run_dir / "events.csv")
+    ticked = set(events[events.kind == "slot_due"].position.astype(int))
+    played = {int(s["position"]) for s in slots}
+    with (run_dir / "stalls.csv").open() as handle:
+        open_stall = {int(s["position"]) for s in csv.DictReader(handle)
+                      if s["open_at_end"] == "True"}
+    assert played <= ticked and ticked - played <= open_stall and played
 
 
 def test_ctrl_c_writes_what_was_measured_then_reraises(generator, tmp_path):
+    """Ctrl-C (``interrupt_main``) as the first job conditioned on version 1 starts: the
+    baseline run is then certainly under way, 10 s long."""
     trace = tmp_path / "trace.jsonl"
     write_trace(trace, [0.3, 5.0], {"duration": 10.0})
+    hooked = HookedGenerator(generator)
 
-    def interrupt_soon(driver: LiveDriver) -> None:
-        threading.Timer(1.5, _thread.interrupt_main).start()
+    def arm(driver: LiveDriver) -> None:
+        def interrupt_at_version_1(job) -> None:
+            if job.version >= 1 and hooked.hook is not None:
+                hooked.hook = None
+                _thread.interrupt_main()
+
+        hooked.hook = interrupt_at_version_1
 
     with pytest.raises(KeyboardInterrupt):
         measure(_config(tmp_path, trace, duration=10.0, policies=("baseline", "speculative")),
-                generator=generator, on_driver=interrupt_soon)
+                generator=hooked, on_driver=arm)
     run_dir = tmp_path / "runs" / "K4-baseline"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["stop_reason"] == "KeyboardInterrupt"

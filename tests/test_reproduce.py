@@ -33,6 +33,7 @@ def _rows(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow  # the `run` fixture reproduces every table (~20-45 s)
 def test_reproduce_writes_tables_and_figure(run: tuple[Path, str]) -> None:
     out, text = run
     for name in ("settings", "eq6", "amplification", "stall", "l50"):
@@ -42,6 +43,7 @@ def test_reproduce_writes_tables_and_figure(run: tuple[Path, str]) -> None:
         assert setting.name in text
 
 
+@pytest.mark.slow  # the `run` fixture reproduces every table (~20-45 s)
 def test_committed_results_are_byte_identical(run: tuple[Path, str]) -> None:
     out, _ = run
     committed = ROOT / "results" / "paper"
@@ -51,6 +53,7 @@ def test_committed_results_are_byte_identical(run: tuple[Path, str]) -> None:
         assert "/" not in path.read_text().split("\n", 1)[1].replace("C/T", "")  # no paths
 
 
+@pytest.mark.slow  # the `run` fixture reproduces every table (~20-45 s)
 def test_theory_column_matches_the_papers_predictions(run: tuple[Path, str]) -> None:
     out, text = run
     rows = {r["setting"]: r for r in _rows(out / "settings.csv")}
@@ -79,6 +82,7 @@ def test_theory_column_matches_the_papers_predictions(run: tuple[Path, str]) -> 
     assert re.search(r"E\[R\]\s*│\s*0\.256\s*│", text)
 
 
+@pytest.mark.slow  # the `run` fixture reproduces every table (~20-45 s)
 def test_simulated_reduction_is_recomputed(run: tuple[Path, str]) -> None:
     out, _ = run
     row = next(r for r in _rows(out / "settings.csv") if r["setting"] == "Wan1.3B short")
@@ -92,6 +96,7 @@ def test_simulated_reduction_is_recomputed(run: tuple[Path, str]) -> None:
         float(row["sim_low_reduction"]) - float(row["paper_reduction"]), abs=1e-6)
 
 
+@pytest.mark.slow  # the `run` fixture reproduces every table (~20-45 s)
 def test_amplification_and_stall_follow_theory(run: tuple[Path, str]) -> None:
     out, _ = run
     for row in _rows(out / "amplification.csv"):
