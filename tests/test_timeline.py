@@ -79,3 +79,16 @@ def test_bad_input_is_one_line(run_dir: Path, tmp_path: Path) -> None:
         assert result.exit_code == 2, args
         assert message in result.output
         assert "Traceback" not in result.output
+
+
+def test_commit_mode_follows_the_folder_kind(run_dir: Path, tmp_path: Path) -> None:
+    """An experiment folder and bare record CSVs take the commit mode from the policy; a
+    single run's config.json states it."""
+    assert select_run(run_dir, policy="baseline").eager
+    assert not select_run(run_dir, policy="speculative").eager
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("jobs", "slots", "discards", "conditions", "stalls"):
+        (bare / f"{name}.csv").write_bytes((run_dir / f"{name}.csv").read_bytes())
+    assert select_run(bare, policy="baseline").eager
+    assert not select_run(bare, policy="speculative").eager

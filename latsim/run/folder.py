@@ -170,11 +170,14 @@ class RunFolder:
 
     @property
     def kind(self) -> str:
+        """One of :data:`KINDS`, or ``records`` for bare record CSVs with no config."""
         if "kind" in self.config:
             return str(self.config["kind"])
+        if not self.config:
+            return "records"
         if "Ks" in self.config:
             return "experiment"
-        return "measured" if self.config.get("source") != "simulated" else "simulated"
+        return "simulated" if self.config.get("source") == "simulated" else "measured"
 
     @property
     def status(self) -> str:
@@ -195,8 +198,9 @@ class RunFolder:
         return self.summaries[0] if self.summaries else {}
 
     def require_single_run(self) -> None:
-        if self.kind == "experiment":
-            raise LatsimError(f"{self.path}: an experiment folder, not a single run")
+        if self.kind not in KINDS[1:]:
+            raise LatsimError(f"{self.path}: a single run needs its config.json "
+                              f"(this folder is {self.kind!r})")
         missing = [k for k in RUN_KEYS if k not in self.config]
         if missing:
             raise LatsimError(f"{self.path}/config.json lacks {', '.join(missing)}")

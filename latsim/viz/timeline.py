@@ -91,10 +91,10 @@ def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = N
     if picked["jobs"].empty or picked["slots"].empty:
         raise LatsimError(f"{run_dir}: no records for policy {policy!r}, K={K}, run {run}")
     delta = _infer_delta(picked["slots"], folder)
-    if folder.kind == "experiment":  # its "commit" overrides the speculative policy only
-        eager = policy == "baseline" or folder.config.get("commit") == "eager"
-    else:
+    if folder.kind in ("simulated", "measured"):
         eager = folder.config.get("commit") == "eager"
+    else:  # an experiment's "commit" overrides the speculative policy only
+        eager = policy == "baseline" or folder.config.get("commit") == "eager"
     return RunData(policy, int(K), int(run), delta, eager, picked["jobs"], picked["slots"],
                    picked["discards"], picked["conditions"], picked["stalls"])
 
