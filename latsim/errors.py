@@ -3,3 +3,11 @@
 
 class LatsimError(ValueError):
     """Bad input or configuration. ``str(error)`` is a complete, single-line explanation."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped early by Ctrl-C or SIGTERM after keeping what it measured.
+
+    ``str(error)`` says, in one line, what was kept and where; the command line prints it
+    after ``latsim: interrupted:`` and exits 130.
+    """

@@ -1,0 +1,78 @@
+"""``latsim compare``: measured vs predicted (registered on the main app).
+
+Only typer is imported at module level; the analysis loads inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from latsim.formatting import fmt as _fmt
+
+SeedOpt = Annotated[int, typer.Option(help="root seed of all random draws")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout")]
+
+
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(help="run folders, or folders of them")],
+    replications: Annotated[
+        int, typer.Option(help="simulations per run, each with new C draws")
+    ] = 20,
+    seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
+    out: Annotated[
+        Path | None, typer.Option(help="write compare.csv/.json and figures (default: none)")
+    ] = None,
+) -> None:
+    """Measured vs predicted: re-simulate each run with its own measured C samples."""
+    from latsim.analysis.compare import COMPARED, compare_runs
+    from latsim.run.files import dumps, write_rows_csv
+
+    result = compare_runs(list(run_dirs), replications=replications, seed=seed)
+    payload = {"runs": result.rows, "MAPE": result.mape}
+    if out is not None:
+        from latsim.viz.plots import plot_compare_cdf, plot_compare_overlay
+
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compare.json").write_text(dumps(payload) + "\n")
+        write_rows_csv(out / "compare.csv", result.rows)
+        plot_compare_cdf(result, out / "compare_cdf.png")
+        plot_compare_overlay(result, out / "compare_overlay.png")
+    if as_json:
+        typer.echo(dumps(payload))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="measured / predicted (error %)")
+    table.add_column("run")
+    for metric in COMPARED:
+        table.add_column(metric, justify="right", no_wrap=True)
+    table.add_column("MAPE", justify="right")
+    for row in result.rows:
+        cells = []
+        for metric in COMPARED:
+            digits = 0 if metric == "dit_calls" else (2 if metric.endswith("pct") else 3)
+            err = row[f"{metric}_err_pct"]
+            cells.append(f"{_fmt(row[f'{metric}_measured'], digits)} / "
+                         f"{_fmt(row[f'{metric}_predicted'], digits)}"
+                         + (f" ({err:+.1f}%)" if err is not None else ""))
+        table.add_row(row["run"], *cells, _fmt(row["MAPE"], 1))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print(table)
+    console.print(f"overall MAPE: {_fmt(result.mape, 2)} %  (stall % compared in points: "
+                  + ", ".join(f"{r['run']} {_fmt(r['stall_pct_abs_err'], 2)}" for r in result.rows)
+                  + ")")
+    if out is not None:
+        console.print(f"wrote {out}/ (compare.json, compare.csv, compare_cdf.png, "
+                      "compare_overlay.png)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    app.command("compare")(compare)
