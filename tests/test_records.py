@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import astuple
 
+import pytest
+
 from latsim.controller.policies import SPECULATIVE
-from latsim.controller.records import RECORD_TYPES, read_csv, write_csv
+from latsim.controller.records import RECORD_TYPES, JobRecord, read_csv, write_csv
 from latsim.controller.timing import Timing
+from latsim.errors import LatsimError
 from tests.helpers import run
 
 
@@ -30,3 +33,59 @@ def test_every_record_type_round_trips(tmp_path):
         assert [extra for extra, _ in back] == [{"policy": "speculative", "K": "8"}] * len(back)
         assert len(back) == len(original)
         assert all(same(a, b) for a, (_, b) in zip(original, back, strict=True))
+
+
+def _written(tmp_path):
+    timing = Timing(8, 4, 16.0)
+    records = run(timing, SPECULATIVE, [0.3, 1.1, 1.2, 5.0, 11.9], 12.0, 0.45)
+    path = tmp_path / "jobs.csv"
+    write_csv(path, JobRecord, records.jobs, extra=(("policy", "speculative"), ("K", 8)))
+    return path, list(records.jobs)
+
+
+def test_a_torn_last_row_is_dropped_with_a_note(tmp_path):
+    """A writer killed mid-row leaves a last line without a line end: dropped and noted."""
+    path, jobs = _written(tmp_path)
+    with path.open("a", newline="") as handle:
+        handle.write("speculative,8,9,refill,4")
+    back = read_csv(path, JobRecord)
+    assert [job for _, job in back] == jobs
+    assert back.torn is not None and f"line {len(jobs) + 2}" in back.torn
+    assert "torn" in back.torn and path.name in back.torn
+
+
+def test_a_whole_file_has_no_note(tmp_path):
+    path, jobs = _written(tmp_path)
+    back = read_csv(path, JobRecord)
+    assert back.torn is None and len(back) == len(jobs)
+
+
+def test_a_cut_that_happens_to_parse_is_still_torn(tmp_path):
+    """``1.25`` cut to ``1.2`` parses: the missing line end, not the value, tells."""
+    path, jobs = _written(tmp_path)
+    text = path.read_text()
+    path.write_text(text[:-3])  # the last row's t_ready loses its last digits and line end
+    back = read_csv(path, JobRecord)
+    assert back.torn and [job for _, job in back] == jobs[:-1]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda row: "x," + row, "cells where the header has"),
+    (lambda row: row.rsplit(",", 1)[0] + ",oops\r\n", "column t_ready: 'oops' is not a valid"),
+    (lambda row: row.rsplit(",", 2)[0] + "\r\n", "cells where the header has"),
+])
+def test_a_bad_middle_row_is_an_error_naming_file_and_line(tmp_path, damage, message):
+    path, _ = _written(tmp_path)
+    with path.open(newline="") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    lines[2] = damage(lines[2])
+    path.write_text("".join(lines), newline="")
+    with pytest.raises(LatsimError, match=rf"jobs\.csv:3: .*{message}"):
+        read_csv(path, JobRecord)
+
+
+def test_a_torn_header_reads_as_no_rows(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("policy,K,job_id,ki")
+    back = read_csv(path, JobRecord)
+    assert back == [] and "header" in back.torn

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from latsim.cli import app
 from latsim.experiments.sweep import Experiment, run_experiment, write_experiment
 from latsim.viz.timeline import default_window, select_run
+from tests import run_folders
 
 runner = CliRunner()
 
@@ -92,3 +93,43 @@ def test_commit_mode_follows_the_folder_kind(run_dir: Path, tmp_path: Path) -> N
         (bare / f"{name}.csv").write_bytes((run_dir / f"{name}.csv").read_bytes())
     assert select_run(bare, policy="baseline").eager
     assert not select_run(bare, policy="speculative").eager
+
+
+def _title(data) -> str:
+    import matplotlib.pyplot as plt
+
+    from latsim.viz.timeline import timeline_figure
+
+    fig = timeline_figure(data)
+    try:
+        return " ".join(fig.axes[0].get_title().split())
+    finally:
+        plt.close(fig)
+
+
+def test_a_partial_run_says_so_in_the_title(tmp_path: Path) -> None:
+    run_folders.interrupted_run(tmp_path / "cut", end=13.0)
+    data = select_run(tmp_path / "cut")
+    assert data.partial and data.status == "interrupted"
+    assert data.end_time == pytest.approx(13.0)
+    assert "PARTIAL RUN (interrupted: records end at 13.00 s of the 30 s window)" in _title(data)
+    result = runner.invoke(app, ["plot", "timeline", str(tmp_path / "cut")])
+    assert result.exit_code == 0, result.output
+    assert "PARTIAL RUN (interrupted" in result.output
+
+
+def test_a_killed_run_with_a_torn_row_is_drawn_and_noted(tmp_path: Path) -> None:
+    run_dir = run_folders.killed_run(tmp_path / "killed", cut=14.5, torn="slots")
+    data = select_run(run_dir)
+    assert data.status == "incomplete" and 12.0 < data.end_time <= 14.5
+    assert data.slots["t_start"].max() <= 14.5  # the torn row is not a slot
+    title = _title(data)
+    assert "PARTIAL RUN (incomplete: records end at" in title
+    assert "slots.csv: last row" in title and "torn" in title
+
+
+def test_a_complete_run_and_an_experiment_are_not_marked(tmp_path: Path, run_dir: Path) -> None:
+    run_folders.complete_run(tmp_path / "whole")
+    for data in (select_run(tmp_path / "whole"), select_run(run_dir)):
+        assert not data.partial and data.status_line() == ""
+        assert "PARTIAL" not in _title(data)

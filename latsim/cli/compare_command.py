@@ -27,12 +27,23 @@ def compare(
         Path | None, typer.Option(help="write compare.csv/.json and figures (default: none)")
     ] = None,
 ) -> None:
-    """Measured vs predicted: re-simulate each run with its own measured C samples."""
+    """Measured vs predicted: re-simulate each run with its own measured C samples.
+
+    A partial run (interrupted, failed, or left incomplete by a killed writer) is compared
+    over the window its records cover and left out of the overall MAPE; folders that are not
+    single runs are skipped. Both are listed on stderr and in compare.json.
+    """
     from latsim.analysis.compare import COMPARED, compare_runs
     from latsim.run.files import dumps, write_rows_csv
 
     result = compare_runs(list(run_dirs), replications=replications, seed=seed)
-    payload = {"runs": result.rows, "MAPE": result.mape}
+    for skipped in result.skipped:
+        typer.echo(f"latsim: skipped {skipped['path']}: {skipped['reason']}", err=True)
+    for row in result.rows:
+        if row["notes"]:
+            typer.echo(f"latsim: {'warning' if row['status'] != 'complete' else 'note'}: "
+                       f"{row['run']}: {row['notes']}", err=True)
+    payload = result.payload()
     if out is not None:
         from latsim.viz.plots import plot_compare_cdf, plot_compare_overlay
 
@@ -49,6 +60,7 @@ def compare(
 
     table = Table(title="measured / predicted (error %)")
     table.add_column("run")
+    table.add_column("status")
     for metric in COMPARED:
         table.add_column(metric, justify="right", no_wrap=True)
     table.add_column("MAPE", justify="right")
@@ -60,14 +72,27 @@ def compare(
             cells.append(f"{_fmt(row[f'{metric}_measured'], digits)} / "
                          f"{_fmt(row[f'{metric}_predicted'], digits)}"
                          + (f" ({err:+.1f}%)" if err is not None else ""))
-        table.add_row(row["run"], *cells, _fmt(row["MAPE"], 1))
+        status = row["status"]
+        if status != "complete":
+            status += f"\n[0, {row['window_s']:.1f}] s"
+        table.add_row(row["run"], status, *cells, _fmt(row["MAPE"], 1))
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)
     console.print(table)
-    console.print(f"overall MAPE: {_fmt(result.mape, 2)} %  (stall % compared in points: "
-                  + ", ".join(f"{r['run']} {_fmt(r['stall_pct_abs_err'], 2)}" for r in result.rows)
-                  + ")")
+    console.print(f"overall MAPE: {_fmt(result.mape, 2)} % over {len(result.mape_runs)} "
+                  f"run(s), {result.mape_over}: {', '.join(result.mape_runs)}")
+    if len(result.mape_runs) < len(result.rows):
+        console.print(f"over all {len(result.rows)} compared runs, each over its own window: "
+                      f"{_fmt(result.mape_all, 2)} %")
+    console.print("stall % compared in points: "
+                  + ", ".join(f"{r['run']} {_fmt(r['stall_pct_abs_err'], 2)}"
+                              for r in result.rows)
+                  + f"; busy % on the {', '.join(sorted({r['busy_basis'] for r in result.rows}))}"
+                  " view of each job on both sides")
+    if result.skipped:
+        console.print(f"skipped {len(result.skipped)}: "
+                      + "; ".join(f"{s['path']} ({s['reason']})" for s in result.skipped))
     if out is not None:
         console.print(f"wrote {out}/ (compare.json, compare.csv, compare_cdf.png, "
                       "compare_overlay.png)")

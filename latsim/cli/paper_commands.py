@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from latsim.errors import LatsimError
+from latsim.errors import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_EVENTS, LatsimError
 
 traces_app = typer.Typer(
     help="Condition traces: generate the paper's workload, validate and summarise sets.",
@@ -20,6 +20,10 @@ traces_app = typer.Typer(
 )
 plot_app = typer.Typer(help="Figures drawn from a run folder's CSV records.",
                        no_args_is_help=True)
+
+MaxEventsOpt = Annotated[
+    int, typer.Option(help="work bound: conditions per trace file read (checked as it is read)")
+]
 
 
 def _trace_paths(path: Path) -> list[Path]:
@@ -39,23 +43,30 @@ def traces_generate(
     count: Annotated[int, typer.Option(help="number of traces")] = 30,
     duration: Annotated[float, typer.Option(help="seconds per trace")] = 60.0,
     seed: Annotated[int, typer.Option(help="root seed (trace i uses child i)")] = 0,
+    max_events: Annotated[
+        int, typer.Option(help="work bound: the most conditions the set may hold "
+                          "(checked before drawing)")
+    ] = DEFAULT_MAX_TRACE_EVENTS,
 ) -> None:
     """Generate a deterministic set of traces (same kind, count, duration, seed: same bytes)."""
     from latsim.experiments.tracegen import generate_set, write_set
 
-    paths = write_set(generate_set(kind, count, duration, seed), out)
+    paths = write_set(generate_set(kind, count, duration, seed, max_events), out)
     typer.echo(f"wrote {len(paths)} {kind} traces to {out}/")
 
 
 @traces_app.command("validate")
 def traces_validate(
     path: Annotated[Path, typer.Argument(help="a trace file or a folder of *.jsonl")],
+    max_events: MaxEventsOpt = DEFAULT_MAX_TRACE_EVENTS,
 ) -> None:
     """Check traces; print every problem as file:line and exit 1 if there is any."""
+    from latsim.errors import check_int
     from latsim.model.traces import validate_trace
 
+    check_int("--max-events", max_events, 1, 10**12)
     files = _trace_paths(path)
-    problems = [p for f in files for p in validate_trace(f)]
+    problems = [p for f in files for p in validate_trace(f, max_events)]
     for problem in problems:
         typer.echo(problem)
     if problems:
@@ -70,15 +81,18 @@ def traces_validate(
 def traces_show(
     path: Annotated[Path, typer.Argument(help="a trace file or a folder of *.jsonl")],
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    max_events: MaxEventsOpt = DEFAULT_MAX_TRACE_EVENTS,
 ) -> None:
     """Summarise a set: count, updates per trace (min/mean/max), inter-arrival statistics."""
     from dataclasses import asdict
 
+    from latsim.errors import check_int
     from latsim.experiments.tracegen import summarize_set
     from latsim.model.traces import load_trace
     from latsim.run.files import dumps
 
-    loaded = [load_trace(f) for f in _trace_paths(path)]
+    check_int("--max-events", max_events, 1, 10**12)
+    loaded = [load_trace(f, max_events) for f in _trace_paths(path)]
     summary = summarize_set([t.times for t in loaded], [t.duration for t in loaded])
     if as_json:
         typer.echo(dumps(asdict(summary)))
@@ -91,6 +105,9 @@ def traces_show(
     typer.echo(f"updates per trace: min {summary.updates_min}, mean "
                f"{summary.updates_mean:.2f}, max {summary.updates_max} "
                f"({f(summary.rate_per_min, 2)} per minute)")
+    if not summary.gap_n:
+        typer.echo("inter-arrival: none (no trace has two updates)")
+        return
     typer.echo(f"inter-arrival (s, n={summary.gap_n}): min {f(summary.gap_min)}, mean "
                f"{f(summary.gap_mean)}, median {f(summary.gap_median)}, p95 "
                f"{f(summary.gap_p95)}, max {f(summary.gap_max)}, CV {f(summary.gap_cv, 2)}")
@@ -105,12 +122,16 @@ def reproduce(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print all tables as JSON")] = False,
     jobs: Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")] = None,
+    max_events: Annotated[
+        int, typer.Option(help="work bound: events (latent slots and conditions) over all "
+                          "the simulations (checked before the first)")
+    ] = DEFAULT_MAX_EVENTS,
 ) -> None:
     """Reproduce the paper's latency results: theory, simulation and the paper side by side."""
     from latsim.experiments import paper
     from latsim.viz.paper import plot_reproduction, print_report
 
-    result = paper.reproduce(traces_root=traces, jobs=jobs)
+    result = paper.reproduce(traces_root=traces, jobs=jobs, max_events=max_events)
     written = paper.write_results(result, out)
     written.append(plot_reproduction(result, out / "reproduce.png"))
     if as_json:
@@ -139,7 +160,9 @@ def plot_timeline(
 
     data = select_run(run_dir, policy=policy, K=K, run=run)
     path = draw(data, out or run_dir / "timeline.png", t0=t0, t1=t1)
-    typer.echo(f"wrote {path} ({data.policy}, K={data.K}, run {data.run})")
+    status = data.status_line()
+    typer.echo(f"wrote {path} ({data.policy}, K={data.K}, run {data.run})"
+               + (f"; {status}" if status else ""))
 
 
 def register(app: typer.Typer) -> None:

@@ -7,10 +7,13 @@ works on any list of them; :func:`write_csv` writes them with a stable column or
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
+
+from latsim.errors import LatsimError
 
 NAN = math.nan
 
@@ -138,30 +141,72 @@ def write_csv(
             writer.writerow(prefix + [_cell(v) for v in astuple(record)])
 
 
-def read_csv(path: Path, record_type: type) -> list[tuple[dict[str, str], object]]:
+class CsvRows(list):
+    """What :func:`read_csv` returns: a list of ``(extra columns, record)`` rows, plus
+    ``torn``: ``None``, or a one-line note that the file's last row was cut short (a writer
+    killed mid-row) and was dropped."""
+
+    torn: str | None = None
+
+
+def _parse(raw: str, kind: str) -> object:
+    if kind == "float":
+        return float(raw) if raw != "" else NAN
+    if kind == "int":
+        return int(raw)
+    if kind == "bool":
+        if raw not in ("True", "False"):
+            raise ValueError(f"{raw!r} is not True or False")
+        return raw == "True"
+    return raw
+
+
+def read_csv(path: Path, record_type: type) -> CsvRows:
     """Read a file written by :func:`write_csv`: ``(extra columns, record)`` per row.
 
     Empty cells of float fields come back as NaN, so ``read(write(x)) == x`` up to NaN.
+
+    Every row :func:`write_csv` writes ends with a line end, so a last line without one was
+    cut short by a writer that was killed (the live harness appends while it runs): that row
+    is dropped and ``rows.torn`` says so. Any other row that does not parse (a wrong number
+    of cells, a value of the wrong type) is an error naming the file and line: rows in the
+    middle are never dropped.
     """
     names = column_names(record_type)
     kinds = {f.name: f.type for f in fields(record_type)}
-    out: list[tuple[dict[str, str], object]] = []
+    out = CsvRows()
     with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            values = {}
-            for name in names:
-                raw = row[name]
-                kind = kinds[name]
-                if kind == "float":
-                    values[name] = float(raw) if raw != "" else NAN
-                elif kind == "int":
-                    values[name] = int(raw)
-                elif kind == "bool":
-                    values[name] = raw == "True"
-                else:
-                    values[name] = raw
-            extra = {k: v for k, v in row.items() if k not in values}
-            out.append((extra, record_type(**values)))
+        text = handle.read()
+    cut = bool(text) and not text.endswith(("\n", "\r"))
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None:
+        return out
+    rows = [(reader.line_num, cells) for cells in reader if cells]
+    if cut and not rows:  # the header itself is cut short: no rows yet
+        out.torn = f"{path.name}: the header line is torn (no line end), no rows"
+        return out
+    missing = [name for name in names if name not in header]
+    if missing:
+        raise LatsimError(f"{path}:1: the header lacks {', '.join(missing)}")
+    if cut:
+        line, _ = rows.pop()
+        out.torn = (f"{path.name}: last row (line {line}) is torn (no line end: its writer "
+                    "stopped mid-row), dropped")
+    for line, cells in rows:
+        if len(cells) != len(header):
+            raise LatsimError(f"{path}:{line}: {len(cells)} cells where the header has "
+                              f"{len(header)}")
+        row = dict(zip(header, cells, strict=True))
+        values = {}
+        for name in names:
+            try:
+                values[name] = _parse(row[name], kinds[name])
+            except ValueError:
+                raise LatsimError(f"{path}:{line}: column {name}: {row[name]!r} is not "
+                                  f"a valid {kinds[name]}") from None
+        extra = {k: v for k, v in row.items() if k not in values}
+        out.append((extra, record_type(**values)))
     return out
 
 

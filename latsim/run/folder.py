@@ -12,17 +12,25 @@ A run folder holds the records of one or more runs and what they were run with::
 in one folder), ``simulated`` (one simulated run, e.g. for ``latsim compare``) or
 ``measured`` (one live run, written by the harness with extra telemetry files).
 ``status`` is ``complete``, ``running`` (the writer has not finished; a folder left so by a
-killed process reads as ``incomplete``), or why the run stopped early. Small, essential files
-are written atomically (a temporary name, then a rename), so a reader never sees half a
-``config.json`` or ``summary.json``.
+killed process reads as ``incomplete``), or why the run stopped early. A finished single run's
+config also holds ``end_time``, the time its records cover (past ``duration`` by the drain for
+a complete run, before it for an interrupted one). :attr:`RunFolder.state` sorts every run
+into ``complete``, ``interrupted`` (stopped early and said so), ``failed`` (stopped by an
+error, e.g. a failed generator) or ``incomplete`` (its writer never finished: killed, or still
+running). Small, essential files are written atomically (a temporary name, then a rename), so
+a reader never sees half a ``config.json`` or ``summary.json``; the record CSVs are appended
+while a live run goes, so a killed writer can leave a torn last row, which readers drop with a
+note (:func:`latsim.controller.records.read_csv`).
 
 Folders written before the format had a version (no ``format_version``) read as version 0.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,17 +38,20 @@ from typing import Any
 
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import Policy
-from latsim.controller.records import RECORD_TYPES, read_csv, write_csv
+from latsim.controller.records import RECORD_TYPES, CsvRows, JobRecord, read_csv, write_csv
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
 from latsim.model.traces import Trace, load_trace, write_trace
 from latsim.run.files import dumps
-from latsim.run.stream import COMPLETE, RunRecords
+from latsim.run.stream import COMPLETE, INTERRUPTED, RunRecords
 
 FORMAT_VERSION = 1
 KINDS = ("experiment", "simulated", "measured")
 RUNNING = "running"
 INCOMPLETE = "incomplete"  # "running" in a folder no process is writing any more
+FAILED = "failed"  # stopped early by an error (a failed generator)
+#: What :attr:`RunFolder.state` reads: how far a run got.
+STATES = (COMPLETE, INTERRUPTED, INCOMPLETE, FAILED)
 TRACE_COPY = "trace.jsonl"
 
 #: What a single run's config.json must hold to be re-simulated.
@@ -136,7 +147,8 @@ def write_simulated_run(run_dir: Path, config: ControllerConfig, trace: Trace,
     write_trace(run_dir / TRACE_COPY, list(trace.times), {"duration": duration})
     write_records(run_dir, [((config.policy.name, config.timing.K, 0), records)])
     write_json(run_dir / "summary.json", summary)
-    write_json(run_dir / "config.json", {**conf, "status": records.status})
+    write_json(run_dir / "config.json",
+               {**conf, "status": records.status, "end_time": records.end_time})
     return run_dir
 
 
@@ -193,6 +205,44 @@ class RunFolder:
         return self.status == COMPLETE
 
     @property
+    def stop_reason(self) -> str | None:
+        reason = self.config.get("stop_reason") or self.summary.get("stop_reason")
+        return None if reason is None else str(reason)
+
+    @property
+    def state(self) -> str:
+        """One of :data:`STATES`: ``complete``; ``incomplete`` (see :attr:`status`);
+        ``failed`` where the run says an error stopped it (status or stop reason naming a
+        failure or an error); otherwise a run stopped early reads ``interrupted``."""
+        status = self.status
+        if status in (COMPLETE, INCOMPLETE):
+            return status
+        reason = f"{status} {self.stop_reason or ''}".lower()
+        if status == FAILED or "fail" in reason or "error" in reason:
+            return FAILED
+        return INTERRUPTED
+
+    @property
+    def end_time(self) -> float | None:
+        """The time the run's records cover, as the run stated it (config, else summary);
+        ``None`` where it did not say (a killed writer: see :meth:`records_end`)."""
+        for source in (self.config, self.summary):
+            value = source.get("end_time")
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return float(value)
+        return None
+
+    def records_end(self) -> float | None:
+        """The time up to which a single run's records are complete when its writer did not
+        say (killed): the last finished job's ``t_ready``. Everything the controller decided
+        before it was written before that job's record (the writer appends in order), and
+        with one worker no other job was running then; a job running when the writer died
+        left no record, so no later time is safe. ``None`` if no job finished."""
+        ready = [job.t_ready for _, job in self.records("jobs")
+                 if isinstance(job, JobRecord) and job.kind != "prebuffer"]
+        return max(ready) if ready else None
+
+    @property
     def summary(self) -> dict:
         """The summary row of a single run (``{}`` if it has none yet)."""
         return self.summaries[0] if self.summaries else {}
@@ -221,22 +271,35 @@ class RunFolder:
     def trace(self) -> Trace:
         return load_trace(self.path / self.config.get("trace_copy", TRACE_COPY))
 
-    def records(self, table: str) -> list[tuple[dict[str, str], object]]:
-        """``(leading columns, record)`` rows of one record CSV (empty if it is absent)."""
+    def records(self, table: str) -> CsvRows:
+        """``(leading columns, record)`` rows of one record CSV (empty if it is absent);
+        ``.torn`` notes a torn last row that was dropped (:func:`read_csv`)."""
         path = self.path / f"{table}.csv"
-        return read_csv(path, RECORD_TYPES[table]) if path.exists() else []
+        return read_csv(path, RECORD_TYPES[table]) if path.exists() else CsvRows()
 
     def frame(self, table: str) -> Any:
-        """One record CSV as a pandas DataFrame (empty if absent or empty)."""
+        """One record CSV as a pandas DataFrame (empty if absent or empty).
+
+        Checked like :meth:`records`: a torn last row is dropped, its note in
+        ``frame.attrs["torn"]``; a bad row elsewhere is an error naming file and line.
+        """
         import pandas as pd
 
         path = self.path / f"{table}.csv"
         if not path.exists():
             return pd.DataFrame()
+        torn = self.records(table).torn if table in RECORD_TYPES else None
+        raw = path.read_bytes()
+        if raw and not raw.endswith((b"\n", b"\r")):  # drop the torn last line
+            raw = raw[:max(raw.rfind(b"\n"), raw.rfind(b"\r")) + 1]
         try:
-            return pd.read_csv(path)
+            frame = pd.read_csv(io.BytesIO(raw))
         except pd.errors.EmptyDataError:
-            return pd.DataFrame()
+            frame = pd.DataFrame()
+        except pd.errors.ParserError as exc:
+            raise LatsimError(f"{path}: {' '.join(str(exc).split())}") from None
+        frame.attrs["torn"] = torn
+        return frame
 
 
 def is_run_folder(path: Path) -> bool:
@@ -267,18 +330,63 @@ def read_run_folder(path: str | Path) -> RunFolder:
     return RunFolder(folder, config, summaries)
 
 
-def find_run_folders(paths: Iterable[Path]) -> list[Path]:
-    """Run folders among ``paths``: each path is a run folder or a folder of them."""
+def _why_not_a_run(path: Path) -> str:
+    if (path / "jobs.csv").is_file():
+        return "bare record CSVs without config.json (not a run folder)"
+    return "not a run folder (config.json and jobs.csv missing)"
+
+
+def scan_run_folders(paths: Iterable[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Run folders among ``paths`` (each a run folder or a folder of them), and the
+    sub-folders skipped there with the reason (hidden ones are passed over quietly).
+
+    A path that does not exist, or that neither is a run folder nor holds any folder, is an
+    error; a folder of folders none of which is a run yields only skipped entries."""
     found: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
     for path in paths:
         if not path.exists():
             raise LatsimError(f"{path}: no such folder")
+        if not path.is_dir():
+            skipped.append((path, "not a folder"))
+            continue
         if is_run_folder(path):
             found.append(path)
             continue
-        inside = sorted(p for p in path.iterdir() if p.is_dir() and is_run_folder(p))
-        if not inside:
+        subfolders = sorted(p for p in path.iterdir()
+                            if p.is_dir() and not p.name.startswith((".", "_")))
+        inside = [p for p in subfolders if is_run_folder(p)]
+        if not inside and not subfolders:
             raise LatsimError(f"{path}: not a run folder (config.json + jobs.csv) "
                               "and holds none")
         found.extend(inside)
+        skipped.extend((p, _why_not_a_run(p)) for p in subfolders if p not in inside)
+    return found, skipped
+
+
+def find_run_folders(paths: Iterable[Path]) -> list[Path]:
+    """Run folders among ``paths``: each path is a run folder or a folder of them."""
+    found, skipped = scan_run_folders(paths)
+    if not found:
+        if not skipped:
+            raise LatsimError("no run folders given")
+        path, reason = skipped[0]
+        raise LatsimError(f"{path}: {reason}")
     return found
+
+
+_RUN_NAME = re.compile(r"K\d+-[A-Za-z_]+$")
+
+
+def measurement_of(folder: RunFolder) -> str:
+    """Which measurement a single run belongs to, so runs of different measurements are not
+    joined in one figure line: ``config["measurement_id"]`` where the writer gave one, else
+    the parent folder's name, plus the name's prefix before ``K<K>-<policy>`` (the live
+    harness prefixes runs in a shared folder with their measurement's time stamp)."""
+    given = folder.config.get("measurement_id")
+    if given:
+        return str(given)
+    parent = folder.path.resolve().parent.name or "."
+    match = _RUN_NAME.search(folder.name)
+    prefix = folder.name[:match.start()].rstrip("-_ ") if match else ""
+    return f"{parent}/{prefix}" if prefix else parent

@@ -71,65 +71,163 @@ def _ecdf(values) -> tuple[list[float], list[float]]:
     return xs, [(i + 1) / len(xs) for i in range(len(xs))]
 
 
+#: Marker of a measured point by run status: a partial run stands out (filled triangle).
+STATUS_MARKERS = {"complete": "o", "interrupted": "v", "failed": "X", "incomplete": "^"}
+
+
+def _joined(values) -> str:
+    unique = []
+    for value in values:
+        if value is not None and value not in unique:
+            unique.append(value)
+    return "/".join(str(v) for v in unique)
+
+
+def compare_setup_title(comparison) -> str:
+    """The setup line of the comparison figures: preset, resolution, steps and device where
+    the runs give them, the trace and the K values (values differing between runs joined
+    with ``/``)."""
+    setups = [run.setup for run in comparison.runs]
+    parts = []
+    for key in ("preset", "resolution", "steps", "device"):
+        value = _joined(setup.get(key) for setup in setups)
+        if value:
+            parts.append(f"{key} {value}" if key in ("steps", "device") else value)
+    parts.append(f"trace {_joined(setup.get('trace') for setup in setups)}")
+    parts.append("K = " + ", ".join(str(k) for k in sorted({row["K"] for row in comparison.rows})))
+    return ", ".join(parts)
+
+
+def _partial_label(row: dict) -> str:
+    if row["status"] == "complete":
+        return ""
+    return f" [{row['status']}, 0–{row['window_s']:.0f} s]"
+
+
 def plot_compare_cdf(comparison, path: Path) -> Path:
-    """Per K, the CDF of measured (steps) and predicted (lines) L for each policy."""
+    """Per K, the CDF of measured (steps) and predicted (lines) L for each policy; the title
+    gives the setup and what "predicted" means (:func:`compare_cdf_figure`)."""
+    return _save(compare_cdf_figure(comparison), path)
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=120, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def compare_cdf_figure(comparison):
+    """The figure of :func:`plot_compare_cdf` (the caller closes it)."""
     rows = comparison.rows
     ks = sorted({row["K"] for row in rows})
-    fig, axes = plt.subplots(1, len(ks), figsize=(4 * len(ks), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(ks), figsize=(4 * len(ks), 4.0), squeeze=False)
     for ax, K in zip(axes[0], ks, strict=True):  # noqa: N806
         for run, row, predicted in zip(comparison.runs, rows, comparison.predicted_latencies,
                                        strict=True):
             if row["K"] != K:
                 continue
             color = POLICY_COLORS.get(row["policy"])
+            partial = _partial_label(row)
             if run.latencies:
-                ax.step(*_ecdf(run.latencies), where="post", color=color, lw=2,
-                        label=f"{row['policy']} measured (n={len(run.latencies)})")
+                ax.step(*_ecdf(run.latencies), where="post", color=color,
+                        lw=1.2 if partial else 2, ls=":" if partial else "-",
+                        label=f"{row['policy']} measured (n={len(run.latencies)}){partial}")
             if predicted:
                 ax.plot(*_ecdf(predicted), "--", color=color, lw=1,
-                        label=f"{row['policy']} predicted")
+                        label=f"{row['policy']} predicted{partial}")
         ax.set_title(f"K={K}")
         ax.set_xlabel("latency L (s)")
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
     axes[0][0].set_ylabel("CDF")
-    axes[0][0].legend(fontsize=7)
+    replications = _joined(row["replications"] for row in rows)
+    fig.suptitle(
+        f"measured vs predicted latency: {compare_setup_title(comparison)}\n"
+        f"predicted = re-simulated with the run's own measured C (its job times resampled "
+        f"per job kind; {replications} replications), same trace, policy, K and lead",
+        fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return fig
+
+
+def _label_once(seen: set[str], label: str) -> str:
+    """Matplotlib skips labels starting with ``_``: each legend entry is drawn once."""
+    if label in seen:
+        return "_" + label
+    seen.add(label)
+    return label
 
 
 def plot_compare_overlay(comparison, path: Path) -> Path:
-    """L50 and L95 vs K: measured points, simulated (predicted) lines, theory lines."""
+    """L50 and L95 vs K (:func:`compare_overlay_figure`)."""
+    return _save(compare_overlay_figure(comparison), path)
+
+
+def compare_overlay_figure(comparison):
+    """L50 and L95 vs K: measured points, simulated (predicted) lines, quantile theory lines
+    (the caller closes the figure).
+
+    Lines join runs of one measurement only (:func:`latsim.run.folder.measurement_of`), one
+    line style per measurement; partial runs (compared over a shorter window) are drawn as
+    separate markers, never on a line. Only quantile closed forms are drawn (medians with
+    medians): the baseline's L is uniform on [lead, lead + T), so L50 = lead + T/2 and
+    L95 = lead + 0.95·T; the speculative policy has a closed form for its mean only.
+    """
     rows = sorted(comparison.rows, key=lambda r: r["K"])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    groups = list(dict.fromkeys(r["measurement"] for r in rows))
+    styles = ("-", "--", "-.", (0, (3, 1, 1, 1, 1, 1)))
+    ks = sorted({r["K"] for r in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 5.2), sharex=True)
     for ax, metric in zip(axes, ("L50", "L95"), strict=True):
-        for policy in sorted({r["policy"] for r in rows}):
-            sel = [r for r in rows if r["policy"] == policy]
-            color = POLICY_COLORS.get(policy)
-            ks = [r["K"] for r in sel]
-            ax.plot(ks, [r[f"{metric}_predicted"] for r in sel], "-", color=color,
-                    label=f"{policy} simulated")
-            ax.plot(ks, [r[f"{metric}_measured"] for r in sel], "o", color=color, ms=7,
-                    mfc="none", mew=2, label=f"{policy} measured")
-        base = [(r["K"], theory.theory_lines(r)) for r in rows if r["policy"] == "baseline"]
-        key = "baseline_L50" if metric == "L50" else "baseline_L95"
-        pts = [(k, t[key]) for k, t in base if t[key] is not None]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), ":", color=POLICY_COLORS["baseline"],
-                    label="baseline theory lead + " + ("T/2" if metric == "L50" else "0.95·T"))
-        spec = [(r["K"], theory.theory_lines(r)["speculative_L_mean"]) for r in rows
-                if r["policy"] == "speculative"]
-        pts = [(k, v) for k, v in spec if v is not None]
-        if pts and metric == "L50":
-            ax.plot(*zip(*pts, strict=True), ":", color=POLICY_COLORS["speculative"],
-                    label="speculative theory mean (eq. 6 + Q, at lead)")
+        seen: set[str] = set()
+        for g, group in enumerate(groups):
+            style = styles[g % len(styles)]
+            tag = f" ({group})" if len(groups) > 1 else ""
+            in_group = [r for r in rows if r["measurement"] == group]
+            for policy in sorted({r["policy"] for r in in_group}):
+                color = POLICY_COLORS.get(policy)
+                full = [r for r in in_group if r["policy"] == policy and r["status"] == "complete"]
+                pts = [(r["K"], r[f"{metric}_predicted"]) for r in full
+                       if r[f"{metric}_predicted"] is not None]
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), linestyle=style, marker=".", color=color,
+                            label=_label_once(seen, f"{policy} simulated{tag}"))
+                pts = [(r["K"], r[f"{metric}_measured"]) for r in full
+                       if r[f"{metric}_measured"] is not None]
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), "o", color=color, ms=7, mfc="none",
+                            mew=2, label=_label_once(seen, f"{policy} measured"))
+                for r in in_group:
+                    if r["policy"] != policy or r["status"] == "complete":
+                        continue
+                    if r[f"{metric}_measured"] is not None:
+                        ax.plot([r["K"]], [r[f"{metric}_measured"]],
+                                STATUS_MARKERS.get(r["status"], "^"), color=color, ms=8,
+                                label=_label_once(seen, f"{policy} measured, partial run "
+                                                  f"({r['status']}: its own window)"))
+                    if r[f"{metric}_predicted"] is not None:
+                        ax.plot([r["K"]], [r[f"{metric}_predicted"]], "x", color=color,
+                                ms=7, mew=1.5,
+                                label=_label_once(seen, f"{policy} simulated over a "
+                                                  "partial run's window"))
+            base = sorted({(r["K"], theory.theory_lines(r)["baseline_" + metric])
+                           for r in in_group if r["policy"] == "baseline"},
+                          key=lambda kv: kv[0])
+            pts = [(k, v) for k, v in base if v is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), ":", color=POLICY_COLORS["baseline"],
+                        label=_label_once(seen, "baseline theory: lead + T/2 (L50), "
+                                          "lead + 0.95·T (L95)"))
+        ax.set_xticks(ks)
+        ax.set_xticklabels([str(k) for k in ks])
         ax.set_xlabel("chunk size K (latents)")
         ax.set_ylabel(f"{metric} (s)")
         ax.set_title(f"{metric}: measured vs predicted")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.suptitle(f"{compare_setup_title(comparison)}; predicted = re-simulated with measured "
+                 "C; lines join one measurement's complete runs", fontsize=8)
+    rows_of_legend = -(-len(labels) // 3)
+    fig.tight_layout(rect=(0, min(0.45, 0.035 * rows_of_legend + 0.02), 1, 1))
+    return fig

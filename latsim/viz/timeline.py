@@ -4,6 +4,11 @@ A run folder (:mod:`latsim.run.folder`: an experiment, a simulated or a measured
 ``jobs.csv``, ``slots.csv``, ``discards.csv``, ``conditions.csv`` and ``stalls.csv`` with
 ``policy, K, run`` columns first. Nothing here touches the simulator, so the figure works
 unchanged on measured runs. pandas and matplotlib are imported inside the functions.
+
+A partial run (:attr:`latsim.run.folder.RunFolder.state` other than ``complete``: interrupted,
+failed, or left ``incomplete`` by a killed writer) says so in the figure's title, with the time
+its records end (the ``end_time`` it stated, else its last finished job), which is marked on
+the time axis; a torn last CSV row, dropped on reading, is noted there too.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from latsim.errors import LatsimError
-from latsim.run.folder import RunFolder, read_run_folder
+from latsim.run.folder import COMPLETE, RunFolder, read_run_folder
 
 RECORD_FILES = ("jobs", "slots", "discards", "conditions", "stalls")
 REQUIRED = ("jobs", "slots")
@@ -33,10 +38,30 @@ class RunData:
     discards: Any
     conditions: Any
     stalls: Any
+    status: str = COMPLETE  # the folder's state (RunFolder.state); "records" if unknown
+    end_time: float | None = None  # where a partial run's records end
+    duration: float | None = None  # the run's window
+    notes: tuple[str, ...] = ()  # e.g. a torn last row dropped
 
     @property
     def T(self) -> float:  # noqa: N802 - the paper's symbol
         return self.K * self.delta
+
+    @property
+    def partial(self) -> bool:
+        return self.status not in (COMPLETE, "records")
+
+    def status_line(self) -> str:
+        """``""`` for a complete run; else what kind of partial run and where it ends."""
+        parts = []
+        if self.partial:
+            where = ""
+            if self.end_time is not None:
+                where = f": records end at {self.end_time:.2f} s" + (
+                    "" if self.duration is None else f" of the {self.duration:g} s window")
+            parts.append(f"PARTIAL RUN ({self.status}{where})")
+        parts.extend(self.notes)
+        return "; ".join(parts)
 
 
 def _select(frame, policy: str | None, K: int | None, run: int | None):  # noqa: N803
@@ -95,8 +120,19 @@ def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = N
         eager = folder.config.get("commit") == "eager"
     else:  # an experiment's "commit" overrides the speculative policy only
         eager = policy == "baseline" or folder.config.get("commit") == "eager"
+    notes = tuple(frame.attrs["torn"] for frame in frames.values()
+                  if frame.attrs.get("torn"))
+    status, end_time, duration = "records", None, None
+    if folder.kind != "records":
+        status = folder.state
+        duration = float(folder.config["duration"]) if "duration" in folder.config else None
+        if status != COMPLETE:
+            end_time = folder.end_time
+            if end_time is None and folder.kind != "experiment":
+                end_time = folder.records_end()
     return RunData(policy, int(K), int(run), delta, eager, picked["jobs"], picked["slots"],
-                   picked["discards"], picked["conditions"], picked["stalls"])
+                   picked["discards"], picked["conditions"], picked["stalls"], status,
+                   end_time, duration, notes)
 
 
 def default_window(data: RunData) -> tuple[float, float]:
@@ -122,6 +158,18 @@ def _version_color(version: int):
 def plot_timeline(data: RunData, out: str | Path, t0: float | None = None,
                   t1: float | None = None) -> Path:
     """Draw the timeline of ``data`` between ``t0`` and ``t1`` into the PNG ``out``."""
+    import matplotlib.pyplot as plt
+
+    fig = timeline_figure(data, t0, t1)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = None):
+    """The figure of :func:`plot_timeline` (the caller closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -199,9 +247,17 @@ def plot_timeline(data: RunData, out: str | Path, t0: float | None = None,
     ax_time.set_yticks([y_cond, y_play, y_gen], ["conditions\n(R, C, Q)", "playback",
                                                  "generator\njobs"])
     ax_time.set_ylim(-0.6, 2.6)
+    status = data.status_line()
     ax_time.set_title(f"{data.policy}: K={K}, δ={delta:.3f} s, T={data.T:.2f} s, "
                       f"run {data.run}  (colour = condition version, grey = V0; hatched = "
-                      f"discarded part; red = stall)", fontsize=9)
+                      f"discarded part; red = stall)" + (f"\n{status}" if status else ""),
+                      fontsize=9, color="#b00000" if data.partial else "black")
+    if data.partial and data.end_time is not None and data.end_time < t1:
+        for ax in (ax_time, ax_pos):
+            ax.axvspan(max(t0, data.end_time), t1, color="#808080", alpha=0.12, lw=0)
+            ax.axvline(data.end_time, color="#b00000", lw=1.2)
+        ax_time.text(data.end_time, 2.45, f" records end ({data.status})", fontsize=7,
+                     color="#b00000", va="center", clip_on=True)
 
     # --- content positions over time: prediction cache, locked prefix, replaceable future
     played_at = dict(zip(slots["position"], slots["t_start"], strict=False))
@@ -261,8 +317,4 @@ def plot_timeline(data: RunData, out: str | Path, t0: float | None = None,
                 Patch(color="#d62728", alpha=0.15, label="stall")]
     ax_pos.legend(handles=handles, fontsize=7, loc="upper left", ncol=2)
     fig.tight_layout()
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return fig
