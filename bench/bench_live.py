@@ -14,7 +14,12 @@
 3. **Live**: the wall-clock driver with the tiny Wan DiT on CPU (both policies, Poisson
    conditions at 1/s): decision time as measured inside the live run (includes GIL
    contention with the generator thread), slot-start lateness (timer fired - due) and
-   slot handling lateness (driver handled - due), p50/p99/max.
+   slot handling lateness (driver handled - due), p50/p99/max; the lead and the jitter
+   term of its margin (p99 slot-start lateness + p99 dispatch delay of the in-run
+   calibration, :data:`latsim.model.lead.LIVE`), stall %, and how many events the driver
+   still had to hand over out of order (``now`` later than the time they stood for: the
+   driver orders queued events by that time and waits for late timers, so this should be
+   0 or nearly).
 """
 
 from __future__ import annotations
@@ -134,11 +139,17 @@ def live(duration: float) -> dict:
                                duration=duration, rate=1.0, out=tmp, warmup_timed=5,
                                warmup_gap_s=0.1)
         results = measure(config)
+        configs = [json.loads((res.run_dir / "config.json").read_text()) for res in results]
     out = {}
-    for res in results:
+    for res, conf in zip(results, configs, strict=True):
         s = res.summary
         decisions = [e.decision_s for e in res.driver.events]
+        reordered = sum(1 for e in res.driver.events
+                        if e.now > (e.happened if e.scheduled is None else e.scheduled))
         out[s["policy"]] = {
+            "lead_jitter_ms": (None if conf.get("lead_jitter_s") is None
+                               else 1e3 * conf["lead_jitter_s"]),
+            "reordered_events": reordered, "n_events": len(res.driver.events),
             "decision": _stats_us(decisions),
             "slot_start_lateness_ms": s["slot_start_lateness_ms"],
             "slot_handle_lateness_ms": s["slot_handle_lateness_ms"],
@@ -187,9 +198,12 @@ def main() -> None:
               f"{extra['max_ms']:.3f} ms")
     for name, s in report.get("live", {}).items():
         d, j, h = s["decision"], s["slot_start_lateness_ms"], s["slot_handle_lateness_ms"]
+        jitter = "n/a" if s["lead_jitter_ms"] is None else f"{s['lead_jitter_ms']:.3f} ms"
         print(f"live     {name:>11}: decision median {d['median_us']:.1f} us, p99 "
               f"{d['p99_us']:.1f} us; slot-start lateness p50 {j['p50']:.3f} ms, p99 "
-              f"{j['p99']:.3f} ms; handled p99 {h['p99']:.3f} ms; L50 {s['L50_s']:.3f} s")
+              f"{j['p99']:.3f} ms; handled p99 {h['p99']:.3f} ms; L50 {s['L50_s']:.3f} s; "
+              f"lead {s['lead_s'] * 1e3:.2f} ms (jitter {jitter}); stall "
+              f"{s['stall_pct']:.2f} %; reordered {s['reordered_events']}/{s['n_events']}")
     if "loadavg" in report:
         print(f"load average {' '.join(report['loadavg'])} (other processes share the cores)")
 

@@ -6,6 +6,11 @@ They join the ``latsim`` command line as a plugin (entry point group ``latsim.co
 ``latsim measure`` drives latsim's controller with the wall clock and a real Wan diffusion
 transformer (random weights; :mod:`harness`). Only typer is imported at module level so
 ``latsim --help`` stays fast; the harness (and torch) load inside the command.
+
+Every option is range-checked before any work (:data:`harness.run.LIMITS`), as is the output
+(written and removed probe file). Ctrl-C or SIGTERM raise :class:`latsim.errors.Interrupted`
+saying what was kept and where (the command line prints it and exits 130); a failed run
+(generator error, a job hung past ``--job-timeout``, a failed write) is a one-line error.
 """
 
 from __future__ import annotations
@@ -47,8 +52,10 @@ def profile(
     preset: PresetOpt = "tiny",
     resolution: ResolutionOpt = "tiny",
     steps: StepsOpt = 4,
-    jobs: Annotated[int, typer.Option(help="timed jobs per K and job kind")] = 20,
-    gap: Annotated[float, typer.Option(help="idle seconds before each timed job")] = 0.3,
+    jobs: Annotated[int, typer.Option(help="timed jobs per K and job kind (1-5000)")] = 20,
+    gap: Annotated[
+        float, typer.Option(help="idle seconds before each timed job (0-10)")
+    ] = 0.3,
     device: DeviceOpt = "cpu",
     decode: DecodeOpt = False,
     context: ContextOpt = 0,
@@ -57,17 +64,19 @@ def profile(
 ) -> None:
     """Measure C per K and job kind (refill, replan); write a --cost table:PATH file."""
     from harness.generator import GeneratorConfig, require_device
-    from harness.profile import ProfileConfig, write_profile
-    from harness.profile import profile as run_profile
+    from harness.profile import ProfileConfig, run_profile
+    from harness.run import check_option
 
+    for option, value in (("--steps", steps), ("--seed", seed), ("--context", context),
+                          ("--threads", threads)):
+        check_option(option, value)
     generator = GeneratorConfig(preset=preset, resolution=resolution, steps=steps,
                                 context=context, decode=decode, device=device, seed=seed,
                                 threads=threads)
-    require_device(device)
     config = ProfileConfig(generator, tuple(K), jobs_per_kind=jobs, gap_s=gap)
+    require_device(device)
     with StatusLine(width=40) as status:
-        document = run_profile(config, progress=status)
-    write_profile(document, out)
+        document = run_profile(config, out, progress=status)
     for k, kinds in document["summary"].items():
         typer.echo(f"K={k:>3}  " + "  ".join(
             f"{kind}: mean {s['mean'] * 1e3:.1f} ms p50 {s['p50'] * 1e3:.1f} "
@@ -100,7 +109,14 @@ def measure(
     lead: Annotated[
         float | None,
         typer.Option(help="planning lead (s); default: q99 of warm-up and in-run calibration "
-                     "jobs + max(10%, 5 ms) (latsim.model.lead.LIVE)"),
+                     "jobs + max(10%, 5 ms, measured jitter: p99 slot-start lateness + p99 "
+                     "dispatch delay) (latsim.model.lead.LIVE)"),
+    ] = None,
+    job_timeout: Annotated[
+        float | None,
+        typer.Option("--job-timeout",
+                     help="a job running this long (s) has hung: the run fails and the "
+                     "measurement stops; default max(10 x lead, lead + 5 s)"),
     ] = None,
     r: Annotated[int, typer.Option("--r", help="pixel frames per latent frame")] = 4,
     fps: Annotated[float, typer.Option("--fps", help="video frames per second")] = 16.0,
@@ -120,8 +136,6 @@ def measure(
     from latsim.controller.policies import policy_names
     from latsim.errors import LatsimError
 
-    if seed < 0:
-        raise LatsimError(f"--seed must be >= 0, got {seed}")
     if trace is not None and not trace.is_file():
         raise LatsimError(f"--trace {trace}: no such file")
 
@@ -142,6 +156,7 @@ def measure(
         rate=rate, duration=duration, device=device, out=None if out is None else str(out),
         lead=lead, r=r, fps=fps, seed=seed, decode=decode, context=context,
         warmup_timed=warmup, threads=threads, calibration_jobs=calibrate,
+        job_timeout=job_timeout,
     )
 
     with StatusLine() as status:
@@ -160,4 +175,6 @@ def measure(
             f"stall={s['stall_pct']:.2f}% busy={s['busy_pct']:.1f}% "
             f"kernel={fmt(s['kernel_activity'], 1)} calls={s['dit_calls']} "
             f"shown={s['n_displayed']}/{s['n_conditions']}"
+            + ("" if s.get("status", "complete") == "complete"
+               else f" status={s['status']} ({s['stop_reason']})")
         )

@@ -16,19 +16,43 @@ than the last time it was given: for a timer or an arrival the time it was *due*
 playback timeline does not drift by timer lateness; the lateness of every delivered timer
 is recorded in :class:`EventTiming`), for ``JobDone`` the time the generator finished.
 
+**Order.** Events are handled in the order of the time they stand for, not the order the
+threads happened to post them: the driver drains what is queued into a heap keyed by that
+time, and holds back an event while a timer or arrival due *before* it is still waiting to
+be posted (a late timer thread; :meth:`PlayerClock.next_due`), at most ``hold_s``. So a slot
+tick that fires late, after a job that finished after the tick was due, still starts a stall
+at the slot's due time instead of playing the slot late without one.
+
 Conditions arrive in ``[0, duration)``; the run continues past
 ``duration`` only while conditions are still open, for at most ``drain`` seconds, exactly as
-the simulator does. :meth:`LiveDriver.stop` (any thread) or Ctrl-C ends a run early; the
-result then says it was interrupted and keeps every record made so far.
+the simulator does.
+
+**Stopping.** :meth:`LiveDriver.stop` (any thread), Ctrl-C or SIGTERM end a run early; the
+result then says it was interrupted (``stop_reason`` ``KeyboardInterrupt`` or ``SIGTERM``)
+and keeps every record made so far. While :meth:`LiveDriver.run` runs on the main thread it
+turns SIGINT and SIGTERM into such a stop, at an event boundary (a second signal while it
+shuts down raises at once); outside a run, :func:`sigterm_as_interrupt` makes SIGTERM raise
+:class:`Terminated`, a ``KeyboardInterrupt``, so callers handle both alike.
+
+**Failures.** A generator exception, or a job that has not finished ``job_timeout_s`` after
+the controller started it (a hang), ends the run as *failed* (:attr:`DriverResult.status`;
+``stop_reason`` names the job and how long it ran). The generator is not thread-safe, so a
+worker that cannot be joined after a hang is reported (``worker_alive``) and the executor
+is closed (``close()``, where it has one) rather than handed to the next run.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
 import queue
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -46,9 +70,41 @@ from latsim.controller import (
 from latsim.model.traces import Trace
 from latsim.run.stream import COMPLETE, INTERRUPTED, RunRecords, RunWindow, StreamRun
 
+#: Stop reasons of a run ended by the user (Ctrl-C, SIGTERM).
+KEYBOARD_INTERRUPT = "KeyboardInterrupt"
+SIGTERM = "SIGTERM"
+USER_STOPS = (KEYBOARD_INTERRUPT, SIGTERM)
+#: Status of a run that failed (generator exception, hung job); the records are partial.
+FAILED = "failed"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised on the main thread by :func:`sigterm_as_interrupt`."""
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``) on the
+    main thread, as Ctrl-C raises ``KeyboardInterrupt``; the previous handler is restored
+    after. Does nothing off the main thread (Python delivers signals to the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated(SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
 
 class JobExecutor(Protocol):
-    """Runs one generation job synchronously and reports its own timing."""
+    """Runs one generation job synchronously and reports its own timing. An executor may
+    also have ``close()``: called when the driver abandons a worker that is still running
+    a job, so that nothing hands that worker's generator to another thread."""
 
     def run_job(self, job: StartJob) -> JobTiming: ...
 
@@ -77,6 +133,11 @@ class DriverConfig:
     switch_interval_s: float = 0.0005  # sys.setswitchinterval during the run (GIL hand-off)
     progress_every_s: float = 0.5
     join_timeout_s: float = 30.0  # how long to wait for a running job at shutdown
+    # a job still running this long after the controller started it has hung: the run
+    # fails (None: no limit; the shutdown wait is then join_timeout_s)
+    job_timeout_s: float | None = None
+    # longest an event is held back for an earlier-due timer or arrival not yet posted
+    hold_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -110,6 +171,32 @@ class DriverResult:
     # position -> wall-clock time (s since t0) the player was told to show it: the slot's
     # scheduled start plus timer lateness and handling delay
     display_times: dict[int, float] = field(default_factory=dict)
+    failed: bool = False  # a generator exception or a hung job ended (or marred) the run
+    # the generator thread could not be joined: it still holds the executor's generator
+    worker_alive: bool = False
+
+    @property
+    def status(self) -> str:
+        """``failed``, ``interrupted`` or ``complete`` (the run folder's status)."""
+        if self.failed:
+            return FAILED
+        return INTERRUPTED if self.interrupted else COMPLETE
+
+    @property
+    def stopped_by_user(self) -> bool:
+        """Ended by Ctrl-C or SIGTERM."""
+        return self.interrupted and not self.failed and self.stop_reason in USER_STOPS
+
+    def slot_lateness(self) -> list[float]:
+        """Slot-start lateness of every slot tick the driver handled: fired - due (s)."""
+        return [e.happened - e.scheduled for e in self.events
+                if e.kind == "slot_due" and e.scheduled is not None]
+
+    def dispatch_delays(self) -> list[float]:
+        """Per finished job: the generator's start - the controller's start (s)."""
+        by_id = {j.job_id: j for j in self.jobs}
+        return [by_id[job_id].t_start - start for job_id, start in self.job_starts.items()
+                if job_id in by_id]
 
 
 @dataclass(frozen=True)
@@ -166,6 +253,7 @@ class LiveDriver:
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._jobs_in: queue.SimpleQueue = queue.SimpleQueue()
         self._stop_reason: str | None = None
+        self._failed = False
         self._timings: list[JobTiming] = []
         self._errors: list[str] = []
         self.t0 = 0.0
@@ -174,9 +262,29 @@ class LiveDriver:
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask the run to end now (from any thread); records made so far are kept."""
-        self._events.put(_Item(_STOP, None, time.perf_counter()))
         if self._stop_reason is None:
             self._stop_reason = reason
+        self._events.put(_Item(_STOP, None, time.perf_counter()))
+
+    def fail(self, reason: str) -> None:
+        """End the run now as failed (from any thread), e.g. when its records cannot be
+        written; ``reason`` becomes the stop reason unless the run was already stopping."""
+        self._failed = True
+        self.stop(reason)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        """SIGINT/SIGTERM during :meth:`run`: stop at the next event boundary; a second
+        signal (the run is already stopping) raises at once."""
+        terminate = signum == signal.SIGTERM
+        if self._stop_reason is not None:
+            raise Terminated(SIGTERM) if terminate else KeyboardInterrupt
+        self.stop(SIGTERM if terminate else KEYBOARD_INTERRUPT)
+
+    def _install_signal_handlers(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.signal(sig, self._on_signal)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _post(self, event: object, scheduled: float | None, happened: float) -> None:
         self._events.put(_Item(event, scheduled, happened))
@@ -192,7 +300,8 @@ class LiveDriver:
                 timing = self.executor.run_job(job)
             except BaseException as exc:  # noqa: BLE001 - reported to the driver thread
                 self._errors.append(f"{type(exc).__name__}: {exc}")
-                self.stop(f"generator failed: {type(exc).__name__}: {exc}")
+                self.fail(f"generator failed in job {job.job_id} ({job.kind}): "
+                          f"{type(exc).__name__}: {exc}")
                 return
             self._timings.append(timing)
             self._post(JobDone(job.job_id), None, timing.t_end)
@@ -200,7 +309,8 @@ class LiveDriver:
     # ------------------------------------------------------------ the run
 
     def run(self) -> DriverResult:
-        """Run the stream to the end of the window (plus drain); Ctrl-C ends it early."""
+        """Run the stream to the end of the window (plus drain); Ctrl-C, SIGTERM,
+        :meth:`stop`, a generator failure or a hung job end it early."""
         cfg = self.driver_config
         window = self.window
         old_switch = sys.getswitchinterval()
@@ -209,8 +319,27 @@ class LiveDriver:
         worker = threading.Thread(target=self._worker, name="latsim-generator", daemon=True)
         events: list[EventTiming] = []
         interrupted = False
+        worker_alive = False
         last_now = 0.0
         clock = time.perf_counter
+        # queued events by the time they stand for (due, or happened), then arrival order
+        pending: list[tuple[float, int, _Item]] = []
+        arrival = itertools.count()
+        get, get_nowait = self._events.get, self._events.get_nowait
+
+        def pull(block_s: float) -> None:
+            """Move queued events into ``pending``, waiting up to ``block_s`` for one."""
+            try:
+                item = get(timeout=block_s) if block_s > 0 else get_nowait()
+            except queue.Empty:
+                return
+            while True:
+                when = item.happened if item.scheduled is None else item.scheduled
+                heapq.heappush(pending, (when, next(arrival), item))
+                try:
+                    item = get_nowait()
+                except queue.Empty:
+                    return
 
         t0 = clock()
         self.t0 = t0
@@ -221,10 +350,17 @@ class LiveDriver:
         injector = ConditionInjector(
             self._post, t0, [t for t in self.trace.times if t < window.duration], cfg.spin_s
         )
+
+        def earliest_unposted() -> float | None:
+            dues = [d for d in (player.next_due(), injector.next_due()) if d is not None]
+            return min(dues) if dues else None
+
+        previous_handlers = self._install_signal_handlers()
         worker.start()
         player.start()
         injector.start()
         next_progress = 0.0
+        job_timeout = cfg.job_timeout_s
         try:
             run.start(0.0)
             while True:
@@ -234,12 +370,34 @@ class LiveDriver:
                 if self._progress is not None and rel >= next_progress:
                     self._progress(rel, ctrl)
                     next_progress = rel + cfg.progress_every_s
-                horizon = window.duration if rel < window.duration else window.limit
-                wait = min(cfg.progress_every_s, max(0.0, horizon - rel))
-                try:
-                    item = self._events.get(timeout=max(wait, 1e-4))
-                except queue.Empty:
+                running = ctrl.running_job
+                job_deadline = math.inf
+                if running is not None and job_timeout is not None:
+                    job_deadline = run.job_starts[running] + job_timeout
+                    if rel >= job_deadline:
+                        pull(0.0)  # a job that finished but is not handled yet has not hung
+                        if not any(type(it.event) is JobDone and it.event.job_id == running
+                                   for _, _, it in pending):
+                            self.fail(_hung(running, rel - run.job_starts[running],
+                                            job_timeout))
+                            interrupted = True
+                            break
+                if not pending:
+                    horizon = window.duration if rel < window.duration else window.limit
+                    wait = min(cfg.progress_every_s, horizon - rel, job_deadline - rel)
+                    pull(max(wait, 1e-4))
+                    if not pending:
+                        continue
+                else:
+                    pull(0.0)
+                when, _, item = pending[0]
+                due = earliest_unposted()
+                if due is not None and due < when and clock() - due < cfg.hold_s:
+                    # an event due earlier is late to be posted (its thread has not run):
+                    # wait for it, so events are handled in the order they were due
+                    pull(min(1e-3, cfg.hold_s))
                     continue
+                heapq.heappop(pending)
                 if item.event is _STOP:
                     interrupted = True
                     break
@@ -247,8 +405,7 @@ class LiveDriver:
                 happened = item.happened - t0
                 # timers and arrivals: the time they were due (the display clock does not
                 # drift by timer lateness, which is recorded); jobs: when they finished
-                when = happened if item.scheduled is None else item.scheduled - t0
-                now = max(when, last_now)
+                now = max(when - t0, last_now)
                 last_now = now
                 h0 = clock()
                 run.deliver(item.event, now)
@@ -260,16 +417,36 @@ class LiveDriver:
                     scheduled=None if item.scheduled is None else item.scheduled - t0,
                     happened=happened, handled=handled, now=now, decision_s=decision,
                 ))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # off the main thread, or a second signal
             interrupted = True
-            self._stop_reason = self._stop_reason or "KeyboardInterrupt"
+            self._stop_reason = self._stop_reason or (
+                SIGTERM if isinstance(exc, Terminated) else KEYBOARD_INTERRUPT)
         finally:
-            injector.stop()
-            player.stop()
-            self._jobs_in.put(None)
-            running = ctrl.running_job is not None
-            worker.join(cfg.join_timeout_s if running else 1.0)
-            sys.setswitchinterval(old_switch)
+            try:
+                injector.stop()
+                player.stop()
+                self._jobs_in.put(None)
+                running = ctrl.running_job
+                if running is None:
+                    join_s = 1.0
+                elif job_timeout is None:
+                    join_s = cfg.join_timeout_s
+                else:  # a running job may take until its timeout, then it has hung
+                    join_s = max(0.1, run.job_starts[running] + job_timeout - (clock() - t0))
+                worker.join(join_s)
+                worker_alive = worker.is_alive()
+                if worker_alive:
+                    ran = clock() - t0 - run.job_starts.get(running, 0.0)
+                    self.fail(_hung(running, ran, job_timeout) if job_timeout is not None
+                              else f"job {running} still running {ran:.3g} s after it "
+                              f"started, {join_s:g} s after the run ended")
+                    close = getattr(self.executor, "close", None)
+                    if close is not None:
+                        close()
+            finally:
+                sys.setswitchinterval(old_switch)
+                for sig, handler in previous_handlers.items():
+                    signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
         end_time = max(clock() - t0, last_now)
         rel_timings = tuple(
@@ -279,11 +456,20 @@ class LiveDriver:
         )
         for j in rel_timings:
             run.job_ran(j.job_id, j.t_start, j.t_end)
-        reason = (self._stop_reason or "stopped") if interrupted else COMPLETE
+        if interrupted:
+            reason = self._stop_reason or "stopped"
+        else:  # the window ended; a job hung at shutdown still fails the run
+            reason = self._stop_reason if self._failed and self._stop_reason else COMPLETE
         records = run.finish(end_time, INTERRUPTED if interrupted else COMPLETE)
         return DriverResult(
             records=records, controller=ctrl, jobs=rel_timings, job_starts=dict(run.job_starts),
             events=tuple(events), t0_perf=t0, t0_unix=t0_unix, end_time=end_time,
             interrupted=interrupted, stop_reason=reason,
             errors=tuple(self._errors), display_times=port.display_times,
+            failed=self._failed, worker_alive=worker_alive,
         )
+
+
+def _hung(job_id: int | None, ran_s: float, timeout_s: float | None) -> str:
+    return (f"job {job_id} hung: no result {ran_s:.3g} s after the controller started it "
+            f"(job timeout {timeout_s:g} s)")

@@ -6,6 +6,9 @@ telemetry files (the format is :mod:`latsim.run.folder`, kind ``measured``)::
     events.csv        every event the controller handled: due, fired, handled, decision time
     nvml_samples.csv  raw GPU utilisation samples (when NVML is available)
     cost_samples.json every measured job duration, in latsim.model.costs.load_table's format
+
+Every write goes through :func:`harness.recorder.writing`: a failure is a one-line error
+naming the file. ``summary.json`` is written (atomically) before these files.
 """
 
 from __future__ import annotations
@@ -18,12 +21,19 @@ import numpy as np
 
 from harness.calibration import Warmup
 from harness.driver import DriverResult
+from harness.recorder import writing
 from harness.telemetry import KernelActivity, NvmlSampler
 from latsim.analysis.metrics import summarize, work_ratio
 from latsim.controller import ControllerConfig
 from latsim.model.lead import LIVE
 from latsim.run.folder import RunIdentity, summary_row, write_json
 from latsim.run.stream import RunRecords
+
+
+def save_json(path: Path, payload: object) -> Path:
+    """:func:`latsim.run.folder.write_json` (atomic), failing with the path in the error."""
+    with writing(path):
+        return write_json(path, payload)
 
 
 def versions() -> dict:
@@ -74,16 +84,13 @@ def percentiles_ms(values: list[float]) -> dict:
 
 def timing_diagnostics(result: DriverResult) -> dict:
     """Timer lateness, handling delay and controller decision time of one run (ms)."""
-    slot_fire = [e.happened - e.scheduled for e in result.events
-                 if e.kind == "slot_due" and e.scheduled is not None]
+    slot_fire = result.slot_lateness()
     slot_handle = [e.handled - e.scheduled for e in result.events
                    if e.kind == "slot_due" and e.scheduled is not None]
     timer_fire = [e.happened - e.scheduled for e in result.events if e.scheduled is not None]
     done_handle = [e.handled - e.happened for e in result.events if e.kind == "job_done"]
     decision = [e.decision_s for e in result.events]
-    by_id = {j.job_id: j for j in result.jobs}
-    dispatch = [by_id[job_id].t_start - start for job_id, start in result.job_starts.items()
-                if job_id in by_id]
+    dispatch = result.dispatch_delays()
     return {
         "slot_start_lateness_ms": percentiles_ms(slot_fire),
         "slot_handle_lateness_ms": percentiles_ms(slot_handle),
@@ -126,6 +133,7 @@ def measured_summary(config: ControllerConfig, cost: str, updates: str, seed: in
         kernel_activity_source=activity.source,
         nvml_samples=activity.n_samples,
         **settings,
+        status=result.status,
         interrupted=result.interrupted,
         stop_reason=result.stop_reason,
         end_time=result.end_time,
@@ -134,7 +142,7 @@ def measured_summary(config: ControllerConfig, cost: str, updates: str, seed: in
 
 
 def write_rows(path: Path, header: list[str], rows: list[list]) -> None:
-    with path.open("w", newline="") as handle:
+    with writing(path), path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
         writer.writerows(rows)
@@ -177,7 +185,7 @@ def write_telemetry(run_dir: Path, result: DriverResult, warmup: Warmup,
         if rec.job_id > 0:
             observed[rec.kind].append(rec.t_ready - rec.t_start)
     K = warmup.K  # noqa: N806
-    write_json(run_dir / "cost_samples.json", {
+    save_json(run_dir / "cost_samples.json", {
         "costs": {str(K): {"refill": refill, "replan": replan}},
         "note": "generator wall time per job (s), warm-up jobs first under refill; "
                 "controller_observed adds dispatch and hand-back delays (t_ready - t_start)",

@@ -11,6 +11,11 @@ the driver's queue; the controller itself is fed by the driver thread alone.
   lateness of every one it delivers. A slot that is due but not ready stalls in the
   controller, not here.
 - :class:`ConditionInjector` replays a trace's arrival times as ``ConditionArrived`` events.
+
+Both say, with ``next_due()``, when their next event is due: a timer stays in the clock
+until it is posted (pop and post happen under one lock), so the driver can tell an event
+that is due but not yet posted (a late timer) from one that is not due yet, and hold back
+an event that happened later (:mod:`harness.driver`).
 """
 
 from __future__ import annotations
@@ -107,6 +112,11 @@ class PlayerClock:
         with self._cond:
             return len(self._heap)
 
+    def next_due(self) -> float | None:
+        """When the earliest timer not yet posted is due (``None``: none is scheduled)."""
+        with self._cond:
+            return self._heap[0][0] if self._heap else None
+
     def _loop(self) -> None:
         clock = time.perf_counter
         while True:
@@ -128,9 +138,10 @@ class PlayerClock:
                 if not self._heap or self._heap[0][0] > at:
                     continue  # cannot happen (only this thread pops), kept for safety
                 _, _, event = heapq.heappop(self._heap)
-            fired = clock()
+                fired = clock()
+                # posted under the lock: next_due() never misses a timer between pop and post
+                self._post(event, at, fired)
             self.fired.append(TimerFired(event, at, fired))
-            self._post(event, at, fired)
 
 
 class ConditionInjector:
@@ -143,9 +154,18 @@ class ConditionInjector:
         self._times = tuple(times)
         self._spin = spin_s
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._next = 0  # index of the next time to post
         self._thread = threading.Thread(target=self._loop, name="latsim-conditions",
                                         daemon=True)
         self.fired: list[TimerFired] = []
+
+    def next_due(self) -> float | None:
+        """When the next arrival not yet posted is due (``None``: none left, or stopped)."""
+        with self._lock:
+            if self._stop.is_set() or self._next >= len(self._times):
+                return None
+            return self._t0 + self._times[self._next]
 
     def start(self) -> None:
         self._thread.start()
@@ -162,5 +182,7 @@ class ConditionInjector:
             if self._stop.is_set():
                 return
             event = ConditionArrived(payload={"trace_index": index, "t": t})
+            with self._lock:
+                self._post(event, at, fired)
+                self._next = index + 1
             self.fired.append(TimerFired(event, at, fired))
-            self._post(event, at, fired)

@@ -6,16 +6,53 @@ there and a writer thread appends the rows with :func:`latsim.controller.records
 (``conditions.csv``, ``jobs.csv``, ``slots.csv``, ``stalls.csv``, ``discards.csv``) with
 the same leading ``policy, K, run`` columns as :func:`latsim.run.files.write_experiment`; all
 five exist (with a header) from the start, so an interrupted run leaves readable files.
+
+A write that fails on the writer thread (a full disk) is kept in :attr:`RecordWriter.error`
+and reported to ``on_error`` (the run fails with it); later records are dropped.
+
+Every file the harness writes goes through :func:`writing`, so a failed write is a one-line
+:class:`~latsim.errors.LatsimError` naming the file (``cannot write PATH: No space left on
+device``), and :func:`check_writable` probes an output folder before any work is done.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from latsim.controller.records import RECORD_TYPES, write_csv
+from latsim.errors import LatsimError
+
+
+def cannot_write(path: Path | str, exc: OSError) -> str:
+    """``cannot write PATH: REASON`` for a failed write of ``path``."""
+    return f"cannot write {path}: {exc.strerror or exc}"
+
+
+@contextmanager
+def writing(path: Path | str) -> Iterator[None]:
+    """Turn an ``OSError`` in the block into a :class:`LatsimError` naming ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        raise LatsimError(cannot_write(path, exc)) from exc
+
+
+def check_writable(folder: Path, option: str = "--out") -> None:
+    """Create ``folder`` and write and remove a probe file in it, so an unwritable output is
+    a one-line error before any work (warm-up, calibration, jobs) is done."""
+    probe = folder / f".latsim-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise LatsimError(f"{option} {folder}: cannot write there "
+                          f"({exc.strerror or exc})") from exc
 
 _TABLE_OF: dict[type, str] = {record_type: table for table, record_type in RECORD_TYPES.items()}
 
@@ -24,7 +61,8 @@ class RecordWriter:
     """Writer thread appending records to ``<out>/<table>.csv`` with ``extra`` columns first."""
 
     def __init__(self, out: Path, extra: Sequence[tuple[str, object]],
-                 flush_every_s: float = 0.2) -> None:
+                 flush_every_s: float = 0.2,
+                 on_error: Callable[[str], None] | None = None) -> None:
         self.out = out
         self.extra = tuple(extra)
         self._flush_every = flush_every_s
@@ -32,17 +70,21 @@ class RecordWriter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="latsim-records", daemon=True)
         self.written = 0
+        self.on_error = on_error
+        self.error: str | None = None  # ``cannot write PATH: REASON`` of the first failure
 
     def path(self, table: str) -> Path:
         return self.out / f"{table}.csv"
 
     def start(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
+        with writing(self.out):
+            self.out.mkdir(parents=True, exist_ok=True)
         for table, record_type in RECORD_TYPES.items():
             path = self.path(table)
-            if path.exists():
-                path.unlink()
-            write_csv(path, record_type, [], extra=self.extra, append=True)
+            with writing(path):
+                if path.exists():
+                    path.unlink()
+                write_csv(path, record_type, [], extra=self.extra, append=True)
         self._thread.start()
 
     def __call__(self, record: object) -> None:
@@ -76,6 +118,14 @@ class RecordWriter:
         for record in batch:
             by_table.setdefault(_TABLE_OF[type(record)], []).append(record)
         for table, records in by_table.items():
-            write_csv(self.path(table), RECORD_TYPES[table], records, extra=self.extra,
-                      append=True)
+            if self.error is not None:
+                return
+            path = self.path(table)
+            try:
+                write_csv(path, RECORD_TYPES[table], records, extra=self.extra, append=True)
+            except OSError as exc:
+                self.error = cannot_write(path, exc)
+                if self.on_error is not None:
+                    self.on_error(self.error)
+                return
             self.written += len(records)

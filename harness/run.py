@@ -8,6 +8,29 @@ the controller's record CSVs, appended while the run goes; ``trace.jsonl``; ``co
 (everything needed to re-run: versions, device, lead and its source, status); ``summary.json``
 and the telemetry files of :mod:`harness.measured`. Summary metrics come from
 :func:`latsim.analysis.metrics.summarize` on the run's records, the same code as simulation.
+
+**Interrupted and failed runs.** ``config.json`` says ``running`` until a run's files are
+all written; ``summary.json`` is written (atomically) after the run and before the telemetry
+files, so a folder a killed process leaves (SIGKILL, power loss) reads ``incomplete``
+(:attr:`latsim.run.folder.RunFolder.status`). Ctrl-C or SIGTERM (handled alike for the
+duration of :func:`measure`) end the current run, which is written and marked
+``interrupted``, and raise :class:`~latsim.errors.Interrupted` saying what was kept and
+where; in the warm-up or the in-run calibration pass they stop the measurement the same way.
+A generator exception, or a job still running ``job_timeout`` after the controller started
+it, marks the run ``failed`` (``stop_reason`` names the job and how long it ran) and stops
+the measurement with a one-line :class:`~latsim.errors.LatsimError`: the generator is not
+thread-safe, so no further run may share it with a thread that is still stuck in a job.
+The default job timeout is :func:`harness.calibration.default_job_timeout`,
+``max(10 × lead, lead + 5 s)``. An unwritable ``--out`` fails before the model is built,
+and every file write names its path when it fails (``cannot write PATH: REASON``).
+
+**Bounds.** Every option has a range (:data:`LIMITS`; a one-line error names the option and
+the range) and the work is bounded: at most 16 values of ``--K``, a window of at most 1 h per
+run and 6 h over all runs.
+
+**Fault injection.** ``LATSIM_FAULT`` makes jobs raise, stall, run slow or send a signal on
+purpose (syntax in :mod:`harness.calibration`; e.g. ``LATSIM_FAULT=stall@2:60``), so the
+paths above are tested in CI on the tiny preset.
 """
 
 from __future__ import annotations
@@ -20,24 +43,116 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.calibration import GeneratorExecutor, LeadChoice, Warmup, calibrate, choose_lead
-from harness.driver import DriverConfig, DriverResult, LiveDriver
+from harness.calibration import (
+    Calibration,
+    GeneratorExecutor,
+    LeadChoice,
+    Warmup,
+    calibrate,
+    choose_lead,
+    default_job_timeout,
+    faults_from_env,
+)
+from harness.driver import (
+    KEYBOARD_INTERRUPT,
+    SIGTERM,
+    DriverConfig,
+    DriverResult,
+    LiveDriver,
+    Terminated,
+    sigterm_as_interrupt,
+)
 from harness.generator import GeneratorConfig, WanGenerator, device_name, require_device
-from harness.measured import measured_summary, versions, wall_latencies, write_telemetry
+from harness.measured import (
+    measured_summary,
+    save_json,
+    versions,
+    wall_latencies,
+    write_telemetry,
+)
 from harness.presets import model_preset, resolution
-from harness.recorder import RecordWriter
+from harness.recorder import RecordWriter, check_writable, writing
 from harness.telemetry import NvmlSampler, unavailable
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
 from latsim.controller.timing import Timing
-from latsim.errors import LatsimError
+from latsim.errors import Interrupted, LatsimError
 from latsim.model.arrivals import PoissonArrivals
 from latsim.model.lead import LIVE, LeadRule
 from latsim.model.traces import Trace, load_trace, write_trace
-from latsim.run.folder import run_config, write_json
+from latsim.run.folder import run_config
 
 #: Default results folder when ``--out`` is not given (one folder per run inside).
 RESULTS_RUNS = Path("results/runs")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The accepted range of one option: ``[low, high]`` (``(low, high]`` if ``open_low``)."""
+
+    low: float
+    high: float
+    unit: str = ""
+    open_low: bool = False
+
+    def check(self, option: str, value: float) -> None:
+        ok = isinstance(value, int | float) and math.isfinite(value) and (
+            value > self.low if self.open_low else value >= self.low) and value <= self.high
+        if not ok:
+            bracket = "(" if self.open_low else "["
+            unit = f" {self.unit}" if self.unit else ""
+            raise LatsimError(f"{option} must be in {bracket}{_num(self.low)}, "
+                              f"{_num(self.high)}]{unit}, got {_num(value)}")
+
+
+def _num(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return repr(value)
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+#: The ranges of ``latsim measure`` and ``latsim profile`` options.
+LIMITS: dict[str, Limit] = {
+    "--K": Limit(1, 1024, "latent frames"),  # the model's frame positions bound it too
+    "--steps": Limit(1, 1000),
+    "--rate": Limit(0, 100, "conditions per second"),
+    "--duration": Limit(0, 3600, "s", open_low=True),
+    "--lead": Limit(0, 600, "s"),
+    "--job-timeout": Limit(0, 3600, "s", open_low=True),
+    "--r": Limit(1, 64, "pixel frames per latent frame"),
+    "--fps": Limit(1, 240, "frames per second"),
+    "--seed": Limit(0, 2**32 - 1),
+    "--context": Limit(0, 1024, "latents"),
+    "--warmup": Limit(1, 1000, "jobs"),
+    "--warmup-untimed": Limit(0, 1000, "jobs"),
+    "--warmup-gap": Limit(0, 10, "s"),
+    "--calibrate": Limit(0, 1000, "jobs"),
+    "--calibrate-max": Limit(0, 600, "s", open_low=True),
+    "--drain": Limit(0, 3600, "s"),
+    "--threads": Limit(1, 1024),
+    "--jobs": Limit(1, 5000, "jobs"),
+    "--gap": Limit(0, 10, "s"),
+}
+#: At most this many values of ``--K`` in one command.
+MAX_KS = 16
+#: The window over all runs of one measurement (runs x duration), seconds.
+MAX_TOTAL_WINDOW_S = 6 * 3600.0
+
+
+def check_option(option: str, value: float | None) -> None:
+    """A one-line :class:`LatsimError` unless ``value`` is in ``option``'s range (``None``,
+    a documented default, passes)."""
+    if value is not None:
+        LIMITS[option].check(option, value)
+
+
+def check_ks(Ks: tuple[int, ...]) -> None:  # noqa: N803
+    if not Ks:
+        raise LatsimError("give at least one --K")
+    if len(Ks) > MAX_KS:
+        raise LatsimError(f"--K takes at most {MAX_KS} values, got {len(Ks)}")
+    for K in Ks:  # noqa: N806
+        check_option("--K", K)
 
 
 @dataclass(frozen=True)
@@ -68,29 +183,31 @@ class MeasureConfig:
     calibration_max_s: float = 15.0
     drain: float | None = None
     threads: int | None = None
+    # a job still running this long after it started has hung: the run fails and the
+    # measurement stops; default max(10 x lead, lead + 5 s) (calibration.default_job_timeout)
+    job_timeout: float | None = None
 
     def __post_init__(self) -> None:
         model_preset(self.preset)
         resolution(self.resolution)
-        if not self.Ks:
-            raise LatsimError("give at least one --K")
+        check_ks(self.Ks)
+        for option, value in (
+            ("--steps", self.steps), ("--rate", self.rate), ("--duration", self.duration),
+            ("--lead", self.lead), ("--job-timeout", self.job_timeout), ("--r", self.r),
+            ("--fps", self.fps), ("--seed", self.seed), ("--context", self.context),
+            ("--warmup", self.warmup_timed), ("--warmup-untimed", self.warmup_untimed),
+            ("--warmup-gap", self.warmup_gap_s), ("--calibrate", self.calibration_jobs),
+            ("--calibrate-max", self.calibration_max_s), ("--drain", self.drain),
+            ("--threads", self.threads),
+        ):
+            check_option(option, value)
         for K in self.Ks:  # noqa: N806
             Timing(K, self.r, self.fps)
+        if not self.policies:
+            raise LatsimError("give at least one --policy")
         for name in self.policies:
             if name not in PRESETS:
                 raise LatsimError(f"unknown policy {name!r}; choose baseline or speculative")
-        if self.duration is not None and not (math.isfinite(self.duration)
-                                              and self.duration > 0):
-            raise LatsimError(f"--duration must be a positive number of seconds, "
-                              f"got {self.duration!r}")
-        if self.lead is not None and not (math.isfinite(self.lead) and self.lead >= 0):
-            raise LatsimError(f"--lead must be >= 0 seconds, got {self.lead!r}")
-        if not (math.isfinite(self.rate) and self.rate >= 0):
-            raise LatsimError(f"--rate must be >= 0 per second, got {self.rate!r}")
-        if self.calibration_jobs < 0:
-            raise LatsimError(f"--calibrate must be >= 0 jobs, got {self.calibration_jobs}")
-        if self.warmup_timed < 1 or self.warmup_untimed < 0:
-            raise LatsimError("warm-up needs at least one timed job")
         GeneratorConfig(self.preset, self.resolution, self.steps, self.context, self.decode,
                         self.device, self.seed, self.threads)
 
@@ -168,21 +285,54 @@ def _warm_up(session: _Session, timing: Timing, policies: list[Policy]) -> dict[
 
 def _lead(session: _Session, timing: Timing, warmups: dict[int, Warmup]
           ) -> tuple[LeadChoice, dict[int, Warmup]]:
-    """``--lead``, or the rule on warm-up jobs, raised by the in-run calibration pass."""
+    """``--lead``, or the rule on warm-up jobs, raised by the in-run calibration pass (which
+    also measures the jitter that sets the margin)."""
     config = session.config
     if config.lead is not None:
         return LeadChoice(config.lead, "--lead"), warmups
     rule = config.lead_rule
-    first = choose_lead(rule, list(warmups.values()), ())
+    first = choose_lead(rule, list(warmups.values()))
     samples = {
         group: calibrate(session.generator, timing, first.lead, config.calibration_jobs,
                          config.calibration_max_s, max(group, 1) if config.decode else 0,
-                         config.drain)
+                         config.drain, config.job_timeout)
         for group in warmups
     }
-    warmups = {g: replace(w, calibration=tuple(samples[g])) for g, w in warmups.items()}
-    measured = [c for values in samples.values() for c in values]
+    warmups = {g: replace(w, calibration=samples[g].durations) for g, w in warmups.items()}
+    measured = Calibration.merge(list(samples.values()))
     return choose_lead(rule, list(warmups.values()), measured), warmups
+
+
+@dataclass
+class _Kept:
+    """What a measurement has written so far, for the message when it stops early."""
+
+    root: Path
+    folders: list[Path] = field(default_factory=list)  # finished run folders
+    stage: str = "start-up"  # what was going on
+    current: Path | None = None  # the run folder being written
+    partial: bool = False  # the last kept folder is an interrupted run
+
+    def message(self, reason: str) -> str:
+        """``kept N run folders under DIR (...)``: what was kept and where."""
+        by = "Ctrl-C" if reason == KEYBOARD_INTERRUPT else reason
+        n = len(self.folders)
+        kept = f"kept {n} run folder{'s' if n != 1 else ''} under {self.root}"
+        if self.current is not None:  # stopped while its files were being written
+            return (f"{kept} and left {self.current.name} incomplete (stopped by {by} "
+                    f"while writing it)")
+        if n and self.partial:
+            return f"{kept} (the last one partial: {self.folders[-1].name}; stopped by {by})"
+        if not n:
+            return (f"kept nothing (no run folder under {self.root}): stopped by {by} "
+                    f"in {self.stage}")
+        return f"{kept}; stopped by {by} in {self.stage} (nothing of it kept)"
+
+
+def _stop_reason_of(exc: BaseException) -> str:
+    if isinstance(exc, Terminated):
+        return SIGTERM
+    return getattr(exc, "stop_reason", None) or KEYBOARD_INTERRUPT
 
 
 def measure(
@@ -194,11 +344,17 @@ def measure(
     """Run every (K, policy) of ``config`` live; returns one result per run folder.
 
     ``progress`` receives a one-line status about twice a second. ``on_driver`` sees each
-    driver before it runs (tests use it to stop a run early). Ctrl-C ends the current run,
-    writes what it measured (marked interrupted) and re-raises ``KeyboardInterrupt``.
+    driver before it runs (tests use it to stop a run early). Ctrl-C or SIGTERM end the
+    current run, write what it measured (marked interrupted) and raise
+    :class:`~latsim.errors.Interrupted` saying what was kept and where; a failed run (a
+    generator error, a hung job, a failed write) raises :class:`LatsimError` after its
+    folder is written. Input, ``LATSIM_FAULT`` and the output folder are checked before any
+    work.
     """
+    faults_from_env()  # a malformed LATSIM_FAULT fails before any work
     require_device(config.device)
     trace, duration = load_or_make_trace(config)
+    check_option("--duration", duration)
     timings = {K: Timing(K, config.r, config.fps) for K in config.Ks}
     policies = [PRESETS[name] for name in config.policies]
     for timing in timings.values():
@@ -207,45 +363,91 @@ def measure(
         if duration < timing.T:
             raise LatsimError(f"duration {duration:g} s is shorter than one chunk "
                               f"(K={timing.K}: T = {timing.T:g} s)")
-    if generator is None:
-        generator = WanGenerator(config.generator_config())
+    n_conditions = sum(1 for t in trace.times if t < duration)
+    if n_conditions > LIMITS["--rate"].high * duration:
+        raise LatsimError(f"--trace {config.trace}: {n_conditions} conditions in {duration:g} s, "
+                          f"more than {_num(LIMITS['--rate'].high)} per second")
+    n_runs = len(timings) * len(policies)
+    if n_runs * duration > MAX_TOTAL_WINDOW_S:
+        raise LatsimError(f"{n_runs} runs of {duration:g} s exceed the "
+                          f"{MAX_TOTAL_WINDOW_S / 3600:g} h a measurement may take; "
+                          "use fewer --K values or a shorter --duration")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     root = Path(config.out) if config.out is not None else RESULTS_RUNS
     prefix = "" if config.out is not None else f"{stamp}-{config.preset}-"
-    root.mkdir(parents=True, exist_ok=True)
-    env = {"versions": versions(), "device_name": device_name(config.device),
-           "torch_threads": generator.threads, "n_params": generator.n_params}
-    session = _Session(config, generator, trace, duration, env, progress, on_driver)
+    check_writable(root)  # before the model is built, warmed up and calibrated
 
+    kept = _Kept(root)
     results: list[RunResult] = []
-    for K, timing in timings.items():  # noqa: N806
-        lead, warmups = _lead(session, timing, _warm_up(session, timing, policies))
-        baseline: DriverResult | None = None
-        for policy in policies:
-            group = policy.commit_unit(K) if config.decode else 0
-            run_dir = root / f"{prefix}K{K}-{policy.name}"
-            result = _run_one(session, _RunPlan(timing, policy, lead, warmups[group], run_dir,
-                                                baseline))
-            results.append(result)
-            if policy.name == "baseline":
-                baseline = result.driver
-            if result.driver.stop_reason == "KeyboardInterrupt":
-                _write_index(root, config, results, interrupted=True)
-                raise KeyboardInterrupt
-            if result.driver.errors:
-                _write_index(root, config, results, interrupted=True)
-                raise LatsimError(f"{run_dir.name}: {result.driver.errors[0]}")
+    try:
+        with sigterm_as_interrupt():
+            kept.stage = "start-up (building the model)"
+            if generator is None:
+                generator = WanGenerator(config.generator_config())
+            env = {"versions": versions(), "device_name": device_name(config.device),
+                   "torch_threads": generator.threads, "n_params": generator.n_params}
+            session = _Session(config, generator, trace, duration, env, progress, on_driver)
+            _measure_all(session, timings, policies, root, prefix, kept, results)
+    except KeyboardInterrupt as exc:
+        _write_index(root, config, results, interrupted=True, quiet=True)
+        raise Interrupted(kept.message(_stop_reason_of(exc))) from None
+    except LatsimError:
+        _write_index(root, config, results, interrupted=True, quiet=True)
+        raise
     _write_index(root, config, results, interrupted=False)
     return results
 
 
+def _measure_all(session: _Session, timings: dict[int, Timing], policies: list[Policy],
+                 root: Path, prefix: str, kept: _Kept, results: list[RunResult]) -> None:
+    config = session.config
+    for K, timing in timings.items():  # noqa: N806
+        kept.stage = f"the warm-up of K={K}"
+        warmups = _warm_up(session, timing, policies)
+        kept.stage = f"the in-run calibration of K={K}"
+        lead, warmups = _lead(session, timing, warmups)
+        baseline: DriverResult | None = None
+        for policy in policies:
+            group = policy.commit_unit(K) if config.decode else 0
+            run_dir = root / f"{prefix}K{K}-{policy.name}"
+            kept.stage, kept.current = f"run {run_dir.name}", run_dir
+            result = _run_one(session, _RunPlan(timing, policy, lead, warmups[group], run_dir,
+                                                baseline))
+            kept.current = None
+            kept.folders.append(run_dir)
+            results.append(result)
+            driver = result.driver
+            if policy.name == "baseline":
+                baseline = driver
+            if driver.stopped_by_user:
+                kept.partial = True
+                stop = KeyboardInterrupt(driver.stop_reason)
+                stop.stop_reason = driver.stop_reason  # type: ignore[attr-defined]
+                raise stop
+            if driver.failed:
+                stuck = (" Its generator thread is still running, so no further run may "
+                         "share the generator (it is not thread-safe)."
+                         if driver.worker_alive else "")
+                n = len(kept.folders)
+                raise LatsimError(
+                    f"{run_dir.name} failed: {driver.stop_reason}.{stuck} Stopped the "
+                    f"measurement; kept {n} run folder{'s' if n != 1 else ''} under {root} "
+                    f"(the last one marked failed)")
+
+
 def _write_index(root: Path, config: MeasureConfig, results: list[RunResult],
-                 interrupted: bool) -> None:
+                 interrupted: bool, quiet: bool = False) -> None:
+    """``measure.json`` (with ``--out``); ``quiet``: a failure to write it is ignored (the
+    measurement is already failing with a better error)."""
     if config.out is None:
         return
     index = {"config": asdict(config), "interrupted": interrupted,
              "runs": [{"run_dir": str(r.run_dir), **r.summary} for r in results]}
-    write_json(root / "measure.json", index)
+    try:
+        save_json(root / "measure.json", index)
+    except LatsimError:
+        if not quiet:
+            raise
 
 
 def _run_one(session: _Session, plan: _RunPlan) -> RunResult:
@@ -253,11 +455,16 @@ def _run_one(session: _Session, plan: _RunPlan) -> RunResult:
     K, run_dir, run_id = timing.K, plan.run_dir, plan.run_dir.name  # noqa: N806
     duration = session.duration
     ctrl_config = ControllerConfig(timing, policy, plan.lead.lead)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    job_timeout = (config.job_timeout if config.job_timeout is not None
+                   else default_job_timeout(plan.lead.lead))
+    driver_config = DriverConfig(duration, config.drain, job_timeout_s=job_timeout)
+    with writing(run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
     trace_times = [t for t in session.trace.times if t < duration]
-    write_trace(run_dir / "trace.jsonl", trace_times,
-                {**session.trace.meta, "duration": duration,
-                 "source": config.trace or session.trace.name})
+    with writing(run_dir / "trace.jsonl"):
+        write_trace(run_dir / "trace.jsonl", trace_times,
+                    {**session.trace.meta, "duration": duration,
+                     "source": config.trace or session.trace.name})
     conf = run_config(
         ctrl_config, duration, "measured",
         run_id=run_id,
@@ -266,15 +473,17 @@ def _run_one(session: _Session, plan: _RunPlan) -> RunResult:
         trace_path=config.trace, trace_name=session.trace.name,
         n_trace_conditions=len(trace_times),
         lead_source=plan.lead.source,
+        lead_jitter_s=plan.lead.jitter_s,
         warmup_durations=plan.warmup.durations,
         calibration_durations=list(plan.warmup.calibration),
         decode_group=plan.decode_group,
         device=config.device, **session.env,
-        switch_interval_s=DriverConfig(duration).switch_interval_s,
-        spin_s=DriverConfig(duration).spin_s,
+        switch_interval_s=driver_config.switch_interval_s,
+        spin_s=driver_config.spin_s,
+        job_timeout_s=job_timeout,
         started_at=_dt.datetime.now().isoformat(timespec="seconds"),
     )
-    write_json(run_dir / "config.json", conf)
+    save_json(run_dir / "config.json", conf)
 
     writer = RecordWriter(run_dir, (("policy", policy.name), ("K", K), ("run", 0)))
     writer.start()
@@ -285,11 +494,12 @@ def _run_one(session: _Session, plan: _RunPlan) -> RunResult:
     line = _progress_line(run_id, duration)
     progress = session.progress
     driver = LiveDriver(
-        ctrl_config, GeneratorExecutor(session.generator, plan.decode_group),
+        ctrl_config, GeneratorExecutor(session.generator, plan.decode_group, run_id),
         Trace(session.trace.name, tuple(trace_times), duration),
-        DriverConfig(duration, config.drain), on_record=writer,
+        driver_config, on_record=writer,
         progress=(lambda t, ctrl: progress(line(t, ctrl))) if progress else None,
     )
+    writer.on_error = driver.fail  # records that cannot be written fail the run
     if session.on_driver is not None:
         session.on_driver(driver)
     try:
@@ -298,6 +508,8 @@ def _run_one(session: _Session, plan: _RunPlan) -> RunResult:
         writer.close()
         if sampler is not None:
             sampler.stop()
+    if writer.error is not None and not result.failed:  # failed in the last flush
+        result = replace(result, failed=True, stop_reason=writer.error)
     if progress is not None:
         progress(line(result.end_time, result.controller))
 
@@ -319,11 +531,12 @@ def _run_one(session: _Session, plan: _RunPlan) -> RunResult:
         preset=config.preset, resolution=config.resolution, steps=config.steps,
         context=config.context, decode=config.decode,
     )
-    # the summary first: small and essential; then the telemetry files
-    write_json(run_dir / "summary.json", summary)
+    # the summary first: small and essential; then the telemetry files; config.json says
+    # "running" until all of them are written
+    save_json(run_dir / "summary.json", summary)
     write_telemetry(run_dir, result, plan.warmup, sampler, display)
-    write_json(run_dir / "config.json", {
-        **conf, "status": result.records.status, "interrupted": result.interrupted,
+    save_json(run_dir / "config.json", {
+        **conf, "status": result.status, "interrupted": result.interrupted,
         "stop_reason": result.stop_reason, "end_time": result.end_time,
     })
     return RunResult(run_dir, summary, result)
@@ -344,6 +557,8 @@ def command_line(config: MeasureConfig, K: int, policy: str,  # noqa: N803
         parts.append(f"--duration {config.duration:g}")
     if lead is not None:
         parts.append(f"--lead {lead!r}")
+    if config.job_timeout is not None:
+        parts.append(f"--job-timeout {config.job_timeout!r}")
     return " ".join(parts)
 
 

@@ -319,3 +319,45 @@ def test_ctrl_c_writes_what_was_measured_then_reraises(generator, tmp_path):
     assert not (tmp_path / "runs" / "K4-speculative").exists()
     index = json.loads((tmp_path / "runs" / "measure.json").read_text())
     assert index["interrupted"] is True
+
+
+def _generator_threads_end(timeout: float = 5.0) -> None:
+    import threading
+
+    deadline = time.perf_counter() + timeout
+    while any(t.name == "latsim-generator" for t in threading.enumerate()):
+        assert time.perf_counter() < deadline, "a generator thread is still running"
+        time.sleep(0.01)
+
+
+def test_a_hung_job_fails_its_run_and_leaves_the_generator_free(generator, tmp_path,
+                                                                 monkeypatch):
+    """LATSIM_FAULT on the tiny preset: job 2 of the baseline run stalls for 60 s; the run
+    fails after the 0.5 s job timeout, the measurement stops, and the stall (released when
+    the driver closes the executor) never reaches the model."""
+    from latsim.errors import LatsimError
+    from latsim.run.folder import read_run_folder
+
+    trace = tmp_path / "trace.jsonl"
+    write_trace(trace, [0.3], {"duration": 4.0})
+    monkeypatch.setenv("LATSIM_FAULT", "stall@2:60/K4-baseline")
+    with pytest.raises(LatsimError, match="K4-baseline failed: job 2 hung") as info:
+        measure(_config(tmp_path, trace, duration=4.0, lead=0.1, job_timeout=0.5),
+                generator=generator)
+    assert "job timeout 0.5 s" in str(info.value)
+    assert read_run_folder(tmp_path / "runs" / "K4-baseline").status == "failed"
+    assert not (tmp_path / "runs" / "K4-speculative").exists()
+    _generator_threads_end()
+
+
+def test_a_generator_error_in_the_calibration_pass_stops_the_measurement(generator, tmp_path,
+                                                                         monkeypatch):
+    from latsim.errors import LatsimError
+
+    trace = tmp_path / "trace.jsonl"
+    write_trace(trace, [0.3], {"duration": 4.0})
+    monkeypatch.setenv("LATSIM_FAULT", "raise@1/calibration")
+    with pytest.raises(LatsimError, match="in-run calibration of K=4 failed: generator failed "
+                                          "in job 1"):
+        measure(_config(tmp_path, trace, duration=4.0), generator=generator)
+    assert not (tmp_path / "runs" / "K4-baseline").exists()

@@ -265,23 +265,95 @@ def test_wall_clock_driver_reproduces_the_simulator_given_its_job_times(policy):
         assert len(result.records.conditions) == len(trace.times)
 
 
+def test_a_late_slot_tick_is_handled_before_a_job_that_finished_after_it_was_due(monkeypatch):
+    """Events are handled in the order they were due, not the order threads posted them.
+
+    The slot ticks here fire 30 ms late (a player thread that did not get the CPU), while
+    each refill (C = 55 ms, lead 50 ms) finishes ~5 ms after the slot it fills was due. The
+    driver used to handle the job first and start the slot late with no stall recorded, so
+    the playback grid drifted; now it waits for the due tick: the stall starts when the slot
+    was due and every late slot has its stall."""
+    import harness.driver
+    from harness.driver import DriverConfig, LiveDriver, SleepExecutor
+    from harness.player import PlayerClock
+    from latsim.controller import SlotDue
+
+    late = 0.03
+
+    class LatePlayer(PlayerClock):
+        """Posts slot ticks ``late`` s after they are due, reporting them as due on time."""
+
+        def __init__(self, post, spin_s):
+            super().__init__(lambda item, at, fired: post(item[0], item[1], fired), spin_s)
+
+        def schedule(self, at, event):
+            super().schedule(at + (late if type(event) is SlotDue else 0.0), (event, at))
+
+        def next_due(self):
+            with self._cond:
+                return min((item[1] for _, _, item in self._heap), default=None)
+
+    monkeypatch.setattr(harness.driver, "PlayerClock", LatePlayer)
+    config = ControllerConfig(Timing(2, 4, 16.0), BASELINE, 0.05)
+    result = LiveDriver(config, SleepExecutor(0.055), Trace("t", (), 2.0),
+                        DriverConfig(2.0)).run()
+    assert not result.interrupted
+    due = {e.position: e.scheduled for e in result.events if e.kind == "slot_due"}
+    stalls = {s.position: s for s in result.records.stalls}
+    late_slots = [s for s in result.records.slots if s.t_start > due[s.position] + 1e-9]
+    assert late_slots, "no refill finished after its slot was due: nothing was tested"
+    for slot in late_slots:
+        assert slot.position in stalls, slot
+        assert stalls[slot.position].t_start == pytest.approx(due[slot.position], abs=1e-9)
+        assert stalls[slot.position].t_end == pytest.approx(slot.t_start, abs=1e-9)
+    # and nothing was handled out of order
+    assert all(e.now == (e.happened if e.scheduled is None else e.scheduled)
+               for e in result.events)
+
+
 # ---------------------------------------------------------------- CLI
 
 
 def test_measure_rejects_bad_input_with_one_line(tmp_path):
     bad_trace = tmp_path / "bad.jsonl"
     bad_trace.write_text('{"t": 2}\n{"t": 1}\n')
+    dense = tmp_path / "dense.jsonl"
+    dense.write_text('{"meta": {"duration": 2.0}}\n' + "".join(f'{{"t": {i / 1000}}}\n'
+                                                               for i in range(300)))
     cases = [
         (["measure", "--preset", "huge"], "unknown preset"),
         (["measure", "--resolution", "8k"], "unknown resolution"),
         (["measure", "--policy", "eager"], "unknown policy"),
-        (["measure", "--K", "0"], "K must be a positive integer"),
+        (["measure", "--K", "0"], "--K must be in [1, 1024]"),
+        (["measure", "--K", "4000"], "--K must be in [1, 1024]"),
         (["measure", "--device", "tpu"], "unknown device"),
         (["measure", "--trace", str(bad_trace), "--out", str(tmp_path)], "unsorted"),
         (["measure", "--trace", str(tmp_path / "missing.jsonl")], "no such file"),
-        (["measure", "--K", "4000", "--duration", "2000", "--out", str(tmp_path)],
-         "frame positions"),
+        (["measure", "--K", "1000", "--context", "100", "--duration", "300", "--out",
+          str(tmp_path)], "frame positions"),
+        # every option has a range, named in the error
+        (["measure", "--fps", "1e9"], "--fps must be in [1, 240]"),
+        (["measure", "--fps", "nan"], "--fps must be in [1, 240]"),
+        (["measure", "--duration", "1e9"], "--duration must be in (0, 3600]"),
+        (["measure", "--duration", "inf"], "--duration must be in (0, 3600]"),
+        (["measure", "--rate", "nan"], "--rate must be in [0, 100]"),
+        (["measure", "--lead", "-1"], "--lead must be in [0, 600]"),
+        (["measure", "--job-timeout", "0"], "--job-timeout must be in (0, 3600]"),
+        (["measure", "--r", "0"], "--r must be in [1, 64]"),
+        (["measure", "--steps", "0"], "--steps must be in [1, 1000]"),
+        (["measure", "--seed", "-1"], "--seed must be in [0, 4294967295]"),
+        (["measure", "--context", "-1"], "--context must be in [0, 1024]"),
+        (["measure", "--warmup", "0"], "--warmup must be in [1, 1000]"),
+        (["measure", "--calibrate", "100000"], "--calibrate must be in [0, 1000]"),
+        (["measure", "--threads", "0"], "--threads must be in [1, 1024]"),
+        (["measure", "--K", *[str(k) for k in range(1, 18)]], "at most 16 values"),
+        (["measure", "--K", "1", "2", "3", "4", "--duration", "3600"], "6 h"),
+        (["measure", "--trace", str(dense), "--out", str(tmp_path)],
+         "300 conditions in 2 s, more than 100 per second"),
+        (["measure", "--K", "4", "--out", str(tmp_path / "a-file" / "runs")],
+         "--out " + str(tmp_path / "a-file" / "runs") + ": cannot write there"),
     ]
+    (tmp_path / "a-file").write_text("not a folder")
     try:
         import torch
 

@@ -36,3 +36,23 @@ def test_profile_bad_input_is_one_line(tmp_path):
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     result = CliRunner().invoke(app, ["profile", "--preset", "huge"])
     assert result.exit_code == 2 and "preset" in result.stderr
+
+
+def test_profile_options_are_bounded_before_any_work(tmp_path):
+    """``--gap nan`` was a traceback and ``--gap 1e9`` slept forever after building the
+    model; every option now has a range, checked first (one line naming it)."""
+    out = str(tmp_path / "p.json")
+    for args, message in (
+        (["--gap", "nan"], "--gap must be in [0, 10] s, got nan"),
+        (["--gap", "1e9"], "--gap must be in [0, 10] s, got 1e+09"),
+        (["--gap", "-1"], "--gap must be in [0, 10] s"),
+        (["--jobs", "0"], "--jobs must be in [1, 5000]"),
+        (["--jobs", "5000", "--gap", "1"], "idle gaps would take 10000 s"),
+        (["--steps", "0"], "--steps must be in [1, 1000]"),
+        (["--seed", "-3"], "--seed must be in [0, 4294967295]"),
+        (["--K", "2000"], "--K must be in [1, 1024]"),
+    ):
+        result = CliRunner().invoke(app, ["profile", *args, "--out", out])
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, result.stderr)

@@ -1,12 +1,20 @@
 """The planning lead (DESIGN §2): how long before a deadline the controller starts the job.
 
 One rule for both drivers: a quantile of the job time C plus a safety margin
-``max(margin_frac × quantile, margin_s)``. The simulator takes the quantile from the cost
-model (:data:`SIMULATED`: C's 0.99 quantile, no margin; equal to C for a fixed cost); the live
-harness from measured job times (:data:`LIVE`: the same quantile plus a margin for the timing
-noise a model of C does not have). The controller plans refills and replans with the same
-lead, so the quantile covers every job kind (:meth:`CostModel.quantile`; for a table with
-separate replan rows, the larger of the two kinds' quantiles).
+
+    margin = max(margin_frac × that quantile, margin_s, jitter)
+
+The simulator takes the quantile from the cost model (:data:`SIMULATED`: C's 0.99 quantile,
+no margin; equal to C for a fixed cost). The live harness takes it from measured job times
+(:data:`LIVE`) and adds a margin for the timing noise a model of C does not have: at least
+10 % of the quantile and 5 ms, and at least the **measured player jitter** of the run's
+in-run calibration pass (:meth:`LeadRule.jitter`: the ``jitter_quantile`` of its slot-start
+lateness, timer fired - due, plus the same quantile of its job dispatch delay, worker start
+- controller start). A fixed 5 ms was below the slot-start lateness p99 measured on a loaded
+2-core CPU (6.8 ms) and let refills finish after their deadline; the jitter term follows the
+machine the measurement runs on. The controller plans refills and replans with the same lead,
+so the quantile covers every job kind (:meth:`CostModel.quantile`; for a table with separate
+replan rows, the larger of the two kinds' quantiles).
 """
 
 from __future__ import annotations
@@ -21,11 +29,17 @@ from latsim.model.costs import CostModel
 
 @dataclass(frozen=True)
 class LeadRule:
-    """Lead = the ``quantile`` of C + ``max(margin_frac × that quantile, margin_s)``."""
+    """Lead = the ``quantile`` of C + ``max(margin_frac × that quantile, margin_s, jitter)``.
+
+    ``jitter`` is what the driver measured of its own timing noise (0 in simulation, or
+    when nothing was measured); :meth:`jitter` reduces measured samples to it with
+    ``jitter_quantile`` (``None``: the rule ignores jitter).
+    """
 
     quantile: float = 0.99
     margin_frac: float = 0.0
     margin_s: float = 0.0
+    jitter_quantile: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.quantile <= 1:
@@ -34,9 +48,18 @@ class LeadRule:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise LatsimError(f"lead {name} must be >= 0, got {value!r}")
+        if self.jitter_quantile is not None and not 0 < self.jitter_quantile <= 1:
+            raise LatsimError(
+                f"lead jitter quantile must be in (0, 1], got {self.jitter_quantile!r}")
 
-    def with_margin(self, c_quantile: float) -> float:
-        return c_quantile + max(self.margin_frac * c_quantile, self.margin_s)
+    def margin(self, c_quantile: float, jitter_s: float = 0.0) -> float:
+        """The safety margin added to ``c_quantile``."""
+        if not (math.isfinite(jitter_s) and jitter_s >= 0):
+            raise LatsimError(f"lead jitter must be >= 0 seconds, got {jitter_s!r}")
+        return max(self.margin_frac * c_quantile, self.margin_s, jitter_s)
+
+    def with_margin(self, c_quantile: float, jitter_s: float = 0.0) -> float:
+        return c_quantile + self.margin(c_quantile, jitter_s)
 
     def from_cost(self, cost: CostModel, K: int) -> float:  # noqa: N803
         """The lead for chunk size ``K`` under a cost model: its quantile over every job
@@ -48,22 +71,46 @@ class LeadRule:
         so the lead is a time some job actually took)."""
         if not samples:
             raise LatsimError("no job times to set the lead from")
-        ordered = sorted(samples)
-        index = min(len(ordered) - 1, math.ceil(self.quantile * (len(ordered) - 1)))
-        return float(ordered[index])
+        return _order_statistic(samples, self.quantile)
 
-    def from_samples(self, samples: Sequence[float]) -> float:
-        """The lead from measured job times."""
-        return self.with_margin(self.sample_quantile(samples))
+    def from_samples(self, samples: Sequence[float], jitter_s: float = 0.0) -> float:
+        """The lead from measured job times (and the measured jitter)."""
+        return self.with_margin(self.sample_quantile(samples), jitter_s)
 
-    def describe(self, source: str, c_quantile: float) -> str:
-        """Where a lead came from, for config files."""
-        margin = (f" + max({self.margin_frac:g} x q, {self.margin_s:g} s)"
-                  if self.margin_frac or self.margin_s else "")
-        return f"{source} q{self.quantile:g} ({c_quantile:.6f} s){margin}"
+    def jitter(self, lateness: Sequence[float], dispatch: Sequence[float]) -> float:
+        """The driver's measured timing noise: the ``jitter_quantile`` of the slot-start
+        lateness samples plus the same quantile of the job dispatch delays (seconds; an
+        empty list counts 0, negative samples count 0). 0 if the rule ignores jitter."""
+        if self.jitter_quantile is None:
+            return 0.0
+        total = 0.0
+        for samples in (lateness, dispatch):
+            if samples:
+                total += max(0.0, _order_statistic(samples, self.jitter_quantile))
+        return total
+
+    def describe(self, source: str, c_quantile: float, jitter_s: float | None = None) -> str:
+        """Where a lead came from, for config files (``jitter_s``: the measured jitter,
+        ``None`` when none was measured)."""
+        parts = []
+        if self.margin_frac or self.margin_s:
+            parts += [f"{self.margin_frac:g} x q", f"{self.margin_s:g} s"]
+        if self.jitter_quantile is not None:
+            parts.append("no jitter measured" if jitter_s is None
+                         else f"jitter {jitter_s * 1e3:.3f} ms")
+        margin = f" + max({', '.join(parts)})" if parts else ""
+        lead = self.with_margin(c_quantile, jitter_s or 0.0)
+        return f"{source} q{self.quantile:g} ({c_quantile:.6f} s){margin} = {lead:.6f} s"
+
+
+def _order_statistic(samples: Sequence[float], level: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, math.ceil(level * (len(ordered) - 1)))
+    return float(ordered[index])
 
 
 #: The simulator's default: C's 0.99 quantile.
 SIMULATED = LeadRule()
-#: The live harness's default: measured C's 0.99 quantile plus max(10 %, 5 ms).
-LIVE = LeadRule(0.99, 0.10, 0.005)
+#: The live harness's default: measured C's 0.99 quantile plus max(10 %, 5 ms, the measured
+#: jitter: p99 slot-start lateness + p99 job dispatch delay of the calibration pass).
+LIVE = LeadRule(0.99, 0.10, 0.005, jitter_quantile=0.99)
