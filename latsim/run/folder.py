@@ -116,8 +116,12 @@ def run_config(config: ControllerConfig, duration: float, kind: str, status: str
 def write_json(path: Path, payload: object) -> Path:
     """Write JSON atomically: a reader sees the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps(payload) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(dumps(payload) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # leave the old file, and no half-written twin
+        raise
     return path
 
 
