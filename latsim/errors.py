@@ -1,4 +1,18 @@
-"""The one exception type that reaches users as a one-line message."""
+"""The exceptions that reach users as one line, and the bounds every input is checked against.
+
+Every number a command takes has a validated range (:func:`check_int`, :func:`check_number`:
+finite, positive where it must be, an integer where it must be, below a sane maximum), and
+every command that does work proportional to its input has an explicit work bound, checked
+before the work starts and named, with the flag that raises it, in its error message
+(:data:`DEFAULT_MAX_EVENTS` for simulations, :data:`DEFAULT_MAX_TRACE_EVENTS` for traces). The
+limits live here, at the bottom of the layers, so that the command line can show them in its
+help without importing numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
 
 
 class LatsimError(ValueError):
@@ -11,3 +25,109 @@ class Interrupted(KeyboardInterrupt):
     ``str(error)`` says, in one line, what was kept and where; the command line prints it
     after ``latsim: interrupted:`` and exits 130.
     """
+
+
+# ---------------------------------------------------------------- ranges
+
+#: Chunk size K in latent frames (the paper's largest is 124).
+MAX_K = 4096
+#: Pixel frames per latent frame r (Wan: 4, LTX: 8).
+MAX_R = 1024
+#: Video frames per second: 0.001 to 1000 (so δ = r/fps is finite and at least 1 ms per
+#: pixel frame).
+MIN_FPS, MAX_FPS = 1e-3, 1e3
+#: Any one job time, planning lead or commit lead: one day. Longer is a unit mistake (ms
+#: given as s), and unbounded values overflow the controller's slot arithmetic.
+MAX_SECONDS = 86_400.0
+#: A lognormal cost's coefficient of variation.
+MAX_CV = 100.0
+#: A run's, or a trace's, window: about 11.6 days.
+MAX_DURATION = 1e6
+#: Replications of one cell (``--seeds``).
+MAX_SEEDS = 100_000
+#: Root seeds are 63-bit.
+MAX_SEED = 2**63 - 1
+#: Worker processes (``--jobs``).
+MAX_JOBS = 64
+#: A Poisson update rate (per second) ``latsim theory`` takes.
+MAX_RATE = 1e6
+#: Traces in one generated set.
+MAX_TRACE_COUNT = 100_000
+#: A generated trace's shortest window: low and high traces need up to 11 distinct
+#: millisecond times.
+MIN_TRACE_DURATION = 1.0
+#: The largest trace or cost-table file read (bytes); read with a bound so that a device
+#: such as ``/dev/zero`` cannot hang a command.
+MAX_INPUT_BYTES = 64 * 2**20
+
+# ---------------------------------------------------------------- work bounds
+
+#: Simulated events one ``simulate``/``sweep``/``reproduce`` may cover (``--max-events``):
+#: the sum over cells and replications of the latent slots a run may play,
+#: (duration + drain)/δ, plus its expected conditions (each costs the controller about what
+#: a slot does). The documented runs use a small share of it: ``sweep --K 4 8 21`` about 63
+#: thousand, the whole of ``latsim reproduce`` about 1.9 million; at roughly 70 thousand
+#: events a second per core the limit is a few minutes of simulation.
+DEFAULT_MAX_EVENTS = 20_000_000
+#: Conditions one ``traces`` command may generate (a set) or read (per file), its
+#: ``--max-events``; the committed sets have under 3,000 in all.
+DEFAULT_MAX_TRACE_EVENTS = 1_000_000
+
+
+def _shown(value: object) -> str:
+    """``repr`` of a value, shortened for integers too long to read (or to convert)."""
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        digits = len(str(abs(int(value)))) if abs(int(value)) < 10**4000 else None
+        if digits is None or digits > 24:
+            return f"an integer of {digits or 'over 4000'} digits"
+        return str(int(value))
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_int(name: str, value: object, lo: int, hi: int) -> int:
+    """``value`` as an ``int`` if it is an integer in ``[lo, hi]``, else a
+    :class:`LatsimError` naming the range ("K must be a positive integer <= 4096, got 0")."""
+    if isinstance(value, Integral) and not isinstance(value, bool) and lo <= value <= hi:
+        return int(value)
+    if lo == 1:
+        what = f"a positive integer <= {hi}"
+    elif lo == 0:
+        what = f"an integer >= 0 and <= {hi}"
+    else:
+        what = f"an integer in [{lo}, {hi}]"
+    raise LatsimError(f"{name} must be {what}, got {_shown(value)}")
+
+
+def check_number(name: str, value: object, lo: float, hi: float, *,
+                 positive: bool = False, unit: str = "") -> float:
+    """``value`` as a ``float`` if it is a finite number in ``[lo, hi]`` (and > 0 with
+    ``positive``), else a :class:`LatsimError` naming the range."""
+    ok = isinstance(value, Real) and not isinstance(value, bool)
+    if ok:
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except OverflowError:
+            ok = False
+        else:
+            ok = math.isfinite(number) and lo <= number <= hi and (number > 0 or not positive)
+    if ok:
+        return number
+    suffix = f" {unit}" if unit else ""
+    if positive and lo <= 0:
+        what = f"a positive number <= {hi:g}{suffix}"
+    elif positive:
+        what = f"a positive number in [{lo:g}, {hi:g}]{suffix}"
+    else:
+        what = f">= {lo:g} and <= {hi:g}{suffix}"
+    raise LatsimError(f"{name} must be {what}, got {_shown(value)}")
+
+
+def check_work(amount: float, limit: int, flag: str, what: str, hint: str = "") -> None:
+    """Refuse work above ``limit`` before it starts: one line naming what was counted, the
+    limit and the ``flag`` that raises it (``what`` reads "covers about N <unit>")."""
+    if not amount <= limit:
+        raise LatsimError(
+            f"{what.replace('{n}', f'{amount:.3g}')}, above the work bound of {limit:,} "
+            f"(raise it with {flag}{hint})"
+        )

@@ -3,15 +3,23 @@ imports: the CLI loads this at start)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import TextIO
 
+#: Floats at least this large in magnitude print in scientific notation (a fixed-point
+#: 1e20 would be 21 digits wide).
+SCIENTIFIC_FROM = 1e7
+
 
 def fmt(value: object, digits: int = 3) -> str:
-    """``–`` for missing values, fixed ``digits`` for floats, ``str`` otherwise."""
+    """``–`` for missing values, fixed ``digits`` for floats (scientific from
+    :data:`SCIENTIFIC_FROM`; ``nan``/``inf`` as such), ``str`` otherwise."""
     if value is None:
         return "–"
     if isinstance(value, float):
+        if math.isfinite(value) and abs(value) >= SCIENTIFIC_FROM:
+            return f"{value:.{digits}e}"
         return f"{value:.{digits}f}"
     return str(value)
 

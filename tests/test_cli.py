@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from latsim.analysis import theory
-from latsim.cli.app import _expand_multi_values, app
+from latsim.cli.app import OneLineErrors, _expand_multi_values, app
+from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
+from latsim.formatting import fmt
 
 runner = CliRunner()
 
@@ -185,6 +190,51 @@ BAD_INPUTS = [
     (["theory", "--K", "4", "--C", "-2"], "C must be >= 0"),
     (["theory", "--K", "0", "--C", "1"], "K must be a positive integer"),
     (["sweep", "--K", "2", "4", "--cost", "table:TABLE", "--duration", "5"], "outside the cost"),
+    # bounded inputs: each of these crashed, hung or was accepted
+    (["simulate", "--K", "4", "--C", "1e308"],
+     "C must be a finite number of seconds >= 0 and <= 86400"),
+    (["simulate", "--K", "4", "--C", "0.1", "--fps", "1e9"], "fps must be a positive number in"),
+    (["simulate", "--K", "4", "--C", "0.1", "--fps", "5e-324"], "fps must be a positive number in"),
+    (["simulate", "--K", "4", "--C", "0.1", "--seeds", "1000000000"], "--seeds must be a positive"),
+    (["simulate", "--K", "4", "--C", "0.1", "--seeds", str(10**40)], "an integer of 41 digits"),
+    (["simulate", "--K", "100000", "--C", "0.1"], "K must be a positive integer <= 4096"),
+    (["simulate", "--K", "4", "--C", "0.1", "--r", "100000"], "r must be a positive integer <="),
+    (["simulate", "--K", "4", "--C", "1", "--lead", "1e308"], "lead must be >= 0 and <= 86400"),
+    (["simulate", "--K", "4", "--C", "1", "--lead", "nan"], "lead must be >= 0"),
+    (["simulate", "--K", "4", "--C", "1", "--commit-lead", "1e308"], "commit lead must be >= 0"),
+    (["simulate", "--K", "4", "--C", "1", "--duration", "inf"], "duration must be a positive"),
+    (["simulate", "--K", "4", "--C", "1", "--seed", "-1"], "--seed must be an integer >= 0"),
+    (["simulate", "--K", "4", "--C", "1", "--jobs", "-1"], "--jobs must be a positive integer"),
+    (["simulate", "--K", "4", "--C", "1", "--jobs", "0"], "--jobs must be a positive integer"),
+    (["simulate", "--K", "4", "--C", "1", "--max-events", "0"], "--max-events must be"),
+    (["simulate", "--K", "4", "--cost", "lognormal:1e308,1"], "lognormal mean must be > 0 and"),
+    (["simulate", "--K", "4", "--cost", "lognormal:1,1e9"], "lognormal CV must be >= 0 and"),
+    (["simulate", "--K", "21", "--cost", "affine:1,5000"], "mean C at K=21 is 1.05e+05 s"),
+    (["simulate", "--K", "4", "--C", "0.1", "--updates", "trace:/dev/zero"], "larger than"),
+    (["simulate", "--K", "4", "--cost", "table:/dev/zero"], "larger than"),
+    (["simulate", "--K", "4", "--C", "0.1", "--seeds", "100000"], "--max-events"),
+    (["simulate", "--K", "4", "--C", "0.1", "--duration", "1e6"], "--max-events"),
+    (["simulate", "--K", "4", "--C", "0.1", "--updates", "poisson:1000", "--duration", "1000"],
+     "--max-events"),
+    (["sweep", "--K", "4", "8", "--C", "1", "--duration", "5", "--seeds", "2", "--max-events",
+      "10"], "above the work bound of 10 (raise it with --max-events"),
+    (["theory", "--K", "4", "--C", "1e308"], "C must be >= 0 and <= 86400 s"),
+    (["theory", "--K", "4", "--C", "nan"], "C must be >= 0"),
+    (["theory", "--K", "4", "--C", "1", "--fps", "inf"], "fps must be a positive number"),
+    (["theory", "--K", "4", "--C", "1", "--rate", "1e308"], "rate must be >= 0 and"),
+    (["theory", "--K", "5000", "--C", "1"], "K must be a positive integer <= 4096"),
+    (["reproduce", "--jobs", "-1", "--out", "OUT"], "--jobs must be a positive integer"),
+    (["reproduce", "--jobs", "1000", "--out", "OUT"], "--jobs must be a positive integer <= 64"),
+    (["reproduce", "--max-events", "1000", "--out", "OUT"],
+     "the reproduction's simulations come to about"),
+    (["traces", "generate", "--kind", "low", "--count", "1000000000", "--out", "OUT"],
+     "count must be a positive integer <= 100000"),
+    (["traces", "generate", "--kind", "continuous", "--duration", "1e308", "--out", "OUT"],
+     "duration must be a positive number in [1, 1e+06] s"),
+    (["traces", "generate", "--kind", "continuous", "--duration", "1e5", "--out", "OUT"],
+     "raise it with --max-events"),
+    (["traces", "generate", "--kind", "high", "--duration", "0.001", "--out", "OUT"],
+     "duration must be a positive number in [1,"),
 ]
 
 
@@ -192,9 +242,14 @@ BAD_INPUTS = [
 def test_bad_input_is_one_clear_line_and_exit_2(args, message, tmp_path):
     table = tmp_path / "costs.json"
     table.write_text('{"3": 0.5, "8": 0.9}')
-    args = [a.replace("TABLE", str(table)) for a in args]
+    args = [a.replace("TABLE", str(table)).replace("OUT", str(tmp_path / "out")) for a in args]
+    started = time.perf_counter()
     result = invoke(*args)
+    took = time.perf_counter() - started
     assert result.exit_code == 2, (result.stdout, result.stderr)
+    # refused before any work: a hang or a run would take seconds, a plan milliseconds
+    assert took < 20, took
+    assert not (tmp_path / "out").exists()
     assert message in result.stderr
     assert result.stderr.startswith("latsim: error: ")
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
@@ -215,3 +270,220 @@ def test_empty_trace_folder_is_an_error(bad_traces):
     result = invoke("sweep", "--K", "4", "--C", "1", "--updates",
                     f"traces:{bad_traces['empty_dir']}")
     assert result.exit_code == 2 and "no *.jsonl traces" in result.stderr
+
+
+# ---------------------------------------------------------------- bounded inputs: traces
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_header_only_trace_has_nothing_to_measure_and_says_so(tmp_path):
+    """Decision (TraceArrivals): a header-only trace is a valid session, but a source with
+    no condition in the window has no latency to measure, so a run on it is an error (it
+    used to print L as '–')."""
+    trace = write(tmp_path / "quiet.jsonl", '{"meta": {"duration": 30}}\n')
+    result = invoke("simulate", "--K", "4", "--C", "0.3", "--updates", f"trace:{trace}")
+    assert result.exit_code == 2
+    assert "has no condition in [0, 30) s" in result.stderr and "poisson:0" in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert invoke("traces", "validate", str(trace)).exit_code == 0  # valid as a trace
+
+
+def test_a_set_with_some_empty_traces_runs(tmp_path):
+    write(tmp_path / "a.jsonl", '{"meta": {"duration": 20}}\n')
+    write(tmp_path / "b.jsonl", '{"meta": {"duration": 20}}\n{"t": 5.5}\n')
+    result = invoke("simulate", "--K", "4", "--C", "0.3", "--updates", f"traces:{tmp_path}",
+                    "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert all(r["n_conditions"] == 1 and r["n_runs"] == 2 for r in rows)
+
+
+def test_empty_trace_file_is_an_error(tmp_path):
+    trace = write(tmp_path / "empty.jsonl", "\n\n")
+    result = invoke("simulate", "--K", "4", "--C", "0.3", "--updates", f"trace:{trace}")
+    assert result.exit_code == 2 and "empty: no header and no conditions" in result.stderr
+
+
+def test_explicit_duration_that_cuts_every_condition_is_an_error(tmp_path):
+    trace = write(tmp_path / "late.jsonl", '{"meta": {"duration": 60}}\n{"t": 50}\n')
+    result = invoke("simulate", "--K", "4", "--C", "0.3", "--updates", f"trace:{trace}",
+                    "--duration", "20")
+    assert result.exit_code == 2 and "no condition in [0, 20) s" in result.stderr
+
+
+def test_time_beyond_a_defaulted_run_without_header_is_an_error(tmp_path):
+    """Decision: no header and no --duration gives the 60 s default; a condition at or
+    after it would be dropped silently, so it is an error naming both ways out. With
+    --duration the window is the user's choice and later conditions are left out."""
+    trace = write(tmp_path / "long.jsonl", '{"t": 1}\n{"t": 100}\n')
+    result = invoke("simulate", "--K", "4", "--C", "0.3", "--updates", f"trace:{trace}")
+    assert result.exit_code == 2
+    assert "t=100 is beyond the 60 s run" in result.stderr
+    assert "--duration" in result.stderr and result.stderr.count("\n") == 1
+    for extra, shown in ((["--duration", "120"], 2), (["--duration", "30"], 1)):
+        ok = invoke("simulate", "--K", "4", "--C", "0.3", "--updates", f"trace:{trace}",
+                    "--seeds", "1", "--json", *extra)
+        assert ok.exit_code == 0, ok.stderr
+        assert all(r["n_conditions"] == shown for r in json.loads(ok.stdout))
+
+
+def test_beyond_the_run_in_a_folder_names_the_file(tmp_path):
+    write(tmp_path / "a.jsonl", '{"t": 1}\n')
+    write(tmp_path / "b.jsonl", '{"t": 2}\n{"t": 75}\n')
+    result = invoke("sweep", "--K", "4", "--C", "0.3", "--updates", f"traces:{tmp_path}")
+    assert result.exit_code == 2 and "b.jsonl: t=75 is beyond the 60 s run" in result.stderr
+    # a set mixing traces with and without a header runs 60 s by default: a headed trace's
+    # later condition would be dropped as silently
+    mixed = tmp_path / "mixed"  # (a new spec: parsed specs are cached by their text)
+    mixed.mkdir()
+    write(mixed / "a.jsonl", '{"t": 1}\n')
+    write(mixed / "b.jsonl", '{"meta": {"duration": 90}}\n{"t": 80}\n')
+    result = invoke("sweep", "--K", "4", "--C", "0.3", "--updates", f"traces:{mixed}")
+    assert result.exit_code == 2 and "b.jsonl: t=80 is beyond the 60 s run" in result.stderr
+    assert "not every trace of the set has a meta duration header" in result.stderr
+
+
+# ---------------------------------------------------------------- work bound
+
+
+def test_work_bound_is_checked_before_any_simulation(monkeypatch):
+    import latsim.experiments.sweep as sweep
+
+    def never(*args, **kwargs):
+        raise AssertionError("simulated before checking the work bound")
+
+    monkeypatch.setattr(sweep, "simulate_trace", never)
+    result = invoke("sweep", "--K", "4", "8", "--C", "0.3", *FAST, "--max-events", "100")
+    assert result.exit_code == 2 and "--max-events" in result.stderr
+
+
+def test_work_bound_counts_slots_and_conditions_and_the_flag_raises_it():
+    from latsim.experiments.sweep import Experiment, cell_slots, plan, plan_events
+
+    quiet = plan(Experiment(Ks=(4,), cost="fixed:0.3", updates="poisson:0", duration=20,
+                            seeds=3))
+    slots = sum(cell_slots(quiet, c) for c in quiet.cells)
+    # ⌈(20 s + drain 4·(1 + 2·0.3) + 0.25) / 0.25⌉ for each of baseline and speculative
+    assert slots == 2 * 107 and plan_events(quiet) == 3 * slots
+    busy = plan(Experiment(Ks=(4,), cost="fixed:0.3", updates="poisson:2", duration=20,
+                           seeds=3))
+    assert plan_events(busy) == 3 * (slots + 2 * 40)
+    args = ("simulate", "--K", "4", "--C", "0.3", *FAST, "--json")
+    assert invoke(*args, "--max-events", "10").exit_code == 2
+    assert invoke(*args, "--max-events", "1000").exit_code == 0
+
+
+def test_default_work_bound_admits_every_documented_run():
+    from latsim.experiments import paper
+    from latsim.experiments.sweep import Experiment, plan, plan_events
+
+    readme = Experiment(Ks=(4, 8, 21))
+    assert plan_events(plan(readme)) < DEFAULT_MAX_EVENTS / 100
+    assert paper.reproduction_events(paper.REPO_TRACES) < DEFAULT_MAX_EVENTS / 5
+    one_long = Experiment(Ks=(21,), duration=6000.0)  # README: "one 6000 s run", 30 seeds
+    assert plan_events(plan(one_long)) < DEFAULT_MAX_EVENTS / 5
+
+
+# ---------------------------------------------------------------- one-line errors, Ctrl-C
+
+
+def throwaway_app(exc: BaseException) -> typer.Typer:
+    """A fresh app on the same group class with one command (and one in a sub-group) that
+    raise ``exc``."""
+    fresh = typer.Typer(cls=OneLineErrors, add_completion=False, pretty_exceptions_enable=False)
+    sub = typer.Typer()
+
+    @fresh.command("boom")
+    def boom() -> None:
+        raise exc
+
+    @fresh.command("other")
+    def other() -> None:  # a second command keeps "boom" a subcommand
+        pass
+
+    @sub.command("deep")
+    def deep() -> None:
+        raise exc
+
+    fresh.add_typer(sub, name="sub")
+    return fresh
+
+
+@pytest.mark.parametrize("where", [["boom"], ["sub", "deep"]])
+@pytest.mark.parametrize("exc, line", [
+    (KeyboardInterrupt(), "latsim: interrupted"),
+    (Interrupted("kept 3 of 8 runs in out/ (marked interrupted)"),
+     "latsim: interrupted: kept 3 of 8 runs in out/ (marked interrupted)"),
+    (Interrupted(), "latsim: interrupted"),
+    (Interrupted("two\nlines"), "latsim: interrupted: two\\nlines"),
+])
+def test_ctrl_c_says_interrupted_and_exits_130(where, exc, line):
+    result = runner.invoke(throwaway_app(exc), where)
+    assert result.exit_code == 130
+    assert result.stderr == line + "\n"
+
+
+@pytest.mark.parametrize("exc, line", [
+    (OSError(28, "No space left on device"), "latsim: error: No space left on device"),
+    (OSError(13, "Permission denied", "/results/run"),
+     "latsim: error: /results/run: Permission denied"),
+    (OSError(18, "Invalid cross-device link", "/a", None, "/b"),
+     "latsim: error: /a -> /b: Invalid cross-device link"),
+    (OSError("disk on fire"), "latsim: error: disk on fire"),
+    (LatsimError("bad\ninput"), "latsim: error: bad\\ninput"),
+])
+def test_errors_are_one_line_without_a_double_colon(exc, line):
+    result = runner.invoke(throwaway_app(exc), ["boom"])
+    assert result.exit_code == 2
+    assert result.stderr == line + "\n"
+
+
+def test_huge_numbers_print_in_scientific_notation():
+    assert fmt(1.5e20) == "1.500e+20" and fmt(-3e9, 2) == "-3.00e+09"
+    assert fmt(123456.789) == "123456.789" and fmt(None) == "–" and fmt(float("nan")) == "nan"
+
+
+def _children(pid: int) -> list[int]:
+    import subprocess
+
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True,
+                         text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def test_ctrl_c_during_a_parallel_sweep_is_one_line_and_stops_the_workers():
+    """A real Ctrl-C (SIGINT to the process group) while worker processes run: one line,
+    exit 130, and no worker left behind (they used to print a traceback each)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    if shutil.which("ps") is None:
+        pytest.skip("needs ps to find the worker processes")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from latsim.cli import main; main()", "sweep", "--K", "4", "8",
+         "21", "--seeds", "3000", "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        assert len(workers) >= 2, "the sweep never started its workers"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    assert err.decode() == "latsim: interrupted\n"
+    time.sleep(0.5)
+    stat = [Path(f"/proc/{w}/stat") for w in workers]
+    alive = [p for p in stat if p.exists() and p.read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+    assert not alive

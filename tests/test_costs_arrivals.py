@@ -146,3 +146,73 @@ def test_trace_folder_replays_every_file(tmp_path):
     timing = Timing(4, 4, 16.0)
     traces = [source.trace(i, np.random.default_rng(), 10.0, timing) for i in range(2)]
     assert [t.times for t in traces] == [(1.0, 2.0), (3.0,)]
+
+
+# ---------------------------------------------------------------- bounded inputs
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("fixed:1e308", "<= 86400"),
+    ("fixed:86401", "<= 86400"),
+    ("affine:1e308,0", "<= 86400"),
+    ("affine:0,inf", "<= 86400"),
+    ("lognormal:1e308,1", "lognormal mean must be > 0 and <= 86400"),
+    ("lognormal:1,101", "lognormal CV must be >= 0 and <= 100"),
+    ("fixed:" + "9" * 5000, "<= 86400"),
+    ("fixed:" + "x" * 500, "not a number"),
+])
+def test_cost_values_are_bounded(spec, message):
+    with pytest.raises(LatsimError, match=message) as info:
+        parse_cost(spec)
+    assert len(str(info.value)) < 200  # a long spec is cut in the message
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("huge_int.json", '{"4": ' + "1" * 5000 + "}", "not usable JSON"),
+    ("big_int.json", '{"4": ' + "1" * 400 + "}", "K and C must be numbers"),
+    ("deep.json", "[" * 100_000, "not usable JSON"),
+    ("big_k.json", '{"100000": 0.5}', "K must be a positive integer <= 4096"),
+    ("overflow.json", '{"4": 1e999}', "<= 86400"),
+    ("field.csv", "K,C\n4," + "1" * 200_000 + "\n", "not a readable CSV table"),
+    ("kind.csv", "K,C,kind\n4,0.5," + "z" * 300 + "\n", "job kind must be refill or replan"),
+    ("binary.json", b"\xff\xfe\x00", "cannot read cost table"),
+])
+def test_malformed_tables_are_one_line_errors(tmp_path, name, text, message):
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    with pytest.raises(LatsimError, match=message) as info:
+        load_table(path)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 300
+
+
+def test_table_from_an_endless_device_is_refused_not_read_forever():
+    with pytest.raises(LatsimError, match="larger than"):
+        load_table("/dev/zero")
+
+
+def test_update_sources_check_the_window_and_count_conditions(tmp_path):
+    timing = Timing(4, 4, 16.0)
+    assert parse_updates("poisson:0.5").mean_conditions(60, timing) == 30
+    assert parse_updates("bernoulli:0.1").mean_conditions(60, timing) == pytest.approx(24)
+    with pytest.raises(LatsimError, match="at most"):
+        parse_updates("poisson:1e5").check(60.0)
+    (tmp_path / "a.jsonl").write_text('{"t": 1}\n{"t": 2}\n{"t": 70}\n')
+    (tmp_path / "b.jsonl").write_text('{"meta": {"duration": 90}}\n{"t": 80}\n')
+    source = parse_updates(f"traces:{tmp_path}")
+    assert source.mean_conditions(60, timing) == 1.0  # (2 + 0) / 2 in [0, 60)
+    source.check(60.0, duration_given=True)  # the user's window: later ones left out
+    with pytest.raises(LatsimError, match=r"a\.jsonl: t=70 is beyond the 60 s run"):
+        source.check(60.0, duration_given=False)
+    with pytest.raises(LatsimError, match="none of the 2 traces has a condition in"):
+        source.check(0.5)
+
+
+def test_update_spec_text_is_quoted_and_cut():
+    with pytest.raises(LatsimError) as info:
+        parse_updates("poisson:" + "z" * 1000)
+    assert "not a number" in str(info.value) and len(str(info.value)) < 200
+    with pytest.raises(LatsimError, match="cannot read"):
+        parse_updates("trace:bad\x00name")

@@ -119,3 +119,29 @@ def test_simulated_speculative_r_mean_matches_the_summarys_speculative_r_mean():
     assert components[:, 1].sum() > 1000 and se is not None
     expected = theory.summary(timing.K, timing.r, timing.fps, C)["speculative_R_mean"]
     assert abs(r_mean - expected) < Z * se
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"C": 1e308}, "C must be >= 0 and <= 86400 s"),
+    ({"C": float("nan")}, "C must be >= 0"),
+    ({"C": -0.5}, "C must be >= 0"),
+    ({"K": 10**6}, "K must be a positive integer <= 4096"),
+    ({"K": 2.0}, "K must be a positive integer"),
+    ({"r": 0}, "r must be a positive integer"),
+    ({"fps": float("inf")}, "fps must be a positive number in"),
+    ({"fps": 5e-324}, "fps must be a positive number in"),
+    ({"rate": 1e308}, "rate must be >= 0 and <= 1e+06"),
+    ({"rate": float("nan")}, "rate must be >= 0"),
+])
+def test_summary_inputs_are_range_checked(kwargs, message):
+    """`latsim theory --C 1e308` printed 300-digit numbers; every input is bounded now."""
+    args = {"K": 8, "r": 4, "fps": 16.0, "C": 0.9, "rate": None} | kwargs
+    with pytest.raises(LatsimError) as info:
+        theory.summary(**args)
+    assert message in str(info.value)
+
+
+def test_summary_at_the_bounds_is_finite():
+    out = theory.summary(4096, 1, 1000.0, 86400.0, 1e6)
+    assert all(np.isfinite(v) for v in out.values() if isinstance(v, float))
+    assert theory.summary(1, 1024, 0.001, 0.0)["stall_fraction"] == 0.0

@@ -10,15 +10,17 @@ import pytest
 from typer.testing import CliRunner
 
 from latsim.cli import app
+from latsim.errors import LatsimError
 from latsim.experiments.tracegen import (
     BURST_RATE_HZ,
     CANONICAL_SETS,
     COUNT_RANGES,
     PAUSE_S,
     generate_set,
+    max_conditions,
     summarize_set,
 )
-from latsim.model.traces import load_trace
+from latsim.model.traces import load_trace, validate_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -158,3 +160,88 @@ def test_summarize_set_without_gaps() -> None:
     summary = summarize_set([(1.0,), (2.0,)], [60.0, 60.0])
     assert summary.gap_n == 0 and summary.gap_mean is None
     assert summary.rate_per_min == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- bounded inputs
+
+
+@pytest.mark.parametrize("kind, count, duration, seed, message", [
+    ("low", 0, 60.0, 0, "count must be a positive integer"),
+    ("low", 10**9, 60.0, 0, "count must be a positive integer <= 100000"),
+    ("low", 3, float("nan"), 0, "duration must be a positive number in [1, 1e+06] s"),
+    ("high", 3, 0.001, 0, "duration must be a positive number in [1,"),  # used to loop
+    ("continuous", 3, 1e308, 0, "duration must be a positive number in [1,"),
+    ("continuous", 3, 1e6, 0, "raise it with --max-events"),
+    ("low", 3, 60.0, -1, "seed must be an integer >= 0"),
+    ("low", 3, 60.0, 2**64, "seed must be an integer >= 0"),
+])
+def test_generate_refuses_out_of_range_sets_before_drawing(kind, count, duration, seed,
+                                                           message):
+    with pytest.raises(LatsimError) as info:
+        generate_set(kind, count, duration, seed)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("kind", sorted(CANONICAL_SETS))
+@pytest.mark.parametrize("duration", [1.0, 7.5, 60.0, 600.0])
+def test_max_conditions_bounds_every_generated_trace(kind, duration):
+    bound = max_conditions(kind, duration)
+    for trace in generate_set(kind, 20, duration, 11):
+        assert len(trace.times) <= bound
+        assert all(0 <= t < duration for t in trace.times)
+
+
+def test_generate_work_bound_is_the_flag(tmp_path):
+    args = ["traces", "generate", "--kind", "continuous", "--count", "10", "--out",
+            str(tmp_path)]
+    refused = runner.invoke(app, [*args, "--max-events", "100"])
+    assert refused.exit_code == 2 and "--max-events" in refused.stderr
+    assert not list(tmp_path.iterdir())
+    assert runner.invoke(app, [*args, "--max-events", "5000"]).exit_code == 0
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("", "empty: no header and no conditions"),
+    ("\n  \n", "empty: no header and no conditions"),
+    ('{"t": ' + "1" * 5000 + "}\n", "not usable JSON"),
+    ('{"t": ' + "1" * 400 + "}\n", '"t" must be a finite number'),
+    ("[" * 100_000 + "\n", "not usable JSON"),
+    ('{"t": NaN}\n', '"t" must be a finite number'),
+    ('{"meta": {"duration": NaN}}\n{"t": 1}\n', "meta duration must be a positive number"),
+    ('{"meta": {"duration": 1e300}}\n{"t": 1}\n', "meta duration must be a positive number"),
+    ('{"meta": {"duration": ' + "9" * 400 + '}}\n', "meta duration must be a positive number"),
+])
+def test_hostile_traces_are_problems_not_crashes(tmp_path, text, problem):
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    problems = validate_trace(path)
+    assert problems and problem in problems[0]
+    with pytest.raises(LatsimError):
+        load_trace(path)
+    result = runner.invoke(app, ["traces", "validate", str(path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+
+
+def test_header_only_trace_is_valid_and_shows_no_gaps(tmp_path):
+    path = tmp_path / "quiet.jsonl"
+    path.write_text('{"meta": {"duration": 30}}\n')
+    assert validate_trace(path) == []
+    assert load_trace(path).times == () and load_trace(path).duration == 30.0
+    shown = runner.invoke(app, ["traces", "show", str(path)])
+    assert shown.exit_code == 0
+    assert "inter-arrival: none (no trace has two updates)" in shown.output
+
+
+def test_trace_reading_is_bounded(tmp_path):
+    path = tmp_path / "many.jsonl"
+    path.write_text("".join(f'{{"t": {i}}}\n' for i in range(50)))
+    assert validate_trace(path, max_events=50) == []
+    problems = validate_trace(path, max_events=10)
+    assert problems == [f"{path}:11: more than 10 conditions; not read further (raise the "
+                        "bound with --max-events)"]
+    result = runner.invoke(app, ["traces", "show", str(path), "--max-events", "10"])
+    assert result.exit_code == 2 and "--max-events" in result.stderr
+    assert runner.invoke(app, ["traces", "validate", str(path), "--max-events",
+                               "0"]).exit_code == 2
+    with pytest.raises(LatsimError, match="larger than"):
+        load_trace("/dev/zero")

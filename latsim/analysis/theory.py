@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import math
 
-from latsim.errors import LatsimError
+from latsim.errors import (
+    MAX_FPS,
+    MAX_K,
+    MAX_R,
+    MAX_RATE,
+    MAX_SECONDS,
+    MIN_FPS,
+    LatsimError,
+    check_int,
+    check_number,
+)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -217,13 +227,17 @@ def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> 
     """Every closed form for one setting; formulas outside their validity give ``None``
     and a note under ``notes``; ``about`` says which simulated quantity a value is the
     mean of where two are easily confused (R with and without the refill deferral).
-    Used by ``latsim theory``."""
+    Used by ``latsim theory``: its inputs are range-checked first (:mod:`latsim.errors`), so
+    that every value printed is a readable number."""
     from latsim.controller.timing import Timing
 
-    timing = Timing(K, r, fps)
-    _check_nonnegative(C=C)
+    check_int("K", K, 1, MAX_K)
+    check_int("r", r, 1, MAX_R)
+    check_number("fps", fps, MIN_FPS, MAX_FPS, positive=True)
+    check_number("C", C, 0, MAX_SECONDS, unit="s")
     if rate is not None:
-        _check_nonnegative(rate=rate)
+        check_number("rate", rate, 0, MAX_RATE, unit="per s")
+    timing = Timing(K, r, fps)
     T, delta = timing.T, timing.delta  # noqa: N806
     notes: dict[str, str] = {}
 

@@ -1,7 +1,11 @@
 """The ``latsim`` command line: thin typer commands over library functions (DESIGN §4).
 
 Heavy imports (numpy, simpy, matplotlib, torch) happen inside commands so that
-``latsim --help`` stays fast. Bad input exits with status 2 and one line on stderr.
+``latsim --help`` stays fast. Bad input exits with status 2 and one line on stderr
+(``latsim: error: ...``); Ctrl-C exits 130 with ``latsim: interrupted`` (plus what was kept,
+for :class:`latsim.errors.Interrupted`). Every number is range-checked by the library
+(:mod:`latsim.errors`), and every command that simulates or reads traces has a work bound
+(``--max-events``) checked before it starts.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from latsim.errors import LatsimError
+from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
 from latsim.formatting import fmt as _fmt
 
 #: Options that take several values after one flag (``--K 4 8 21``).
@@ -61,9 +65,48 @@ def _plugin_commands() -> dict[str, Any]:
     return found
 
 
+class _KeyboardInterruptCarrier(Exception):
+    """Carries a ``KeyboardInterrupt`` past typer, which would turn it into a silent exit
+    130 (``typer.core._main`` raises ``Exit(130)`` from it and returns the code)."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+#: Characters ``str.splitlines`` breaks a line at; escaped so an error stays on one line.
+_LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line break escaped (``\\n``): a message is one line however a
+    path or spec in it was spelled."""
+    return "".join(repr(ch)[1:-1] if ch in _LINE_BREAKS else ch for ch in text)
+
+
+def _interrupted_message(exc: BaseException | None) -> str:
+    if isinstance(exc, Interrupted) and str(exc).strip():
+        return f"latsim: interrupted: {one_line(str(exc).strip())}"
+    return "latsim: interrupted"
+
+
+def _os_error_message(exc: OSError) -> str:
+    """``latsim: error: PATH: reason`` (``PATH -> PATH2`` for a rename), or without a path
+    ``latsim: error: reason``."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    where = ""
+    if exc.filename is not None:
+        where = f"{exc.filename}"
+        if exc.filename2 is not None:
+            where += f" -> {exc.filename2}"
+        where += ": "
+    return one_line(f"latsim: error: {where}{reason}")
+
+
 class OneLineErrors(TyperGroup):
-    """Turns usage errors and :class:`LatsimError` into ``latsim: error: …`` and exit 2;
-    adds the commands of installed plugins (:data:`PLUGIN_GROUP`)."""
+    """Turns usage errors, :class:`LatsimError` and ``OSError`` into ``latsim: error: …``
+    and exit 2, and ``KeyboardInterrupt`` into ``latsim: interrupted`` and exit 130; adds
+    the commands of installed plugins (:data:`PLUGIN_GROUP`)."""
 
     def list_commands(self, ctx):  # noqa: ANN001, ANN201 - click's signature
         own = super().list_commands(ctx)
@@ -72,21 +115,31 @@ class OneLineErrors(TyperGroup):
     def get_command(self, ctx, cmd_name):  # noqa: ANN001, ANN201 - click's signature
         return super().get_command(ctx, cmd_name) or _plugin_commands().get(cmd_name)
 
+    def invoke(self, ctx):  # noqa: ANN001, ANN201 - click's signature
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:  # past typer's Exit(130), see the carrier
+            raise _KeyboardInterruptCarrier(exc) from exc
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              windows_expand_args=True, **extra: Any):
         argv = list(sys.argv[1:] if args is None else args)
         try:
             code = super().main(args=_expand_multi_values(argv), prog_name=prog_name,
                                 complete_var=complete_var, standalone_mode=False, **extra)
-        except LatsimError as exc:
-            typer.echo(f"latsim: error: {exc}", err=True)
-            code = 2
-        except KeyboardInterrupt:
-            typer.echo("latsim: interrupted", err=True)
+            if code == 130:  # typer's own Exit(130) for an interrupt outside a command
+                typer.echo(_interrupted_message(None), err=True)
+        except _KeyboardInterruptCarrier as exc:
+            typer.echo(_interrupted_message(exc.original), err=True)
             code = 130
+        except KeyboardInterrupt as exc:
+            typer.echo(_interrupted_message(exc), err=True)
+            code = 130
+        except LatsimError as exc:
+            typer.echo(one_line(f"latsim: error: {exc}"), err=True)
+            code = 2
         except OSError as exc:  # unreadable input or unwritable output
-            where = f" {exc.filename}" if exc.filename else ""
-            typer.echo(f"latsim: error:{where}: {exc.strerror or exc}", err=True)
+            typer.echo(_os_error_message(exc), err=True)
             code = 2
         except Exception as exc:
             # click's (or typer's vendored click's) Exit, UsageError and Abort, by shape
@@ -94,7 +147,7 @@ class OneLineErrors(TyperGroup):
             if name == "Exit":
                 code = exc.exit_code  # type: ignore[attr-defined]
             elif name == "Abort":
-                typer.echo("latsim: interrupted", err=True)
+                typer.echo(_interrupted_message(None), err=True)
                 code = 130
             elif hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
                 message = " ".join(exc.format_message().split())
@@ -149,6 +202,10 @@ CommitOpt = Annotated[
 ]
 CommitLeadOpt = Annotated[
     float, typer.Option(help="lazy commit locks a latent this many seconds before it plays")
+]
+MaxSimEventsOpt = Annotated[
+    int, typer.Option(help="work bound: events (latent slots, (duration + drain)/δ per run, "
+                      "plus conditions) over all cells and replications; checked first")
 ]
 
 
@@ -242,6 +299,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         jobs: JobsOpt = None,
         commit: CommitOpt = None,
         commit_lead: CommitLeadOpt = 0.0,
+        max_events: MaxSimEventsOpt = DEFAULT_MAX_EVENTS,
     ) -> None:
         if not K:
             raise LatsimError(f"{name} needs --K")
@@ -258,6 +316,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
             cost=FixedCost(C) if C is not None else cost or DEFAULT_COST, lead=lead, q=q,
             policies=tuple(policy_names(policy)), updates=updates, duration=duration,
             seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
+            max_events=max_events,
         )
         _run(experiment, as_json, out, jobs)
 
@@ -288,9 +347,7 @@ def theory_cmd(
     from latsim.analysis import theory
     from latsim.run.files import dumps
 
-    if C < 0:
-        raise LatsimError(f"C must be >= 0 seconds, got {C}")
-    result = theory.summary(K, r, fps, C, rate)
+    result = theory.summary(K, r, fps, C, rate)  # range-checks every input
     if as_json:
         typer.echo(dumps(result))
         return

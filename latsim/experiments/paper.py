@@ -32,11 +32,18 @@ from latsim.analysis.metrics import paired_jackknife_se
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing
-from latsim.errors import LatsimError
-from latsim.experiments.sweep import Experiment, ExperimentResult, run_experiment
+from latsim.errors import DEFAULT_MAX_EVENTS, LatsimError, check_work
+from latsim.experiments.sweep import (
+    Experiment,
+    ExperimentResult,
+    check_jobs,
+    plan,
+    plan_events,
+    run_experiment,
+)
 from latsim.model.costs import FixedCost
 from latsim.model.traces import Trace
-from latsim.run.stream import RunRecords
+from latsim.run.stream import RunRecords, default_drain
 from latsim.sim.simpy_driver import simulate_trace
 
 PAPER_DATA = Path(__file__).with_name("paper_data.json")
@@ -155,22 +162,28 @@ def _trace_root(traces_root: Path | None, tmp: Path) -> Path:
     return tmp
 
 
-def _simulate(setting: Setting, C: float, trace_dir: Path,  # noqa: N803
-              jobs: int | None) -> ExperimentResult:
+def _setting_experiment(setting: Setting, C: float, trace_dir: Path,  # noqa: N803
+                        max_events: int = DEFAULT_MAX_EVENTS) -> Experiment:
     """Both policies of ``setting`` at fixed ``C`` on one trace set (one replication per
     trace, the same traces for both policies)."""
-    exp = Experiment(Ks=(setting.K,), r=setting.r, fps=setting.fps, cost=FixedCost(C),
-                     updates=f"traces:{trace_dir}")
-    return run_experiment(exp, jobs=jobs)
+    return Experiment(Ks=(setting.K,), r=setting.r, fps=setting.fps, cost=FixedCost(C),
+                      updates=f"traces:{trace_dir}", max_events=max_events)
+
+
+def _simulate(setting: Setting, C: float, trace_dir: Path,  # noqa: N803
+              jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS) -> ExperimentResult:
+    """Run :func:`_setting_experiment`."""
+    return run_experiment(_setting_experiment(setting, C, trace_dir, max_events), jobs=jobs)
 
 
 def _rows_by_policy(result: ExperimentResult) -> dict[str, dict]:
     return {row["policy"]: row for row in result.rows}
 
 
-def _sim_rows(setting: Setting, C: float, trace_dir: Path, jobs: int | None) -> dict:  # noqa: N803
+def _sim_rows(setting: Setting, C: float, trace_dir: Path, jobs: int | None,  # noqa: N803
+              max_events: int = DEFAULT_MAX_EVENTS) -> dict:
     """The summary row of each policy (see :func:`_simulate`)."""
-    return _rows_by_policy(_simulate(setting, C, trace_dir, jobs))
+    return _rows_by_policy(_simulate(setting, C, trace_dir, jobs, max_events))
 
 
 def _r6(x: float | None) -> float | None:
@@ -210,7 +223,8 @@ def _se_diff(runs_a: list[RunRecords], runs_b: list[RunRecords]) -> float | None
 # ---------------------------------------------------------------- tables
 
 
-def settings_table(root: Path, jobs: int | None) -> list[dict]:
+def settings_table(root: Path, jobs: int | None,
+                   max_events: int = DEFAULT_MAX_EVENTS) -> list[dict]:
     """The six settings: paper's reduction, theory's and ours (simulated on both sets).
 
     A simulated reduction's SE is paired over the traces (:func:`_se_diff`): both policies
@@ -229,7 +243,7 @@ def settings_table(root: Path, jobs: int | None) -> list[dict]:
             "C_implied_by_paper": _r6(invert_reduction(data["reduction_s"], T, delta)),
         }
         for kind in TRACE_SETS:
-            result = _simulate(s, C, root / kind, jobs)
+            result = _simulate(s, C, root / kind, jobs, max_events)
             sim = _rows_by_policy(result)
             base, spec = sim["baseline"], sim["speculative"]
             reduction = base["L_mean"] - spec["L_mean"]
@@ -339,13 +353,17 @@ AMP_DURATION = 300.0
 AMP_SEEDS = 8
 
 
-def amplification_table(jobs: int | None) -> list[dict]:
-    """A(p) = Kp/(1 − (1−p)^K) and 1 + λ(T − δ)/2 (λ = p/δ) against simulated calls ratio."""
+def _amplification_experiment(p: float, max_events: int = DEFAULT_MAX_EVENTS) -> Experiment:
     r, fps = AMP_TIMING
+    return Experiment(Ks=AMP_KS, r=r, fps=fps, cost=FixedCost(AMP_C), updates=f"bernoulli:{p!r}",
+                      duration=AMP_DURATION, seeds=AMP_SEEDS, max_events=max_events)
+
+
+def amplification_table(jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS) -> list[dict]:
+    """A(p) = Kp/(1 − (1−p)^K) and 1 + λ(T − δ)/2 (λ = p/δ) against simulated calls ratio."""
     rows = []
     for p in AMP_PS:
-        exp = Experiment(Ks=AMP_KS, r=r, fps=fps, cost=FixedCost(AMP_C),
-                         updates=f"bernoulli:{p!r}", duration=AMP_DURATION, seeds=AMP_SEEDS)
+        exp = _amplification_experiment(p, max_events)
         for row in run_experiment(exp, jobs=jobs).rows:
             if row["policy"] != "speculative":
                 continue
@@ -370,21 +388,27 @@ STALL_RATIOS = (0.5, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0)
 STALL_DURATION = 600.0
 
 
-def stall_table(root: Path, jobs: int | None) -> list[dict]:
+def _stall_experiment(ratio: float, max_events: int = DEFAULT_MAX_EVENTS) -> Experiment:
+    """The C/T sweep's run at C = ``ratio`` x T (LTX short chunk, Poisson updates)."""
+    s = SETTINGS[4]
+    return Experiment(Ks=(s.K,), r=s.r, fps=s.fps, cost=FixedCost(ratio * s.timing.T),
+                      updates="poisson:0.1", duration=STALL_DURATION, seeds=2,
+                      max_events=max_events)
+
+
+def stall_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS) -> list[dict]:
     """LTX short-chunk eager (C > T) on the paper's trace sets, then a C/T sweep."""
     s = SETTINGS[4]
-    T = s.timing.T  # noqa: N806
     C = infer_C(s)  # noqa: N806
     paper = paper_data()["settings"][s.name]["baseline_stall_pct"]
     rows = []
     for kind in TRACE_SETS:
-        sim = _sim_rows(s, C, root / kind, jobs)
+        sim = _sim_rows(s, C, root / kind, jobs, max_events)
         for policy in ("baseline", "speculative"):
             rows.append(_stall_row(f"{s.name} {kind}", s, C, sim[policy], paper[kind]))
     for ratio in STALL_RATIOS:
-        c = ratio * T
-        exp = Experiment(Ks=(s.K,), r=s.r, fps=s.fps, cost=FixedCost(c),
-                         updates="poisson:0.1", duration=STALL_DURATION, seeds=2)
+        exp = _stall_experiment(ratio, max_events)
+        c = exp.cost.C  # type: ignore[union-attr]
         for row in run_experiment(exp, jobs=jobs).rows:
             rows.append(_stall_row(f"C/T={ratio:g} poisson:0.1", s, c, row, None))
     return rows
@@ -435,13 +459,47 @@ class Reproduction:
     l50: list[dict]
 
 
-def reproduce(traces_root: Path | None = None, jobs: int | None = None) -> Reproduction:
-    """Compute every table (deterministic: fixed C, committed traces, fixed seeds)."""
+def reproduction_experiments(root: Path) -> list[Experiment]:
+    """Every experiment :func:`reproduce` runs, for its up-front work bound."""
+    experiments = [_setting_experiment(s, infer_C(s), root / kind)
+                   for s in SETTINGS for kind in TRACE_SETS]
+    experiments += [_setting_experiment(SETTINGS[4], infer_C(SETTINGS[4]), root / kind)
+                    for kind in TRACE_SETS]
+    experiments += [_stall_experiment(ratio) for ratio in STALL_RATIOS]
+    experiments += [_amplification_experiment(p) for p in AMP_PS]
+    return experiments
+
+
+def phase_grid_events(K: int, r: int, fps: float, C: float, n: int) -> float:  # noqa: N803
+    """Events :func:`phase_grid_runs` may cover for one policy: n runs of 4T plus the
+    drain, one condition each."""
+    timing = Timing(K, r, fps)
+    config = ControllerConfig(timing, PRESETS["baseline"], C)
+    return n * (math.ceil((4 * timing.T + default_drain(config)) / timing.delta) + 1)
+
+
+def reproduction_events(root: Path) -> float:
+    """The work of :func:`reproduce`, checked against its bound: events (latent slots and
+    conditions, :func:`latsim.experiments.sweep.plan_events`) over every simulation."""
+    total = sum(plan_events(plan(exp)) for exp in reproduction_experiments(root))
+    return total + 2 * phase_grid_events(*EQ6_TIMING, EQ6_C, EQ6_PHASES)
+
+
+def reproduce(traces_root: Path | None = None, jobs: int | None = None,
+              max_events: int = DEFAULT_MAX_EVENTS) -> Reproduction:
+    """Compute every table (deterministic: fixed C, committed traces, fixed seeds).
+
+    ``jobs``, the trace sets and the work bound (:func:`reproduction_events` against
+    ``max_events``) are checked before any simulation."""
+    jobs = check_jobs(jobs)
     with tempfile.TemporaryDirectory() as tmp:
         root = _trace_root(traces_root, Path(tmp))
-        settings = settings_table(root, jobs)
-        stall = stall_table(root, jobs)
-    return Reproduction(settings, eq6_table(), amplification_table(jobs), stall,
+        check_work(reproduction_events(root), max_events, "--max-events",
+                   "the reproduction's simulations come to about {n} events (latent slots "
+                   "and conditions)")
+        settings = settings_table(root, jobs, max_events)
+        stall = stall_table(root, jobs, max_events)
+    return Reproduction(settings, eq6_table(), amplification_table(jobs, max_events), stall,
                         l50_table(settings))
 
 

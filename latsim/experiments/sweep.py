@@ -4,12 +4,18 @@ An :class:`Experiment` names the timing, cost model, arrival process and policie
 replication draws its arrivals and its job costs from child streams of one
 ``numpy.random.SeedSequence(seed)``, shared by all policies and K (common random numbers:
 baseline and speculative see the same arrivals), so the same seed gives the same numbers.
+
+Inputs are bounded (:mod:`latsim.errors`): every number is range-checked when the
+:class:`Experiment` is made, and :func:`plan` refuses, before any simulation, an experiment
+whose work, the latent slots its runs may cover plus their conditions
+(:func:`plan_events`), is above ``Experiment.max_events`` (``--max-events``).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -24,7 +30,22 @@ from latsim.analysis.metrics import summarize, work_ratio
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
 from latsim.controller.timing import Timing
-from latsim.errors import LatsimError
+from latsim.errors import (
+    DEFAULT_MAX_EVENTS,
+    MAX_DURATION,
+    MAX_FPS,
+    MAX_JOBS,
+    MAX_K,
+    MAX_R,
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_SEEDS,
+    MIN_FPS,
+    LatsimError,
+    check_int,
+    check_number,
+    check_work,
+)
 from latsim.model.arrivals import ArrivalSource, parse_updates
 from latsim.model.costs import CostModel, parse_cost
 from latsim.model.lead import SIMULATED
@@ -37,7 +58,7 @@ from latsim.run.folder import (
     write_json,
     write_records,
 )
-from latsim.run.stream import COMPLETE, RunRecords
+from latsim.run.stream import COMPLETE, RunRecords, default_drain
 from latsim.sim.simpy_driver import simulate_trace
 
 #: Embedded defaults of ``latsim sweep`` (README, "Defaults"): Wan2.1-1.3B's stream
@@ -70,14 +91,29 @@ class Experiment:
     seed: int = DEFAULT_SEED
     commit: str | None = None  # override the presets' commit mode (ablations)
     commit_lead: float = 0.0
+    max_events: int = DEFAULT_MAX_EVENTS  # the work bound (see plan_events)
 
     def __post_init__(self) -> None:
+        """Range-check every number (:mod:`latsim.errors`); what depends on several (q
+        divides K, duration covers a chunk, the cost at each K, the work bound) is checked
+        by :func:`plan`."""
         if not self.Ks:
             raise LatsimError("give at least one K")
-        if self.seeds is not None and self.seeds <= 0:
-            raise LatsimError(f"--seeds must be a positive integer, got {self.seeds}")
-        if self.seed < 0:
-            raise LatsimError(f"--seed must be >= 0, got {self.seed}")
+        for K in self.Ks:  # noqa: N806
+            check_int("K", K, 1, MAX_K)
+        check_int("r", self.r, 1, MAX_R)
+        check_number("fps", self.fps, MIN_FPS, MAX_FPS, positive=True)
+        if self.lead is not None:
+            check_number("lead", self.lead, 0, MAX_SECONDS, unit="s")
+        if self.q is not None:
+            check_int("q", self.q, 1, MAX_K)
+        if self.duration is not None:
+            check_number("duration", self.duration, 0, MAX_DURATION, positive=True, unit="s")
+        if self.seeds is not None:
+            check_int("--seeds", self.seeds, 1, MAX_SEEDS)
+        check_int("--seed", self.seed, 0, MAX_SEED)
+        check_number("commit lead", self.commit_lead, 0, MAX_SECONDS, unit="s")
+        check_int("--max-events", self.max_events, 1, 10**15)
         for name in self.policies:
             if name not in PRESETS:
                 raise LatsimError(f"unknown policy {name!r}; choose baseline or speculative")
@@ -146,18 +182,24 @@ def _policy(experiment: Experiment, name: str) -> Policy:
                    commit_lead=experiment.commit_lead)
 
 
+def _check_job_time(what: str, value: float, K: int, spec: str) -> float:  # noqa: N803
+    if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+        raise LatsimError(f"{what} at K={K} is {value:.4g} s under cost {spec}; a job time "
+                          f"must be finite and at most {MAX_SECONDS:g} s")
+    return value
+
+
 def plan(experiment: Experiment) -> Plan:
-    """Resolve defaults and validate everything before any simulation starts."""
+    """Resolve defaults and validate everything before any simulation starts, the work
+    bound included (:func:`plan_events` against ``experiment.max_events``)."""
     cost, arrivals = _sources(experiment)
     duration = experiment.duration
     if duration is None:
         duration = arrivals.default_duration() or DEFAULT_DURATION
-    if not (math.isfinite(duration) and duration > 0):
-        raise LatsimError(f"duration must be a positive number of seconds, got {duration!r}")
-    if experiment.lead is not None and not (
-        math.isfinite(experiment.lead) and experiment.lead >= 0
-    ):
-        raise LatsimError(f"lead must be >= 0 seconds, got {experiment.lead!r}")
+    check_number("duration", duration, 0, MAX_DURATION, positive=True, unit="s")
+    check = getattr(arrivals, "check", None)
+    if check is not None:
+        check(duration, experiment.duration is not None)
     cells = []
     for K in experiment.Ks:  # noqa: N806
         timing = Timing(K, experiment.r, experiment.fps)
@@ -165,30 +207,61 @@ def plan(experiment: Experiment) -> Plan:
             raise LatsimError(
                 f"duration {duration:g} s is shorter than one chunk (K={K}: T = {timing.T:g} s)"
             )
-        lead = experiment.lead if experiment.lead is not None else SIMULATED.from_cost(cost, K)
-        cost.mean(K)  # K outside a cost table's range fails here, before any work
+        # K outside a cost table's range fails here, before any work
+        _check_job_time("mean C", cost.mean(K), K, cost.spec)
+        if experiment.lead is not None:
+            lead = experiment.lead
+        else:
+            lead = _check_job_time("lead (C's 0.99 quantile)", SIMULATED.from_cost(cost, K), K,
+                                   cost.spec)
         names = list(experiment.policies)
         if "speculative" in names and "baseline" not in names:
             names.insert(0, "baseline")  # the twin that A is measured against
         for name in names:
             cells.append(Cell(timing, _policy(experiment, name), lead))
             cells[-1].config  # noqa: B018 - validates q against K
-    return Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
-                tuple(cells))
+    p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
+             tuple(cells))
+    check_work(
+        plan_events(p), experiment.max_events, "--max-events",
+        f"{len(p.cells)} cell(s) x {p.replications} replication(s) of {p.duration:g} s plus "
+        "drain come to about {n} events (latent slots and conditions)",
+        ", or give a shorter --duration, fewer --seeds or K",
+    )
+    return p
 
 
-def _replication_streams(seed: int, replications: int) -> list[tuple]:
-    children = np.random.SeedSequence(seed).spawn(replications)
-    return [tuple(child.spawn(2)) for child in children]
+def cell_slots(p: Plan, cell: Cell) -> float:
+    """The latent slots one replication of ``cell`` may cover: (duration + drain)/δ, the
+    most a run can play (the drain, :func:`latsim.run.stream.default_drain`, bounds how long
+    it goes on past the window)."""
+    return math.ceil((p.duration + default_drain(cell.config)) / cell.timing.delta)
+
+
+def plan_events(p: Plan) -> float:
+    """The work of a plan, checked against its bound: latent slots (:func:`cell_slots`) plus
+    the arrival source's expected conditions per run (``mean_conditions``, where the source
+    has one), summed over cells and replications."""
+    mean_conditions = getattr(p.arrivals, "mean_conditions", None)
+    per_run = [cell_slots(p, cell) + (mean_conditions(p.duration, cell.timing)
+                                      if mean_conditions is not None else 0.0)
+               for cell in p.cells]
+    return sum(per_run) * p.replications
+
+
+def _replication_streams(seed: int, replication: int) -> tuple:
+    """Replication ``replication``'s (arrival, cost) streams: the children of child
+    ``replication`` of ``SeedSequence(seed)`` (made directly, so that one replication does
+    not spawn all of them)."""
+    child = np.random.SeedSequence(seed, spawn_key=(replication,))
+    return tuple(child.spawn(2))
 
 
 def run_cell(experiment: Experiment, cell_index: int, replication: int) -> RunRecords:
     """One replication of one cell (top-level so worker processes can run it)."""
     p = plan(experiment)
     cell = p.cells[cell_index]
-    arrival_stream, cost_stream = _replication_streams(experiment.seed, p.replications)[
-        replication
-    ]
+    arrival_stream, cost_stream = _replication_streams(experiment.seed, replication)
     trace = p.arrivals.trace(replication, np.random.default_rng(arrival_stream), p.duration,
                              cell.timing)
     records, _ = simulate_trace(cell.config, p.cost, trace, p.duration,
@@ -200,8 +273,19 @@ def _run_chunk(experiment: Experiment, tasks: list[tuple[int, int]]) -> list[Run
     return [run_cell(experiment, cell, rep) for cell, rep in tasks]
 
 
+def _worker_init() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them (else each would print its
+    own KeyboardInterrupt traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def default_jobs() -> int:
     return max(1, min(2, os.cpu_count() or 1))
+
+
+def check_jobs(jobs: int | None) -> int:
+    """``--jobs`` resolved (``None``: :func:`default_jobs`) and range-checked."""
+    return default_jobs() if jobs is None else check_int("--jobs", jobs, 1, MAX_JOBS)
 
 
 def run_experiment(
@@ -210,9 +294,9 @@ def run_experiment(
     progress: Callable[[int, int], None] | None = None,
 ) -> ExperimentResult:
     """Run every (cell, replication); ``jobs`` worker processes (default: up to 2)."""
+    jobs = check_jobs(jobs)
     p = plan(experiment)
     tasks = [(c, rep) for c in range(len(p.cells)) for rep in range(p.replications)]
-    jobs = default_jobs() if jobs is None else jobs
     results: list[RunRecords | None] = [None] * len(tasks)
     n_chunks = max(1, min(len(tasks), 8 * jobs))
     chunks = [list(range(i, len(tasks), n_chunks)) for i in range(n_chunks)]
@@ -224,7 +308,9 @@ def run_experiment(
             if progress:
                 progress(done, len(tasks))
     else:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(jobs, n_chunks),
+                                   mp_context=get_context("fork"), initializer=_worker_init)
+        try:
             futures = [
                 (chunk, pool.submit(_run_chunk, experiment, [tasks[i] for i in chunk]))
                 for chunk in chunks
@@ -235,6 +321,12 @@ def run_experiment(
                 done += len(chunk)
                 if progress:
                     progress(done, len(tasks))
+        except BaseException:  # Ctrl-C or a failed task: stop the workers, do not wait
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
     runs: dict[tuple[int, str], list[RunRecords]] = {}
     for (cell_index, _), records in zip(tasks, results, strict=True):
         cell = p.cells[cell_index]

@@ -10,16 +10,32 @@ Kinds (see ``traces/README.md``):
 Trace ``i`` of a set is drawn from child ``i`` of ``numpy.random.SeedSequence(seed)``, so it
 does not depend on how many traces the set has, and the same (kind, count, duration, seed)
 always gives byte-identical files. Times are rounded to the millisecond.
+
+Bounds (:mod:`latsim.errors`): ``count`` at most :data:`~latsim.errors.MAX_TRACE_COUNT`,
+``duration`` in [:data:`~latsim.errors.MIN_TRACE_DURATION`, :data:`~latsim.errors.MAX_DURATION`]
+seconds, and the work bound: the set's most possible conditions (:func:`max_conditions`)
+at most ``max_events`` (``--max-events``), checked before anything is drawn.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from latsim.errors import LatsimError
+from latsim.errors import (
+    DEFAULT_MAX_TRACE_EVENTS,
+    MAX_DURATION,
+    MAX_SEED,
+    MAX_TRACE_COUNT,
+    MIN_TRACE_DURATION,
+    LatsimError,
+    check_int,
+    check_number,
+    check_work,
+)
 from latsim.model.traces import write_trace
 
 #: The kinds :func:`generate_set` knows, with a one-line description each.
@@ -84,16 +100,29 @@ def _continuous_times(rng: np.random.Generator, duration: float) -> list[float]:
     return sorted({x for x in times if x < duration})
 
 
-def generate_set(kind: str, count: int, duration: float, seed: int) -> list[GeneratedTrace]:
-    """``count`` traces of ``kind``, each covering ``[0, duration)`` seconds."""
+def max_conditions(kind: str, duration: float) -> int:
+    """The most conditions one trace of ``kind`` over ``duration`` seconds can hold: the top
+    of the count range, or for continuous steering one per shortest jittered period
+    (0.7 / 4 Hz) over the whole window."""
+    if kind in COUNT_RANGES:
+        return COUNT_RANGES[kind][1]
+    return math.ceil(duration * BURST_RATE_HZ[1] / 0.7) + 1
+
+
+def generate_set(kind: str, count: int, duration: float, seed: int,
+                 max_events: int = DEFAULT_MAX_TRACE_EVENTS) -> list[GeneratedTrace]:
+    """``count`` traces of ``kind``, each covering ``[0, duration)`` seconds; refused before
+    any drawing when the set could hold more than ``max_events`` conditions."""
     if kind not in KINDS:
-        raise LatsimError(f"unknown trace kind {kind!r}; choose {', '.join(KINDS)}")
-    if not isinstance(count, int) or count <= 0:
-        raise LatsimError(f"count must be a positive integer, got {count!r}")
-    if not (np.isfinite(duration) and duration > 0):
-        raise LatsimError(f"duration must be a positive number of seconds, got {duration!r}")
-    if seed < 0:
-        raise LatsimError(f"seed must be >= 0, got {seed}")
+        shown = repr(kind) if len(repr(kind)) <= 40 else repr(kind)[:37] + "..."
+        raise LatsimError(f"unknown trace kind {shown}; choose {', '.join(KINDS)}")
+    check_int("count", count, 1, MAX_TRACE_COUNT)
+    check_number("duration", duration, MIN_TRACE_DURATION, MAX_DURATION, positive=True,
+                 unit="s")
+    check_int("seed", seed, 0, MAX_SEED)
+    check_int("--max-events", max_events, 1, 10**12)
+    check_work(count * max_conditions(kind, duration), max_events, "--max-events",
+               f"{count} {kind} trace(s) of {duration:g} s hold up to about {{n}} conditions")
     out = []
     for index, child in enumerate(np.random.SeedSequence(seed).spawn(count)):
         rng = np.random.default_rng(child)

@@ -5,10 +5,14 @@
                      phase within the slot (the paper's independent-update model)
 - ``trace:PATH``     one JSONL trace (see :mod:`latsim.model.traces`)
 - ``traces:DIR``     every trace in a folder, one replication each
+
+Each source's ``check(duration, duration_given)`` validates it against the run's window at
+plan time, before any simulation (sources without one are not checked).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Protocol
@@ -38,6 +42,11 @@ class ArrivalSource(Protocol):
         """The duration the source declares (trace headers), if any."""
         ...
 
+    # optional: ``check(duration, duration_given) -> None`` raises LatsimError when the
+    # source cannot fill a run of ``duration`` seconds (see the sources below), and
+    # ``mean_conditions(duration, timing) -> float`` is the conditions a replication has on
+    # average (the simulations' work bound counts them)
+
 
 #: Replications of a random arrival process when ``--seeds`` is not given: the paper's
 #: workload has 30 traces per set.
@@ -62,12 +71,18 @@ class PoissonArrivals:
     def default_duration(self) -> float | None:
         return None
 
-    def trace(self, index, rng, duration, timing):
+    def mean_conditions(self, duration: float, timing: Timing) -> float:
+        return self.rate * duration
+
+    def check(self, duration: float, duration_given: bool = True) -> None:
         if self.rate * duration > MAX_ARRIVALS:
             raise LatsimError(
                 f"poisson:{self.rate:g} over {duration:g} s means ~{self.rate * duration:.3g} "
                 f"conditions; at most {MAX_ARRIVALS:g} per run"
             )
+
+    def trace(self, index, rng, duration, timing):
+        self.check(duration)
         times: list[float] = []
         t = 0.0
         while self.rate > 0:
@@ -92,6 +107,9 @@ class BernoulliArrivals:
     def default_duration(self) -> float | None:
         return None
 
+    def mean_conditions(self, duration: float, timing: Timing) -> float:
+        return self.p * math.floor(duration / timing.delta + 1e-9)
+
     def trace(self, index, rng, duration, timing):
         n_slots = int(math.floor(duration / timing.delta + 1e-9))
         hits = rng.random(n_slots) < self.p
@@ -102,10 +120,47 @@ class BernoulliArrivals:
 
 @dataclass(frozen=True)
 class TraceArrivals:
-    """Trace files replayed as they are; ``--seeds N`` replays each N times (new cost draws)."""
+    """Trace files replayed as they are; ``--seeds N`` replays each N times (new cost draws).
+
+    The run's window is ``--duration``, else the longest header duration, else 60 s; the
+    conditions in ``[0, duration)`` are replayed. :meth:`check` decides the edge cases:
+
+    - a time at or beyond a window that was *not* given (no ``--duration``) is an error:
+      nothing declared the session that short (the trace has no header, or a set mixes
+      traces with and without one, and the 60 s default applies), so dropping it would be
+      silent data loss; give ``--duration`` or a header. With ``--duration`` the window is
+      the user's choice and later conditions are left out, as a header's duration does.
+    - a source with no condition in the window is an error: every latency statistic would
+      be empty. A set in which only some traces are empty is fine (sessions without updates
+      still count towards busy and stall time and A); ``poisson:0`` simulates a stream that
+      never updates on purpose.
+    """
 
     spec: str
     loaded: tuple[Trace, ...]
+
+    def mean_conditions(self, duration: float, timing: Timing) -> float:
+        return sum(bisect.bisect_left(t.times, duration) for t in self.loaded) / len(self.loaded)
+
+    def check(self, duration: float, duration_given: bool = True) -> None:
+        if not duration_given:
+            for trace in self.loaded:
+                if trace.times and trace.times[-1] >= duration:
+                    where = (self.spec if len(self.loaded) == 1
+                             else f"{self.spec}: {trace.name}.jsonl")
+                    why = ("the trace has no meta duration header" if trace.duration is None
+                           else "not every trace of the set has a meta duration header")
+                    raise LatsimError(
+                        f"{where}: t={trace.times[-1]:g} is beyond the {duration:g} s run "
+                        f"({why}); give --duration or a header to say how long the session is"
+                    )
+        if not any(trace.times and trace.times[0] < duration for trace in self.loaded):
+            which = ("the trace has no condition" if len(self.loaded) == 1
+                     else f"none of the {len(self.loaded)} traces has a condition")
+            raise LatsimError(
+                f"{self.spec}: {which} in [0, {duration:g}) s, so there is no "
+                "latency to measure (poisson:0 simulates a stream without updates)"
+            )
 
     def replications(self, seeds: int | None) -> int:
         return len(self.loaded) * (1 if seeds is None else seeds)
@@ -122,13 +177,19 @@ class TraceArrivals:
         return Trace(source.name, times, duration, source.meta)
 
 
+def _short(text: str) -> str:
+    """``repr`` of a spec for a message, cut to a readable length."""
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "...'"
+
+
 def _number(spec: str, body: str) -> float:
     try:
         value = float(body)
     except ValueError:
-        raise LatsimError(f"update spec {spec!r}: {body!r} is not a number") from None
+        raise LatsimError(f"update spec {_short(spec)}: {_short(body)} is not a number") from None
     if not math.isfinite(value):
-        raise LatsimError(f"update spec {spec!r}: value must be finite")
+        raise LatsimError(f"update spec {_short(spec)}: value must be finite")
     return value
 
 
@@ -136,7 +197,7 @@ def parse_updates(spec: str) -> ArrivalSource:
     """Build an arrival source from a ``--updates`` spec (see the module docstring)."""
     prefix, sep, body = spec.partition(":")
     if not sep:
-        raise LatsimError(f"update spec {spec!r} needs the form KIND:ARG, e.g. poisson:0.1")
+        raise LatsimError(f"update spec {_short(spec)} needs the form KIND:ARG, e.g. poisson:0.1")
     if prefix == "poisson":
         rate = _number(spec, body)
         if rate < 0:
@@ -152,5 +213,6 @@ def parse_updates(spec: str) -> ArrivalSource:
     if prefix == "traces":
         return TraceArrivals(spec, tuple(load_trace(f) for f in trace_files(body)))
     raise LatsimError(
-        f"unknown update spec prefix {prefix!r}; use poisson:, bernoulli:, trace: or traces:"
+        f"unknown update spec prefix {_short(prefix)}; use poisson:, bernoulli:, trace: or "
+        "traces:"
     )

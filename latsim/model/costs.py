@@ -22,7 +22,8 @@ from typing import Protocol
 
 import numpy as np
 
-from latsim.errors import LatsimError
+from latsim.errors import MAX_CV, MAX_K, MAX_SECONDS, LatsimError
+from latsim.model.traces import read_bounded_text
 
 JOB_KINDS = ("refill", "replan")
 
@@ -53,8 +54,10 @@ class CostModel(Protocol):
 
 
 def _check_seconds(name: str, value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise LatsimError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    """A job time: finite, >= 0 and at most :data:`~latsim.errors.MAX_SECONDS` (a day)."""
+    if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+        raise LatsimError(f"{name} must be a finite number of seconds >= 0 and <= "
+                          f"{MAX_SECONDS:g}, got {value!r}")
     return float(value)
 
 
@@ -120,10 +123,11 @@ class LognormalCost:
     cv: float
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.mean_s) and self.mean_s > 0):
-            raise LatsimError(f"lognormal mean must be > 0 seconds, got {self.mean_s!r}")
-        if not (math.isfinite(self.cv) and self.cv >= 0):
-            raise LatsimError(f"lognormal CV must be >= 0, got {self.cv!r}")
+        if not (math.isfinite(self.mean_s) and 0 < self.mean_s <= MAX_SECONDS):
+            raise LatsimError(f"lognormal mean must be > 0 and <= {MAX_SECONDS:g} seconds, "
+                              f"got {self.mean_s!r}")
+        if not (math.isfinite(self.cv) and 0 <= self.cv <= MAX_CV):
+            raise LatsimError(f"lognormal CV must be >= 0 and <= {MAX_CV:g}, got {self.cv!r}")
 
     @property
     def _sigma(self) -> float:
@@ -249,34 +253,41 @@ def load_table(path: str | Path) -> TableCost:
     """
     file = Path(path)
     try:
-        text = file.read_text()
-    except OSError as exc:
-        raise LatsimError(f"cannot read cost table {path}: {exc.strerror}") from None
+        text = read_bounded_text(file)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise LatsimError(f"cannot read cost table {path}: {reason}") from None
     samples: dict[tuple[int, str], list[float]] = {}
 
-    def add(k_raw: object, kind: str, value: object, where: str) -> None:
+    def add(k_raw: object, kind: object, value: object, where: str) -> None:
         try:
             k = int(str(k_raw))
             c = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise LatsimError(f"{path}: {where}: K and C must be numbers") from None
-        if k <= 0:
-            raise LatsimError(f"{path}: {where}: K must be positive, got {k}")
+        if not 0 < k <= MAX_K:
+            raise LatsimError(f"{path}: {where}: K must be a positive integer <= {MAX_K}")
         if kind not in JOB_KINDS:
-            raise LatsimError(f"{path}: {where}: job kind must be refill or replan, got {kind!r}")
+            shown = repr(kind) if len(repr(kind)) <= 40 else repr(kind)[:37] + "..."
+            raise LatsimError(f"{path}: {where}: job kind must be refill or replan, got {shown}")
         samples.setdefault((k, kind), []).append(_check_seconds(f"{path}: {where}: C", c))
 
     if file.suffix.lower() == ".csv":
-        reader = csv.DictReader(text.splitlines())
-        if not reader.fieldnames or not {"K", "C"} <= set(reader.fieldnames):
-            raise LatsimError(f"{path}: a CSV cost table needs columns K and C")
-        for lineno, row in enumerate(reader, start=2):
-            add(row["K"], (row.get("kind") or "refill").strip(), row["C"], f"line {lineno}")
+        try:
+            reader = csv.DictReader(text.splitlines())
+            if not reader.fieldnames or not {"K", "C"} <= set(reader.fieldnames):
+                raise LatsimError(f"{path}: a CSV cost table needs columns K and C")
+            for lineno, row in enumerate(reader, start=2):
+                add(row["K"], (row.get("kind") or "refill").strip(), row["C"], f"line {lineno}")
+        except csv.Error as exc:
+            raise LatsimError(f"{path}: not a readable CSV table ({exc})") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise LatsimError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # a 5000-digit integer, deep nesting
+            raise LatsimError(f"{path}: not usable JSON ({type(exc).__name__})") from None
         if isinstance(data, dict) and isinstance(data.get("costs"), dict):
             data = data["costs"]
         if not isinstance(data, dict):
@@ -292,18 +303,24 @@ def load_table(path: str | Path) -> TableCost:
 def _numbers(spec: str, body: str, count: int) -> list[float]:
     parts = body.split(",")
     if len(parts) != count:
-        raise LatsimError(f"cost spec {spec!r} needs {count} comma-separated number(s)")
+        raise LatsimError(f"cost spec {_short(spec)} needs {count} comma-separated number(s)")
     try:
         return [float(p) for p in parts]
     except ValueError:
-        raise LatsimError(f"cost spec {spec!r}: not a number") from None
+        raise LatsimError(f"cost spec {_short(spec)}: not a number") from None
+
+
+def _short(text: str) -> str:
+    """``repr`` of a spec for a message, cut to a readable length."""
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "...'"
 
 
 def parse_cost(spec: str) -> CostModel:
     """Build a cost model from a ``--cost`` spec (see the module docstring)."""
     prefix, sep, body = spec.partition(":")
     if not sep:
-        raise LatsimError(f"cost spec {spec!r} needs the form KIND:ARGS, e.g. fixed:1.6")
+        raise LatsimError(f"cost spec {_short(spec)} needs the form KIND:ARGS, e.g. fixed:1.6")
     if prefix == "fixed":
         return FixedCost(*_numbers(spec, body, 1))
     if prefix == "affine":
@@ -313,5 +330,5 @@ def parse_cost(spec: str) -> CostModel:
     if prefix == "table":
         return load_table(body)
     raise LatsimError(
-        f"unknown cost spec prefix {prefix!r}; use fixed:, affine:, table: or lognormal:"
+        f"unknown cost spec prefix {_short(prefix)}; use fixed:, affine:, table: or lognormal:"
     )

@@ -4,6 +4,17 @@ Line 1 may be a header ``{"meta": {"duration": 60.0, ...}}``; every other line i
 condition, an object with at least ``"t"`` (seconds from stream start, sorted). Reading
 collects every problem with its file and line; :func:`load_trace` raises on the first file
 with problems, :func:`validate_trace` returns them all.
+
+What counts as a trace (decided here, tested in ``tests/test_tracegen.py``):
+
+- A header-only trace is valid: a session of ``duration`` seconds in which the viewer sent
+  nothing (it contributes busy and stall time, and A, to a set). Whether a *run* can use a
+  source whose traces have no conditions at all is the arrival source's call
+  (:class:`latsim.model.arrivals.TraceArrivals`: an error, as there is no latency to measure).
+- A file with neither a header nor a condition (empty, or blank lines only) is a problem: it
+  says nothing, not even how long the session was, and is most likely a failed write.
+- A file is read with bounds: at most :data:`~latsim.errors.MAX_INPUT_BYTES` bytes and
+  ``max_events`` conditions (``--max-events``), so a device or a runaway file cannot hang.
 """
 
 from __future__ import annotations
@@ -13,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from latsim.errors import LatsimError
+from latsim.errors import DEFAULT_MAX_TRACE_EVENTS, MAX_DURATION, MAX_INPUT_BYTES, LatsimError
 
 
 @dataclass(frozen=True)
@@ -26,13 +37,43 @@ class Trace:
     meta: dict = field(default_factory=dict, compare=False)
 
 
-def _parse(path: Path) -> tuple[Trace | None, list[str]]:
+def read_bounded_text(path: str | Path, limit: int = MAX_INPUT_BYTES) -> str:
+    """A UTF-8 file's text, reading at most ``limit`` bytes (a larger file, or an endless
+    device such as ``/dev/zero``, is a :class:`LatsimError`, not a hang). ``OSError`` and
+    ``UnicodeDecodeError`` pass through for the caller to word; a path the OS cannot take
+    (a NUL byte) is an ``OSError`` too."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except ValueError as exc:  # embedded NUL byte, unencodable name
+        raise OSError(0, str(exc), str(path)) from None
+    if len(data) > limit:
+        raise LatsimError(f"{path}: larger than {limit:,} bytes; not read")
+    return data.decode("utf-8")
+
+
+def _finite(value: object) -> float | None:
+    """``value`` as a finite float if it is a JSON number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float range
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _parse(path: Path,
+           max_events: int = DEFAULT_MAX_TRACE_EVENTS) -> tuple[Trace | None, list[str]]:
     problems: list[str] = []
     try:
-        text = path.read_text()
+        text = read_bounded_text(path)
+    except LatsimError as exc:
+        return None, [str(exc)]
     except (OSError, UnicodeDecodeError) as exc:
         return None, [f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}"]
     meta: dict = {}
+    header = False
     times: list[float] = []
     lines: list[int] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -44,23 +85,28 @@ def _parse(path: Path) -> tuple[Trace | None, list[str]]:
         except json.JSONDecodeError as exc:
             problems.append(f"{where}: not JSON ({exc.msg})")
             continue
+        except (ValueError, RecursionError) as exc:  # a 5000-digit integer, deep nesting
+            problems.append(f"{where}: not usable JSON ({type(exc).__name__})")
+            continue
         if not isinstance(obj, dict):
             problems.append(f"{where}: expected a JSON object")
             continue
         if "meta" in obj and "t" not in obj:
-            if times or meta:
+            if times or header:
                 problems.append(f"{where}: the meta header must be the first line")
             elif not isinstance(obj["meta"], dict):
                 problems.append(f"{where}: meta must be an object")
             else:
-                meta = obj["meta"]
+                meta, header = obj["meta"], True
             continue
-        t = obj.get("t")
-        if t is None:
+        t_raw = obj.get("t")
+        if t_raw is None:
             problems.append(f"{where}: missing \"t\"")
             continue
-        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-            problems.append(f"{where}: \"t\" must be a finite number, got {t!r}")
+        t = _finite(t_raw)
+        if t is None:
+            shown = repr(t_raw) if len(repr(t_raw)) <= 40 else repr(t_raw)[:37] + "..."
+            problems.append(f"{where}: \"t\" must be a finite number, got {shown}")
             continue
         if t < 0:
             problems.append(f"{where}: negative \"t\" ({t})")
@@ -68,21 +114,31 @@ def _parse(path: Path) -> tuple[Trace | None, list[str]]:
         if times and t < times[-1]:
             problems.append(f"{where}: unsorted: t={t} comes after t={times[-1]}")
             continue
-        times.append(float(t))
+        if len(times) >= max_events:
+            problems.append(f"{where}: more than {max_events:,} conditions; not read further "
+                            "(raise the bound with --max-events)")
+            break
+        times.append(t)
         lines.append(lineno)
+    if not header and not times and not problems:
+        problems.append(f"{path}:1: empty: no header and no conditions (a session without "
+                        "updates needs a {\"meta\": {\"duration\": ...}} header)")
     duration = meta.get("duration")
     if duration is not None:
-        if isinstance(duration, bool) or not isinstance(duration, int | float) or duration <= 0:
-            problems.append(f"{path}:1: meta duration must be a positive number")
+        value = _finite(duration)
+        if value is None or not 0 < value <= MAX_DURATION:
+            problems.append(f"{path}:1: meta duration must be a positive number of seconds "
+                            f"<= {MAX_DURATION:g}")
             duration = None
         else:
+            duration = value
             problems += [
-                f"{path}:{lineno}: t={t} is beyond the declared duration {duration}"
+                f"{path}:{lineno}: t={t} is beyond the declared duration {duration:g}"
                 for t, lineno in zip(times, lines, strict=True)
                 if t >= duration
             ]
             problems.sort(key=_line_number)
-    trace = Trace(path.stem, tuple(times), float(duration) if duration else None, meta)
+    trace = Trace(path.stem, tuple(times), duration, meta)
     return trace, problems
 
 
@@ -91,14 +147,14 @@ def _line_number(problem: str) -> int:
     return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0
 
 
-def validate_trace(path: str | Path) -> list[str]:
+def validate_trace(path: str | Path, max_events: int = DEFAULT_MAX_TRACE_EVENTS) -> list[str]:
     """Every problem in one trace file, each as ``file:line: message``."""
-    return _parse(Path(path))[1]
+    return _parse(Path(path), max_events)[1]
 
 
-def load_trace(path: str | Path) -> Trace:
+def load_trace(path: str | Path, max_events: int = DEFAULT_MAX_TRACE_EVENTS) -> Trace:
     """Read a trace, raising :class:`LatsimError` with its first problem."""
-    trace, problems = _parse(Path(path))
+    trace, problems = _parse(Path(path), max_events)
     if problems:
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
         raise LatsimError(problems[0] + more)
