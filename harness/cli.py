@@ -20,7 +20,19 @@ from typing import Annotated
 
 import typer
 
+from latsim.errors import LatsimError
 from latsim.formatting import StatusLine, fmt
+
+
+def require_live_extra(command: str) -> None:
+    """One line instead of a traceback when the live harness's packages are missing."""
+    import importlib.util
+
+    missing = [name for name in ("torch", "diffusers") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise LatsimError(f"latsim {command} needs {' and '.join(missing)}: install the live "
+                          "extra, pip install -e '.[live]'")
+
 
 commands = typer.Typer(help="Live measurement with a real Wan DiT (random weights).")
 
@@ -63,6 +75,7 @@ def profile(
     threads: ThreadsOpt = None,
 ) -> None:
     """Measure C per K and job kind (refill, replan); write a --cost table:PATH file."""
+    require_live_extra("profile")
     from harness.generator import GeneratorConfig, require_device
     from harness.profile import ProfileConfig, run_profile
     from harness.run import check_option
@@ -132,6 +145,7 @@ def measure(
     as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
 ) -> None:
     """Live run: a Wan DiT (random weights) under latsim's controller on the wall clock."""
+    require_live_extra("measure")
 
     from latsim.controller.policies import policy_names
     from latsim.errors import LatsimError

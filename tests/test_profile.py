@@ -56,3 +56,16 @@ def test_profile_options_are_bounded_before_any_work(tmp_path):
         assert result.exit_code == 2, (args, result.output)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (args, result.stderr)
+
+
+def test_live_commands_say_which_extra_is_missing(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    for command in ("measure", "profile"):
+        result = CliRunner().invoke(app, [command, "--K", "2"])
+        assert result.exit_code == 2
+        assert result.stderr.strip() == (f"latsim: error: latsim {command} needs torch: "
+                                         "install the live extra, pip install -e '.[live]'")
