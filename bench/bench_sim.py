@@ -96,7 +96,7 @@ def import_time() -> float:
 def command_line(baseline: Path | None) -> None:
     import tempfile
 
-    took = best_of(5, import_time)
+    took = min(import_time() for _ in range(5))
     print(f"  import latsim.cli: {took * 1e3:.0f} ms (target < 60 ms; ratio {took / 0.06:.2f})")
     with tempfile.TemporaryDirectory() as tmp:
         for label, args, reps, target in COMMANDS:
