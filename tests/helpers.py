@@ -156,3 +156,20 @@ def assert_live_run_matches_simulation(driver, result) -> float:
             job = ctrl[b.job_id]
             assert job.t_start - 1e-9 <= b.t_start <= b.t_end <= job.t_ready + 1e-9, (job, b)
     return horizon
+
+
+class HookedGenerator:
+    """The generator, with ``hook(job)`` called in the generator thread before each job once
+    armed (tests arm it in ``on_driver``, after warm-up and calibration)."""
+
+    def __init__(self, generator: object) -> None:
+        self._generator = generator
+        self.hook = None
+
+    def __getattr__(self, name: str):
+        return getattr(self._generator, name)
+
+    def run_job(self, job, decode_group: int = 1):
+        if self.hook is not None:
+            self.hook(job)
+        return self._generator.run_job(job, decode_group)

@@ -23,29 +23,14 @@ pytest.importorskip("diffusers")
 from harness.driver import LiveDriver  # noqa: E402
 from harness.generator import GeneratorConfig, WanGenerator  # noqa: E402
 from harness.run import MeasureConfig, measure  # noqa: E402
-
-
-class _Hooked:
-    """The generator, calling ``hook(job)`` in its thread before each job once armed."""
-
-    def __init__(self, generator: WanGenerator) -> None:
-        self._generator = generator
-        self.hook = None
-
-    def __getattr__(self, name: str):
-        return getattr(self._generator, name)
-
-    def run_job(self, job, decode_group: int = 1):
-        if self.hook is not None:
-            self.hook(job)
-        return self._generator.run_job(job, decode_group)
+from tests.helpers import HookedGenerator  # noqa: E402
 
 
 def test_a_stopped_live_run_is_compared_over_what_it_recorded(tmp_path):
     times = [0.3, 0.9, 1.5, 2.2, 6.0, 8.0]
     trace = tmp_path / "trace.jsonl"
     write_trace(trace, times, {"duration": 10.0})
-    hooked = _Hooked(WanGenerator(GeneratorConfig("tiny", "tiny", steps=8)))
+    hooked = HookedGenerator(WanGenerator(GeneratorConfig("tiny", "tiny", steps=8)))
     stopped: list[float] = []
 
     def arm(driver: LiveDriver) -> None:

@@ -417,7 +417,9 @@ def test_every_harness_write_names_its_path(tmp_path, monkeypatch):
         open("/nonexistent/x", "w")  # noqa: SIM115
 
 
-def test_a_full_disk_at_the_summary_leaves_an_incomplete_folder(tmp_path, monkeypatch):
+@pytest.fixture
+def full_disk_at_summary(monkeypatch):
+    """The disk fills up when summary.json is put in place."""
     real_replace = os.replace
 
     def replace(src, dst):
@@ -426,6 +428,9 @@ def test_a_full_disk_at_the_summary_leaves_an_incomplete_folder(tmp_path, monkey
         return real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
+
+
+def test_a_full_disk_at_the_summary_leaves_an_incomplete_folder(tmp_path, full_disk_at_summary):
     root = tmp_path / "runs"
     with pytest.raises(LatsimError) as info:
         measure(_config(root, policies=("baseline",), lead=0.05), generator=FakeGenerator())
@@ -479,16 +484,8 @@ def test_records_that_cannot_be_written_fail_the_run_with_the_path(tmp_path, mon
     assert _status(root / "K2-baseline") == "failed"
 
 
-def test_the_cli_error_for_a_full_disk_names_the_file(tmp_path, monkeypatch):
+def test_the_cli_error_for_a_full_disk_names_the_file(tmp_path, monkeypatch, full_disk_at_summary):
     monkeypatch.setattr(harness.run, "WanGenerator", lambda config: FakeGenerator())
-    real_replace = os.replace
-
-    def replace(src, dst):
-        if Path(dst).name == "summary.json":
-            _enospc()
-        return real_replace(src, dst)
-
-    monkeypatch.setattr(os, "replace", replace)
     out = tmp_path / "runs"
     result = CliRunner().invoke(app, ["measure", "--K", "2", "--fps", "32", "--duration", "0.6",
                                       "--rate", "0", "--policy", "baseline", "--lead", "0.05",

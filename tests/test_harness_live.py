@@ -23,7 +23,7 @@ import pytest
 
 from latsim.analysis.metrics import stall_time_in_window
 from latsim.model.traces import write_trace
-from tests.helpers import assert_live_run_matches_simulation
+from tests.helpers import HookedGenerator, assert_live_run_matches_simulation
 
 pytestmark = pytest.mark.slow
 
@@ -47,23 +47,6 @@ STEPS = 8
 @pytest.fixture(scope="module")
 def generator() -> WanGenerator:
     return WanGenerator(GeneratorConfig("tiny", "tiny", steps=STEPS))
-
-
-class HookedGenerator:
-    """The generator, with ``hook(job)`` called in the generator thread before each job once
-    armed (tests arm it in ``on_driver``, after warm-up and calibration)."""
-
-    def __init__(self, generator: WanGenerator) -> None:
-        self._generator = generator
-        self.hook = None
-
-    def __getattr__(self, name: str):
-        return getattr(self._generator, name)
-
-    def run_job(self, job, decode_group: int = 1):
-        if self.hook is not None:
-            self.hook(job)
-        return self._generator.run_job(job, decode_group)
 
 
 def _config(tmp: Path, trace: Path, **kw) -> MeasureConfig:
