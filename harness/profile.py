@@ -19,7 +19,6 @@ applies.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -34,6 +33,7 @@ from harness.recorder import check_writable, writing
 from harness.run import check_ks, check_option
 from latsim.controller import StartJob
 from latsim.errors import Interrupted, LatsimError
+from latsim.run.folder import write_json
 
 #: The profile's idle gaps (2 x jobs x K values x gap) may take at most this long, seconds.
 MAX_IDLE_S = 3600.0
@@ -158,9 +158,7 @@ def run_profile(config: ProfileConfig, out: Path,
 def write_profile(document: dict, path: Path) -> Path:
     """Write the profile (atomically: a temporary name, then a rename); a failure names
     ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(document, indent=2) + "\n")
-        tmp.replace(path)
+        write_json(path, document)
     return path
