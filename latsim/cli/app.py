@@ -203,6 +203,32 @@ CommitOpt = Annotated[
 CommitLeadOpt = Annotated[
     float, typer.Option(help="lazy commit locks a latent this many seconds before it plays")
 ]
+_SERVING = "Serving model (DESIGN §6)"
+StreamsOpt = Annotated[int | None, typer.Option(
+    help="viewers sharing the pools (default 1)", rich_help_panel=_SERVING)]
+PoolsOpt = Annotated[str | None, typer.Option(
+    help="device pools NAME=DEVICES,..., e.g. dit=2,vae=1 (default dit=1, plus vae=1 "
+    "with --decode)", rich_help_panel=_SERVING)]
+ScheduleOpt = Annotated[str | None, typer.Option(
+    help="which waiting task a free device takes: fifo, least-slack or replan-first",
+    rich_help_panel=_SERVING)]
+StageOpt = Annotated[str | None, typer.Option(rich_help_panel=_SERVING)]
+PlayoutOpt = Annotated[float | None, typer.Option(
+    help="client playout delay D (s); default: deliver's 0.99 quantile",
+    rich_help_panel=_SERVING)]
+StartOpt = Annotated[str | None, typer.Option(
+    help="stream join times: staggered (s·T/N), random (uniform in [0, T)) or together",
+    rich_help_panel=_SERVING)]
+DiscardOpt = Annotated[str | None, typer.Option(
+    help="a replan discards the old future on-start (default) or on-ready",
+    rich_help_panel=_SERVING)]
+ColdStartOpt = Annotated[bool | None, typer.Option(
+    "--cold-start/--no-cold-start",
+    help="generate each stream's first chunk on the pools when it joins",
+    rich_help_panel=_SERVING)]
+ServingFileOpt = Annotated[Path | None, typer.Option(
+    help="a TOML file with the whole serving configuration; flags override it",
+    rich_help_panel=_SERVING)]
 MaxSimEventsOpt = Annotated[
     int, typer.Option(help="work bound: events (latent slots, (duration + drain)/δ per run, "
                       "plus conditions) over all cells and replications; checked first")
@@ -263,14 +289,29 @@ def _print_rows(rows: list[dict]) -> None:
         ("busy_pct", "busy%", 1), ("w", "w", 3), ("A", "A", 3), ("dit_calls", "calls", 0),
         ("n_displayed", "shown", 0), ("n_superseded", "supers.", 0),
     ]
+    if "n_streams" in first:  # a serving run: the viewer's view beside the server's
+        table.title += (f"; {first['n_streams']} stream(s), playout delay "
+                        f"{_fmt(first['playout_delay'], 3)} s")
+        after_l95 = [key for key, _, _ in columns].index("L95") + 1
+        columns[after_l95:after_l95] = [("L99", "L99", 3), ("L_server50", "srv L50", 3)]
+        columns += [("viewer_stall_pct", "viewer stall%", 2), ("cpr", "cpr", 3),
+                    ("ttff_mean", "ttff", 3)]
     for _, header, _ in columns:
         table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=True)
     for row in rows:
         table.add_row(*(_fmt(row[key], digits) for key, _, digits in columns))
     console = Console()
     if not console.is_terminal:
-        console = Console(width=160)
+        console = Console(width=200 if "n_streams" in first else 160)
     console.print(table)
+    for row in rows:
+        if "busy_pct_by_pool" in row:
+            pools = ", ".join(f"{name} {_fmt(pct, 1)}%"
+                              for name, pct in row["busy_pct_by_pool"].items())
+            waits = ", ".join(f"{stage} {_fmt(wait, 3)} s"
+                              for stage, wait in row["queue_wait_mean_by_stage"].items())
+            console.print(f"{row['policy']} K={row['K']}: busy {pools}; mean queue wait "
+                          f"{waits or 'none'}", highlight=False)
     console.print("[dim]seconds; theory = closed-form E[L] where one holds (fixed C <= T, "
                   "rare updates for speculative)[/dim]")
 
@@ -300,6 +341,29 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         commit: CommitOpt = None,
         commit_lead: CommitLeadOpt = 0.0,
         max_events: MaxSimEventsOpt = DEFAULT_MAX_EVENTS,
+        streams: StreamsOpt = None,
+        pools: PoolsOpt = None,
+        schedule: ScheduleOpt = None,
+        decode: Annotated[str | None, typer.Option(
+            help="VAE decode cost spec of a chunk (on pool vae)",
+            rich_help_panel=_SERVING)] = None,
+        deliver: Annotated[str | None, typer.Option(
+            help="network delay spec of one slot to the client", rich_help_panel=_SERVING)
+        ] = None,
+        uplink: Annotated[str | None, typer.Option(
+            help="network delay spec of a condition to the server", rich_help_panel=_SERVING)
+        ] = None,
+        playout_delay: PlayoutOpt = None,
+        replan_cost: Annotated[str | None, typer.Option(
+            help="extra DiT cost spec of a replan (boundary decode + re-encode)",
+            rich_help_panel=_SERVING)] = None,
+        batch: Annotated[str | None, typer.Option(
+            help="batch DiT tasks: COSTSPEC[;max=B], K = the batch's total latents",
+            rich_help_panel=_SERVING)] = None,
+        start: StartOpt = None,
+        discard: DiscardOpt = None,
+        cold_start: ColdStartOpt = None,
+        serving: ServingFileOpt = None,
     ) -> None:
         if not K:
             raise LatsimError(f"{name} needs --K")
@@ -311,12 +375,23 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         from latsim.experiments.sweep import DEFAULT_COST, Experiment
         from latsim.model.costs import FixedCost
 
+        serving_flags = dict(
+            streams=streams, pools=pools, schedule=schedule, decode=decode, deliver=deliver,
+            uplink=uplink, playout_delay=playout_delay, replan_cost=replan_cost, batch=batch,
+            start=start, discard=discard, cold_start=cold_start)
+        serving_config = None
+        if serving is not None or any(v is not None for v in serving_flags.values()):
+            from latsim.model.serving import build_serving
+
+            serving_config, file_cost = build_serving(serving, **serving_flags)
+            if C is None and cost is None:
+                cost = file_cost
         experiment = Experiment(
             Ks=tuple(K), r=r, fps=fps,
             cost=FixedCost(C) if C is not None else cost or DEFAULT_COST, lead=lead, q=q,
             policies=tuple(policy_names(policy)), updates=updates, duration=duration,
             seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
-            max_events=max_events,
+            max_events=max_events, serving=serving_config,
         )
         _run(experiment, as_json, out, jobs)
 

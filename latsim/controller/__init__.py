@@ -6,6 +6,7 @@ Controller, StartJob``).
 """
 
 from latsim.controller.machine import (
+    DISCARD_MODES,
     EPS,
     TRANSITIONS,
     Command,
@@ -15,6 +16,7 @@ from latsim.controller.machine import (
     Decide,
     Event,
     JobDone,
+    JobStarted,
     PlaySlot,
     ScheduleWakeUp,
     SlotDue,
@@ -26,7 +28,7 @@ from latsim.controller.machine import (
 )
 
 __all__ = [
-    "EPS", "TRANSITIONS", "Command", "ConditionArrived", "Controller", "ControllerConfig",
-    "Decide", "Event", "JobDone", "PlaySlot", "ScheduleWakeUp", "SlotDue", "StartJob", "State",
+    "DISCARD_MODES", "EPS", "TRANSITIONS", "Command", "ConditionArrived", "Controller", "ControllerConfig",
+    "Decide", "Event", "JobDone", "JobStarted", "PlaySlot", "ScheduleWakeUp", "SlotDue", "StartJob", "State",
     "Transition", "WakeUp", "mermaid_diagram",
 ]

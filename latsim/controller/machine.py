@@ -7,8 +7,8 @@ are data (:data:`TRANSITIONS`): :meth:`Controller.handle` dispatches every event
 decide step after it, through that table alone (by event type, guards tried in order), and
 :func:`mermaid_diagram` prints it.
 
-Inputs (events): :class:`ConditionArrived`, :class:`JobDone`, :class:`SlotDue`,
-:class:`WakeUp`. Outputs (commands): :class:`StartJob`, :class:`ScheduleWakeUp`,
+Inputs (events): :class:`ConditionArrived`, :class:`JobStarted`, :class:`JobDone`,
+:class:`SlotDue`, :class:`WakeUp`. Outputs (commands): :class:`StartJob`, :class:`ScheduleWakeUp`,
 :class:`PlaySlot`; plus flat records (see :mod:`latsim.controller.records`).
 """
 
@@ -55,6 +55,16 @@ class ConditionArrived:
 
 
 @dataclass(frozen=True, slots=True)
+class JobStarted:
+    """A device took job ``job_id`` after it waited in a queue (the serving model's shared
+    pools): the job's ``t_start`` becomes now, so the wait counts in R, not in C. A driver
+    whose worker starts every job at once need not send it."""
+
+    job_id: int
+    kind = "job_started"
+
+
+@dataclass(frozen=True, slots=True)
 class JobDone:
     """The generator finished job ``job_id``: all its outputs are ready now."""
 
@@ -77,7 +87,7 @@ class WakeUp:
     kind = "wake_up"
 
 
-Event = ConditionArrived | JobDone | SlotDue | WakeUp
+Event = ConditionArrived | JobStarted | JobDone | SlotDue | WakeUp
 
 
 class Decide:
@@ -160,10 +170,14 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition(None, WakeUp, None, None, "forget_due_refill",
                "forget the armed refill once due, so decide re-checks it "
                "(stale in Produce: no refill is armed while a job runs)"),
+    Transition(P, JobStarted, None, None, "note_job_start",
+               "a device took the queued job: its wait counts in R"),
     Transition(P, JobDone, None, C_, "finish_job",
-               "cache K predictions; eager commit locks them; end a stall"),
+               "cache K predictions (on-ready: replacing the old future now); eager commit "
+               "locks them; end a stall"),
     Transition(C_, Decide, "replan_feasible", P, "start_replan",
-               "pending version and a branch before the cache end: discard future, sample K"),
+               "pending version and a branch before the cache end: sample K from it "
+               "(on-start: discard the future now)"),
     Transition(C_, Decide, "refill_due", P, "start_refill",
                "cache end due within lead: sample the next K"),
     Transition(C_, Decide, None, C_, "arm_refill", "wake up when the refill is due"),
@@ -202,18 +216,29 @@ def mermaid_diagram() -> str:
 # ---------------------------------------------------------------- the controller
 
 
+#: When a replan gives up the replaceable future: ``on-start`` (the paper's rule: the cached
+#: positions from the branch on are discarded when the replan starts, so a late replan
+#: stalls the player) or ``on-ready`` (they stay playable until the replacement is ready).
+DISCARD_MODES = ("on-start", "on-ready")
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
-    """What the controller needs to know: timing, policy, and the planning lead (seconds)."""
+    """What the controller needs to know: timing, policy, the planning lead (seconds) and
+    when a replan discards the old future (:data:`DISCARD_MODES`)."""
 
     timing: Timing
     policy: Policy
     lead: float
+    discard: str = "on-start"
 
     def __post_init__(self) -> None:
         self.policy.commit_unit(self.timing.K)
         if not (math.isfinite(self.lead) and self.lead >= 0):
             raise LatsimError(f"lead must be >= 0 seconds, got {self.lead!r}")
+        if self.discard not in DISCARD_MODES:
+            raise LatsimError(f"discard mode must be on-start or on-ready, got "
+                              f"{self.discard!r}")
 
 
 @dataclass(slots=True)
@@ -259,6 +284,7 @@ class Controller:
         self._eager = config.policy.commit == "eager"
         self._lead = config.lead
         self._branch_lead = max(config.lead, config.policy.commit_lead)
+        self._discard_on_ready = config.discard == "on-ready"
         self._on_record = on_record
 
         self.state = State.CONSUME
@@ -361,6 +387,12 @@ class Controller:
     def stalled(self) -> bool:
         return self._stalled_since is not None
 
+    def playable_until(self, now: float) -> float:
+        """When the player would run out of ready content if nothing new arrived: the
+        projected start of the first position not cached (``now`` while stalled). Minus
+        ``now`` it is the stream's playout slack, which ``least-slack`` scheduling reads."""
+        return self._slot_start(self._cache_end, now)
+
     # ------------------------------------------------------------ timing helpers
 
     def _slot_start(self, position: int, now: float) -> float:
@@ -389,14 +421,31 @@ class Controller:
         if self._armed_refill is not None and self._armed_refill <= now + EPS:
             self._armed_refill = None
 
+    def _act_note_job_start(self, event: JobStarted, now: float, out: list) -> None:
+        job = self._job
+        if job is None or job.job_id != event.job_id:
+            raise RuntimeError(f"job_started for job {event.job_id}, but it is not running")
+        job.t_start = now
+
     def _act_finish_job(self, event: JobDone, now: float, out: list) -> None:
         job = self._job
         if job is None or job.job_id != event.job_id:
             raise RuntimeError(f"job_done for job {event.job_id}, but it is not running")
         self._job = None
-        for pos in range(job.branch, job.branch + self._K):
+        first = job.branch
+        end = job.branch + self._K
+        if self._discard_on_ready and job.kind == "replan":
+            # the old future played on while the replan ran: replace what is still to play
+            self._discard(max(job.branch, self._next_pos), self._cache_end, now, job.version)
+            first = min(max(job.branch, self._next_pos), end)
+            if first > job.branch:  # positions that played from the old content meanwhile
+                self.discarded += first - job.branch
+                self._emit(DiscardRecord(job.job_id, job.branch, first - job.branch, now,
+                                         job.version))
+            end = max(end, self._next_pos)
+        for pos in range(first, job.branch + self._K):
             self._cache[pos] = (job.version, job.job_id)
-        self._cache_end = job.branch + self._K
+        self._cache_end = end
         if self._eager:
             self._locked_end = max(self._locked_end, self._cache_end)
         self.jobs_done += 1
@@ -502,16 +551,20 @@ class Controller:
         return self._cache_end if self._refill_due_at(now) <= now + EPS else None
 
     def _act_start_replan(self, branch: int, now: float, out: list) -> None:
+        if not self._discard_on_ready:
+            self._discard(branch, self._cache_end, now, self._latest_version)
+            self._cache_end = branch
+        self._start_job("replan", branch, now, out)
+
+    def _discard(self, first: int, end: int, now: float, by_version: int) -> None:
+        """Drop cached positions ``first .. end-1``: one record per job they came from."""
         dropped: dict[int, list[int]] = {}
-        for pos in range(branch, self._cache_end):
+        for pos in range(first, end):
             _, job_id = self._cache.pop(pos)
             dropped.setdefault(job_id, []).append(pos)
         for job_id, positions in dropped.items():
             self.discarded += len(positions)
-            self._emit(DiscardRecord(job_id, positions[0], len(positions), now,
-                                     self._latest_version))
-        self._cache_end = branch
-        self._start_job("replan", branch, now, out)
+            self._emit(DiscardRecord(job_id, positions[0], len(positions), now, by_version))
 
     def _act_start_refill(self, branch: int, now: float, out: list) -> None:
         self._start_job("refill", branch, now, out)

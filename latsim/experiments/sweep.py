@@ -50,6 +50,7 @@ from latsim.model.arrivals import ArrivalSource, parse_updates
 from latsim.model.costs import CostModel, parse_cost
 from latsim.model.lead import SIMULATED
 from latsim.run.files import write_rows_csv
+from latsim.model.serving import ServingConfig
 from latsim.run.folder import (
     FORMAT_VERSION,
     RUNNING,
@@ -57,8 +58,11 @@ from latsim.run.folder import (
     summary_row,
     write_json,
     write_records,
+    write_serving_records,
 )
+from latsim.run.serving import ServingRecords
 from latsim.run.stream import COMPLETE, RunRecords, default_drain
+from latsim.sim.serving import StreamInput, simulate_serving
 from latsim.sim.simpy_driver import simulate_trace
 
 #: Embedded defaults of ``latsim sweep`` (README, "Defaults"): Wan2.1-1.3B's stream
@@ -92,6 +96,7 @@ class Experiment:
     commit: str | None = None  # override the presets' commit mode (ablations)
     commit_lead: float = 0.0
     max_events: int = DEFAULT_MAX_EVENTS  # the work bound (see plan_events)
+    serving: ServingConfig | None = None  # None: one stream on one worker (DESIGN §2)
 
     def __post_init__(self) -> None:
         """Range-check every number (:mod:`latsim.errors`); what depends on several (q
@@ -130,10 +135,11 @@ class Cell:
     timing: Timing
     policy: Policy
     lead: float
+    discard: str = "on-start"
 
     @property
     def config(self) -> ControllerConfig:
-        return ControllerConfig(self.timing, self.policy, self.lead)
+        return ControllerConfig(self.timing, self.policy, self.lead, self.discard)
 
 
 @dataclass(frozen=True)
@@ -152,7 +158,7 @@ class Plan:
 class ExperimentResult:
     plan: Plan
     rows: list[dict]
-    runs: dict[tuple[int, str], list[RunRecords]]
+    runs: dict[tuple[int, str], list[RunRecords | ServingRecords]]
 
 
 @lru_cache(maxsize=8)
@@ -209,16 +215,21 @@ def plan(experiment: Experiment) -> Plan:
             )
         # K outside a cost table's range fails here, before any work
         _check_job_time("mean C", cost.mean(K), K, cost.spec)
+        serving = experiment.serving
         if experiment.lead is not None:
             lead = experiment.lead
         else:
             lead = _check_job_time("lead (C's 0.99 quantile)", SIMULATED.from_cost(cost, K), K,
                                    cost.spec)
+            if serving is not None:
+                lead = _check_job_time("lead (C's plus decode's and replan overhead's 0.99 "
+                                       "quantiles)", lead + serving.lead_extra(K), K, cost.spec)
         names = list(experiment.policies)
         if "speculative" in names and "baseline" not in names:
             names.insert(0, "baseline")  # the twin that A is measured against
         for name in names:
-            cells.append(Cell(timing, _policy(experiment, name), lead))
+            cells.append(Cell(timing, _policy(experiment, name), lead,
+                              "on-start" if serving is None else serving.discard))
             cells[-1].config  # noqa: B018 - validates q against K
     p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
              tuple(cells))
@@ -246,7 +257,8 @@ def plan_events(p: Plan) -> float:
     per_run = [cell_slots(p, cell) + (mean_conditions(p.duration, cell.timing)
                                       if mean_conditions is not None else 0.0)
                for cell in p.cells]
-    return sum(per_run) * p.replications
+    streams = 1 if p.experiment.serving is None else p.experiment.serving.streams
+    return sum(per_run) * p.replications * streams
 
 
 def _replication_streams(seed: int, replication: int) -> tuple:
@@ -257,10 +269,50 @@ def _replication_streams(seed: int, replication: int) -> tuple:
     return tuple(child.spawn(2))
 
 
-def run_cell(experiment: Experiment, cell_index: int, replication: int) -> RunRecords:
+#: The spawn key of a serving replication's batch-cost stream (beside the streams' keys).
+_BATCH_KEY = 2**32
+
+
+def _stream_inputs(p: Plan, cell: Cell, replication: int) -> list[StreamInput]:
+    """Every stream's arrivals, join time and random streams for one replication.
+
+    Stream ``s`` draws its arrivals and DiT costs from children ``2s`` and ``2s + 1`` of
+    replication ``replication`` of ``SeedSequence(seed)`` (stream 0 from exactly the
+    single-worker streams, :func:`_replication_streams`), its other stages from the
+    children of its cost stream, and a random join time from the first child of its
+    arrival stream: what a stream draws does not depend on how many streams there are.
+    Trace sources give stream ``s`` trace ``(replication + s) mod n``.
+    """
+    serving = p.experiment.serving
+    assert serving is not None
+    seed, T = p.experiment.seed, cell.timing.T  # noqa: N806
+    inputs = []
+    for s in range(serving.streams):
+        arrivals = np.random.SeedSequence(seed, spawn_key=(replication, 2 * s))
+        costs = np.random.SeedSequence(seed, spawn_key=(replication, 2 * s + 1))
+        if serving.start == "random":
+            join = float(np.random.default_rng(arrivals.spawn(1)[0]).uniform(0, T))
+        elif serving.start == "staggered":
+            join = s * T / serving.streams
+        else:
+            join = 0.0
+        trace = p.arrivals.trace((replication + s) % p.replications,
+                                 np.random.default_rng(arrivals), p.duration, cell.timing)
+        inputs.append(StreamInput(trace, join, np.random.default_rng(costs),
+                                  tuple(np.random.default_rng(c) for c in costs.spawn(4))))
+    return inputs
+
+
+def run_cell(experiment: Experiment, cell_index: int, replication: int
+             ) -> RunRecords | ServingRecords:
     """One replication of one cell (top-level so worker processes can run it)."""
     p = plan(experiment)
     cell = p.cells[cell_index]
+    if experiment.serving is not None:
+        batch = np.random.SeedSequence(experiment.seed, spawn_key=(replication, _BATCH_KEY))
+        return simulate_serving(cell.config, p.cost, experiment.serving,
+                                _stream_inputs(p, cell, replication), p.duration,
+                                np.random.default_rng(batch))
     arrival_stream, cost_stream = _replication_streams(experiment.seed, replication)
     trace = p.arrivals.trace(replication, np.random.default_rng(arrival_stream), p.duration,
                              cell.timing)
@@ -297,7 +349,7 @@ def run_experiment(
     jobs = check_jobs(jobs)
     p = plan(experiment)
     tasks = [(c, rep) for c in range(len(p.cells)) for rep in range(p.replications)]
-    results: list[RunRecords | None] = [None] * len(tasks)
+    results: list[RunRecords | ServingRecords | None] = [None] * len(tasks)
     n_chunks = max(1, min(len(tasks), 8 * jobs))
     chunks = [list(range(i, len(tasks), n_chunks)) for i in range(n_chunks)]
     done = 0
@@ -327,7 +379,7 @@ def run_experiment(
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
-    runs: dict[tuple[int, str], list[RunRecords]] = {}
+    runs: dict[tuple[int, str], list[RunRecords | ServingRecords]] = {}
     for (cell_index, _), records in zip(tasks, results, strict=True):
         cell = p.cells[cell_index]
         runs.setdefault((cell.timing.K, cell.policy.name), []).append(records)  # type: ignore
@@ -347,7 +399,8 @@ def _theory_mean(p: Plan, cell: Cell) -> float | None:
     ``commit_lead`` beyond the lead moves them further.
     """
     timing, K = cell.timing, cell.timing.K  # noqa: N806
-    if not p.cost.deterministic:
+    if not p.cost.deterministic or not (p.experiment.serving is None
+                                        or p.experiment.serving.trivial):
         return None
     C = p.cost.mean(K)  # noqa: N806
     if C > timing.T or C > cell.lead + 1e-12:
@@ -359,16 +412,28 @@ def _theory_mean(p: Plan, cell: Cell) -> float | None:
     return None
 
 
+def _stream_runs(runs: list) -> list[RunRecords]:
+    """Every stream's controller records, replication by replication (serving runs hold
+    several; the pairing of policies by index stays: stream s of replication r)."""
+    return [s for run in runs for s in (run.streams if isinstance(run, ServingRecords)
+                                        else (run,))]
+
+
 def _row(p: Plan, cell: Cell, runs: dict) -> dict:
     K = cell.timing.K  # noqa: N806
     own = runs[(K, cell.policy.name)]
-    metrics = summarize(own)
-    A, A_se = work_ratio(own, runs[(K, "baseline")])  # noqa: N806
+    if p.experiment.serving is None:
+        metrics = summarize(own).as_dict()
+    else:
+        from latsim.analysis.serving import serving_metrics
+
+        metrics = serving_metrics(own)
+    A, A_se = work_ratio(_stream_runs(own), _stream_runs(runs[(K, "baseline")]))  # noqa: N806
     identity = RunIdentity.of(cell.config, p.cost.spec, p.cost.mean(K), p.arrivals.spec,
                               p.duration, p.experiment.seed)
     return summary_row(
-        identity, metrics.as_dict(), A=A, A_se=A_se,
-        A_from_w=theory.work_amplification(metrics.w) if metrics.w is not None else None,
+        identity, metrics, A=A, A_se=A_se,
+        A_from_w=theory.work_amplification(metrics["w"]) if metrics["w"] is not None else None,
         L_mean_theory=_theory_mean(p, cell),
     )
 
@@ -383,6 +448,7 @@ def experiment_config(result: ExperimentResult) -> dict:
         "policies": list(experiment.policies), "updates": p.arrivals.spec,
         "duration": p.duration, "replications": p.replications, "seed": experiment.seed,
         "commit": experiment.commit, "commit_lead": experiment.commit_lead,
+        **({} if experiment.serving is None else {"serving": experiment.serving.describe()}),
     }
 
 
@@ -392,11 +458,20 @@ def write_experiment(result: ExperimentResult, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     config = experiment_config(result)
     written = [write_json(out / "config.json", {**config, "status": RUNNING})]
-    written += write_records(out, (
-        ((policy, K, index), run)
-        for (K, policy), runs in result.runs.items()  # noqa: N806
-        for index, run in enumerate(runs)
-    ))
+    runs = (((policy, K, index), run)
+            for (K, policy), cell_runs in result.runs.items()  # noqa: N806
+            for index, run in enumerate(cell_runs))
+    if result.plan.experiment.serving is None:
+        written += write_records(out, runs)
+    else:
+        from latsim.analysis.serving import per_stream_rows
+
+        written += write_serving_records(out, runs)
+        streams = [{"policy": policy, "K": K, **row}
+                   for (K, policy), cell_runs in result.runs.items()  # noqa: N806
+                   for row in per_stream_rows(cell_runs)]
+        write_rows_csv(out / "streams.csv", streams)
+        written.append(out / "streams.csv")
     write_rows_csv(out / "summary.csv", result.rows)
     written += [out / "summary.csv", write_json(out / "summary.json", result.rows)]
     write_json(out / "config.json", config)

@@ -32,4 +32,13 @@ def write_rows_csv(path: Path, rows: list[dict]) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in clean(row).items()})
+            writer.writerow({k: _csv_cell(v) for k, v in clean(row).items()})
+
+
+def _csv_cell(value: object) -> object:
+    """A CSV cell: empty for None, JSON for a nested dict or list (per-pool values)."""
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return value

@@ -43,6 +43,7 @@ from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
 from latsim.model.traces import Trace, load_trace, write_trace
 from latsim.run.files import dumps
+from latsim.run.serving import SERVING_RECORD_TYPES, ServingRecords
 from latsim.run.stream import COMPLETE, INTERRUPTED, RunRecords
 
 FORMAT_VERSION = 1
@@ -129,14 +130,44 @@ def write_records(run_dir: Path, runs: Iterable[tuple[tuple[str, int, int], RunR
                   ) -> list[Path]:
     """One CSV per record type, rows of every ``((policy, K, run), records)`` in order."""
     runs = list(runs)
-    paths = []
-    for table, record_type in RECORD_TYPES.items():
-        path = run_dir / f"{table}.csv"
-        write_csv(path, record_type, (), extra=(("policy", ""), ("K", 0), ("run", 0)))
-        for (policy, K, index), records in runs:  # noqa: N806
-            write_csv(path, record_type, getattr(records, table),
-                      extra=(("policy", policy), ("K", K), ("run", index)), append=True)
-        paths.append(path)
+    return [_write_table(run_dir, table, record_type,
+                         (((("policy", policy), ("K", K), ("run", index)),  # noqa: N806
+                           getattr(records, table))
+                          for (policy, K, index), records in runs))  # noqa: N806
+            for table, record_type in RECORD_TYPES.items()]
+
+
+def _write_table(run_dir: Path, table: str, record_type: type,
+                 parts: Iterable[tuple[tuple[tuple[str, object], ...], Iterable[object]]]
+                 ) -> Path:
+    """``table.csv``: the header, then each part's records with its leading columns."""
+    parts = list(parts)
+    path = run_dir / f"{table}.csv"
+    header = parts[0][0] if parts else (("policy", ""), ("K", 0), ("run", 0))
+    write_csv(path, record_type, (), extra=header)
+    for extra, records in parts:
+        write_csv(path, record_type, records, extra=extra, append=True)
+    return path
+
+
+def write_serving_records(run_dir: Path,
+                          runs: Iterable[tuple[tuple[str, int, int], ServingRecords]]
+                          ) -> list[Path]:
+    """A serving experiment's records: the controller's tables with a ``stream`` column
+    after ``policy, K, run``, and the serving tables (:data:`SERVING_RECORD_TYPES`, whose
+    records carry their stream) after ``policy, K, run``."""
+    runs = list(runs)
+    paths = [_write_table(run_dir, table, record_type,
+                          (((("policy", policy), ("K", K), ("run", index),  # noqa: N806
+                             ("stream", stream)), getattr(records, table))
+                           for (policy, K, index), serving in runs  # noqa: N806
+                           for stream, records in enumerate(serving.streams)))
+             for table, record_type in RECORD_TYPES.items()]
+    paths += [_write_table(run_dir, table, record_type,
+                           (((("policy", policy), ("K", K), ("run", index)),  # noqa: N806
+                             getattr(serving, table))
+                            for (policy, K, index), serving in runs))  # noqa: N806
+              for table, record_type in SERVING_RECORD_TYPES.items()]
     return paths
 
 

@@ -1,0 +1,145 @@
+"""Metrics of serving runs (DESIGN §6): end-to-end latency, viewer stalls, pools, queues.
+
+Pooled over streams and replications, and per stream. The server-side metrics of
+:func:`latsim.analysis.metrics.summarize` keep their meaning (R, C, Q, server stall %,
+waste); this module adds what the viewer and the pools see:
+
+- ``L_mean/L50/L95/L99``: end-to-end latency, client send to client display
+  (uplink + R + C + Q + playout delay + any client-side lateness); ``L_server_*`` the
+  controller's ``R + C + Q``.
+- ``client_stall_pct``: time the client froze because a slot arrived after its display time;
+  ``viewer_stall_pct`` adds the server's stalls (each delays the client's display one for one).
+- ``cpr``: continuous-play ratio, the share of each stream's whole seconds of the window
+  (stream time) in which the viewer saw no stall.
+- ``ttff_mean``: time to first frame from joining (with ``cold_start``, the wait for the
+  first chunk on the pools plus the playout delay; otherwise the playout delay and any
+  lateness of the first slot).
+- ``busy_pct_by_pool`` / ``busy_pct_by_device``: time-weighted busy % over
+  ``[0, window_end]``, the simulated kernel activity; ``busy_pct`` is the DiT pool's.
+- ``queue_wait_mean_by_stage`` / ``queue_wait_p95_by_stage``: seconds tasks waited for a
+  device, per stage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from latsim.analysis.metrics import stall_time_in_window, summarize
+from latsim.run.serving import ServingRecords
+from latsim.run.stream import RunRecords
+
+
+def _percentile(values: np.ndarray, level: float) -> float | None:
+    return float(np.percentile(values, level)) if values.size else None
+
+
+def _latency_stats(values: np.ndarray, prefix: str) -> dict:
+    """``{prefix}_mean``, ``{prefix}_mean_se`` and the 50/95/99th percentiles
+    (``{prefix}50`` ...)."""
+    mean = float(values.mean()) if values.size else None
+    se = float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else None
+    return {f"{prefix}_mean": mean, f"{prefix}_mean_se": se,
+            **{f"{prefix}{level}": _percentile(values, level) for level in (50, 95, 99)}}
+
+
+def _client_stall_in_window(run: ServingRecords, stream: int) -> float:
+    return sum(max(0.0, min(s.t_end, run.duration) - max(s.t_start, 0.0))
+               for s in run.client_stalls if s.stream == stream)
+
+
+def _stall_intervals(run: ServingRecords, stream: int) -> list[tuple[float, float]]:
+    own = run.streams[stream]
+    return ([(s.t_start, s.t_end) for s in own.stalls]
+            + [(s.t_start, s.t_end) for s in run.client_stalls if s.stream == stream])
+
+
+def _smooth_seconds(intervals: list[tuple[float, float]], duration: float) -> tuple[int, int]:
+    """(whole seconds of ``[0, duration)`` touched by no interval, whole seconds)."""
+    seconds = int(duration)
+    if seconds == 0:
+        return 0, 0
+    stalled = np.zeros(seconds, dtype=bool)
+    for start, end in intervals:
+        first, last = max(0, math.floor(start)), min(seconds - 1, math.ceil(end) - 1)
+        if end > start and first <= last:
+            stalled[first:last + 1] = True
+    return int(seconds - stalled.sum()), seconds
+
+
+def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
+    """The serving metrics pooled over ``runs`` (streams and replications): see the module
+    docstring. Server-side metrics come from :func:`summarize` over every stream's run."""
+    stream_runs: list[RunRecords] = [s for run in runs for s in run.streams]
+    base = summarize(stream_runs).as_dict()
+    shown = [v for run in runs for v in run.viewer if v.displayed]
+    viewer = _latency_stats(np.array([v.L for v in shown], dtype=float), "L")
+    server = _latency_stats(np.array([v.L_server for v in shown], dtype=float), "L_server")
+    window = sum(s.duration for s in stream_runs)
+    client_stall = sum(_client_stall_in_window(run, i)
+                       for run in runs for i in range(len(run.streams)))
+    server_stall = sum(stall_time_in_window(s) for s in stream_runs)
+    smooth = [_smooth_seconds(_stall_intervals(run, i), run.duration)
+              for run in runs for i in range(len(run.streams))]
+    ttff = [s.ttff for run in runs for s in run.starts if math.isfinite(s.ttff)]
+    busy_device: dict[str, list[float]] = {}
+    device_window: dict[str, float] = {}
+    for run in runs:
+        for pool, seconds in run.busy_by_device().items():
+            totals = busy_device.setdefault(pool, [0.0] * len(seconds))
+            busy_device[pool] = [a + b for a, b in zip(totals, seconds, strict=True)]
+            device_window[pool] = device_window.get(pool, 0.0) + run.window_end
+    busy_pct_by_device = {pool: [100.0 * b / device_window[pool] for b in seconds]
+                          for pool, seconds in busy_device.items()}
+    busy_pct_by_pool = {pool: float(np.mean(pcts)) for pool, pcts in busy_pct_by_device.items()}
+    waits: dict[str, list[float]] = {}
+    for run in runs:
+        for task in run.tasks:
+            waits.setdefault(task.stage, []).append(task.wait)
+    return {
+        **base,
+        **viewer,
+        **{key: value for key, value in server.items() if key != "L_server_mean_se"},
+        "uplink_mean": (float(np.mean([v.uplink for v in shown])) if shown else None),
+        "playout_delay": runs[0].playout_delay if runs else None,
+        "busy_pct": busy_pct_by_pool.get("dit", base["busy_pct"]),
+        "client_stall_pct": 100.0 * client_stall / window if window else 0.0,
+        "viewer_stall_pct": 100.0 * (client_stall + server_stall) / window if window else 0.0,
+        "cpr": (sum(a for a, _ in smooth) / sum(b for _, b in smooth)
+                if sum(b for _, b in smooth) else None),
+        "ttff_mean": float(np.mean(ttff)) if ttff else None,
+        "n_streams": len(runs[0].streams) if runs else 0,
+        "busy_pct_by_pool": busy_pct_by_pool,
+        "busy_pct_by_device": busy_pct_by_device,
+        "queue_wait_mean_by_stage": {k: float(np.mean(v)) for k, v in sorted(waits.items())},
+        "queue_wait_p95_by_stage": {k: float(np.percentile(v, 95))
+                                    for k, v in sorted(waits.items())},
+    }
+
+
+def per_stream_rows(runs: Sequence[ServingRecords]) -> list[dict]:
+    """One row per stream index, pooled over the replications: its L percentiles, stalls,
+    time to first frame and mean R (the wait its conditions saw, queueing included)."""
+    if not runs:
+        return []
+    rows = []
+    for index in range(len(runs[0].streams)):
+        own = [run.streams[index] for run in runs]
+        shown = np.array([v.L for run in runs for v in run.viewer
+                          if v.stream == index and v.displayed], dtype=float)
+        base = summarize(own)
+        window = sum(r.duration for r in own)
+        client = sum(_client_stall_in_window(run, index) for run in runs)
+        ttff = [run.starts[index].ttff for run in runs if math.isfinite(run.starts[index].ttff)]
+        rows.append({
+            "stream": index, "n_conditions": base.n_conditions,
+            "L_mean": float(shown.mean()) if shown.size else None,
+            "L50": _percentile(shown, 50), "L95": _percentile(shown, 95),
+            "L99": _percentile(shown, 99), "R_mean": base.R_mean, "C_obs_mean": base.C_obs_mean,
+            "Q_mean": base.Q_mean, "stall_pct": base.stall_pct,
+            "client_stall_pct": 100.0 * client / window if window else 0.0,
+            "ttff_mean": float(np.mean(ttff)) if ttff else None, "w": base.w,
+        })
+    return rows

@@ -1,0 +1,315 @@
+"""The serving configuration (DESIGN §6): stages on device pools, streams, scheduling.
+
+Pure data and parsing: what the ``--streams/--pools/--schedule/--decode/...`` flags and a
+``--serving FILE.toml`` describe, validated once, with no simulation in it (the SimPy driver
+in :mod:`latsim.sim.serving` runs it).
+
+A job is a chain of stages. ``dit`` (sampling K latents, cost from ``--C``/``--cost``, plus
+``replan_cost`` for a replan: decoding the boundary frame and re-encoding it as context) runs
+on the ``dit`` pool; ``decode`` (VAE of the whole chunk) on the pool ``decode_pool``; the job
+is ready, for the controller, when both are done (DESIGN §1: C includes the decode it needs).
+``uplink`` (a condition's trip to the server) and ``deliver`` (a played slot's trip to the
+client) are network delays, not devices. Every stage's cost is a cost spec
+(:func:`latsim.model.costs.parse_cost`; ``deliver`` draws with K = 1, one latent's frames).
+
+A TOML file holds the same settings (every key optional; flags override it)::
+
+    streams = 16                  # viewers
+    start = "random"              # staggered | random | together
+    schedule = "least-slack"      # fifo | least-slack | replan-first
+    discard = "on-ready"          # on-start | on-ready
+    playout_delay = 0.08          # seconds; default: deliver's 0.99 quantile
+    cold_start = true             # each stream's first chunk is generated on the pools
+
+    [pools]                       # name = devices
+    dit = 2
+    vae = 1
+
+    [stages.dit]
+    cost = "affine:0.15,0.16"     # used where --C/--cost is not given
+    [stages.decode]
+    pool = "vae"
+    cost = "fixed:0.05"
+    [stages.deliver]
+    cost = "lognormal:0.03,0.3"
+    [stages.uplink]
+    cost = "fixed:0.02"
+
+    [replan]
+    cost = "fixed:0.04"
+    [batch]                       # dit tasks waiting together run as one batch
+    cost = "affine:0.1,0.05"      # K = the batch's total latents
+    max = 4
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from latsim.controller import DISCARD_MODES
+from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number
+from latsim.model.costs import CostModel, parse_cost
+from latsim.model.traces import read_bounded_text
+
+SCHEDULES = ("fifo", "least-slack", "replan-first")
+STARTS = ("staggered", "random", "together")
+#: Streams one simulation may serve, and devices one pool may hold.
+MAX_STREAMS = 4096
+MAX_DEVICES = 1024
+MAX_BATCH = 1024
+_POOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Tasks waiting for the same pool together run as one batch of at most ``max_size``;
+    the batch takes ``cost`` drawn with K = the batch's total latents."""
+
+    cost: CostModel
+    max_size: int
+
+    def __post_init__(self) -> None:
+        check_int("batch max", self.max_size, 1, MAX_BATCH)
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """Stages, pools, streams and scheduling (see the module docstring).
+
+    The defaults are one stream on one dedicated ``dit`` device with no other stage: the
+    single-worker model of DESIGN §2, which this then reproduces exactly.
+    """
+
+    streams: int = 1
+    pools: tuple[tuple[str, int], ...] = (("dit", 1),)
+    decode: CostModel | None = None
+    decode_pool: str = "vae"
+    deliver: CostModel | None = None
+    uplink: CostModel | None = None
+    replan_cost: CostModel | None = None
+    batch: Batching | None = None
+    schedule: str = "fifo"
+    start: str = "staggered"
+    discard: str = "on-start"
+    playout_delay: float | None = None
+    cold_start: bool = False
+    dit_pool: str = field(default="dit", init=False)
+
+    def __post_init__(self) -> None:
+        check_int("--streams", self.streams, 1, MAX_STREAMS)
+        names = [name for name, _ in self.pools]
+        if len(set(names)) != len(names):
+            raise LatsimError(f"--pools names a pool twice: {','.join(names)}")
+        for name, size in self.pools:
+            if not _POOL_NAME.match(name):
+                raise LatsimError(f"pool name {name!r} must be a letter then up to 31 "
+                                  "letters, digits, '_' or '-'")
+            check_int(f"pool {name}'s devices", size, 1, MAX_DEVICES)
+        if self.dit_pool not in names:
+            raise LatsimError(f"stage dit runs on pool {self.dit_pool!r}, which the pools "
+                              f"({','.join(names) or 'none'}) do not define")
+        if self.decode is not None and self.decode_pool not in names:
+            raise LatsimError(f"stage decode runs on pool {self.decode_pool!r}, which the "
+                              f"pools ({','.join(names)}) do not define")
+        for name, allowed in (("schedule", SCHEDULES), ("start", STARTS),
+                              ("discard", DISCARD_MODES)):
+            if getattr(self, name) not in allowed:
+                raise LatsimError(f"--{name} must be one of {', '.join(allowed)}, got "
+                                  f"{getattr(self, name)!r}")
+        if self.playout_delay is not None:
+            check_number("--playout-delay", self.playout_delay, 0, MAX_SECONDS, unit="s")
+
+    def pool_size(self, name: str) -> int:
+        return dict(self.pools)[name]
+
+    @property
+    def trivial(self) -> bool:
+        """One stream on one dedicated device, no other stage, default scheduling: the
+        single-worker model, whose closed forms then apply."""
+        return (self.streams == 1 and self.decode is None and self.deliver is None
+                and self.uplink is None and self.replan_cost is None and self.batch is None
+                and self.discard == "on-start" and not self.cold_start
+                and not self.playout_delay)
+
+    def playout(self) -> float:
+        """The client's playout delay D: as given, else deliver's 0.99 quantile (0 without
+        a deliver stage). Decode is not in it: a slot plays on the server only once decoded,
+        so its decode is in C."""
+        if self.playout_delay is not None:
+            return self.playout_delay
+        return 0.0 if self.deliver is None else self.deliver.quantile(1, 0.99)
+
+    def lead_extra(self, K: int) -> float:  # noqa: N803
+        """What the default planning lead adds to the DiT's 0.99 quantile: decode's and the
+        replan overhead's 0.99 quantiles (a sum of quantiles: exact for fixed costs, an
+        upper bound otherwise). Queueing on shared pools is not in it (give ``--lead``)."""
+        return sum(stage.quantile(K, 0.99) for stage in (self.decode, self.replan_cost)
+                   if stage is not None)
+
+    def describe(self) -> dict[str, Any]:
+        """The configuration as plain values (config.json, summary rows)."""
+        def spec(cost: CostModel | None) -> str | None:
+            return None if cost is None else cost.spec
+
+        return {
+            "streams": self.streams, "pools": dict(self.pools), "schedule": self.schedule,
+            "start": self.start, "discard": self.discard, "cold_start": self.cold_start,
+            "decode": spec(self.decode), "decode_pool": self.decode_pool,
+            "deliver": spec(self.deliver), "uplink": spec(self.uplink),
+            "replan_cost": spec(self.replan_cost),
+            "batch": None if self.batch is None else {"cost": self.batch.cost.spec,
+                                                      "max": self.batch.max_size},
+            "playout_delay": self.playout_delay,
+        }
+
+
+def parse_pools(spec: str) -> tuple[tuple[str, int], ...]:
+    """``dit=2,vae=1`` -> ``(("dit", 2), ("vae", 1))``."""
+    pools = []
+    for part in spec.split(","):
+        name, sep, size = part.strip().partition("=")
+        if not sep or not name:
+            raise LatsimError(f"--pools {spec!r}: write NAME=DEVICES, comma-separated, "
+                              "e.g. dit=2,vae=1")
+        try:
+            count = int(size)
+        except ValueError:
+            raise LatsimError(f"--pools {spec!r}: {size!r} is not a whole number of "
+                              "devices") from None
+        pools.append((name.strip(), count))
+    return tuple(pools)
+
+
+def parse_batch(spec: str, max_size: int | None = None) -> Batching:
+    """``--batch COSTSPEC[;max=B]``: e.g. ``affine:0.1,0.05;max=4`` (default max 8)."""
+    cost_spec, _, rest = spec.partition(";")
+    size = 8
+    if rest:
+        key, sep, value = rest.partition("=")
+        if key.strip() != "max" or not sep:
+            raise LatsimError(f"--batch {spec!r}: after the cost spec write ;max=B")
+        try:
+            size = int(value)
+        except ValueError:
+            raise LatsimError(f"--batch {spec!r}: max must be a whole number") from None
+    return Batching(parse_cost(cost_spec), size if max_size is None else max_size)
+
+
+#: TOML keys and what they hold (sections are checked separately).
+_TOP_KEYS = {"streams": int, "start": str, "schedule": str, "discard": str,
+             "playout_delay": (int, float), "cold_start": bool}
+_SECTIONS = {"pools", "stages", "replan", "batch"}
+_STAGES = {"dit": {"cost", "pool"}, "decode": {"cost", "pool"}, "deliver": {"cost"},
+           "uplink": {"cost"}}
+
+
+def _typed(where: str, value: Any, kind: Any) -> Any:
+    if isinstance(value, bool) and kind is not bool:
+        raise LatsimError(f"{where}: expected {getattr(kind, '__name__', 'a number')}, "
+                          f"got {value!r}")
+    if not isinstance(value, kind):
+        shown = kind.__name__ if isinstance(kind, type) else "a number"
+        raise LatsimError(f"{where}: expected {shown}, got {value!r}")
+    return value
+
+
+def load_serving_file(path: str | Path) -> tuple[dict[str, Any], str | None]:
+    """Read a ``--serving`` TOML file: the :class:`ServingConfig` fields it sets, and the
+    DiT cost spec it names (``[stages.dit] cost``), if any. Unknown keys are errors."""
+    file = Path(path)
+    try:
+        text = read_bounded_text(file)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise LatsimError(f"cannot read serving file {path}: {reason}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LatsimError(f"{path}: not valid TOML ({exc})") from None
+    values: dict[str, Any] = {}
+    dit_cost = None
+    for key, value in data.items():
+        where = f"{path}: {key}"
+        if key in _TOP_KEYS:
+            values[key] = _typed(where, value, _TOP_KEYS[key])
+        elif key not in _SECTIONS:
+            raise LatsimError(f"{path}: unknown key {key!r} (known: "
+                              f"{', '.join(sorted({*_TOP_KEYS, *_SECTIONS}))})")
+        elif not isinstance(value, dict):
+            raise LatsimError(f"{where}: expected a [{key}] table")
+    if "pools" in data:
+        values["pools"] = tuple((name, _typed(f"{path}: pools.{name}", size, int))
+                                for name, size in data["pools"].items())
+    for stage, body in data.get("stages", {}).items():
+        if stage not in _STAGES:
+            raise LatsimError(f"{path}: unknown stage {stage!r} (stages: "
+                              f"{', '.join(_STAGES)})")
+        if not isinstance(body, dict):
+            raise LatsimError(f"{path}: stages.{stage}: expected a table")
+        unknown = set(body) - _STAGES[stage]
+        if unknown:
+            raise LatsimError(f"{path}: stages.{stage}: unknown key(s) "
+                              f"{', '.join(sorted(unknown))}")
+        cost = body.get("cost")
+        if cost is not None:
+            _typed(f"{path}: stages.{stage}.cost", cost, str)
+        pool = body.get("pool")
+        if pool is not None:
+            _typed(f"{path}: stages.{stage}.pool", pool, str)
+        if stage == "dit":
+            dit_cost = cost
+            if pool is not None and pool != "dit":
+                raise LatsimError(f"{path}: stages.dit runs on the pool named dit")
+        elif stage == "decode":
+            if cost is not None:
+                values["decode"] = parse_cost(cost)
+            if pool is not None:
+                values["decode_pool"] = pool
+        elif cost is not None:
+            values[stage] = parse_cost(cost)
+    replan = data.get("replan", {})
+    if set(replan) - {"cost"}:
+        raise LatsimError(f"{path}: [replan] takes only cost")
+    if "cost" in replan:
+        values["replan_cost"] = parse_cost(_typed(f"{path}: replan.cost", replan["cost"], str))
+    batch = data.get("batch")
+    if batch is not None:
+        if set(batch) - {"cost", "max"} or "cost" not in batch:
+            raise LatsimError(f"{path}: [batch] takes cost (required) and max")
+        values["batch"] = Batching(
+            parse_cost(_typed(f"{path}: batch.cost", batch["cost"], str)),
+            _typed(f"{path}: batch.max", batch.get("max", 8), int))
+    return values, dit_cost
+
+
+def build_serving(path: str | Path | None = None, **flags: Any) -> tuple[ServingConfig, str | None]:
+    """The serving configuration from a TOML file (optional) with ``flags`` over it (a
+    flag left ``None`` keeps the file's value). Flags use the field names of
+    :class:`ServingConfig`; ``pools`` and ``batch`` may be spec strings, cost stages spec
+    strings. Returns the configuration and the file's DiT cost spec (or ``None``)."""
+    values, dit_cost = load_serving_file(path) if path is not None else ({}, None)
+    known = {f.name for f in fields(ServingConfig) if f.init}
+    for name, value in flags.items():
+        if name not in known:
+            raise TypeError(f"unknown serving setting {name!r}")
+        if value is None:
+            continue
+        if name == "pools" and isinstance(value, str):
+            value = parse_pools(value)
+        elif name == "batch" and isinstance(value, str):
+            value = parse_batch(value)
+        elif name in ("decode", "deliver", "uplink", "replan_cost") and isinstance(value, str):
+            value = parse_cost(value)
+        values[name] = value
+    if "pools" not in values and values.get("decode") is not None:
+        values["pools"] = (("dit", 1), (values.get("decode_pool", "vae"), 1))
+    return ServingConfig(**values), dit_cost
+
+
+def with_streams(config: ServingConfig, streams: int) -> ServingConfig:
+    """The same configuration serving ``streams`` viewers."""
+    return replace(config, streams=streams)

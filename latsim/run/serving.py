@@ -1,0 +1,129 @@
+"""The records of a serving run: many streams on shared device pools (DESIGN §6).
+
+Each stream keeps its controller's own records (:class:`~latsim.run.stream.RunRecords`, in
+the stream's time: its playback starts at 0). Beside them a serving run records what only
+the serving model has:
+
+- :class:`TaskRecord`: one stage of one job on one device of a pool (global time), with its
+  wait in the pool's queue; a batch is one record per task with the batch's id.
+- :class:`ViewerRecord`: one condition seen from the client: sent, arrived at the server
+  (uplink), played on the server, displayed at the client (stream time). ``L`` is the
+  end-to-end latency, ``L_server`` the controller's ``R + C + Q``.
+- :class:`ClientStallRecord`: the client froze because a slot arrived after its display time.
+- :class:`StreamStart`: when the viewer joined and when its playback started (global time).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from latsim.run.stream import COMPLETE, RunRecords
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """Stage ``stage`` of job ``job_id`` of ``stream`` on ``device`` of ``pool``."""
+
+    stream: int
+    job_id: int
+    stage: str  # dit | decode
+    kind: str  # prebuffer | refill | replan
+    pool: str
+    device: int
+    batch: int  # the batch's id (a task run alone is a batch of one)
+    t_enqueue: float
+    t_start: float
+    t_end: float
+
+    @property
+    def wait(self) -> float:
+        return self.t_start - self.t_enqueue
+
+
+@dataclass(frozen=True, slots=True)
+class ViewerRecord:
+    """One condition end to end (stream time). NaN times for a censored condition."""
+
+    stream: int
+    version: int
+    t_send: float
+    t_arrival: float
+    t_play: float
+    t_display: float
+    L_server: float
+    L: float
+    superseded: bool
+    displayed: bool
+
+    @property
+    def uplink(self) -> float:
+        return self.t_arrival - self.t_send
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStallRecord:
+    """The client showed ``position`` at ``t_end`` instead of ``t_start`` (stream time)."""
+
+    stream: int
+    position: int
+    t_start: float
+    t_end: float
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    """Stream ``stream`` joined at ``t_join`` and started playback at ``t_origin`` (global
+    time; its own time 0); its first frame showed ``ttff`` seconds after it joined."""
+
+    stream: int
+    t_join: float
+    t_origin: float
+    ttff: float
+
+
+#: The serving records' CSV tables (beside the controller's, which gain a ``stream`` column).
+SERVING_RECORD_TYPES: dict[str, type] = {
+    "tasks": TaskRecord,
+    "viewer": ViewerRecord,
+    "client_stalls": ClientStallRecord,
+    "stream_starts": StreamStart,
+}
+
+
+@dataclass(frozen=True)
+class ServingRecords:
+    """One serving run: per-stream controller records plus the serving records.
+
+    ``window_end`` is the global time the pools are measured to: the last stream's start
+    plus ``duration``.
+    """
+
+    duration: float
+    window_end: float
+    end_time: float
+    streams: tuple[RunRecords, ...]
+    starts: tuple[StreamStart, ...]
+    tasks: tuple[TaskRecord, ...]
+    viewer: tuple[ViewerRecord, ...]
+    client_stalls: tuple[ClientStallRecord, ...]
+    pools: tuple[tuple[str, int], ...]
+    playout_delay: float
+    status: str = COMPLETE
+
+    def busy_by_device(self) -> dict[str, list[float]]:
+        """Busy seconds of every device of every pool within ``[0, window_end]``."""
+        busy = {name: [0.0] * size for name, size in self.pools}
+        seen: set[tuple[str, int, int]] = set()
+        for task in self.tasks:
+            key = (task.pool, task.device, task.batch)
+            if key in seen:  # a batch occupies its device once
+                continue
+            seen.add(key)
+            busy[task.pool][task.device] += max(
+                0.0, min(task.t_end, self.window_end) - max(task.t_start, 0.0))
+        return busy
+
+
+def nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else value

@@ -1,0 +1,392 @@
+"""The SimPy driver of the serving model (DESIGN §6): many streams on shared device pools.
+
+Each stream is a :class:`~latsim.run.stream.StreamRun` (its own controller, trace, playback
+clock and start) whose :class:`~latsim.run.stream.ClockPort` is a :class:`_StreamPort`: its
+commands run on one SimPy clock shared by all streams, its jobs go through the stages of
+:class:`~latsim.model.serving.ServingConfig` on :class:`_Pool` devices, and its played slots
+go through the client's playout. The controller is the same one the single-worker driver
+uses; a job that waited for a device tells it so with :class:`JobStarted`.
+
+Times: every stream's records are in its own time (0 = its playback start), so the metrics
+of :mod:`latsim.analysis.metrics` apply per stream unchanged; device tasks are in global time.
+
+With one stream on one dedicated device and no other stage this reproduces
+:func:`latsim.sim.simpy_driver.simulate_trace` exactly: the same random draws (stream 0 uses
+the single-worker streams), the same SimPy events in the same order. A stage whose draw is
+exactly 0 completes without a SimPy event for that reason.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from latsim.controller import (
+    EPS,
+    ConditionArrived,
+    ControllerConfig,
+    JobDone,
+    JobStarted,
+    PlaySlot,
+    SlotDue,
+    StartJob,
+    WakeUp,
+)
+from latsim.controller.records import ConditionRecord
+from latsim.model.costs import CostModel
+from latsim.model.serving import ServingConfig
+from latsim.model.traces import Trace
+from latsim.run.serving import (
+    ClientStallRecord,
+    ServingRecords,
+    StreamStart,
+    TaskRecord,
+    ViewerRecord,
+)
+from latsim.run.stream import RunWindow, StreamRun
+
+
+@dataclass(frozen=True)
+class StreamInput:
+    """What one stream brings: its arrivals (client send times, stream time), where it
+    joins (global time) and its random streams: ``cost`` for the DiT draws, ``stages`` for
+    decode, deliver, uplink and replan overhead (in that order)."""
+
+    trace: Trace
+    join: float
+    cost: np.random.Generator
+    stages: tuple[np.random.Generator, ...]
+
+
+class _Task:
+    """One stage of one job waiting for, or running on, a device."""
+
+    __slots__ = ("stream", "job_id", "kind", "stage", "latents", "duration", "t_enqueue",
+                 "seq", "then")
+
+    def __init__(self, stream: _StreamPort, job_id: int, kind: str, stage: str, latents: int,
+                 duration: float, t_enqueue: float, seq: int,
+                 then: Callable[[float, float], None]) -> None:
+        self.stream = stream
+        self.job_id = job_id
+        self.kind = kind
+        self.stage = stage
+        self.latents = latents
+        self.duration = duration
+        self.t_enqueue = t_enqueue
+        self.seq = seq
+        self.then = then  # called with (t_start, t_end) once the task is done
+
+
+class _Pool:
+    """Identical devices, each serving one task (or one batch) at a time, and the queue of
+    tasks waiting for them, served in the order of the scheduling policy."""
+
+    def __init__(self, engine: _Engine, name: str, size: int) -> None:
+        self.engine = engine
+        self.name = name
+        self.free = list(range(size))  # a heap: the lowest free device serves next
+        self.waiting: deque[_Task] = deque()
+
+    def submit(self, task: _Task) -> None:
+        self.waiting.append(task)
+        self.dispatch()
+
+    def _next(self, now: float) -> _Task:
+        schedule = self.engine.schedule
+        if schedule == "fifo" or len(self.waiting) == 1:
+            return self.waiting.popleft()
+        if schedule == "replan-first":
+            key = lambda t: (t.kind != "replan", t.seq)  # noqa: E731
+        else:  # least-slack: the stream with the least buffered playable time first
+            key = lambda t: (t.stream.slack(now), t.seq)  # noqa: E731
+        best = min(self.waiting, key=key)
+        self.waiting.remove(best)
+        return best
+
+    def dispatch(self) -> None:
+        env = self.engine.env
+        while self.free and self.waiting:
+            first = self._next(env.now)
+            batch = [first]
+            batching = self.engine.config.batch
+            if batching is not None and first.stage == "dit":
+                while self.waiting and len(batch) < batching.max_size:
+                    batch.append(self._next(env.now))
+            device = heapq.heappop(self.free)
+            self.engine.start(self, device, batch)
+
+
+class _Engine:
+    """The pools and the bookkeeping of tasks shared by all streams."""
+
+    def __init__(self, env: simpy.Environment, config: ServingConfig,
+                 batch_rng: np.random.Generator) -> None:
+        self.env = env
+        self.config = config
+        self.schedule = config.schedule
+        self.pools = {name: _Pool(self, name, size) for name, size in config.pools}
+        self.tasks: list[TaskRecord] = []
+        self.running: dict[int, tuple[_Pool, int, list[_Task], float]] = {}  # by batch id
+        self._seq = 0
+        self._batches = 0
+        self._batch_rng = batch_rng
+
+    def submit(self, stream: _StreamPort, job_id: int, kind: str, stage: str, pool: str,
+               latents: int, duration: float, then: Callable[[float, float], None]) -> None:
+        self._seq += 1
+        self.pools[pool].submit(_Task(stream, job_id, kind, stage, latents, duration,
+                                      self.env.now, self._seq, then))
+
+    def record(self, batch_id: int, end: float) -> None:
+        """Record a batch's tasks as run until ``end`` (the end of the run for a batch still
+        running then, as :class:`~latsim.run.stream.BusyInterval` does)."""
+        pool, device, batch, start = self.running.pop(batch_id)
+        for task in batch:
+            self.tasks.append(TaskRecord(task.stream.index, task.job_id, task.stage, task.kind,
+                                         pool.name, device, batch_id, task.t_enqueue, start,
+                                         end))
+
+    def start(self, pool: _Pool, device: int, batch: list[_Task]) -> None:
+        env = self.env
+        now = env.now
+        self._batches += 1
+        batch_id = self._batches
+        if len(batch) == 1:
+            took = batch[0].duration
+        else:
+            took = self.config.batch.cost.sample(  # type: ignore[union-attr]
+                sum(t.latents for t in batch), self._batch_rng, "refill")
+        for task in batch:
+            if task.stage == "dit" and task.job_id and now > task.t_enqueue:
+                task.stream.job_started(task.job_id)
+
+        self.running[batch_id] = (pool, device, batch, now)
+
+        def done(_: object = None) -> None:
+            self.record(batch_id, env.now)
+            heapq.heappush(pool.free, device)
+            pool.dispatch()  # tasks that waited go before what these tasks lead to
+            for task in batch:
+                task.then(now, env.now)
+
+        if took == 0 and batch[0].stage != "dit":
+            done()  # no SimPy event: see the module docstring
+        else:
+            env.timeout(took).callbacks.append(done)
+
+
+class _StreamPort:
+    """One stream's clock port: stream time = global time - ``origin``."""
+
+    def __init__(self, engine: _Engine, index: int, config: ControllerConfig,
+                 window: RunWindow, cost: CostModel, inputs: StreamInput,
+                 playout_delay: float) -> None:
+        self.engine = engine
+        self.env = engine.env
+        self.index = index
+        self.serving = engine.config
+        self.K = config.timing.K
+        self.cost = cost
+        self.inputs = inputs
+        self.decode_rng, self.deliver_rng, self.uplink_rng, self.replan_rng = inputs.stages
+        self.origin = inputs.join
+        self.playout_delay = playout_delay
+        self.run = StreamRun(config, window, self, on_record=self._on_record)
+        self.sent: list[float] = []  # client send time of each version, in version order
+        self._shown: list[ConditionRecord] = []  # resolved at the slot being played
+        self.viewer: list[ViewerRecord] = []
+        self.client_stalls: list[ClientStallRecord] = []
+        self._client_shift = 0.0
+        self.first_display: float | None = None
+
+    # ---------------------------------------------------------------- clock
+
+    @property
+    def now(self) -> float:
+        return self.env.now - self.origin
+
+    def slack(self, global_now: float) -> float:
+        now = global_now - self.origin
+        return self.run.controller.playable_until(now) - now
+
+    def deliver(self, event: object) -> None:
+        self.run.deliver(event, self.env.now - self.origin)  # type: ignore[arg-type]
+
+    def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
+        timer = self.env.timeout(max(0.0, at + self.origin - self.env.now))
+        timer.callbacks.append(lambda _, e=event: self.deliver(e))
+
+    def start_playback(self) -> None:
+        """Schedule the arrivals (uplink included) and start the controller."""
+        window = self.run.window
+        uplink = self.serving.uplink
+        for t in self.inputs.trace.times:
+            if t < window.duration:
+                arrives = t if uplink is None else t + uplink.sample(1, self.uplink_rng)
+                timer = self.env.timeout(arrives + self.origin - self.env.now)
+                timer.callbacks.append(lambda _, sent=t: self._condition(sent))
+        self.run.start(self.now)
+
+    def _condition(self, sent: float) -> None:
+        self.sent.append(sent)
+        self.deliver(ConditionArrived())
+
+    # ---------------------------------------------------------------- jobs
+
+    def start_job(self, job: StartJob, now: float) -> None:
+        took = self.cost.sample(self.K, self.inputs.cost, job.kind)
+        if job.kind == "replan" and self.serving.replan_cost is not None:
+            took += self.serving.replan_cost.sample(self.K, self.replan_rng, job.kind)
+        self.engine.submit(self, job.job_id, job.kind, "dit", self.serving.dit_pool, self.K,
+                           took, lambda start, end, j=job: self._dit_done(j, start, end))
+
+    def job_started(self, job_id: int) -> None:
+        self.deliver(JobStarted(job_id))
+
+    def _dit_done(self, job: StartJob, start: float, end: float) -> None:
+        decode = self.serving.decode
+        if decode is None:
+            self._ready(job.job_id, start)
+            return
+        took = decode.sample(self.K, self.decode_rng, job.kind)
+        self.engine.submit(self, job.job_id, job.kind, "decode", self.serving.decode_pool,
+                           self.K, took, lambda _s, _e, j=job.job_id: self._ready(j, start))
+
+    def _ready(self, job_id: int, dit_start: float) -> None:
+        self.run.job_ran(job_id, dit_start - self.origin, self.now)
+        self.deliver(JobDone(job_id))
+
+    # ---------------------------------------------------------------- client
+
+    def _on_record(self, record: object) -> None:
+        if type(record) is ConditionRecord and record.displayed:
+            self._shown.append(record)
+
+    def play(self, slot: PlaySlot) -> None:
+        """The server plays ``slot``: it goes to the client, which shows it after the
+        playout delay, or when it arrives if that is later (a client stall)."""
+        t = slot.at
+        deliver = self.serving.deliver
+        arrives = t if deliver is None else t + deliver.sample(1, self.deliver_rng)
+        due = t + self.playout_delay + self._client_shift
+        shown = due
+        if arrives > due + EPS:
+            shown = arrives
+            self.client_stalls.append(ClientStallRecord(self.index, slot.position, due, shown))
+            self._client_shift = shown - t - self.playout_delay
+        if self.first_display is None:
+            self.first_display = shown
+        for cond in self._shown:
+            sent = self.sent[cond.version - 1]
+            self.viewer.append(ViewerRecord(
+                self.index, cond.version, sent, cond.t_arrival, cond.t_play, shown, cond.L,
+                shown - sent, cond.superseded, True))
+        self._shown.clear()
+
+    def censored(self) -> list[ViewerRecord]:
+        nan = math.nan
+        return [ViewerRecord(self.index, c.version, self.sent[c.version - 1], c.t_arrival,
+                             nan, nan, nan, nan, False, False)
+                for c in self.run.controller.conditions if not c.displayed]
+
+
+def simulate_serving(
+    config: ControllerConfig,
+    cost: CostModel,
+    serving: ServingConfig,
+    streams: Sequence[StreamInput],
+    duration: float,
+    batch_rng: np.random.Generator,
+    drain: float | None = None,
+) -> ServingRecords:
+    """Run ``streams`` (one :class:`StreamInput` each) on the pools of ``serving``.
+
+    Every stream plays from its start for ``duration`` seconds of its own time (conditions
+    arrive in that window) and goes on while any stream drains (bounded by ``drain`` past
+    the last stream's window, as in the single-worker driver). ``config.discard`` is the
+    serving configuration's discard mode.
+    """
+    window = RunWindow.for_config(config, duration, drain)
+    env = simpy.Environment()
+    engine = _Engine(env, serving, batch_rng)
+    playout = serving.playout()
+    ports = [_StreamPort(engine, index, config, window, cost, inputs, playout)
+             for index, inputs in enumerate(streams)]
+    if serving.cold_start:
+        started = _cold_starts(env, engine, ports)
+        env.run(until=started)
+    else:
+        for port in ports:
+            if port.origin > env.now:
+                env.timeout(port.origin).callbacks.append(
+                    lambda _, p=port: p.start_playback())
+            else:
+                port.start_playback()
+    last_origin = max(port.origin for port in ports)
+    if last_origin + window.duration > env.now:
+        env.run(until=last_origin + window.duration)
+    limit = last_origin + window.limit
+    while any(p.run.controller.open_conditions for p in ports) and env.peek() <= limit:
+        env.step()
+    end = env.now
+    for batch_id in list(engine.running):
+        engine.record(batch_id, end)
+    runs = tuple(port.run.finish(end - port.origin) for port in ports)
+    starts = tuple(
+        StreamStart(p.index, p.inputs.join, p.origin,
+                    math.nan if p.first_display is None
+                    else p.origin - p.inputs.join + p.first_display)
+        for p in ports)
+    return ServingRecords(
+        duration=window.duration, window_end=last_origin + window.duration, end_time=end,
+        streams=runs, starts=starts, tasks=tuple(engine.tasks),
+        viewer=tuple(sorted((v for p in ports for v in (*p.viewer, *p.censored())),
+                            key=lambda v: (v.stream, v.version))),
+        client_stalls=tuple(s for p in ports for s in p.client_stalls),
+        pools=serving.pools, playout_delay=playout,
+    )
+
+
+def _cold_starts(env: simpy.Environment, engine: _Engine, ports: list[_StreamPort]
+                 ) -> simpy.Event:
+    """Each stream's first chunk is generated on the pools when it joins; its playback
+    starts when that chunk is ready. Returns the event of the last stream starting."""
+    all_started = env.event()
+    waiting = len(ports)
+
+    def ready(port: _StreamPort) -> None:
+        nonlocal waiting
+        port.origin = env.now
+        port.start_playback()
+        waiting -= 1
+        if waiting == 0:
+            all_started.succeed()
+
+    def join(port: _StreamPort) -> None:
+        K = port.K  # noqa: N806
+        took = port.cost.sample(K, port.inputs.cost, "refill")
+
+        def after_dit(_s: float, _e: float) -> None:
+            decode = engine.config.decode
+            if decode is None:
+                ready(port)
+                return
+            engine.submit(port, 0, "prebuffer", "decode", engine.config.decode_pool, K,
+                          decode.sample(K, port.decode_rng, "refill"),
+                          lambda _a, _b: ready(port))
+
+        engine.submit(port, 0, "prebuffer", "dit", engine.config.dit_pool, K, took, after_dit)
+
+    for port in ports:
+        if port.inputs.join > env.now:
+            env.timeout(port.inputs.join).callbacks.append(lambda _, p=port: join(p))
+        else:
+            join(port)
+    return all_started
