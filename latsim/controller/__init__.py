@@ -28,7 +28,8 @@ from latsim.controller.machine import (
 )
 
 __all__ = [
-    "DISCARD_MODES", "EPS", "TRANSITIONS", "Command", "ConditionArrived", "Controller", "ControllerConfig",
-    "Decide", "Event", "JobDone", "JobStarted", "PlaySlot", "ScheduleWakeUp", "SlotDue", "StartJob", "State",
-    "Transition", "WakeUp", "mermaid_diagram",
+    "DISCARD_MODES", "EPS", "TRANSITIONS", "Command", "ConditionArrived", "Controller",
+    "ControllerConfig", "Decide", "Event", "JobDone", "JobStarted", "PlaySlot",
+    "ScheduleWakeUp", "SlotDue", "StartJob", "State", "Transition", "WakeUp",
+    "mermaid_diagram",
 ]

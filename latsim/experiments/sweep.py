@@ -49,8 +49,8 @@ from latsim.errors import (
 from latsim.model.arrivals import ArrivalSource, parse_updates
 from latsim.model.costs import CostModel, parse_cost
 from latsim.model.lead import SIMULATED
-from latsim.run.files import write_rows_csv
 from latsim.model.serving import ServingConfig
+from latsim.run.files import write_rows_csv
 from latsim.run.folder import (
     FORMAT_VERSION,
     RUNNING,
