@@ -10,15 +10,19 @@ ever produces one well-behaved ordering of events. Here a hypothesis
   in the order of the times asked (a timer queue), on time or late by any amount, while
   other events may be handled before an overdue timer;
 - conditions arrive at any time;
+- ``JobStarted`` for the running job at any time after the controller started it (it
+  waited for a shared device), at most once;
 - ``JobDone`` only for the running job, at any time after its start: the job time is drawn
   from a per-run scale of 0 to 3 T (C below, at and above T), or anything else;
 - stale ``WakeUp``\\ s arrive at any time, and stale ``SlotDue``\\ s for played positions.
 
 Every run draws its own K (1..8), r, fps, start time, lead (0 to 2 T, often a multiple of
 δ so times land on slot boundaries), commit mode (eager or lazy), commit unit q (a divisor
-of K) and commit lead. After every single event (not only every rule) :meth:`_check`
-verifies, from the controller's public views and records and an independent model of the
-cache built from the commands:
+of K), commit lead and discard mode (``on-start``: a replan discards the replaceable future
+when it starts; ``on-ready``: when it is ready, keeping what played or got locked meanwhile,
+and counting the replan's latents for those positions as waste). After every single event
+(not only every rule) :meth:`_check` verifies, from the controller's public views and
+records and an independent model of the cache built from the commands:
 
 1. **commitment**: a locked position (below ``locked_end`` before the event) is never
    replaced: it is still cached with the same (version, job), or it was played with them;
@@ -79,6 +83,7 @@ from latsim.controller import (
     Controller,
     ControllerConfig,
     JobDone,
+    JobStarted,
     PlaySlot,
     ScheduleWakeUp,
     SlotDue,
@@ -103,7 +108,7 @@ def tol(t: float) -> float:
 
 
 #: Rule steps executed, for the step-count assertions and the report.
-STEP_COUNT = {"steps": 0, "events": 0, "runs": 0}
+STEP_COUNT = {"steps": 0, "events": 0, "runs": 0, "late replans": 0}
 
 
 def _divisors(n: int) -> list[int]:
@@ -117,10 +122,11 @@ class _Timer:
     event: SlotDue | WakeUp
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Running:
     job: StartJob
     t_start: float
+    took_device: bool = False  # JobStarted was sent: the job waited for a device
 
 
 @dataclass(frozen=True)
@@ -171,8 +177,10 @@ class ControllerMachine(RuleBasedStateMachine):
         self.eager = commit == "eager"
         self.lead = lead
         self.branch_lead = max(lead, commit_lead)
+        self.on_ready = data.draw(st.booleans(), label="discard on ready")
         policy = Policy(name="fuzz", q=q, commit=commit, commit_lead=commit_lead)
-        self.ctrl = Controller(ControllerConfig(timing, policy, lead))
+        self.ctrl = Controller(ControllerConfig(
+            timing, policy, lead, "on-ready" if self.on_ready else "on-start"))
         self.now = t0
         self.t0 = t0
         self.timers: list[_Timer] = []
@@ -243,6 +251,17 @@ class ControllerMachine(RuleBasedStateMachine):
         at = max(self.now, self.running.t_start + duration)
         self._handle(JobDone(self.running.job.job_id), at)
 
+    @precondition(lambda self: self.ctrl is not None and self.running is not None
+                  and not self.running.took_device)
+    @rule(data=st.data())
+    def job_takes_a_device(self, data):
+        """JobStarted: the running job waited in a queue and a device takes it now."""
+        STEP_COUNT["steps"] += 1
+        assert self.running is not None
+        self._handle(JobStarted(self.running.job.job_id), self.now + self._dt(data, "dt"))
+        self.running.t_start = self.now
+        self.running.took_device = True
+
     @precondition(lambda self: self.ctrl is not None)
     @rule(data=st.data())
     def stale_event(self, data):
@@ -277,11 +296,26 @@ class ControllerMachine(RuleBasedStateMachine):
 
     def _apply(self, commands, before: _Before, event=None) -> None:
         ctrl, now = self.ctrl, self.now
+        replaced: dict[int, int] = {}  # on-ready: position -> job whose latent was replaced
+        late: tuple[int, int] | None = None  # on-ready: (first, count) the replan made late
+        finished = None
+        if isinstance(event, JobStarted):
+            assert not commands, "JobStarted decides nothing"
         if isinstance(event, JobDone):  # the job's K latents enter the model cache
             assert self.running is not None and event.job_id == self.running.job.job_id
             finished = self.running.job
+            assert ctrl.jobs[-1].t_start == self.running.t_start, "R runs to the device start"
             self.running = None
-            for pos in range(finished.branch, finished.branch + finished.length):
+            first, end = finished.branch, finished.branch + finished.length
+            if self.on_ready and finished.kind == "replan":
+                keep = max(first, before.locked_end, before.next_position)
+                for pos in [p for p in self.model_cache if p >= keep]:
+                    replaced[pos] = self.model_cache.pop(pos)[1]
+                if min(keep, end) > first:
+                    late = (first, min(keep, end) - first)
+                    STEP_COUNT["late replans"] += 1
+                first = min(keep, end)
+            for pos in range(first, end):
                 assert pos not in self.model_cache, f"job {finished.job_id} overwrote {pos}"
                 self.model_cache[pos] = (finished.version, finished.job_id)
         plays = [c for c in commands if isinstance(c, PlaySlot)]
@@ -315,9 +349,21 @@ class ControllerMachine(RuleBasedStateMachine):
         new_discards = ctrl.discards[before.n_discards:]
         if new_discards:
             assert not self.eager, "eager commitment discarded something"
-            (start,) = starts  # a discard only comes with a replan
-            assert start.kind == "replan"
         dropped = []
+        if self.on_ready:  # discards only when a replan is ready, never when one starts
+            assert not new_discards or (finished is not None and finished.kind == "replan")
+            got_late = None
+            for rec in new_discards:
+                assert rec.t == now and rec.count > 0 and rec.by_version == finished.version
+                if rec.job_id == finished.job_id:
+                    got_late = (rec.first, rec.count)
+                    continue
+                for pos in range(rec.first, rec.first + rec.count):
+                    assert replaced.pop(pos) == rec.job_id, f"discarded {pos} unexpectedly"
+                    assert pos not in self.ever_locked, f"replaced locked position {pos}"
+            assert not replaced, f"positions {sorted(replaced)} were replaced unrecorded"
+            assert got_late == late
+            new_discards = []
         for rec in new_discards:
             assert rec.t == now and rec.count > 0 and rec.by_version == ctrl.latest_version
             for pos in range(rec.first, rec.first + rec.count):
@@ -387,6 +433,9 @@ class ControllerMachine(RuleBasedStateMachine):
         earlier = start.branch - self.q
         assert earlier < max(ctrl.locked_end, ctrl.next_position) or not self._feasible(
             earlier, self._tol()), "not the first feasible branch"
+        if self.on_ready:  # the old future stays playable until the replan is ready
+            assert not dropped and start.branch < ctrl.cache_end
+            return
         assert dropped and sorted(dropped) == list(range(start.branch, start.branch + len(dropped)))
         assert start.branch == ctrl.cache_end
 
@@ -481,7 +530,7 @@ def fuzz_settings(steps: int) -> settings:
 
 
 def _run(steps: int) -> int:
-    STEP_COUNT.update(steps=0, events=0, runs=0)
+    STEP_COUNT.update({key: 0 for key in STEP_COUNT})
     run_state_machine_as_test(ControllerMachine, settings=fuzz_settings(steps))
     return STEP_COUNT["steps"]
 
@@ -491,6 +540,7 @@ def test_controller_survives_arbitrary_event_interleavings():
     steps = int(os.environ.get("LATSIM_FUZZ_STEPS", DEFAULT_STEPS))
     done = _run(steps)
     assert done >= 0.5 * steps, f"only {done} of {steps} steps ran"
+    assert STEP_COUNT["late replans"] > 0, "no on-ready replan finished late: not exercised"
 
 
 @pytest.mark.slow

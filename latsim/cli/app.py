@@ -19,6 +19,39 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from latsim.cli.options import (
+    BatchOpt,
+    ColdStartOpt,
+    CommitLeadOpt,
+    CommitOpt,
+    COpt,
+    CostOpt,
+    DecodeOpt,
+    DeliverOpt,
+    DiscardOpt,
+    DurationOpt,
+    FpsOpt,
+    JobsOpt,
+    JsonOpt,
+    LeadOpt,
+    MaxSimEventsOpt,
+    OutOpt,
+    PlayoutOpt,
+    PolicyOpt,
+    PoolsOpt,
+    QOpt,
+    ReplanCostOpt,
+    ROptions,
+    ScheduleOpt,
+    SeedOpt,
+    SeedsOpt,
+    ServingFileOpt,
+    StartOpt,
+    StreamsOpt,
+    UpdatesOpt,
+    UplinkOpt,
+    serving_from_flags,
+)
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
 from latsim.formatting import fmt as _fmt
 
@@ -169,70 +202,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-PolicyOpt = Annotated[str, typer.Option(help="baseline, speculative or both")]
-ROptions = Annotated[int, typer.Option("--r", help="pixel frames per latent frame")]
-FpsOpt = Annotated[float, typer.Option("--fps", help="video frames per second")]
-COpt = Annotated[float | None, typer.Option("--C", help="fixed generation time C (s)")]
-CostOpt = Annotated[
-    str | None,
-    typer.Option(help="cost model: fixed:C, affine:A,B, table:PATH, lognormal:MEAN,CV"),
-]
-LeadOpt = Annotated[
-    float | None, typer.Option(help="planning lead (s); default: 0.99 quantile of C")
-]
-QOpt = Annotated[
-    int | None, typer.Option("--q", help="speculative policy's commit unit (must divide K)")
-]
-UpdatesOpt = Annotated[
-    str, typer.Option(help="poisson:RATE, bernoulli:P, trace:PATH or traces:DIR")
-]
-DurationOpt = Annotated[
-    float | None, typer.Option(help="window length (s); default: trace header or 60")
-]
-SeedsOpt = Annotated[
-    int | None, typer.Option(help="replications (default 30; 1 per trace for trace specs)")
-]
-SeedOpt = Annotated[int, typer.Option(help="root seed of all random draws")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout")]
-OutOpt = Annotated[Path | None, typer.Option(help="write records, summary and plot here")]
-JobsOpt = Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")]
-CommitOpt = Annotated[
-    str | None,
-    typer.Option(help="speculative policy's commit mode: eager or lazy (ablations)"),
-]
-CommitLeadOpt = Annotated[
-    float, typer.Option(help="lazy commit locks a latent this many seconds before it plays")
-]
-_SERVING = "Serving model (DESIGN §6)"
-StreamsOpt = Annotated[int | None, typer.Option(
-    help="viewers sharing the pools (default 1)", rich_help_panel=_SERVING)]
-PoolsOpt = Annotated[str | None, typer.Option(
-    help="device pools NAME=DEVICES,..., e.g. dit=2,vae=1 (default dit=1, plus vae=1 "
-    "with --decode)", rich_help_panel=_SERVING)]
-ScheduleOpt = Annotated[str | None, typer.Option(
-    help="which waiting task a free device takes: fifo, least-slack or replan-first",
-    rich_help_panel=_SERVING)]
-StageOpt = Annotated[str | None, typer.Option(rich_help_panel=_SERVING)]
-PlayoutOpt = Annotated[float | None, typer.Option(
-    help="client playout delay D (s); default: deliver's 0.99 quantile",
-    rich_help_panel=_SERVING)]
-StartOpt = Annotated[str | None, typer.Option(
-    help="stream join times: staggered (s·T/N), random (uniform in [0, T)) or together",
-    rich_help_panel=_SERVING)]
-DiscardOpt = Annotated[str | None, typer.Option(
-    help="a replan discards the old future on-start (default) or on-ready",
-    rich_help_panel=_SERVING)]
-ColdStartOpt = Annotated[bool | None, typer.Option(
-    "--cold-start/--no-cold-start",
-    help="generate each stream's first chunk on the pools when it joins",
-    rich_help_panel=_SERVING)]
-ServingFileOpt = Annotated[Path | None, typer.Option(
-    help="a TOML file with the whole serving configuration; flags override it",
-    rich_help_panel=_SERVING)]
-MaxSimEventsOpt = Annotated[
-    int, typer.Option(help="work bound: events (latent slots, (duration + drain)/δ per run, "
-                      "plus conditions) over all cells and replications; checked first")
-]
 
 
 def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
@@ -344,22 +313,12 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         streams: StreamsOpt = None,
         pools: PoolsOpt = None,
         schedule: ScheduleOpt = None,
-        decode: Annotated[str | None, typer.Option(
-            help="VAE decode cost spec of a chunk (on pool vae)",
-            rich_help_panel=_SERVING)] = None,
-        deliver: Annotated[str | None, typer.Option(
-            help="network delay spec of one slot to the client", rich_help_panel=_SERVING)
-        ] = None,
-        uplink: Annotated[str | None, typer.Option(
-            help="network delay spec of a condition to the server", rich_help_panel=_SERVING)
-        ] = None,
+        decode: DecodeOpt = None,
+        deliver: DeliverOpt = None,
+        uplink: UplinkOpt = None,
         playout_delay: PlayoutOpt = None,
-        replan_cost: Annotated[str | None, typer.Option(
-            help="extra DiT cost spec of a replan (boundary decode + re-encode)",
-            rich_help_panel=_SERVING)] = None,
-        batch: Annotated[str | None, typer.Option(
-            help="batch DiT tasks: COSTSPEC[;max=B], K = the batch's total latents",
-            rich_help_panel=_SERVING)] = None,
+        replan_cost: ReplanCostOpt = None,
+        batch: BatchOpt = None,
         start: StartOpt = None,
         discard: DiscardOpt = None,
         cold_start: ColdStartOpt = None,
@@ -375,17 +334,13 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         from latsim.experiments.sweep import DEFAULT_COST, Experiment
         from latsim.model.costs import FixedCost
 
-        serving_flags = dict(
-            streams=streams, pools=pools, schedule=schedule, decode=decode, deliver=deliver,
-            uplink=uplink, playout_delay=playout_delay, replan_cost=replan_cost, batch=batch,
-            start=start, discard=discard, cold_start=cold_start)
-        serving_config = None
-        if serving is not None or any(v is not None for v in serving_flags.values()):
-            from latsim.model.serving import build_serving
-
-            serving_config, file_cost = build_serving(serving, **serving_flags)
-            if C is None and cost is None:
-                cost = file_cost
+        serving_config, file_cost = serving_from_flags(
+            serving, streams=streams, pools=pools, schedule=schedule, decode=decode,
+            deliver=deliver, uplink=uplink, playout_delay=playout_delay,
+            replan_cost=replan_cost, batch=batch, start=start, discard=discard,
+            cold_start=cold_start)
+        if C is None and cost is None:
+            cost = file_cost
         experiment = Experiment(
             Ks=tuple(K), r=r, fps=fps,
             cost=FixedCost(C) if C is not None else cost or DEFAULT_COST, lead=lead, q=q,
@@ -463,10 +418,11 @@ def controller(
 
 
 def _register_extensions() -> None:
-    from latsim.cli import compare_command, paper_commands
+    from latsim.cli import capacity_command, compare_command, paper_commands
 
     paper_commands.register(app)
     compare_command.register(app)
+    capacity_command.register(app)
 
 
 _register_extensions()

@@ -435,14 +435,16 @@ class Controller:
         first = job.branch
         end = job.branch + self._K
         if self._discard_on_ready and job.kind == "replan":
-            # the old future played on while the replan ran: replace what is still to play
-            self._discard(max(job.branch, self._next_pos), self._cache_end, now, job.version)
-            first = min(max(job.branch, self._next_pos), end)
-            if first > job.branch:  # positions that played from the old content meanwhile
+            # the old future played on while the replan ran (and got locked as it played):
+            # the replacement takes over from the first position still replaceable
+            keep = max(job.branch, self._locked_end, self._next_pos)
+            self._discard(keep, self._cache_end, now, job.version)
+            first = min(keep, end)
+            if first > job.branch:  # positions the old content filled meanwhile
                 self.discarded += first - job.branch
                 self._emit(DiscardRecord(job.job_id, job.branch, first - job.branch, now,
                                          job.version))
-            end = max(end, self._next_pos)
+            end = max(end, keep)
         for pos in range(first, job.branch + self._K):
             self._cache[pos] = (job.version, job.job_id)
         self._cache_end = end

@@ -46,12 +46,12 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from latsim.controller import DISCARD_MODES
-from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number
+from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_number
 from latsim.model.costs import CostModel, parse_cost
 from latsim.model.traces import read_bounded_text
 
@@ -128,12 +128,12 @@ class ServingConfig:
 
     @property
     def trivial(self) -> bool:
-        """One stream on one dedicated device, no other stage, default scheduling: the
-        single-worker model, whose closed forms then apply."""
-        return (self.streams == 1 and self.decode is None and self.deliver is None
-                and self.uplink is None and self.replan_cost is None and self.batch is None
-                and self.discard == "on-start" and not self.cold_start
-                and not self.playout_delay)
+        """One stream on a dedicated device, every other stage absent or free, default
+        scheduling: the single-worker model, whose closed forms then apply."""
+        return (self.streams == 1 and self.batch is None and self.discard == "on-start"
+                and not self.cold_start and not self.playout_delay
+                and all(_free(stage) for stage in (self.decode, self.deliver, self.uplink,
+                                                   self.replan_cost)))
 
     def playout(self) -> float:
         """The client's playout delay D: as given, else deliver's 0.99 quantile (0 without
@@ -165,6 +165,11 @@ class ServingConfig:
                                                       "max": self.batch.max_size},
             "playout_delay": self.playout_delay,
         }
+
+
+def _free(stage: CostModel | None) -> bool:
+    """An absent stage, or one that always takes 0 s (at any K)."""
+    return stage is None or (stage.deterministic and stage.mean(1) == 0 == stage.mean(MAX_K))
 
 
 def parse_pools(spec: str) -> tuple[tuple[str, int], ...]:
@@ -306,10 +311,9 @@ def build_serving(path: str | Path | None = None, **flags: Any) -> tuple[Serving
             value = parse_cost(value)
         values[name] = value
     if "pools" not in values and values.get("decode") is not None:
-        values["pools"] = (("dit", 1), (values.get("decode_pool", "vae"), 1))
+        # the default pools: one DiT device and, for a decode on the default pool, one VAE
+        # device (a pool named elsewhere must be defined: a typo is not a new pool)
+        values["pools"] = (("dit", 1),) + ((("vae", 1),)
+                                           if values.get("decode_pool", "vae") == "vae" else ())
     return ServingConfig(**values), dit_cost
 
-
-def with_streams(config: ServingConfig, streams: int) -> ServingConfig:
-    """The same configuration serving ``streams`` viewers."""
-    return replace(config, streams=streams)

@@ -87,7 +87,7 @@ SERVING_RECORD_TYPES: dict[str, type] = {
     "tasks": TaskRecord,
     "viewer": ViewerRecord,
     "client_stalls": ClientStallRecord,
-    "stream_starts": StreamStart,
+    "starts": StreamStart,
 }
 
 

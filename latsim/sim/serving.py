@@ -164,8 +164,8 @@ class _Engine:
             took = self.config.batch.cost.sample(  # type: ignore[union-attr]
                 sum(t.latents for t in batch), self._batch_rng, "refill")
         for task in batch:
-            if task.stage == "dit" and task.job_id and now > task.t_enqueue:
-                task.stream.job_started(task.job_id)
+            if task.stage == "dit" and task.job_id:
+                task.stream.dit_started(task.job_id, now, took, now > task.t_enqueue)
 
         self.running[batch_id] = (pool, device, batch, now)
 
@@ -247,8 +247,12 @@ class _StreamPort:
         self.engine.submit(self, job.job_id, job.kind, "dit", self.serving.dit_pool, self.K,
                            took, lambda start, end, j=job: self._dit_done(j, start, end))
 
-    def job_started(self, job_id: int) -> None:
-        self.deliver(JobStarted(job_id))
+    def dit_started(self, job_id: int, now: float, took: float, waited: bool) -> None:
+        """A device took the job: tell the controller if it waited, and note the interval
+        the device plans for it (the whole interval is known only once it is ready)."""
+        self.run.job_ran(job_id, now - self.origin, now - self.origin + took)
+        if waited:
+            self.deliver(JobStarted(job_id))
 
     def _dit_done(self, job: StartJob, start: float, end: float) -> None:
         decode = self.serving.decode

@@ -231,3 +231,33 @@ def compare_overlay_figure(comparison):
     rows_of_legend = -(-len(labels) // 3)
     fig.tight_layout(rect=(0, min(0.45, 0.035 * rows_of_legend + 0.02), 1, 1))
     return fig
+
+
+def plot_capacity(payload: dict, path: Path) -> Path:
+    """Capacity search: end-to-end L95 and viewer stall % against the stream count, with
+    the SLO lines, error bars of one bootstrap SE, and the DiT pool's busy %."""
+    rows = sorted(payload["rows"], key=lambda r: r["streams"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    colors = {"meets": "#2ca02c", "fails": "#d62728", "uncertain": "#ff7f0e"}
+    for ax, key, se_key, limit, label in (
+            (left, "L95", "L95_se", payload["slo"]["L95"], "end-to-end L95 (s)"),
+            (right, "viewer_stall_pct", "viewer_stall_se", payload["slo"]["viewer_stall_pct"],
+             "viewer stall (%)")):
+        for row in rows:
+            if row[key] is not None:
+                ax.errorbar(row["streams"], row[key], yerr=row[se_key] or 0, fmt="o",
+                            color=colors.get(row["verdict"], "k"))
+        ax.axhline(limit, ls="--", color="k", lw=1, label="SLO")
+        ax.set_xlabel("streams N")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    busy = right.twinx()
+    busy.plot([r["streams"] for r in rows], [r["busy_pct"] for r in rows], ":",
+              color="#1f77b4", label="DiT busy %")
+    busy.set_ylabel("DiT pool busy (%)", color="#1f77b4")
+    left.axvline(payload["max_streams"], color="#2ca02c", lw=1, alpha=0.6,
+                 label=f"capacity {payload['max_streams']}")
+    left.legend(fontsize=7)
+    fig.suptitle("capacity search (green meets, red fails, orange uncertain)")
+    fig.tight_layout()
+    return _save(fig, path)

@@ -1,0 +1,72 @@
+"""Serving-model benchmark: events per second with 1, 16 and 256 streams, and the wall time
+of a capacity search.
+
+Run: ``.venv/bin/python bench/bench_serving.py``. Reports numbers; asserts nothing.
+Target (issue "serving model", 2-core machine): 256 streams x 60 s simulated in under 10 s.
+Events are the controllers' (slots, wake-ups, conditions, job starts and ends), summed over
+the streams; the ratio of the per-stream rate to the single-stream rate shows what the
+shared pools cost.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from latsim.controller import ControllerConfig
+from latsim.controller.policies import SPECULATIVE
+from latsim.controller.timing import Timing
+from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
+from latsim.experiments.sweep import DEFAULT_FPS, DEFAULT_R, Experiment
+from latsim.model.arrivals import PoissonArrivals
+from latsim.model.costs import AffineCost, parse_cost
+from latsim.model.serving import ServingConfig
+from latsim.sim.serving import StreamInput, simulate_serving
+
+
+def streams_throughput(streams: int, duration: float = 60.0) -> tuple[float, int, float]:
+    """(wall seconds, controller events, events/s) of ``streams`` streams on a DiT pool
+    sized to keep them at about 60 % utilisation, with a VAE stage and delivery."""
+    timing = Timing(8, DEFAULT_R, DEFAULT_FPS)
+    cost = AffineCost(0.14725, 0.16275)
+    devices = max(1, round(streams * cost.mean(8) / timing.T / 0.6))
+    serving = ServingConfig(streams=streams, pools=(("dit", devices), ("vae", 1 + devices // 4)),
+                            decode=parse_cost("fixed:0.02"), deliver=parse_cost("fixed:0.01"),
+                            start="random")
+    lead = cost.mean(8) + 0.02 + 0.5
+    rng = np.random.default_rng(0)
+    inputs = [StreamInput(PoissonArrivals(0.1).trace(0, rng, duration, timing),
+                          float(rng.uniform(0, timing.T)), np.random.default_rng(s),
+                          tuple(np.random.default_rng(100 + 4 * s + i) for i in range(4)))
+              for s in range(streams)]
+    start = time.perf_counter()
+    run = simulate_serving(ControllerConfig(timing, SPECULATIVE, lead), cost, serving, inputs,
+                           duration, np.random.default_rng(1))
+    took = time.perf_counter() - start
+    events = sum(len(s.slots) + len(s.jobs) * 2 + len(s.conditions) for s in run.streams)
+    return took, events, events / took
+
+
+def main() -> None:
+    print("serving model, one process (events: slots + job start/end + conditions)")
+    base = None
+    for streams in (1, 16, 256):
+        took, events, rate = streams_throughput(streams)
+        base = base or rate
+        print(f"  {streams:4d} streams x 60 s: {took:6.2f} s wall, {events:8d} events, "
+              f"{rate:9.0f} events/s ({rate / base:.2f} of the 1-stream rate)")
+    experiment = Experiment(Ks=(8,), cost="fixed:0.5", lead=1.5, policies=("speculative",),
+                            duration=60.0, serving=ServingConfig(pools=(("dit", 4),),
+                                                                 start="random"))
+    query = CapacityQuery(experiment, SLO(2.5, 0.1), max_streams=256)
+    start = time.perf_counter()
+    result = search_capacity(query)
+    took = time.perf_counter() - start
+    print(f"  capacity search 1..256 streams of 60 s (dit=4, C=0.5 s, L95 <= 2.5 s, "
+          f"stall <= 0.1 %): {took:.1f} s wall, {len(result.verdicts)} stream counts tried, "
+          f"capacity {result.max_streams}")
+
+
+if __name__ == "__main__":
+    main()

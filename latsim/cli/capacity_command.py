@@ -1,0 +1,148 @@
+"""``latsim capacity``: the most streams a serving configuration serves within an SLO
+(registered on the main app; the simulation loads inside the command)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from latsim.cli.options import (
+    BatchOpt,
+    ColdStartOpt,
+    COpt,
+    CostOpt,
+    DecodeOpt,
+    DeliverOpt,
+    DiscardOpt,
+    DurationOpt,
+    FpsOpt,
+    JsonOpt,
+    LeadOpt,
+    MaxSimEventsOpt,
+    PlayoutOpt,
+    PoolsOpt,
+    ReplanCostOpt,
+    ROptions,
+    ScheduleOpt,
+    SeedOpt,
+    ServingFileOpt,
+    UpdatesOpt,
+    UplinkOpt,
+    serving_from_flags,
+)
+from latsim.errors import DEFAULT_MAX_EVENTS, LatsimError
+from latsim.formatting import fmt as _fmt
+
+
+def capacity(
+    K: Annotated[int, typer.Option("--K", help="chunk size in latent frames")],  # noqa: N803
+    slo_l95: Annotated[float, typer.Option(help="SLO: end-to-end L95 at most this (s)")],
+    slo_stall: Annotated[float, typer.Option(
+        help="SLO: viewer stall (server stalls + late deliveries) at most this % of the "
+        "window")] = 0.1,
+    policy: Annotated[str, typer.Option(help="baseline or speculative")] = "speculative",
+    r: ROptions = 4,
+    fps: FpsOpt = 16.0,
+    C: COpt = None,  # noqa: N803
+    cost: CostOpt = None,
+    lead: LeadOpt = None,
+    updates: UpdatesOpt = "poisson:0.1",
+    duration: DurationOpt = None,
+    seed: SeedOpt = 0,
+    pools: PoolsOpt = None,
+    schedule: ScheduleOpt = None,
+    decode: DecodeOpt = None,
+    deliver: DeliverOpt = None,
+    uplink: UplinkOpt = None,
+    playout_delay: PlayoutOpt = None,
+    replan_cost: ReplanCostOpt = None,
+    batch: BatchOpt = None,
+    start: Annotated[str, typer.Option(
+        help="stream join times: random (default), staggered or together")] = "random",
+    discard: DiscardOpt = None,
+    cold_start: ColdStartOpt = None,
+    serving: ServingFileOpt = None,
+    max_streams: Annotated[int, typer.Option(help="largest N to try")] = 256,
+    confidence: Annotated[float, typer.Option(
+        help="confidence a verdict needs (pass: both metrics within the SLO, Bonferroni)")
+    ] = 0.95,
+    min_seeds: Annotated[int, typer.Option(help="replications per N to start with")] = 5,
+    max_seeds: Annotated[int, typer.Option(
+        help="replications per N at most (doubling while undecided)")] = 40,
+    as_json: JsonOpt = False,
+    out: Annotated[Path | None, typer.Option(
+        help="write capacity.json/.csv and capacity.png here")] = None,
+    max_events: MaxSimEventsOpt = DEFAULT_MAX_EVENTS,
+) -> None:
+    """Largest number of streams meeting an SLO: doubling, then bisection, with a
+    statistical verdict per N (bootstrap over replications)."""
+    from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
+    from latsim.experiments.sweep import DEFAULT_COST, Experiment
+    from latsim.model.costs import FixedCost
+    from latsim.run.files import dumps, write_rows_csv
+
+    if C is not None and cost is not None:
+        raise LatsimError("give either --C or --cost, not both")
+    if policy not in ("baseline", "speculative"):
+        raise LatsimError(f"capacity takes --policy baseline or speculative, got {policy!r}")
+    serving_config, file_cost = serving_from_flags(
+        serving, streams=1, pools=pools, schedule=schedule, decode=decode, deliver=deliver,
+        uplink=uplink, playout_delay=playout_delay, replan_cost=replan_cost, batch=batch,
+        start=start, discard=discard, cold_start=cold_start)
+    experiment = Experiment(
+        Ks=(K,), r=r, fps=fps,
+        cost=FixedCost(C) if C is not None else cost or file_cost or DEFAULT_COST,
+        lead=lead, policies=(policy,), updates=updates, duration=duration, seed=seed,
+        max_events=max_events, serving=serving_config)
+    query = CapacityQuery(experiment, SLO(slo_l95, slo_stall), max_streams=max_streams,
+                          confidence=confidence, min_seeds=min_seeds, max_seeds=max_seeds)
+
+    def progress(verdict) -> None:  # noqa: ANN001
+        if not as_json:
+            typer.echo(f"N={verdict.streams}: {verdict.verdict} (L95 "
+                       f"{_fmt(verdict.metrics['L95'], 3)} s, viewer stall "
+                       f"{_fmt(verdict.metrics['viewer_stall_pct'], 3)}%, "
+                       f"{verdict.replications} runs)", err=True)
+
+    result = search_capacity(query, progress=progress)
+    payload = result.payload()
+    if out is not None:
+        from latsim.run.folder import write_json
+        from latsim.viz.plots import plot_capacity
+
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "capacity.json", {**payload, "config": {
+            "K": K, "policy": policy, "r": r, "fps": fps, "cost": str(experiment.cost if
+            isinstance(experiment.cost, str) else experiment.cost.spec), "updates": updates,
+            "duration": duration, "seed": seed, "serving": serving_config.describe()}})
+        write_rows_csv(out / "capacity.csv", payload["rows"])
+        plot_capacity(payload, out / "capacity.png")
+    if as_json:
+        typer.echo(dumps(payload))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"capacity: L95 <= {slo_l95:g} s, viewer stall <= {slo_stall:g}% "
+                  f"(confidence {confidence:g})")
+    columns = [("streams", "N", 0), ("verdict", "verdict", 0),
+               ("confidence_meets", "P(meets)>=", 3), ("L95", "L95", 3), ("L95_se", "±", 3),
+               ("viewer_stall_pct", "stall%", 3), ("viewer_stall_se", "±", 3),
+               ("busy_pct", "dit busy%", 1), ("R_mean", "R", 3), ("replications", "runs", 0)]
+    for _, header, _ in columns:
+        table.add_column(header, justify="right")
+    for row in payload["rows"]:
+        table.add_row(*(_fmt(row[key], digits) for key, _, digits in columns))
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table)
+    console.print(f"max streams meeting the SLO: {result.max_streams}", highlight=False)
+    if out is not None:
+        console.print(f"wrote {out}/ (capacity.json, capacity.csv, capacity.png)",
+                      highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("capacity")(capacity)

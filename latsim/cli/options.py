@@ -1,0 +1,95 @@
+"""Command-line options shared by several commands (types only: typer, no numpy), and the
+one place that turns the serving flags into a serving configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+PolicyOpt = Annotated[str, typer.Option(help="baseline, speculative or both")]
+ROptions = Annotated[int, typer.Option("--r", help="pixel frames per latent frame")]
+FpsOpt = Annotated[float, typer.Option("--fps", help="video frames per second")]
+COpt = Annotated[float | None, typer.Option("--C", help="fixed generation time C (s)")]
+CostOpt = Annotated[
+    str | None,
+    typer.Option(help="cost model: fixed:C, affine:A,B, table:PATH, lognormal:MEAN,CV"),
+]
+LeadOpt = Annotated[
+    float | None, typer.Option(help="planning lead (s); default: 0.99 quantile of C")
+]
+QOpt = Annotated[
+    int | None, typer.Option("--q", help="speculative policy's commit unit (must divide K)")
+]
+UpdatesOpt = Annotated[
+    str, typer.Option(help="poisson:RATE, bernoulli:P, trace:PATH or traces:DIR")
+]
+DurationOpt = Annotated[
+    float | None, typer.Option(help="window length (s); default: trace header or 60")
+]
+SeedsOpt = Annotated[
+    int | None, typer.Option(help="replications (default 30; 1 per trace for trace specs)")
+]
+SeedOpt = Annotated[int, typer.Option(help="root seed of all random draws")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout")]
+OutOpt = Annotated[Path | None, typer.Option(help="write records, summary and plot here")]
+JobsOpt = Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")]
+CommitOpt = Annotated[
+    str | None,
+    typer.Option(help="speculative policy's commit mode: eager or lazy (ablations)"),
+]
+CommitLeadOpt = Annotated[
+    float, typer.Option(help="lazy commit locks a latent this many seconds before it plays")
+]
+_SERVING = "Serving model (DESIGN §6)"
+StreamsOpt = Annotated[int | None, typer.Option(
+    help="viewers sharing the pools (default 1)", rich_help_panel=_SERVING)]
+PoolsOpt = Annotated[str | None, typer.Option(
+    help="device pools NAME=DEVICES,..., e.g. dit=2,vae=1 (default dit=1, plus vae=1 "
+    "with --decode)", rich_help_panel=_SERVING)]
+ScheduleOpt = Annotated[str | None, typer.Option(
+    help="which waiting task a free device takes: fifo, least-slack or replan-first",
+    rich_help_panel=_SERVING)]
+DecodeOpt = Annotated[str | None, typer.Option(
+    help="VAE decode cost spec of a chunk (on pool vae)", rich_help_panel=_SERVING)]
+DeliverOpt = Annotated[str | None, typer.Option(
+    help="network delay spec of one slot to the client", rich_help_panel=_SERVING)]
+UplinkOpt = Annotated[str | None, typer.Option(
+    help="network delay spec of a condition to the server", rich_help_panel=_SERVING)]
+ReplanCostOpt = Annotated[str | None, typer.Option(
+    help="extra DiT cost spec of a replan (boundary decode + re-encode)",
+    rich_help_panel=_SERVING)]
+BatchOpt = Annotated[str | None, typer.Option(
+    help="batch DiT tasks: COSTSPEC[;max=B], K = the batch's total latents",
+    rich_help_panel=_SERVING)]
+PlayoutOpt = Annotated[float | None, typer.Option(
+    help="client playout delay D (s); default: deliver's 0.99 quantile",
+    rich_help_panel=_SERVING)]
+StartOpt = Annotated[str | None, typer.Option(
+    help="stream join times: staggered (s·T/N), random (uniform in [0, T)) or together",
+    rich_help_panel=_SERVING)]
+DiscardOpt = Annotated[str | None, typer.Option(
+    help="a replan discards the old future on-start (default) or on-ready",
+    rich_help_panel=_SERVING)]
+ColdStartOpt = Annotated[bool | None, typer.Option(
+    "--cold-start/--no-cold-start",
+    help="generate each stream's first chunk on the pools when it joins",
+    rich_help_panel=_SERVING)]
+ServingFileOpt = Annotated[Path | None, typer.Option(
+    help="a TOML file with the whole serving configuration; flags override it",
+    rich_help_panel=_SERVING)]
+MaxSimEventsOpt = Annotated[
+    int, typer.Option(help="work bound: events (latent slots, (duration + drain)/δ per run, "
+                      "plus conditions) over all cells and replications; checked first")
+]
+
+
+def serving_from_flags(serving_file: Path | None, **flags: Any) -> tuple[Any, str | None]:
+    """The serving configuration the flags (and ``--serving FILE``) ask for, or ``None``
+    when none is given (the single-worker model), and the file's DiT cost spec if any."""
+    if serving_file is None and all(value is None for value in flags.values()):
+        return None, None
+    from latsim.model.serving import build_serving
+
+    return build_serving(serving_file, **flags)

@@ -1,0 +1,239 @@
+"""Capacity search (DESIGN §6): the most streams a serving configuration serves within an SLO.
+
+A stream count N *meets* the SLO when the pooled end-to-end L95 is at most ``slo.l95`` and
+the viewer stall % (server stalls plus late deliveries) at most ``slo.stall_pct``. Each N is
+simulated with replications (common random numbers: stream ``s`` of replication ``r`` draws
+the same arrivals and costs whatever N is), and the verdict is statistical:
+
+- each metric's uncertainty is the bootstrap over replications (resampling whole
+  replications keeps the correlation of the streams within one);
+- ``p_l95`` and ``p_stall`` are the one-sided normal confidences that the true value is
+  within its limit; the confidence that N meets both is at least ``p_l95 + p_stall − 1``
+  (Bonferroni), and N *passes* when that bound reaches ``confidence``;
+- N *fails* when either metric is over its limit with confidence ``confidence``;
+- otherwise the replications double, up to ``max_seeds``; still undecided, N counts as not
+  meeting the SLO (``uncertain``: the conservative reading) and the row says so.
+
+The search doubles N from 1 until it fails (or reaches ``max_streams``), then bisects between
+the largest pass and the smallest failure. It assumes that meeting the SLO is monotone in N,
+which holds for the workloads here (more streams only add work to the queues); every N it
+measured is in the result so a reader can check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from statistics import NormalDist
+
+import numpy as np
+
+from latsim.analysis.serving import serving_metrics
+from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number, check_work
+from latsim.experiments.sweep import Experiment, cell_slots, plan, run_cell
+from latsim.model.serving import MAX_STREAMS, ServingConfig
+from latsim.run.serving import ServingRecords
+
+#: Bootstrap resamples of the replications behind each verdict.
+BOOTSTRAP = 400
+
+
+@dataclass(frozen=True)
+class SLO:
+    """End-to-end L95 (seconds) and viewer stall (percent of the window) limits."""
+
+    l95: float
+    stall_pct: float
+
+    def __post_init__(self) -> None:
+        check_number("--slo-l95", self.l95, 0, MAX_SECONDS, positive=True, unit="s")
+        check_number("--slo-stall", self.stall_pct, 0, 100, unit="%")
+
+
+@dataclass(frozen=True)
+class CapacityQuery:
+    """What to search: one K and one policy of ``experiment`` (whose ``serving`` sets
+    everything but the stream count), an SLO and the statistics of the verdict."""
+
+    experiment: Experiment
+    slo: SLO
+    max_streams: int = 256
+    confidence: float = 0.95
+    min_seeds: int = 5
+    max_seeds: int = 40
+
+    def __post_init__(self) -> None:
+        if len(self.experiment.Ks) != 1 or len(self.experiment.policies) != 1:
+            raise LatsimError("capacity takes one --K and one --policy")
+        if self.experiment.serving is None:
+            raise LatsimError("capacity needs a serving configuration")
+        check_int("--max-streams", self.max_streams, 1, MAX_STREAMS)
+        check_number("--confidence", self.confidence, 0.5, 0.9999)
+        check_int("--min-seeds", self.min_seeds, 2, 10_000)
+        check_int("--max-seeds", self.max_seeds, self.min_seeds, 10_000)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    streams: int
+    replications: int
+    metrics: dict
+    l95_se: float | None
+    stall_se: float | None
+    p_l95: float
+    p_stall: float
+    verdict: str  # meets | fails | uncertain
+
+    @property
+    def meets(self) -> bool:
+        return self.verdict == "meets"
+
+    @property
+    def confidence(self) -> float:
+        """A lower bound on the confidence that this N meets the SLO."""
+        return max(0.0, self.p_l95 + self.p_stall - 1.0)
+
+    def row(self) -> dict:
+        m = self.metrics
+        return {
+            "streams": self.streams, "replications": self.replications,
+            "verdict": self.verdict, "confidence_meets": self.confidence,
+            "L50": m["L50"], "L95": m["L95"], "L95_se": self.l95_se, "L99": m["L99"],
+            "viewer_stall_pct": m["viewer_stall_pct"], "viewer_stall_se": self.stall_se,
+            "stall_pct": m["stall_pct"], "client_stall_pct": m["client_stall_pct"],
+            "busy_pct": m["busy_pct"], "busy_pct_by_pool": m["busy_pct_by_pool"],
+            "queue_wait_mean_by_stage": m["queue_wait_mean_by_stage"],
+            "R_mean": m["R_mean"], "ttff_mean": m["ttff_mean"], "cpr": m["cpr"],
+            "n_conditions": m["n_conditions"],
+        }
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    query: CapacityQuery
+    max_streams: int
+    verdicts: tuple[Verdict, ...]
+    status: str = "complete"
+
+    def payload(self) -> dict:
+        slo = self.query.slo
+        return {
+            "max_streams": self.max_streams, "status": self.status,
+            "slo": {"L95": slo.l95, "viewer_stall_pct": slo.stall_pct},
+            "confidence": self.query.confidence,
+            "rows": [v.row() for v in sorted(self.verdicts, key=lambda v: v.streams)],
+        }
+
+
+def _probability_within(estimate: float | None, se: float | None, limit: float) -> float:
+    """One-sided normal confidence that the true value is at most ``limit``."""
+    if estimate is None:
+        return 0.0  # no displayed condition: nothing shows the SLO is met
+    if not se:
+        return 1.0 if estimate <= limit else 0.0
+    return NormalDist().cdf((limit - estimate) / se)
+
+
+def _bootstrap_se(runs: list[ServingRecords], rng: np.random.Generator
+                  ) -> tuple[float | None, float | None]:
+    """Bootstrap standard errors, over replications, of pooled L95 and viewer stall %."""
+    latencies = [np.array([v.L for v in run.viewer if v.displayed], dtype=float)
+                 for run in runs]
+    stall = np.array([serving_metrics([run])["viewer_stall_pct"] for run in runs])
+    l95s, stalls = [], []
+    for _ in range(BOOTSTRAP):
+        pick = rng.integers(len(runs), size=len(runs))
+        pooled = np.concatenate([latencies[i] for i in pick])
+        if pooled.size:
+            l95s.append(float(np.percentile(pooled, 95)))
+        stalls.append(float(stall[pick].mean()))
+    return (float(np.std(l95s, ddof=1)) if len(l95s) > 1 else None,
+            float(np.std(stalls, ddof=1)))
+
+
+def _judge(query: CapacityQuery, streams: int, runs: list[ServingRecords],
+           rng: np.random.Generator, last: bool) -> Verdict:
+    metrics = serving_metrics(runs)
+    l95_se, stall_se = _bootstrap_se(runs, rng)
+    p_l95 = _probability_within(metrics["L95"], l95_se, query.slo.l95)
+    p_stall = _probability_within(metrics["viewer_stall_pct"], stall_se, query.slo.stall_pct)
+    level = query.confidence
+    if p_l95 + p_stall - 1.0 >= level:
+        verdict = "meets"
+    elif p_l95 <= 1 - level or p_stall <= 1 - level:
+        verdict = "fails"
+    else:
+        verdict = "uncertain" if last else ""
+    return Verdict(streams, len(runs), metrics, l95_se, stall_se, p_l95, p_stall, verdict)
+
+
+def search_capacity(query: CapacityQuery,
+                    progress: Callable[[Verdict], None] | None = None,
+                    max_events: int | None = None) -> CapacityResult:
+    """Find the largest N in ``[1, max_streams]`` that meets the SLO (0 if none does).
+
+    ``max_events`` bounds the simulated work (latent slots and conditions over every run),
+    as ``--max-events`` does for ``simulate``; it defaults to the experiment's. A search
+    that would pass it stops before the run that would, with an error naming the bound.
+    """
+    experiment = query.experiment
+    serving: ServingConfig = experiment.serving  # type: ignore[assignment]
+    bound = experiment.max_events if max_events is None else max_events
+    base = plan(replace(experiment, serving=replace(serving, streams=1), seeds=1))
+    cell_index = next(i for i, c in enumerate(base.cells)
+                      if c.policy.name == experiment.policies[0])
+    per_stream_run = cell_slots(base, base.cells[cell_index])
+    check_work(per_stream_run * query.max_streams * query.min_seeds, bound, "--max-events",
+               f"one evaluation of {query.max_streams} streams x {query.min_seeds} "
+               f"replications of {base.duration:g} s comes to about {{n}} latent slots",
+               ", or give fewer --max-streams, --min-seeds or a shorter --duration")
+    spent = 0.0
+    rng = np.random.default_rng(np.random.SeedSequence(experiment.seed, spawn_key=(2**33,)))
+    verdicts: dict[int, Verdict] = {}
+
+    def evaluate(streams: int) -> Verdict:
+        nonlocal spent
+        trial = replace(experiment, serving=replace(serving, streams=streams))
+        runs: list[ServingRecords] = []
+        replications = query.min_seeds
+        while True:
+            more = replications - len(runs)
+            cost = per_stream_run * streams * more
+            if spent + cost > bound:
+                raise LatsimError(
+                    f"the capacity search would pass --max-events {bound} (about "
+                    f"{spent + cost:.0f} latent slots at N={streams}); measured so far: "
+                    + (", ".join(f"N={n} {v.verdict}" for n, v in sorted(verdicts.items()))
+                       or "nothing") + "; raise --max-events or lower --max-seeds")
+            spent += cost
+            runs += [run_cell(trial, cell_index, r) for r in range(len(runs), replications)]
+            last = replications >= query.max_seeds
+            verdict = _judge(query, streams, runs, rng, last)
+            if verdict.verdict:
+                break
+            replications = min(query.max_seeds, 2 * replications)
+        verdicts[streams] = verdict
+        if progress is not None:
+            progress(verdict)
+        return verdict
+
+    best, worst = 0, None  # largest N that met the SLO, smallest that did not
+    n = 1
+    while n <= query.max_streams:
+        if evaluate(n).meets:
+            best = n
+            if n == query.max_streams:
+                break
+            n = min(2 * n, query.max_streams)
+        else:
+            worst = n
+            break
+    if worst is not None:
+        while worst - best > 1:
+            mid = (best + worst) // 2
+            if evaluate(mid).meets:
+                best = mid
+            else:
+                worst = mid
+    return CapacityResult(query, best, tuple(verdicts.values()))
+

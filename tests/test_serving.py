@@ -1,0 +1,345 @@
+"""The serving model (DESIGN §6): equivalence with the single worker, invariants of many
+streams on shared pools, the queueing closed forms, discard-on-ready, and the outputs."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from latsim.analysis.queueing import (
+    overload_stall_fraction,
+    periodic_wait_mean,
+    periodic_work_mean,
+)
+from latsim.analysis.serving import serving_metrics
+from latsim.controller import (
+    EPS,
+    ConditionArrived,
+    Controller,
+    ControllerConfig,
+    JobDone,
+    JobStarted,
+    SlotDue,
+    StartJob,
+)
+from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.timing import Timing
+from latsim.errors import LatsimError
+from latsim.model.costs import FixedCost, LognormalCost
+from latsim.model.serving import Batching, ServingConfig
+from latsim.model.traces import Trace
+from latsim.sim.serving import StreamInput, simulate_serving
+from latsim.sim.simpy_driver import simulate_trace
+from tests.test_properties import arrival_times, settings_with_c_below_t
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def inputs(traces, joins, seed=0):
+    """One StreamInput per trace: its own cost and stage streams."""
+    root = np.random.SeedSequence(seed)
+    out = []
+    for i, (times, join) in enumerate(zip(traces, joins, strict=True)):
+        cost, *stages = root.spawn(5) if i == 0 else np.random.SeedSequence(
+            seed, spawn_key=(i,)).spawn(5)
+        out.append(StreamInput(Trace("t", tuple(times), 1e9), join,
+                               np.random.default_rng(cost),
+                               tuple(np.random.default_rng(s) for s in stages)))
+    return out
+
+
+# ---------------------------------------------------------------- one stream = single worker
+
+
+ZERO = FixedCost(0.0)
+DEDICATED = (
+    ServingConfig(),
+    ServingConfig(pools=(("dit", 1), ("vae", 1)), decode=ZERO, deliver=ZERO, uplink=ZERO,
+                  playout_delay=0.0),
+)
+
+
+@SETTINGS
+@given(data=st.data(), setting=settings_with_c_below_t(), cv=st.sampled_from([0.0, 0.4]),
+       over=st.sampled_from([1.0, 1.5]))
+def test_one_dedicated_stream_reproduces_the_single_worker_exactly(data, setting, cv, over):
+    """Same seed, same records: zero-cost stages add no event and no draw that matters."""
+    timing, C = setting  # noqa: N806
+    C = max(C * over, 1e-3)  # noqa: N806 - C above T too (a stream that stalls)
+    duration = timing.T * data.draw(st.floats(1.0, 8.0))
+    times = data.draw(arrival_times(timing, duration))
+    cost = LognormalCost(C, cv)
+    seed = data.draw(st.integers(0, 1000))
+    for policy in (BASELINE, SPECULATIVE):
+        config = ControllerConfig(timing, policy, cost.quantile(timing.K, 0.99))
+        single, _ = simulate_trace(config, cost, Trace("t", tuple(times), duration), duration,
+                                   np.random.default_rng(seed))
+        for serving in DEDICATED:
+            [stream] = inputs([times], [0.0])
+            stream = StreamInput(stream.trace, 0.0, np.random.default_rng(seed), stream.stages)
+            run = simulate_serving(config, cost, serving, [stream], duration,
+                                   np.random.default_rng(1))
+            assert run.streams[0] == single
+            shown = [v for v in run.viewer if v.displayed]
+            assert [v.L for v in shown] == [v.L_server for v in shown]
+            assert [v.L for v in shown] == [c.L for c in single.conditions if c.displayed]
+
+
+# ---------------------------------------------------------------- invariants of many streams
+
+
+class RecordingCost:
+    """A lognormal cost that remembers every draw by the generator it was drawn from."""
+
+    spec = "recording"
+    deterministic = False
+
+    def __init__(self, mean: float, cv: float) -> None:
+        self.inner = LognormalCost(mean, cv)
+        self.draws: dict[int, list[float]] = defaultdict(list)
+
+    def sample(self, K, rng, kind="refill"):  # noqa: N803
+        value = self.inner.sample(K, rng, kind)
+        self.draws[id(rng)].append(value)
+        return value
+
+    def mean(self, K):  # noqa: N803
+        return self.inner.mean(K)
+
+    def quantile(self, K, level):  # noqa: N803
+        return self.inner.quantile(K, level)
+
+
+@st.composite
+def serving_setups(draw):
+    timing = Timing(draw(st.sampled_from([2, 4, 8])), 4, 16.0)
+    n = draw(st.integers(1, 6))
+    dit = draw(st.integers(1, 3))
+    decode = draw(st.sampled_from([None, FixedCost(0.0), LognormalCost(0.05, 0.5)]))
+    pools = (("dit", dit),) if decode is None else (("dit", dit), ("vae", draw(st.integers(1, 2))))
+    batch = draw(st.sampled_from([None, Batching(FixedCost(0.3), 3)]))
+    serving = ServingConfig(
+        streams=n, pools=pools, decode=decode, decode_pool="vae",
+        deliver=draw(st.sampled_from([None, LognormalCost(0.03, 1.0)])),
+        uplink=draw(st.sampled_from([None, FixedCost(0.02)])),
+        replan_cost=draw(st.sampled_from([None, FixedCost(0.05)])),
+        batch=batch, schedule=draw(st.sampled_from(["fifo", "least-slack", "replan-first"])),
+        discard=draw(st.sampled_from(["on-start", "on-ready"])),
+        cold_start=draw(st.booleans()))
+    policy = draw(st.sampled_from([BASELINE, SPECULATIVE]))
+    mean_c = draw(st.floats(0.05, 1.2)) * timing.T
+    duration = timing.T * draw(st.floats(2.0, 6.0))
+    traces = [draw(arrival_times(timing, duration)) for _ in range(n)]
+    joins = [draw(st.floats(0.0, timing.T)) for _ in range(n)]
+    return timing, serving, policy, mean_c, duration, traces, joins
+
+
+@SETTINGS
+@given(setup=serving_setups(), seed=st.integers(0, 1000))
+def test_many_streams_keep_every_invariant(setup, seed):
+    timing, serving, policy, mean_c, duration, traces, joins = setup
+    cost = RecordingCost(mean_c, 0.3)
+    config = ControllerConfig(timing, policy, cost.quantile(timing.K, 0.99), serving.discard)
+    streams = inputs(traces, joins, seed)
+    run = simulate_serving(config, cost, serving, streams, duration, np.random.default_rng(seed))
+    K = timing.K  # noqa: N806
+    for index, records in enumerate(run.streams):
+        # no stream's played versions ever decrease; slots play in order, δ apart or more
+        versions = [s.version for s in records.slots]
+        assert versions == sorted(versions)
+        assert [s.position for s in records.slots] == list(range(len(records.slots)))
+        starts = [s.t_start for s in records.slots]
+        assert all(b - a >= timing.delta - 1e-9 for a, b in zip(starts, starts[1:], strict=False))
+        # every generated latent is played, discarded or still cached
+        discarded = sum(d.count for d in records.discards)
+        assert (records.jobs_done + 1) * K == len(records.slots) + discarded + (
+            records.cached_at_end)
+        for c in records.conditions:
+            if c.displayed:
+                assert min(c.R, c.C, c.Q) >= -EPS and abs(c.L - (c.R + c.C + c.Q)) < 1e-9
+        # a job's R includes its wait for a device: its dit task starts at its t_start
+        dit = {t.job_id: t for t in run.tasks if t.stream == index and t.stage == "dit"}
+        origin = run.starts[index].t_origin
+        for job in records.jobs:
+            if job.job_id > 0:
+                assert abs(dit[job.job_id].t_start - origin - job.t_start) < 1e-9
+    # every device serves one task (or one batch) at a time
+    by_device = defaultdict(dict)
+    for task in run.tasks:
+        by_device[(task.pool, task.device)][task.batch] = (task.t_start, task.t_end)
+    for intervals in by_device.values():
+        spans = sorted(intervals.values())
+        assert all(b[0] >= a[1] - 1e-9 for a, b in zip(spans, spans[1:], strict=False))
+    # per-device busy time is the sum of its tasks' costs: a task alone runs for exactly its
+    # draw (the i-th DiT draw of a stream is its i-th job, plus the replan overhead)
+    if serving.batch is None:
+        for index, inputs_ in enumerate(streams):
+            draws = cost.draws[id(inputs_.cost)]
+            for task in run.tasks:
+                if task.stream == index and task.stage == "dit" and task.t_end < run.end_time:
+                    position = task.job_id - (0 if serving.cold_start else 1)
+                    extra = 0.05 if task.kind == "replan" and serving.replan_cost else 0.0
+                    assert abs(task.t_end - task.t_start - draws[position] - extra) < 1e-9
+    busy = run.busy_by_device()
+    for (pool, device), intervals in by_device.items():
+        total = sum(max(0.0, min(e, run.window_end) - max(s, 0.0)) for s, e in intervals.values())
+        assert abs(busy[pool][device] - total) < 1e-9
+    # a fifo pool starts its tasks in the order they were queued
+    if serving.schedule == "fifo" and serving.batch is None:
+        for pool, _ in serving.pools:
+            queued = sorted((t for t in run.tasks if t.pool == pool),
+                            key=lambda t: (t.t_start, t.t_enqueue))
+            enqueues = [t.t_enqueue for t in queued]
+            assert enqueues == sorted(enqueues)
+
+
+# ---------------------------------------------------------------- queueing theory
+
+
+def _periodic_run(streams: int, ratio: float, start: str, seed: int, periods: int = 6):
+    """Baseline streams with no conditions, fixed C = T / ratio, a lead that covers every
+    wait (N·C + C/4 < T): each stream asks for a refill exactly every T, phase = its join."""
+    timing = Timing(8, 4, 16.0)
+    C = timing.T / ratio  # noqa: N806
+    lead = (streams + 0.25) * C
+    assert lead < timing.T
+    rng = np.random.default_rng(seed)
+    joins = (rng.uniform(0, timing.T, streams) if start == "random"
+             else np.zeros(streams))
+    serving = ServingConfig(streams=streams, start=start)
+    run = simulate_serving(ControllerConfig(timing, BASELINE, lead), FixedCost(C), serving,
+                           inputs([()] * streams, list(joins), seed), periods * timing.T,
+                           np.random.default_rng(seed))
+    return timing, C, run
+
+
+def test_synchronised_streams_wait_in_a_deterministic_interleaving():
+    """All streams join together: their refills are due at the same instants, FIFO serves
+    them in stream order, so stream s waits exactly s·C every period and never stalls."""
+    timing, C, run = _periodic_run(4, 5.0, "together", 0)  # noqa: N806
+    for task in run.tasks:
+        if task.job_id > 1:  # from the second refill on (the first is also due at once)
+            assert abs(task.wait - task.stream * C) < 1e-9
+    assert all(not s.stalls for s in run.streams)
+
+
+@pytest.mark.parametrize(("streams", "ratio"), [(2, 4.0), (4, 5.0), (3, 3.5)])
+def test_random_phases_wait_as_the_nd_d_1_queue(streams, ratio):
+    """The mean wait of a refill for the shared device is the nD/D/1 mean (Roberts &
+    Virtamo 1991, see latsim.analysis.queueing), averaged over random phases. Each
+    replication's mean wait (two steady periods: exactly one job per stream each) is one
+    draw; the tolerance is 4 standard errors of their mean."""
+    waits = []
+    for seed in range(300):
+        timing, C, run = _periodic_run(streams, ratio, "random", seed)  # noqa: N806
+        assert all(not s.stalls for s in run.streams)  # the lead covers every wait
+        window = [t.wait for t in run.tasks if 3 * timing.T <= t.t_enqueue < 5 * timing.T]
+        assert len(window) == 2 * streams
+        waits.append(np.mean(window))
+    expected = periodic_wait_mean(streams, timing.T, C)
+    se = np.std(waits, ddof=1) / math.sqrt(len(waits))
+    assert abs(np.mean(waits) - expected) <= 4 * se, (np.mean(waits), expected, se)
+
+
+def test_queueing_closed_forms_agree_with_each_other():
+    # E[V] = ρ (E[W] + C/2) (Brumelle); one stream never waits; hand value for N=2, D=4
+    for n, ratio in [(2, 4.0), (4, 5.0), (8, 10.0), (3, 3.5)]:
+        rho = n / ratio
+        assert periodic_work_mean(n, ratio, 1.0) == pytest.approx(
+            rho * (periodic_wait_mean(n, ratio, 1.0) + 0.5), rel=1e-12)
+    assert periodic_wait_mean(1, 4.0, 1.0) == 0.0
+    assert periodic_wait_mean(2, 4.0, 1.0) == pytest.approx(1 / 8)
+    with pytest.raises(LatsimError, match="overload"):
+        periodic_wait_mean(4, 4.0, 1.0)
+
+
+def test_overloaded_device_stalls_grow_with_the_run_length():
+    """ρ = N·C/T > 1 on one device: each stream's stall time grows without bound, at the
+    rate 1 − 1/ρ. The deficit is exact up to edge effects of one chunk per stream (the
+    free prebuffer and a partly served period at each end), so the tolerance is N·C + T
+    seconds of stall over the window."""
+    timing = Timing(8, 4, 16.0)
+    streams, C = 3, 1.0  # noqa: N806 - ρ = 3 / 2
+    rate = overload_stall_fraction(streams, timing.T, C)
+    stalls = {}
+    for duration in (100.0, 400.0):
+        run = simulate_serving(
+            ControllerConfig(timing, BASELINE, C), FixedCost(C),
+            ServingConfig(streams=streams, start="staggered"),
+            inputs([()] * streams, [i * timing.T / streams for i in range(streams)]),
+            duration, np.random.default_rng(0))
+        metrics = serving_metrics([run])
+        stalls[duration] = metrics["stall_pct"] / 100 * duration
+        assert abs(stalls[duration] - rate * duration) <= streams * C + timing.T
+    assert stalls[400.0] - stalls[100.0] >= rate * 300 - 2 * (streams * C + timing.T)
+
+
+# ---------------------------------------------------------------- discard on ready
+
+
+def _drive(discard: str):
+    """A speculative stream whose replan finishes late (after its branch is due)."""
+    timing = Timing(4, 1, 4.0)  # δ = 0.25 s, T = 1 s
+    ctrl = Controller(ControllerConfig(timing, SPECULATIVE, 0.25, discard))
+    ctrl.start(0.0)
+    events = []
+
+    def feed(event, now):
+        events.extend(ctrl.handle(event, now))
+
+    feed(SlotDue(0), 0.0)
+    feed(ConditionArrived(), 0.1)
+    replan = next(c for c in events if isinstance(c, StartJob) and c.kind == "replan")
+    feed(JobStarted(replan.job_id), 0.2)  # it waited for a device
+    feed(SlotDue(1), 0.25)
+    feed(SlotDue(2), 0.5)  # the branch (position 2) is due: the replan is still running
+    feed(SlotDue(3), 0.75)
+    feed(JobDone(replan.job_id), 0.8)
+    ctrl.finish(1.0)
+    return ctrl, replan
+
+
+def test_discard_on_ready_keeps_playing_the_old_future_until_the_replan_is_ready():
+    on_start, replan = _drive("on-start")
+    on_ready, replan_ready = _drive("on-ready")
+    assert replan.branch == replan_ready.branch == 2
+    # on-start: the future was discarded at once, so the player stalled at the branch
+    assert on_start.stalls and on_start.stalls[0].position == 2
+    assert [s.version for s in on_start.slots] == [0, 0, 1]
+    # on-ready: positions 2 and 3 played from the old content, no stall; the replan's
+    # first two latents came too late and count as waste, the rest replace the old future
+    assert not on_ready.stalls
+    assert [s.version for s in on_ready.slots] == [0, 0, 0, 0]
+    assert [(d.job_id, d.first, d.count) for d in on_ready.discards] == [(replan.job_id, 2, 2)]
+    assert on_ready.cached_positions == {4: (1, replan.job_id), 5: (1, replan.job_id)}
+    # JobStarted moved the job's start: its wait counts in R
+    assert on_ready.jobs[-1].t_start == 0.2
+    K = 4  # noqa: N806
+    assert K * (1 + on_ready.jobs_done) == on_ready.played + on_ready.discarded + len(
+        on_ready.cached_positions)
+
+
+def test_discard_on_ready_stalls_less_under_queueing():
+    """Speculative streams sharing one device with the default lead: replans wait for the
+    device, and keeping the old future playable removes stalls that discarding it on start
+    causes (same arrivals and costs for both)."""
+    timing = Timing(8, 4, 16.0)
+    result = {}
+    for discard in ("on-start", "on-ready"):
+        stalls = []
+        for seed in range(5):
+            rng = np.random.default_rng(seed)
+            traces = [tuple(np.sort(rng.uniform(0, 60, 12))) for _ in range(3)]
+            run = simulate_serving(
+                ControllerConfig(timing, SPECULATIVE, 0.5, discard), FixedCost(0.5),
+                ServingConfig(streams=3, discard=discard),
+                inputs(traces, [0.0, 0.7, 1.3], seed), 60.0, np.random.default_rng(seed))
+            stalls.append(serving_metrics([run])["stall_pct"])
+        result[discard] = np.mean(stalls)
+    assert result["on-ready"] < result["on-start"]
+

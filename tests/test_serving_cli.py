@@ -1,0 +1,189 @@
+"""The serving model on the command line: unchanged output without its flags, the pooled
+JSON keys, run folders with a stream column, the TOML file, capacity, and bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from latsim.cli.app import app
+from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
+from latsim.experiments.sweep import Experiment
+from latsim.model.costs import FixedCost
+from latsim.model.serving import ServingConfig, build_serving
+
+runner = CliRunner()
+GOLDEN = Path(__file__).parent / "golden"
+SERVING_KEYS = {"n_streams", "L99", "cpr", "ttff_mean", "busy_pct_by_pool"}
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.mark.parametrize(("args", "golden"), [
+    (("simulate", "--K", "8", "--seeds", "4", "--duration", "40"), "simulate_K8_seeds4.json"),
+    (("simulate", "--K", "4", "--cost", "lognormal:0.6,0.3", "--updates", "poisson:0.3",
+      "--seeds", "3", "--duration", "30"), "simulate_K4_lognormal.json"),
+    (("sweep",), "sweep_default.json"),
+])
+def test_without_serving_flags_the_json_is_byte_identical_to_before(args, golden):
+    """The golden files were written by the code before the serving model existed."""
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == (GOLDEN / golden).read_text()
+
+
+def test_without_serving_flags_the_run_folder_is_byte_identical_to_before(tmp_path):
+    result = invoke("simulate", "--K", "4", "--seeds", "2", "--duration", "20", "--out",
+                    str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    expected = json.loads((GOLDEN / "simulate_K4_out_sha256.json").read_text())
+    for name, digest in expected.items():
+        assert hashlib.sha256((tmp_path / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_one_stream_on_dedicated_pools_gives_the_same_numbers_plus_pooled_keys():
+    plain = json.loads(invoke("simulate", "--K", "8", "--seeds", "4", "--duration", "40",
+                              "--json").stdout)
+    result = invoke("simulate", "--K", "8", "--seeds", "4", "--duration", "40", "--json",
+                    "--streams", "1", "--pools", "dit=1,vae=1", "--decode", "fixed:0",
+                    "--deliver", "fixed:0", "--uplink", "fixed:0")
+    assert result.exit_code == 0, result.stderr
+    serving = json.loads(result.stdout)
+    for old, new in zip(plain, serving, strict=True):
+        assert SERVING_KEYS <= new.keys()
+        assert {k: v for k, v in new.items() if k in old} == old
+        assert new["n_streams"] == 1 and new["busy_pct_by_pool"]["vae"] == 0.0
+
+
+def test_many_streams_write_records_with_a_stream_column(tmp_path):
+    result = invoke("simulate", "--K", "8", "--C", "0.4", "--policy", "speculative",
+                    "--streams", "3", "--pools", "dit=1,vae=1", "--decode", "fixed:0.05",
+                    "--deliver", "lognormal:0.02,0.5", "--uplink", "fixed:0.01",
+                    "--updates", "poisson:0.3", "--duration", "30", "--seeds", "2",
+                    "--lead", "1.2", "--out", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.stderr
+    speculative = json.loads(result.stdout)  # one policy: one object
+    assert speculative["n_streams"] == 3
+    assert set(speculative["busy_pct_by_pool"]) == {"dit", "vae"}
+    conditions = pd.read_csv(tmp_path / "conditions.csv")
+    assert set(conditions["stream"]) == {0, 1, 2}
+    assert conditions.groupby(["policy", "run", "stream"]).size().min() >= 1
+    tasks = pd.read_csv(tmp_path / "tasks.csv")
+    assert {"stream", "stage", "pool", "device", "t_enqueue"} <= set(tasks.columns)
+    viewer = pd.read_csv(tmp_path / "viewer.csv")
+    shown = viewer[viewer["displayed"]]
+    # end-to-end L = uplink + server-side L + playout (+ client lateness)
+    assert (shown["L"] >= shown["L_server"] + 0.01 - 1e-9).all()
+    assert len(pd.read_csv(tmp_path / "streams.csv")) == 2 * 3  # and its baseline twin
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["serving"]["streams"] == 3 and config["serving"]["decode"] == "fixed:0.05"
+
+
+def test_a_serving_file_sets_everything_and_flags_override_it(tmp_path):
+    file = tmp_path / "serving.toml"
+    file.write_text('streams = 4\nschedule = "least-slack"\ndiscard = "on-ready"\n'
+                    'start = "random"\ncold_start = true\n[pools]\ndit = 2\nvae = 1\n'
+                    '[stages.dit]\ncost = "fixed:0.3"\n[stages.decode]\npool = "vae"\n'
+                    'cost = "fixed:0.05"\n[stages.deliver]\ncost = "fixed:0.02"\n'
+                    '[replan]\ncost = "fixed:0.01"\n[batch]\ncost = "affine:0.1,0.02"\n'
+                    'max = 2\n')
+    config, dit_cost = build_serving(file, streams=2)
+    assert dit_cost == "fixed:0.3"
+    assert config.streams == 2 and config.pools == (("dit", 2), ("vae", 1))
+    assert config.schedule == "least-slack" and config.cold_start and config.batch.max_size == 2
+    result = invoke("simulate", "--K", "4", "--serving", str(file), "--duration", "20",
+                    "--seeds", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    row = json.loads(result.stdout)[0]
+    assert row["cost"] == "fixed:0.3" and row["n_streams"] == 4
+    assert row["ttff_mean"] > row["playout_delay"]  # a cold start waits for its first chunk
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--streams", "0"), "--streams"),
+    (("--pools", "dit=0"), "devices"),
+    (("--pools", "gpu=1"), "stage dit runs on pool 'dit'"),
+    (("--decode", "fixed:0.1", "--pools", "dit=1"), "stage decode runs on pool 'vae'"),
+    (("--pools", "dit"), "NAME=DEVICES"),
+    (("--pools", "dit=1,dit=2"), "twice"),
+    (("--schedule", "random"), "--schedule must be one of"),
+    (("--discard", "never"), "--discard must be one of"),
+    (("--batch", "fixed:0.1;size=2"), ";max=B"),
+    (("--deliver", "nope"), "cost spec"),
+    (("--playout-delay", "-1"), "--playout-delay"),
+])
+def test_bad_serving_input_exits_2_with_one_line(args, message):
+    result = invoke("simulate", "--K", "4", "--duration", "10", *args)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("streams = [", "not valid TOML"),
+    ("streamz = 3", "unknown key 'streamz'"),
+    ("streams = 'three'", "expected int"),
+    ("[stages.decode]\npool = 'nope'\ncost = 'fixed:0.1'", "stage decode runs on pool 'nope'"),
+    ("[stages.render]\ncost = 'fixed:0.1'", "unknown stage 'render'"),
+    ("[pools]\ndit = 1.5", "expected int"),
+])
+def test_bad_serving_files_exit_2_with_one_line(tmp_path, text, message):
+    file = tmp_path / "bad.toml"
+    file.write_text(text)
+    result = invoke("simulate", "--K", "4", "--duration", "10", "--serving", str(file))
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_capacity_json_is_one_object_with_max_streams_and_its_rows(tmp_path):
+    result = invoke("capacity", "--K", "8", "--C", "0.5", "--pools", "dit=1", "--slo-l95",
+                    "2.0", "--slo-stall", "0.1", "--lead", "1.5", "--duration", "30",
+                    "--max-streams", "8", "--json", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["max_streams"] >= 1
+    rows = {row["streams"]: row for row in payload["rows"]}
+    assert rows[payload["max_streams"]]["verdict"] == "meets"
+    above = payload["max_streams"] + 1
+    if above <= 8:
+        assert rows[above]["verdict"] != "meets"
+    assert (tmp_path / "capacity.png").stat().st_size > 0
+    assert len(pd.read_csv(tmp_path / "capacity.csv")) == len(payload["rows"])
+
+
+def test_capacity_bad_input_exits_2_with_one_line():
+    for args in (("--slo-l95", "0"), ("--slo-l95", "2", "--max-streams", "0"),
+                 ("--slo-l95", "2", "--policy", "both")):
+        result = invoke("capacity", "--K", "8", "--C", "0.5", *args)
+        assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def _capacity(slo_l95: float, devices: int) -> int:
+    experiment = Experiment(Ks=(8,), cost=FixedCost(0.5), lead=1.5, policies=("baseline",),
+                            updates="poisson:0.2", duration=30.0,
+                            serving=ServingConfig(pools=(("dit", devices),), start="staggered"))
+    query = CapacityQuery(experiment, SLO(slo_l95, 0.1), max_streams=12, min_seeds=3,
+                          max_seeds=6)
+    return search_capacity(query).max_streams
+
+
+@settings(max_examples=6, deadline=None)
+@given(slo=st.floats(3.0, 6.0), extra=st.floats(0.0, 2.0))
+def test_capacity_is_monotone_in_the_slo(slo, extra):
+    assert _capacity(slo, 1) <= _capacity(slo + extra, 1)
+
+
+@settings(max_examples=4, deadline=None)
+@given(slo=st.floats(3.0, 6.0))
+def test_capacity_is_monotone_in_the_pool_size(slo):
+    assert _capacity(slo, 1) <= _capacity(slo, 2)
