@@ -187,3 +187,24 @@ def test_capacity_is_monotone_in_the_slo(slo, extra):
 @given(slo=st.floats(3.0, 6.0))
 def test_capacity_is_monotone_in_the_pool_size(slo):
     assert _capacity(slo, 1) <= _capacity(slo, 2)
+
+
+def test_a_dit_task_on_a_parallel_group_occupies_every_device_of_it(tmp_path):
+    table = tmp_path / "usp.json"
+    table.write_text('{"degrees": {"1": {"8": 1.2}, "4": {"8": 0.4}}}')
+    result = invoke("simulate", "--K", "8", "--cost", f"usp:{table}", "--pools", "dit=8",
+                    "--dit-degree", "4", "--streams", "4", "--start", "together", "--lead",
+                    "1.9", "--policy", "baseline", "--duration", "30", "--seeds", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    row = json.loads(result.stdout)
+    assert row["cost"] == f"usp:{table}@4" and row["C_mean"] == 0.4
+    busy = row["busy_pct_by_device"]["dit"]
+    assert len(busy) == 8
+    # the four devices of a group are busy together; four streams of 0.4 s per T = 2 s
+    # use 80 % of two groups' time in all (a little less: the window's first refill is late)
+    assert busy[0:4] == [busy[0]] * 4 and busy[4:8] == [busy[4]] * 4
+    assert 0.7 * 80 < (busy[0] + busy[4]) <= 80 + 1e-9
+    for args, message in ((("--cost", f"usp:{table}@2"), "no table for parallel degree 2"),
+                          (("--cost", f"usp:{table}", "--dit-degree", "3"), "multiple")):
+        bad = invoke("simulate", "--K", "8", "--pools", "dit=8", "--duration", "10", *args)
+        assert bad.exit_code == 2 and message in bad.stderr, bad.stderr

@@ -29,6 +29,7 @@ from latsim.cli.options import (
     DecodeOpt,
     DeliverOpt,
     DiscardOpt,
+    DitDegreeOpt,
     DurationOpt,
     FpsOpt,
     JobsOpt,
@@ -322,6 +323,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         start: StartOpt = None,
         discard: DiscardOpt = None,
         cold_start: ColdStartOpt = None,
+        dit_degree: DitDegreeOpt = None,
         serving: ServingFileOpt = None,
     ) -> None:
         if not K:
@@ -338,7 +340,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
             serving, streams=streams, pools=pools, schedule=schedule, decode=decode,
             deliver=deliver, uplink=uplink, playout_delay=playout_delay,
             replan_cost=replan_cost, batch=batch, start=start, discard=discard,
-            cold_start=cold_start)
+            cold_start=cold_start, dit_degree=dit_degree)
         if C is None and cost is None:
             cost = file_cost
         experiment = Experiment(

@@ -17,6 +17,7 @@ from latsim.cli.options import (
     DecodeOpt,
     DeliverOpt,
     DiscardOpt,
+    DitDegreeOpt,
     DurationOpt,
     FpsOpt,
     JsonOpt,
@@ -64,6 +65,7 @@ def capacity(
         help="stream join times: random (default), staggered or together")] = "random",
     discard: DiscardOpt = None,
     cold_start: ColdStartOpt = None,
+    dit_degree: DitDegreeOpt = None,
     serving: ServingFileOpt = None,
     max_streams: Annotated[int, typer.Option(help="largest N to try")] = 256,
     confidence: Annotated[float, typer.Option(
@@ -91,7 +93,7 @@ def capacity(
     serving_config, file_cost = serving_from_flags(
         serving, streams=1, pools=pools, schedule=schedule, decode=decode, deliver=deliver,
         uplink=uplink, playout_delay=playout_delay, replan_cost=replan_cost, batch=batch,
-        start=start, discard=discard, cold_start=cold_start)
+        start=start, discard=discard, cold_start=cold_start, dit_degree=dit_degree)
     experiment = Experiment(
         Ks=(K,), r=r, fps=fps,
         cost=FixedCost(C) if C is not None else cost or file_cost or DEFAULT_COST,

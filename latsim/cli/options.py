@@ -76,6 +76,9 @@ ColdStartOpt = Annotated[bool | None, typer.Option(
     "--cold-start/--no-cold-start",
     help="generate each stream's first chunk on the pools when it joins",
     rich_help_panel=_SERVING)]
+DitDegreeOpt = Annotated[int | None, typer.Option(
+    help="devices one DiT task runs on (USP degree; the dit pool is cut into groups of it); "
+    "default: a usp: cost's degree, else 1", rich_help_panel=_SERVING)]
 ServingFileOpt = Annotated[Path | None, typer.Option(
     help="a TOML file with the whole serving configuration; flags override it",
     rich_help_panel=_SERVING)]

@@ -113,7 +113,15 @@ def traces_show(
                f"{f(summary.gap_p95)}, max {f(summary.gap_max)}, CV {f(summary.gap_cv, 2)}")
 
 
+reproduce_app = typer.Typer(
+    help="Reproduce the paper's latency results: theory, simulation and the paper side by "
+    "side (``latsim reproduce``); ``latsim reproduce serving``: the serving model on the "
+    "paper's settings.", no_args_is_help=False)
+
+
+@reproduce_app.callback(invoke_without_command=True)
 def reproduce(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("results/paper"),
     traces: Annotated[
         Path | None,
@@ -128,6 +136,8 @@ def reproduce(
     ] = DEFAULT_MAX_EVENTS,
 ) -> None:
     """Reproduce the paper's latency results: theory, simulation and the paper side by side."""
+    if ctx.invoked_subcommand is not None:
+        return
     from latsim.experiments import paper
     from latsim.viz.paper import plot_reproduction, print_report
 
@@ -141,6 +151,36 @@ def reproduce(
         return
     print_report(result)
     typer.echo(f"wrote {', '.join(p.name for p in written)} to {out}/")
+
+
+@reproduce_app.command("serving")
+def reproduce_serving(
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("results/serving"),
+    traces: Annotated[
+        Path | None,
+        typer.Option(help="folder holding low/ and high/ trace sets (default: the repo's "
+                     "traces/, regenerated in memory if absent)"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the tables as JSON")] = False,
+    jobs: Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")] = None,
+    max_events: Annotated[
+        int, typer.Option(help="work bound of each simulation (latent slots and conditions)")
+    ] = DEFAULT_MAX_EVENTS,
+) -> None:
+    """The serving model on the paper's settings: end-to-end L50 cells (one calibrated, the
+    rest predicted), long-chunk headroom in streams, and discard-on-ready vs -on-start."""
+    from latsim.experiments.serving_paper import reproduce_serving as run
+    from latsim.viz.paper import plot_serving, print_serving_report
+
+    tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
+    plot_serving(tables, out / "serving.png")
+    if as_json:
+        from latsim.run.files import dumps
+
+        typer.echo(dumps(tables))
+        return
+    print_serving_report(tables)
+    typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, serving.png to {out}/")
 
 
 @plot_app.command("timeline")
@@ -168,5 +208,5 @@ def plot_timeline(
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
     app.add_typer(traces_app, name="traces")
-    app.command("reproduce")(reproduce)
+    app.add_typer(reproduce_app, name="reproduce")
     app.add_typer(plot_app, name="plot")

@@ -152,6 +152,7 @@ class Plan:
     duration: float
     replications: int
     cells: tuple[Cell, ...]
+    serving: ServingConfig | None = None  # with its DiT degree resolved
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,12 @@ def plan(experiment: Experiment) -> Plan:
     """Resolve defaults and validate everything before any simulation starts, the work
     bound included (:func:`plan_events` against ``experiment.max_events``)."""
     cost, arrivals = _sources(experiment)
+    serving = experiment.serving
+    if serving is not None:  # a per-degree cost table at the degree the tasks run on
+        at = getattr(cost, "at", None)
+        if at is not None and serving.dit_degree is not None:
+            cost = at(serving.dit_degree)
+        serving = replace(serving, dit_degree=getattr(cost, "degree", serving.degree))
     duration = experiment.duration
     if duration is None:
         duration = arrivals.default_duration() or DEFAULT_DURATION
@@ -215,7 +222,6 @@ def plan(experiment: Experiment) -> Plan:
             )
         # K outside a cost table's range fails here, before any work
         _check_job_time("mean C", cost.mean(K), K, cost.spec)
-        serving = experiment.serving
         if experiment.lead is not None:
             lead = experiment.lead
         else:
@@ -232,7 +238,7 @@ def plan(experiment: Experiment) -> Plan:
                               "on-start" if serving is None else serving.discard))
             cells[-1].config  # noqa: B018 - validates q against K
     p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
-             tuple(cells))
+             tuple(cells), serving)
     check_work(
         plan_events(p), experiment.max_events, "--max-events",
         f"{len(p.cells)} cell(s) x {p.replications} replication(s) of {p.duration:g} s plus "
@@ -283,7 +289,7 @@ def _stream_inputs(p: Plan, cell: Cell, replication: int) -> list[StreamInput]:
     arrival stream: what a stream draws does not depend on how many streams there are.
     Trace sources give stream ``s`` trace ``(replication + s) mod n``.
     """
-    serving = p.experiment.serving
+    serving = p.serving
     assert serving is not None
     seed, T = p.experiment.seed, cell.timing.T  # noqa: N806
     inputs = []
@@ -308,9 +314,9 @@ def run_cell(experiment: Experiment, cell_index: int, replication: int
     """One replication of one cell (top-level so worker processes can run it)."""
     p = plan(experiment)
     cell = p.cells[cell_index]
-    if experiment.serving is not None:
+    if p.serving is not None:
         batch = np.random.SeedSequence(experiment.seed, spawn_key=(replication, _BATCH_KEY))
-        return simulate_serving(cell.config, p.cost, experiment.serving,
+        return simulate_serving(cell.config, p.cost, p.serving,
                                 _stream_inputs(p, cell, replication), p.duration,
                                 np.random.default_rng(batch))
     arrival_stream, cost_stream = _replication_streams(experiment.seed, replication)
@@ -448,7 +454,7 @@ def experiment_config(result: ExperimentResult) -> dict:
         "policies": list(experiment.policies), "updates": p.arrivals.spec,
         "duration": p.duration, "replications": p.replications, "seed": experiment.seed,
         "commit": experiment.commit, "commit_lead": experiment.commit_lead,
-        **({} if experiment.serving is None else {"serving": experiment.serving.describe()}),
+        **({} if p.serving is None else {"serving": p.serving.describe()}),
     }
 
 

@@ -7,6 +7,9 @@ The controller never sees a duration; drivers ask a cost model. Specs (``--cost`
 - ``table:PATH``         K -> C from JSON or CSV (see :func:`load_table`); samples per K
                          are resampled, means are interpolated linearly between table K
 - ``lognormal:MEAN,CV``  lognormal with that mean and coefficient of variation
+- ``usp:PATH[@G]``       per-parallel-degree tables (see :func:`load_parallel_table`): the
+                         table of degree G (default 1; the serving model's ``--dit-degree``
+                         picks it when the spec does not)
 """
 
 from __future__ import annotations
@@ -260,17 +263,7 @@ def load_table(path: str | Path) -> TableCost:
     samples: dict[tuple[int, str], list[float]] = {}
 
     def add(k_raw: object, kind: object, value: object, where: str) -> None:
-        try:
-            k = int(str(k_raw))
-            c = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError, OverflowError):
-            raise LatsimError(f"{path}: {where}: K and C must be numbers") from None
-        if not 0 < k <= MAX_K:
-            raise LatsimError(f"{path}: {where}: K must be a positive integer <= {MAX_K}")
-        if kind not in JOB_KINDS:
-            shown = repr(kind) if len(repr(kind)) <= 40 else repr(kind)[:37] + "..."
-            raise LatsimError(f"{path}: {where}: job kind must be refill or replan, got {shown}")
-        samples.setdefault((k, kind), []).append(_check_seconds(f"{path}: {where}: C", c))
+        _add_sample(samples, path, k_raw, kind, value, where)
 
     if file.suffix.lower() == ".csv":
         try:
@@ -290,14 +283,100 @@ def load_table(path: str | Path) -> TableCost:
             raise LatsimError(f"{path}: not usable JSON ({type(exc).__name__})") from None
         if isinstance(data, dict) and isinstance(data.get("costs"), dict):
             data = data["costs"]
-        if not isinstance(data, dict):
-            raise LatsimError(f"{path}: expected a JSON object mapping K to seconds")
-        for k_raw, value in data.items():
-            per_kind = value if isinstance(value, dict) else {"refill": value}
-            for kind, vals in per_kind.items():
-                for v in vals if isinstance(vals, list) else [vals]:
-                    add(k_raw, kind, v, f"K={k_raw}")
+        return _table_from_json(data, str(path))
     return TableCost(str(path), {key: tuple(vals) for key, vals in samples.items()})
+
+
+def _table_from_json(data: object, path: str) -> TableCost:
+    """A :class:`TableCost` from the JSON form :func:`load_table` documents."""
+    if not isinstance(data, dict):
+        raise LatsimError(f"{path}: expected a JSON object mapping K to seconds")
+    samples: dict[tuple[int, str], list[float]] = {}
+    for k_raw, value in data.items():
+        per_kind = value if isinstance(value, dict) else {"refill": value}
+        for kind, vals in per_kind.items():
+            for v in vals if isinstance(vals, list) else [vals]:
+                _add_sample(samples, path, k_raw, kind, v, f"K={k_raw}")
+    return TableCost(path, {key: tuple(vals) for key, vals in samples.items()})
+
+
+def _add_sample(samples: dict[tuple[int, str], list[float]], path: object, k_raw: object,
+                kind: object, value: object, where: str) -> None:
+    """Check one table entry and add it to ``samples``."""
+    try:
+        k = int(str(k_raw))
+        c = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise LatsimError(f"{path}: {where}: K and C must be numbers") from None
+    if not 0 < k <= MAX_K:
+        raise LatsimError(f"{path}: {where}: K must be a positive integer <= {MAX_K}")
+    if kind not in JOB_KINDS:
+        shown = repr(kind) if len(repr(kind)) <= 40 else repr(kind)[:37] + "..."
+        raise LatsimError(f"{path}: {where}: job kind must be refill or replan, got {shown}")
+    samples.setdefault((k, kind), []).append(_check_seconds(f"{path}: {where}: C", c))
+
+
+@dataclass(frozen=True)
+class ParallelTableCost:
+    """Cost tables per parallel degree (USP: one DiT job on G devices at once), the table
+    of ``degree`` in use. A cost model like any other; :meth:`at` picks another degree."""
+
+    path: str
+    tables: dict[int, TableCost]
+    degree: int = 1
+
+    def __post_init__(self) -> None:
+        if self.degree not in self.tables:
+            raise LatsimError(f"{self.path}: no table for parallel degree {self.degree} "
+                              f"(degrees: {', '.join(map(str, sorted(self.tables)))})")
+
+    def at(self, degree: int) -> ParallelTableCost:
+        return ParallelTableCost(self.path, self.tables, degree)
+
+    @property
+    def spec(self) -> str:
+        return f"usp:{self.path}@{self.degree}"
+
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+        return self.tables[self.degree].sample(K, rng, kind)
+
+    def mean(self, K: int) -> float:  # noqa: N803
+        return self.tables[self.degree].mean(K)
+
+    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+        return self.tables[self.degree].quantile(K, level)
+
+    @property
+    def deterministic(self) -> bool:
+        return self.tables[self.degree].deterministic
+
+
+def load_parallel_table(path: str | Path, degree: int = 1) -> ParallelTableCost:
+    """Read per-degree cost tables: a JSON object mapping each parallel degree to a cost
+    table body as :func:`load_table` reads it, e.g. ``{"1": {"3": 0.31, "21": 1.9},
+    "4": {"3": 0.11, "21": 0.52}}`` (optionally wrapped as ``{"degrees": {...}}``)."""
+    file = Path(path)
+    try:
+        data = json.loads(read_bounded_text(file))
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise LatsimError(f"cannot read cost table {path}: {reason}") from None
+    except (ValueError, RecursionError) as exc:
+        raise LatsimError(f"{path}: not valid JSON ({type(exc).__name__})") from None
+    if isinstance(data, dict) and isinstance(data.get("degrees"), dict):
+        data = data["degrees"]
+    if not isinstance(data, dict) or not data:
+        raise LatsimError(f"{path}: expected a JSON object mapping parallel degrees to tables")
+    tables = {}
+    for key, body in data.items():
+        try:
+            g = int(key)
+        except ValueError:
+            raise LatsimError(f"{path}: parallel degree {key!r} is not a whole number") from None
+        if not 0 < g <= 4096 or not isinstance(body, dict):
+            raise LatsimError(f"{path}: degree {key}: a positive degree mapping K to seconds")
+        tables[g] = _table_from_json(body, f"{path}@{g}")
+    return ParallelTableCost(str(path), tables, degree)
 
 
 def _numbers(spec: str, body: str, count: int) -> list[float]:
@@ -329,6 +408,13 @@ def parse_cost(spec: str) -> CostModel:
         return LognormalCost(*_numbers(spec, body, 2))
     if prefix == "table":
         return load_table(body)
+    if prefix == "usp":
+        path, _, degree = body.rpartition("@") if "@" in body else (body, "", "1")
+        if not degree.isdigit():
+            raise LatsimError(f"cost spec {_short(spec)}: the degree after @ must be a "
+                              "whole number")
+        return load_parallel_table(path, int(degree))
     raise LatsimError(
-        f"unknown cost spec prefix {_short(prefix)}; use fixed:, affine:, table: or lognormal:"
+        f"unknown cost spec prefix {_short(prefix)}; use fixed:, affine:, table:, "
+        "lognormal: or usp:"
     )

@@ -6,8 +6,10 @@ in :mod:`latsim.sim.serving` runs it).
 
 A job is a chain of stages. ``dit`` (sampling K latents, cost from ``--C``/``--cost``, plus
 ``replan_cost`` for a replan: decoding the boundary frame and re-encoding it as context) runs
-on the ``dit`` pool; ``decode`` (VAE of the whole chunk) on the pool ``decode_pool``; the job
-is ready, for the controller, when both are done (DESIGN §1: C includes the decode it needs).
+on the ``dit`` pool, on ``dit_degree`` devices at once (sequence parallelism: the pool is cut
+into fixed groups of that many devices; a ``usp:`` cost spec gives the time per degree);
+``decode`` (VAE of the whole chunk) on the pool ``decode_pool``; the job is ready, for the
+controller, when both are done (DESIGN §1: C includes the decode it needs).
 ``uplink`` (a condition's trip to the server) and ``deliver`` (a played slot's trip to the
 client) are network delays, not devices. Every stage's cost is a cost spec
 (:func:`latsim.model.costs.parse_cost`; ``deliver`` draws with K = 1, one latent's frames).
@@ -27,6 +29,7 @@ A TOML file holds the same settings (every key optional; flags override it)::
 
     [stages.dit]
     cost = "affine:0.15,0.16"     # used where --C/--cost is not given
+    degree = 1                    # devices one DiT task occupies (USP groups of the pool)
     [stages.decode]
     pool = "vae"
     cost = "fixed:0.05"
@@ -97,6 +100,7 @@ class ServingConfig:
     discard: str = "on-start"
     playout_delay: float | None = None
     cold_start: bool = False
+    dit_degree: int | None = None  # devices one DiT task occupies (USP); None: the cost's
     dit_pool: str = field(default="dit", init=False)
 
     def __post_init__(self) -> None:
@@ -112,6 +116,11 @@ class ServingConfig:
         if self.dit_pool not in names:
             raise LatsimError(f"stage dit runs on pool {self.dit_pool!r}, which the pools "
                               f"({','.join(names) or 'none'}) do not define")
+        if self.dit_degree is not None:
+            check_int("--dit-degree", self.dit_degree, 1, MAX_DEVICES)
+            if self.pool_size(self.dit_pool) % self.dit_degree:
+                raise LatsimError(f"pool {self.dit_pool} has {self.pool_size(self.dit_pool)} "
+                                  f"device(s), not a multiple of --dit-degree {self.dit_degree}")
         if self.decode is not None and self.decode_pool not in names:
             raise LatsimError(f"stage decode runs on pool {self.decode_pool!r}, which the "
                               f"pools ({','.join(names)}) do not define")
@@ -125,6 +134,11 @@ class ServingConfig:
 
     def pool_size(self, name: str) -> int:
         return dict(self.pools)[name]
+
+    @property
+    def degree(self) -> int:
+        """Devices one DiT task occupies (1 unless set)."""
+        return self.dit_degree or 1
 
     @property
     def trivial(self) -> bool:
@@ -163,7 +177,7 @@ class ServingConfig:
             "replan_cost": spec(self.replan_cost),
             "batch": None if self.batch is None else {"cost": self.batch.cost.spec,
                                                       "max": self.batch.max_size},
-            "playout_delay": self.playout_delay,
+            "playout_delay": self.playout_delay, "dit_degree": self.degree,
         }
 
 
@@ -208,7 +222,7 @@ def parse_batch(spec: str, max_size: int | None = None) -> Batching:
 _TOP_KEYS = {"streams": int, "start": str, "schedule": str, "discard": str,
              "playout_delay": (int, float), "cold_start": bool}
 _SECTIONS = {"pools", "stages", "replan", "batch"}
-_STAGES = {"dit": {"cost", "pool"}, "decode": {"cost", "pool"}, "deliver": {"cost"},
+_STAGES = {"dit": {"cost", "pool", "degree"}, "decode": {"cost", "pool"}, "deliver": {"cost"},
            "uplink": {"cost"}}
 
 
@@ -269,6 +283,8 @@ def load_serving_file(path: str | Path) -> tuple[dict[str, Any], str | None]:
             dit_cost = cost
             if pool is not None and pool != "dit":
                 raise LatsimError(f"{path}: stages.dit runs on the pool named dit")
+            if "degree" in body:
+                values["dit_degree"] = _typed(f"{path}: stages.dit.degree", body["degree"], int)
         elif stage == "decode":
             if cost is not None:
                 values["decode"] = parse_cost(cost)

@@ -15,7 +15,6 @@ the serving model has:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from latsim.run.stream import COMPLETE, RunRecords
@@ -23,7 +22,9 @@ from latsim.run.stream import COMPLETE, RunRecords
 
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
-    """Stage ``stage`` of job ``job_id`` of ``stream`` on ``device`` of ``pool``."""
+    """Stage ``stage`` of job ``job_id`` of ``stream`` on ``device`` of ``pool`` (for a DiT
+    task on ``g`` devices at once, ``device`` is its group: devices ``g·device .. g·device +
+    g − 1``)."""
 
     stream: int
     job_id: int
@@ -109,6 +110,7 @@ class ServingRecords:
     client_stalls: tuple[ClientStallRecord, ...]
     pools: tuple[tuple[str, int], ...]
     playout_delay: float
+    dit_degree: int = 1
     status: str = COMPLETE
 
     def busy_by_device(self) -> dict[str, list[float]]:
@@ -120,10 +122,8 @@ class ServingRecords:
             if key in seen:  # a batch occupies its device once
                 continue
             seen.add(key)
-            busy[task.pool][task.device] += max(
-                0.0, min(task.t_end, self.window_end) - max(task.t_start, 0.0))
+            seconds = max(0.0, min(task.t_end, self.window_end) - max(task.t_start, 0.0))
+            group = self.dit_degree if task.stage == "dit" else 1
+            for device in range(task.device * group, (task.device + 1) * group):
+                busy[task.pool][device] += seconds
         return busy
-
-
-def nan_if_none(value: float | None) -> float:
-    return math.nan if value is None else value

@@ -131,7 +131,10 @@ class _Engine:
         self.env = env
         self.config = config
         self.schedule = config.schedule
-        self.pools = {name: _Pool(self, name, size) for name, size in config.pools}
+        # a DiT task occupies a fixed group of ``degree`` devices: the pool has size/degree
+        self.pools = {name: _Pool(self, name, size // (config.degree if name == config.dit_pool
+                                                        else 1))
+                      for name, size in config.pools}
         self.tasks: list[TaskRecord] = []
         self.running: dict[int, tuple[_Pool, int, list[_Task], float]] = {}  # by batch id
         self._seq = 0
@@ -354,7 +357,7 @@ def simulate_serving(
         viewer=tuple(sorted((v for p in ports for v in (*p.viewer, *p.censored())),
                             key=lambda v: (v.stream, v.version))),
         client_stalls=tuple(s for p in ports for s in p.client_stalls),
-        pools=serving.pools, playout_delay=playout,
+        pools=serving.pools, playout_delay=playout, dit_degree=serving.degree,
     )
 
 

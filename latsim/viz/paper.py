@@ -187,3 +187,67 @@ def print_report(result: Reproduction) -> None:
         t.add_row(row["setting"], row["metric"], row["load"], fmt(row["paper"]),
                   fmt(row["ours"]), _signed(row["diff_ours_minus_paper"]))
     console.print(t)
+
+
+def plot_serving(tables: dict[str, list[dict]], path: Path) -> Path:
+    """Three panels: end-to-end L50 cells (paper vs ours), long-chunk capacity against the
+    lead's queueing margin, and viewer stall by discard mode against the stream count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.2))
+    cells = [row for row in tables["e2e"] if row["metric"] == "L50"
+             and row["calibrated_on"] == tables["e2e"][0]["calibrated_on"]]
+    x = np.arange(len(cells))
+    left.bar(x - 0.2, [c["paper"] for c in cells], 0.4, color="#d62728", label="paper")
+    left.bar(x + 0.2, [c["ours"] for c in cells], 0.4, color="#2ca02c", label="ours")
+    left.set_xticks(x, [f"{c['setting'].split()[1]} {c['policy'][:4]}\n{c['load']}"
+                        f"{' (fit)' if c['role'] == 'calibrated' else ''}" for c in cells],
+                    fontsize=7)
+    left.set_ylabel("end-to-end L50 (s)")
+    left.set_title("Sol-H3 end to end", fontsize=9)
+    left.legend(fontsize=7)
+    for setting in sorted({r["setting"] for r in tables["headroom"]}):
+        for factor, style in ((1.0, "o-"), (1.5, "s--")):
+            rows = [r for r in tables["headroom"]
+                    if r["setting"] == setting and r["slo_factor"] == factor]
+            middle.plot([r["margin_C"] for r in rows], [r["max_streams"] for r in rows], style,
+                        label=f"{setting}, SLO {factor:g}x")
+    middle.set_xlabel("lead margin (multiples of C)")
+    middle.set_ylabel("streams meeting the SLO")
+    middle.set_title("long-chunk headroom per USP group", fontsize=9)
+    middle.legend(fontsize=6)
+    for discard, color in (("on-start", "#7f7f7f"), ("on-ready", "#1f77b4")):
+        rows = [r for r in tables["discard"] if r["discard"] == discard]
+        right.plot([r["streams"] for r in rows], [r["stall_pct"] for r in rows], "o-",
+                   color=color, label=discard)
+    right.set_xlabel("speculative streams on one device")
+    right.set_ylabel("stall (%)")
+    right.set_title("when a replan discards the old future", fontsize=9)
+    right.legend(fontsize=7)
+    for ax in (left, middle, right):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def print_serving_report(tables: dict[str, list[dict]]) -> None:
+    """The three serving tables, short, on the terminal."""
+    print("end-to-end (Sol-H3; one cell calibrates the overhead D, the rest are predictions)")
+    for r in tables["e2e"]:
+        print(f"  [{r['calibrated_on']}] {r['setting']:13s} {r['policy']:11s} "
+              f"{r['metric']:16s} {r['load']:4s} paper {fmt(r['paper'], 3):>6s} ours "
+              f"{fmt(r['ours'], 3):>6s} err {fmt(r['err_pct'], 1):>6s}% {r['role']}")
+    print("headroom (streams per USP group meeting the SLO; naive = 100 / busy %)")
+    for r in tables["headroom"]:
+        print(f"  {r['setting']:13s} SLO L95 {fmt(r['slo_L95'], 3)} s, lead "
+              f"{fmt(r['lead'], 3)} s (+{r['margin_C']:g} C): {r['max_streams']} "
+              f"(naive {r['streams_by_activity']})")
+    print("discard mode (speculative streams sharing one device)")
+    for r in tables["discard"]:
+        print(f"  {r['streams']} stream(s) {r['discard']:8s} stall {fmt(r['stall_pct'], 3)}% "
+              f"L50 {fmt(r['L50'], 3)} L95 {fmt(r['L95'], 3)} w {fmt(r['w'], 4)}")
