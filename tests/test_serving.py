@@ -231,19 +231,26 @@ def test_synchronised_streams_wait_in_a_deterministic_interleaving():
 @pytest.mark.parametrize(("streams", "ratio"), [(2, 4.0), (4, 5.0), (3, 3.5)])
 def test_random_phases_wait_as_the_nd_d_1_queue(streams, ratio):
     """The mean wait of a refill for the shared device is the nD/D/1 mean (Roberts &
-    Virtamo 1991, see latsim.analysis.queueing), averaged over random phases. Each
-    replication's mean wait (two steady periods: exactly one job per stream each) is one
-    draw; the tolerance is 4 standard errors of their mean."""
-    waits = []
+    Virtamo 1991, see latsim.analysis.queueing), averaged over random phases, and the
+    device's unfinished work at a random instant (what an out-of-band job such as a rare
+    replan waits for) is its virtual-wait mean. Each replication's mean (two steady periods:
+    exactly one job per stream each) is one draw; the tolerance is 4 standard errors."""
+    waits, work = [], []
+    probe = np.random.default_rng(99)
     for seed in range(300):
         timing, C, run = _periodic_run(streams, ratio, "random", seed)  # noqa: N806
         assert all(not s.stalls for s in run.streams)  # the lead covers every wait
         window = [t.wait for t in run.tasks if 3 * timing.T <= t.t_enqueue < 5 * timing.T]
         assert len(window) == 2 * streams
         waits.append(np.mean(window))
-    expected = periodic_wait_mean(streams, timing.T, C)
-    se = np.std(waits, ddof=1) / math.sqrt(len(waits))
-    assert abs(np.mean(waits) - expected) <= 4 * se, (np.mean(waits), expected, se)
+        # the device's unfinished work seen at random instants of the same steady window
+        at = probe.uniform(3 * timing.T, 5 * timing.T, 20)
+        work.append(np.mean([sum(t.t_end - max(u, t.t_start) for t in run.tasks
+                                 if t.t_enqueue <= u < t.t_end) for u in at]))
+    for measured, expected in ((waits, periodic_wait_mean(streams, timing.T, C)),
+                               (work, periodic_work_mean(streams, timing.T, C))):
+        se = np.std(measured, ddof=1) / math.sqrt(len(measured))
+        assert abs(np.mean(measured) - expected) <= 4 * se, (np.mean(measured), expected, se)
 
 
 def test_queueing_closed_forms_agree_with_each_other():

@@ -239,11 +239,13 @@ def plan(experiment: Experiment) -> Plan:
             cells[-1].config  # noqa: B018 - validates q against K
     p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
              tuple(cells), serving)
+    streams = "" if serving is None else f" x {serving.streams} stream(s)"
     check_work(
         plan_events(p), experiment.max_events, "--max-events",
-        f"{len(p.cells)} cell(s) x {p.replications} replication(s) of {p.duration:g} s plus "
-        "drain come to about {n} events (latent slots and conditions)",
-        ", or give a shorter --duration, fewer --seeds or K",
+        f"{len(p.cells)} cell(s) x {p.replications} replication(s){streams} of "
+        f"{p.duration:g} s plus drain come to about {{n}} events (latent slots and conditions)",
+        ", or give a shorter --duration, fewer --seeds or K" + (", or fewer --streams"
+                                                                  if streams else ""),
     )
     return p
 
