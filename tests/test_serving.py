@@ -350,3 +350,59 @@ def test_discard_on_ready_stalls_less_under_queueing():
         result[discard] = np.mean(stalls)
     assert result["on-ready"] < result["on-start"]
 
+
+
+# ---------------------------------------------------------------- scheduling and batching
+
+
+class _FakeStream:
+    def __init__(self, index: int, slack: float) -> None:
+        self.index = index
+        self._slack = slack
+
+    def slack(self, now: float) -> float:
+        return self._slack
+
+
+@pytest.mark.parametrize(("schedule", "expected"), [
+    ("fifo", [0, 1, 2]),  # queue order
+    ("least-slack", [2, 0, 1]),  # slack 0.1 < 0.5 < 2.0
+    ("replan-first", [1, 0, 2]),  # the one replan, then queue order
+])
+def test_a_free_device_takes_the_task_its_schedule_names(schedule, expected):
+    import simpy
+
+    from latsim.sim.serving import _Engine, _Task
+
+    env = simpy.Environment()
+    engine = _Engine(env, ServingConfig(schedule=schedule), np.random.default_rng(0))
+    pool = engine.pools["dit"]
+    pool.free.clear()  # the device is busy: tasks queue
+    slacks, kinds = (0.5, 2.0, 0.1), ("refill", "replan", "refill")
+    for i in range(3):
+        pool.waiting.append(_Task(_FakeStream(i, slacks[i]), i + 1, kinds[i], "dit", 8, 1.0,
+                                  0.0, i, lambda s, e: None))
+    assert [pool._next(0.0).stream.index for _ in range(3)] == expected
+
+
+def test_waiting_dit_tasks_run_as_one_batch_at_the_batch_cost():
+    """Two streams join together, so their refills are queued at the same instant: with a
+    batch of up to 2 they run together, once, for the batch's cost (a fixed 0.1 s here,
+    not 2 x 0.4 s); with a batch of 1 the second waits behind the first, which takes its
+    own 0.4 s."""
+    timing = Timing(8, 4, 16.0)
+    for size, together in ((2, True), (1, False)):
+        serving = ServingConfig(streams=2, start="together",
+                                batch=Batching(FixedCost(0.1), size))
+        run = simulate_serving(ControllerConfig(timing, BASELINE, 1.0), FixedCost(0.4),
+                               serving, inputs([(), ()], [0.0, 0.0]), 10.0,
+                               np.random.default_rng(0))
+        first = sorted((t for t in run.tasks if t.job_id == 1), key=lambda t: t.stream)
+        if together:
+            assert first[0].batch == first[1].batch
+            assert first[0].t_start == first[1].t_start == first[0].t_enqueue
+            assert first[0].t_end - first[0].t_start == pytest.approx(0.1)
+        else:  # a batch of one costs the task's own draw
+            assert first[0].batch != first[1].batch
+            assert first[1].t_start == pytest.approx(first[0].t_end)
+            assert first[0].t_end - first[0].t_start == pytest.approx(0.4)

@@ -93,9 +93,20 @@ class _Pool:
         self.name = name
         self.free = list(range(size))  # a heap: the lowest free device serves next
         self.waiting: deque[_Task] = deque()
+        self._dispatch_pending = False
 
     def submit(self, task: _Task) -> None:
         self.waiting.append(task)
+        if self.engine.config.batch is None:
+            self.dispatch()
+        elif not self._dispatch_pending:
+            # with batching, tasks queued at the same instant form one batch: dispatch once
+            # the instant's other events have run (a zero-delay event)
+            self._dispatch_pending = True
+            self.engine.env.timeout(0).callbacks.append(self._deferred_dispatch)
+
+    def _deferred_dispatch(self, _: object) -> None:
+        self._dispatch_pending = False
         self.dispatch()
 
     def _next(self, now: float) -> _Task:
