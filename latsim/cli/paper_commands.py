@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from latsim.cli.options import JobsOpt
 from latsim.errors import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_EVENTS, LatsimError
 
 traces_app = typer.Typer(
@@ -113,23 +114,25 @@ def traces_show(
                f"{f(summary.gap_p95)}, max {f(summary.gap_max)}, CV {f(summary.gap_cv, 2)}")
 
 
+TraceSetsOpt = Annotated[
+    Path | None,
+    typer.Option(help="folder holding low/ and high/ trace sets (default: the repo's "
+                 "traces/, regenerated in memory if absent)"),
+]
+
 reproduce_app = typer.Typer(
     help="Reproduce the paper's latency results: theory, simulation and the paper side by "
-    "side (``latsim reproduce``); ``latsim reproduce serving``: the serving model on the "
-    "paper's settings.", no_args_is_help=False)
+    "side (latsim reproduce -> results/paper/); 'latsim reproduce serving': the serving "
+    "model on the paper's settings (-> results/serving/).", no_args_is_help=False)
 
 
 @reproduce_app.callback(invoke_without_command=True)
 def reproduce(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("results/paper"),
-    traces: Annotated[
-        Path | None,
-        typer.Option(help="folder holding low/ and high/ trace sets (default: the repo's "
-                     "traces/, regenerated in memory if absent)"),
-    ] = None,
+    traces: TraceSetsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print all tables as JSON")] = False,
-    jobs: Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")] = None,
+    jobs: JobsOpt = None,
     max_events: Annotated[
         int, typer.Option(help="work bound: events (latent slots and conditions) over all "
                           "the simulations (checked before the first)")
@@ -156,13 +159,9 @@ def reproduce(
 @reproduce_app.command("serving")
 def reproduce_serving(
     out: Annotated[Path, typer.Option(help="output folder")] = Path("results/serving"),
-    traces: Annotated[
-        Path | None,
-        typer.Option(help="folder holding low/ and high/ trace sets (default: the repo's "
-                     "traces/, regenerated in memory if absent)"),
-    ] = None,
+    traces: TraceSetsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the tables as JSON")] = False,
-    jobs: Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")] = None,
+    jobs: JobsOpt = None,
     max_events: Annotated[
         int, typer.Option(help="work bound of each simulation (latent slots and conditions)")
     ] = DEFAULT_MAX_EVENTS,

@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from latsim.errors import MAX_CV, MAX_K, MAX_SECONDS, LatsimError
-from latsim.model.traces import read_bounded_text
+from latsim.model.traces import read_input_file
 
 JOB_KINDS = ("refill", "replan")
 
@@ -255,11 +255,7 @@ def load_table(path: str | Path) -> TableCost:
     CSV: a header with ``K`` and ``C`` (optionally ``kind``); several rows per K are samples.
     """
     file = Path(path)
-    try:
-        text = read_bounded_text(file)
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise LatsimError(f"cannot read cost table {path}: {reason}") from None
+    text = read_input_file(file, "cost table")
     samples: dict[tuple[int, str], list[float]] = {}
 
     def add(k_raw: object, kind: object, value: object, where: str) -> None:
@@ -355,12 +351,9 @@ def load_parallel_table(path: str | Path, degree: int = 1) -> ParallelTableCost:
     """Read per-degree cost tables: a JSON object mapping each parallel degree to a cost
     table body as :func:`load_table` reads it, e.g. ``{"1": {"3": 0.31, "21": 1.9},
     "4": {"3": 0.11, "21": 0.52}}`` (optionally wrapped as ``{"degrees": {...}}``)."""
-    file = Path(path)
+    text = read_input_file(path, "cost table")
     try:
-        data = json.loads(read_bounded_text(file))
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise LatsimError(f"cannot read cost table {path}: {reason}") from None
+        data = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise LatsimError(f"{path}: not valid JSON ({type(exc).__name__})") from None
     if isinstance(data, dict) and isinstance(data.get("degrees"), dict):

@@ -56,7 +56,7 @@ from typing import Any
 from latsim.controller import DISCARD_MODES
 from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_number
 from latsim.model.costs import CostModel, parse_cost
-from latsim.model.traces import read_bounded_text
+from latsim.model.traces import read_input_file
 
 SCHEDULES = ("fifo", "least-slack", "replan-first")
 STARTS = ("staggered", "random", "together")
@@ -239,12 +239,7 @@ def _typed(where: str, value: Any, kind: Any) -> Any:
 def load_serving_file(path: str | Path) -> tuple[dict[str, Any], str | None]:
     """Read a ``--serving`` TOML file: the :class:`ServingConfig` fields it sets, and the
     DiT cost spec it names (``[stages.dit] cost``), if any. Unknown keys are errors."""
-    file = Path(path)
-    try:
-        text = read_bounded_text(file)
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise LatsimError(f"cannot read serving file {path}: {reason}") from None
+    text = read_input_file(path, "serving file")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -52,6 +52,16 @@ def read_bounded_text(path: str | Path, limit: int = MAX_INPUT_BYTES) -> str:
     return data.decode("utf-8")
 
 
+def read_input_file(path: str | Path, what: str) -> str:
+    """:func:`read_bounded_text`, with an unreadable file a one-line :class:`LatsimError`
+    (``cannot read WHAT PATH: reason``)."""
+    try:
+        return read_bounded_text(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise LatsimError(f"cannot read {what} {path}: {reason}") from None
+
+
 def _finite(value: object) -> float | None:
     """``value`` as a finite float if it is a JSON number (not a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
