@@ -208,3 +208,17 @@ def test_a_dit_task_on_a_parallel_group_occupies_every_device_of_it(tmp_path):
                           (("--cost", f"usp:{table}", "--dit-degree", "3"), "multiple")):
         bad = invoke("simulate", "--K", "8", "--pools", "dit=8", "--duration", "10", *args)
         assert bad.exit_code == 2 and message in bad.stderr, bad.stderr
+
+
+def test_a_capacity_search_stopped_by_its_work_bound_keeps_what_it_measured(tmp_path):
+    args = ["capacity", "--K", "8", "--C", "0.5", "--pools", "dit=1", "--slo-l95", "3.0",
+            "--lead", "1.5", "--duration", "20", "--max-streams", "8", "--out", str(tmp_path)]
+    # a stream-run covers (20 s + drain 20.25 s) / δ = 161 slots: one evaluation of 8
+    # streams x 5 runs (6,440) fits the bound, the whole search (capacity 3) does not
+    result = invoke(*args, "--max-events", "6500")
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("latsim: error")]
+    assert len(errors) == 1 and "--max-events" in errors[0]  # after one progress line per N
+    kept = json.loads((tmp_path / "capacity.json").read_text())
+    assert kept["status"].startswith("stopped:") and kept["max_streams"] is None
+    assert kept["rows"] and kept["largest_meeting_so_far"] >= 1

@@ -34,7 +34,7 @@ from latsim.cli.options import (
     UplinkOpt,
     serving_from_flags,
 )
-from latsim.errors import DEFAULT_MAX_EVENTS, LatsimError
+from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
 from latsim.formatting import fmt as _fmt
 
 
@@ -81,7 +81,12 @@ def capacity(
 ) -> None:
     """Largest number of streams meeting an SLO: doubling, then bisection, with a
     statistical verdict per N (bootstrap over replications)."""
-    from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
+    from latsim.experiments.capacity import (
+        SLO,
+        CapacityQuery,
+        capacity_payload,
+        search_capacity,
+    )
     from latsim.experiments.sweep import DEFAULT_COST, Experiment
     from latsim.model.costs import FixedCost
     from latsim.run.files import dumps, write_rows_csv
@@ -102,24 +107,46 @@ def capacity(
     query = CapacityQuery(experiment, SLO(slo_l95, slo_stall), max_streams=max_streams,
                           confidence=confidence, min_seeds=min_seeds, max_seeds=max_seeds)
 
+    config = {"K": K, "policy": policy, "r": r, "fps": fps,
+              "cost": experiment.cost if isinstance(experiment.cost, str)
+              else experiment.cost.spec, "lead": lead, "updates": updates,
+              "duration": duration, "seed": seed, "serving": serving_config.describe()}
+    measured = []
+
+    def keep(payload: dict) -> None:
+        """capacity.json as the search goes: a killed or stopped search keeps its rows."""
+        if out is not None:
+            from latsim.run.folder import write_json
+
+            write_json(out / "capacity.json", {**payload, "config": config})
+
     def progress(verdict) -> None:  # noqa: ANN001
+        measured.append(verdict)
+        keep(capacity_payload(query, measured, None, "running"))
         if not as_json:
             typer.echo(f"N={verdict.streams}: {verdict.verdict} (L95 "
                        f"{_fmt(verdict.metrics['L95'], 3)} s, viewer stall "
                        f"{_fmt(verdict.metrics['viewer_stall_pct'], 3)}%, "
                        f"{verdict.replications} runs)", err=True)
 
-    result = search_capacity(query, progress=progress)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    try:
+        result = search_capacity(query, progress=progress)
+    except KeyboardInterrupt:
+        keep(capacity_payload(query, measured, None, "interrupted"))
+        where = f"; kept in {out}/capacity.json (partial)" if out is not None else ""
+        raise Interrupted(f"capacity search stopped after {len(measured)} stream count(s)"
+                          f"{where}") from None
+    except LatsimError as exc:  # the work bound, reached mid-search
+        if measured:
+            keep(capacity_payload(query, measured, None, f"stopped: {exc}"))
+        raise
     payload = result.payload()
     if out is not None:
-        from latsim.run.folder import write_json
         from latsim.viz.plots import plot_capacity
 
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "capacity.json", {**payload, "config": {
-            "K": K, "policy": policy, "r": r, "fps": fps, "cost": str(experiment.cost if
-            isinstance(experiment.cost, str) else experiment.cost.spec), "updates": updates,
-            "duration": duration, "seed": seed, "serving": serving_config.describe()}})
+        keep(payload)
         write_rows_csv(out / "capacity.csv", payload["rows"])
         plot_capacity(payload, out / "capacity.png")
     if as_json:

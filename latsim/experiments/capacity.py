@@ -116,13 +116,24 @@ class CapacityResult:
     status: str = "complete"
 
     def payload(self) -> dict:
-        slo = self.query.slo
-        return {
-            "max_streams": self.max_streams, "status": self.status,
-            "slo": {"L95": slo.l95, "viewer_stall_pct": slo.stall_pct},
-            "confidence": self.query.confidence,
-            "rows": [v.row() for v in sorted(self.verdicts, key=lambda v: v.streams)],
-        }
+        return capacity_payload(self.query, self.verdicts, self.max_streams, self.status)
+
+
+def capacity_payload(query: CapacityQuery, verdicts: tuple[Verdict, ...] | list[Verdict],
+                     max_streams: int | None, status: str = "complete") -> dict:
+    """What ``latsim capacity --json`` prints and ``capacity.json`` holds. A search that
+    stopped early has ``max_streams`` null, its ``status`` says why, and
+    ``largest_meeting_so_far`` is the largest N that met the SLO among those measured."""
+    slo = query.slo
+    met = [v.streams for v in verdicts if v.meets]
+    return {
+        "max_streams": max_streams, "status": status,
+        **({} if status == "complete" else
+           {"largest_meeting_so_far": max(met) if met else None}),
+        "slo": {"L95": slo.l95, "viewer_stall_pct": slo.stall_pct},
+        "confidence": query.confidence,
+        "rows": [v.row() for v in sorted(verdicts, key=lambda v: v.streams)],
+    }
 
 
 def _probability_within(estimate: float | None, se: float | None, limit: float) -> float:
@@ -193,7 +204,9 @@ def search_capacity(query: CapacityQuery,
 
     def evaluate(streams: int) -> Verdict:
         nonlocal spent
-        trial = replace(experiment, serving=replace(serving, streams=streams))
+        # the search keeps its own account of the work (``spent``), run by run
+        trial = replace(experiment, serving=replace(serving, streams=streams),
+                        max_events=10**15)
         runs: list[ServingRecords] = []
         replications = query.min_seeds
         while True:

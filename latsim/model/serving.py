@@ -59,6 +59,8 @@ from latsim.model.costs import CostModel, parse_cost
 from latsim.model.traces import read_input_file
 
 SCHEDULES = ("fifo", "least-slack", "replan-first")
+#: The pool DiT tasks run on (in groups of ``dit_degree`` devices).
+DIT_POOL = "dit"
 STARTS = ("staggered", "random", "together")
 #: Streams one simulation may serve, and devices one pool may hold.
 MAX_STREAMS = 4096
@@ -101,7 +103,7 @@ class ServingConfig:
     playout_delay: float | None = None
     cold_start: bool = False
     dit_degree: int | None = None  # devices one DiT task occupies (USP); None: the cost's
-    dit_pool: str = field(default="dit", init=False)
+    dit_pool: str = field(default=DIT_POOL, init=False)
 
     def __post_init__(self) -> None:
         check_int("--streams", self.streams, 1, MAX_STREAMS)

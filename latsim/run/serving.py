@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from latsim.model.serving import DIT_POOL
 from latsim.run.stream import COMPLETE, RunRecords
 
 
@@ -123,7 +124,7 @@ class ServingRecords:
                 continue
             seen.add(key)
             seconds = max(0.0, min(task.t_end, self.window_end) - max(task.t_start, 0.0))
-            group = self.dit_degree if task.stage == "dit" else 1
+            group = self.dit_degree if task.pool == DIT_POOL else 1  # a USP group
             for device in range(task.device * group, (task.device + 1) * group):
                 busy[task.pool][device] += seconds
         return busy
