@@ -222,3 +222,19 @@ def test_a_capacity_search_stopped_by_its_work_bound_keeps_what_it_measured(tmp_
     kept = json.loads((tmp_path / "capacity.json").read_text())
     assert kept["status"].startswith("stopped:") and kept["max_streams"] is None
     assert kept["rows"] and kept["largest_meeting_so_far"] >= 1
+
+
+def test_plot_timeline_draws_one_stream_of_a_serving_folder(tmp_path):
+    result = invoke("simulate", "--K", "8", "--C", "0.4", "--streams", "3", "--duration", "20",
+                    "--seeds", "1", "--lead", "1.2", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    from latsim.viz.timeline import select_run
+
+    data = select_run(tmp_path, policy="speculative", stream=2)
+    slots = pd.read_csv(tmp_path / "slots.csv")
+    own = slots[(slots["policy"] == "speculative") & (slots["run"] == 0) & (slots["stream"] == 2)]
+    assert len(data.slots) == len(own)  # one stream's slots, not all three
+    drawn = invoke("plot", "timeline", str(tmp_path), "--stream", "1", "--out",
+                   str(tmp_path / "t.png"))
+    assert drawn.exit_code == 0, drawn.stderr
+    assert (tmp_path / "t.png").stat().st_size > 0

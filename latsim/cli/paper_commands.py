@@ -188,6 +188,8 @@ def plot_timeline(
     policy: Annotated[str | None, typer.Option(help="policy to draw (default: first)")] = None,
     K: Annotated[int | None, typer.Option("--K", help="chunk size (default: first)")] = None,  # noqa: N803
     run: Annotated[int | None, typer.Option(help="run index (default: first)")] = None,
+    stream: Annotated[int | None, typer.Option(
+        help="stream of a serving folder (default: the first)")] = None,
     t0: Annotated[float | None, typer.Option(help="window start (s)")] = None,
     t1: Annotated[float | None, typer.Option(help="window end (s)")] = None,
     out: Annotated[Path | None, typer.Option(help="PNG path (default RUN_DIR/timeline.png)")]
@@ -197,7 +199,7 @@ def plot_timeline(
     from latsim.viz.timeline import plot_timeline as draw
     from latsim.viz.timeline import select_run
 
-    data = select_run(run_dir, policy=policy, K=K, run=run)
+    data = select_run(run_dir, policy=policy, K=K, run=run, stream=stream)
     path = draw(data, out or run_dir / "timeline.png", t0=t0, t1=t1)
     status = data.status_line()
     typer.echo(f"wrote {path} ({data.policy}, K={data.K}, run {data.run})"

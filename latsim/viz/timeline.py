@@ -64,11 +64,12 @@ class RunData:
         return "; ".join(parts)
 
 
-def _select(frame, policy: str | None, K: int | None, run: int | None):  # noqa: N803
+def _select(frame, policy: str | None, K: int | None, run: int | None,  # noqa: N803
+            stream: int | None = None):
     if frame.empty:
         return frame
     mask = None
-    for column, value in (("policy", policy), ("K", K), ("run", run)):
+    for column, value in (("policy", policy), ("K", K), ("run", run), ("stream", stream)):
         if value is not None and column in frame.columns:
             hit = frame[column] == value
             mask = hit if mask is None else mask & hit
@@ -87,9 +88,10 @@ def _infer_delta(slots, folder: RunFolder) -> float:
 
 
 def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = None,  # noqa: N803
-               run: int | None = None) -> RunData:
-    """Read a run folder (:mod:`latsim.run.folder`) and select one (policy, K, run);
-    ``None`` picks the first present."""
+               run: int | None = None, stream: int | None = None) -> RunData:
+    """Read a run folder (:mod:`latsim.run.folder`) and select one (policy, K, run) and, in
+    a serving folder (records with a ``stream`` column), one stream; ``None`` picks the
+    first present."""
     folder = read_run_folder(run_dir)
     for name in REQUIRED:
         if not (folder.path / f"{name}.csv").exists():
@@ -112,9 +114,14 @@ def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = N
         raise LatsimError(f"{run_dir}: no records for policy {policy!r} with K={K}")
     if run is None:
         run = int(sel.iloc[0]["run"]) if "run" in sel.columns else 0
-    picked = {name: _select(frame, policy, K, run) for name, frame in frames.items()}
+    if "stream" in sel.columns:
+        stream = int(sel.iloc[0]["stream"]) if stream is None else stream
+    elif stream is not None:
+        raise LatsimError(f"{run_dir}: not a serving folder (no stream column); drop --stream")
+    picked = {name: _select(frame, policy, K, run, stream) for name, frame in frames.items()}
     if picked["jobs"].empty or picked["slots"].empty:
-        raise LatsimError(f"{run_dir}: no records for policy {policy!r}, K={K}, run {run}")
+        raise LatsimError(f"{run_dir}: no records for policy {policy!r}, K={K}, run {run}"
+                          + ("" if stream is None else f", stream {stream}"))
     delta = _infer_delta(picked["slots"], folder)
     if folder.kind in ("simulated", "measured"):
         eager = folder.config.get("commit") == "eager"
