@@ -372,10 +372,12 @@ class _FakeStream:
 def test_a_free_device_takes_the_task_its_schedule_names(schedule, expected):
     import simpy
 
+    from latsim.model.generators import StagedGenerator
     from latsim.sim.serving import _Engine, _Task
 
     env = simpy.Environment()
-    engine = _Engine(env, ServingConfig(schedule=schedule), np.random.default_rng(0))
+    engine = _Engine(env, ServingConfig(schedule=schedule), np.random.default_rng(0),
+                     StagedGenerator(FixedCost(1.0)))
     pool = engine.pools["dit"]
     pool.free.clear()  # the device is busy: tasks queue
     slacks, kinds = (0.5, 2.0, 0.1), ("refill", "replan", "refill")

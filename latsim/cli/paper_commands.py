@@ -123,7 +123,8 @@ TraceSetsOpt = Annotated[
 reproduce_app = typer.Typer(
     help="Reproduce the paper's latency results: theory, simulation and the paper side by "
     "side (latsim reproduce -> results/paper/); 'latsim reproduce serving': the serving "
-    "model on the paper's settings (-> results/serving/).", no_args_is_help=False)
+    "model on the paper's settings (-> results/serving/); 'latsim reproduce systems': the "
+    "seed systems (-> results/systems/).", no_args_is_help=False)
 
 
 @reproduce_app.callback(invoke_without_command=True)
@@ -180,6 +181,32 @@ def reproduce_serving(
         return
     print_serving_report(tables)
     typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, serving.png to {out}/")
+
+
+@reproduce_app.command("systems")
+def reproduce_systems(
+    out: Annotated[Path, typer.Option(help="output folder")] = Path("results/systems"),
+    traces: TraceSetsOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the tables as JSON")] = False,
+    jobs: JobsOpt = None,
+    max_events: Annotated[
+        int, typer.Option(help="work bound of each simulation (latent slots and conditions)")
+    ] = DEFAULT_MAX_EVENTS,
+) -> None:
+    """The seed systems as generator models: each seed's reported figures beside latsim's
+    (fitted or predicted), and their interactive latency on the paper's traces."""
+    from latsim.experiments.systems import reproduce_systems as run
+    from latsim.viz.paper import plot_systems, print_systems_report
+
+    tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
+    plot_systems(tables, out / "systems.png")
+    if as_json:
+        from latsim.run.files import dumps
+
+        typer.echo(dumps(tables))
+        return
+    print_systems_report(tables)
+    typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, systems.png to {out}/")
 
 
 @plot_app.command("timeline")

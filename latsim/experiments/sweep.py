@@ -206,6 +206,11 @@ def plan(experiment: Experiment) -> Plan:
         if at is not None and serving.dit_degree is not None:
             cost = at(serving.dit_degree)
         serving = replace(serving, dit_degree=getattr(cost, "degree", serving.degree))
+        pools = dict(serving.pools)
+        for pool in getattr(cost, "pools", lambda: ())():
+            if pool not in pools:
+                raise LatsimError(f"cost {cost.spec} runs steps on pool {pool!r}, which the "
+                                  f"pools ({','.join(pools)}) do not define; add it to --pools")
     duration = experiment.duration
     if duration is None:
         duration = arrivals.default_duration() or DEFAULT_DURATION

@@ -10,6 +10,8 @@ The controller never sees a duration; drivers ask a cost model. Specs (``--cost`
 - ``usp:PATH[@G]``       per-parallel-degree tables (see :func:`load_parallel_table`): the
                          table of degree G (default 1; the serving model's ``--dit-degree``
                          picks it when the spec does not)
+- ``sdvg:PATH``          SDVG's draft/target routing from a system file, and
+  ``draftverify:UNIT,CV,TAU``  draft–verify decoding (:mod:`latsim.model.generators`)
 """
 
 from __future__ import annotations
@@ -407,7 +409,13 @@ def parse_cost(spec: str) -> CostModel:
             raise LatsimError(f"cost spec {_short(spec)}: the degree after @ must be a "
                               "whole number")
         return load_parallel_table(path, int(degree))
+    if prefix in ("sdvg", "draftverify"):  # the seed systems (generator models)
+        from latsim.model import generators
+
+        if prefix == "sdvg":
+            return generators.load_sdvg(body)
+        return generators.parse_draftverify(spec, body)
     raise LatsimError(
         f"unknown cost spec prefix {_short(prefix)}; use fixed:, affine:, table:, "
-        "lognormal: or usp:"
+        "lognormal:, usp:, sdvg: or draftverify:"
     )

@@ -40,6 +40,7 @@ from latsim.controller import (
 )
 from latsim.controller.records import ConditionRecord
 from latsim.model.costs import CostModel
+from latsim.model.generators import StagedGenerator, Step, StepStreams
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
 from latsim.run.serving import (
@@ -68,11 +69,12 @@ class _Task:
     """One stage of one job waiting for, or running on, a device."""
 
     __slots__ = ("stream", "job_id", "kind", "stage", "latents", "duration", "t_enqueue",
-                 "seq", "then")
+                 "seq", "then", "first")
 
     def __init__(self, stream: _StreamPort, job_id: int, kind: str, stage: str, latents: int,
                  duration: float, t_enqueue: float, seq: int,
-                 then: Callable[[float, float], None]) -> None:
+                 then: Callable[[float, float], None], first: bool = False) -> None:
+        self.first = first  # the job's first step: its start is the job's start
         self.stream = stream
         self.job_id = job_id
         self.kind = kind
@@ -138,9 +140,10 @@ class _Engine:
     """The pools and the bookkeeping of tasks shared by all streams."""
 
     def __init__(self, env: simpy.Environment, config: ServingConfig,
-                 batch_rng: np.random.Generator) -> None:
+                 batch_rng: np.random.Generator, generator: StagedGenerator) -> None:
         self.env = env
         self.config = config
+        self.generator = generator
         self.schedule = config.schedule
         # a DiT task occupies a fixed group of ``degree`` devices: the pool has size/degree
         self.pools = {name: _Pool(self, name, size // (config.degree if name == config.dit_pool
@@ -152,11 +155,11 @@ class _Engine:
         self._batches = 0
         self._batch_rng = batch_rng
 
-    def submit(self, stream: _StreamPort, job_id: int, kind: str, stage: str, pool: str,
-               latents: int, duration: float, then: Callable[[float, float], None]) -> None:
+    def submit(self, stream: _StreamPort, job_id: int, kind: str, step: Step, first: bool,
+               then: Callable[[float, float], None]) -> None:
         self._seq += 1
-        self.pools[pool].submit(_Task(stream, job_id, kind, stage, latents, duration,
-                                      self.env.now, self._seq, then))
+        self.pools[step.pool].submit(_Task(stream, job_id, kind, step.stage, step.latents,
+                                           step.duration, self.env.now, self._seq, then, first))
 
     def record(self, batch_id: int, end: float) -> None:
         """Record a batch's tasks as run until ``end`` (the end of the run for a batch still
@@ -178,8 +181,8 @@ class _Engine:
             took = self.config.batch.cost.sample(  # type: ignore[union-attr]
                 sum(t.latents for t in batch), self._batch_rng, "refill")
         for task in batch:
-            if task.stage == "dit" and task.job_id:
-                task.stream.dit_started(task.job_id, now, took, now > task.t_enqueue)
+            if task.first and task.job_id:
+                task.stream.job_started(task.job_id, now, took, now > task.t_enqueue)
 
         self.running[batch_id] = (pool, device, batch, now)
 
@@ -190,7 +193,7 @@ class _Engine:
             for task in batch:
                 task.then(now, env.now)
 
-        if took == 0 and batch[0].stage != "dit":
+        if took == 0 and not batch[0].first:
             done()  # no SimPy event: see the module docstring
         else:
             env.timeout(took).callbacks.append(done)
@@ -209,7 +212,9 @@ class _StreamPort:
         self.K = config.timing.K
         self.cost = cost
         self.inputs = inputs
-        self.decode_rng, self.deliver_rng, self.uplink_rng, self.replan_rng = inputs.stages
+        decode_rng, self.deliver_rng, self.uplink_rng, replan_rng = inputs.stages
+        self.streams = StepStreams(inputs.cost, decode_rng, replan_rng)
+        self.generator = engine.generator
         self.origin = inputs.join
         self.playout_delay = playout_delay
         self.run = StreamRun(config, window, self, on_record=self._on_record)
@@ -255,31 +260,37 @@ class _StreamPort:
     # ---------------------------------------------------------------- jobs
 
     def start_job(self, job: StartJob, now: float) -> None:
-        took = self.cost.sample(self.K, self.inputs.cost, job.kind)
-        if job.kind == "replan" and self.serving.replan_cost is not None:
-            took += self.serving.replan_cost.sample(self.K, self.replan_rng, job.kind)
-        self.engine.submit(self, job.job_id, job.kind, "dit", self.serving.dit_pool, self.K,
-                           took, lambda start, end, j=job: self._dit_done(j, start, end))
+        self.run_steps(job.job_id, job.kind, lambda: self.deliver(JobDone(job.job_id)))
 
-    def dit_started(self, job_id: int, now: float, took: float, waited: bool) -> None:
-        """A device took the job: tell the controller if it waited, and note the interval
-        the device plans for it (the whole interval is known only once it is ready)."""
+    def run_steps(self, job_id: int, kind: str, ready: Callable[[], None]) -> None:
+        """Run the job's steps one after the other on their pools, then call ``ready``."""
+        steps = self.generator.steps(self.K, kind, self.streams)
+        started: list[float] = []
+
+        def next_step(first: bool) -> None:
+            step = next(steps, None)
+            if step is None:
+                if job_id:
+                    self.run.job_ran(job_id, started[0] - self.origin, self.now)
+                ready()
+                return
+
+            def done(start: float, _end: float) -> None:
+                if first:
+                    started.append(start)
+                next_step(False)
+
+            self.engine.submit(self, job_id, kind, step, first, done)
+
+        next_step(True)
+
+    def job_started(self, job_id: int, now: float, took: float, waited: bool) -> None:
+        """A device took the job's first step: tell the controller if it waited, and note
+        the interval the device plans for it (the whole interval is known once it is
+        ready)."""
         self.run.job_ran(job_id, now - self.origin, now - self.origin + took)
         if waited:
             self.deliver(JobStarted(job_id))
-
-    def _dit_done(self, job: StartJob, start: float, end: float) -> None:
-        decode = self.serving.decode
-        if decode is None:
-            self._ready(job.job_id, start)
-            return
-        took = decode.sample(self.K, self.decode_rng, job.kind)
-        self.engine.submit(self, job.job_id, job.kind, "decode", self.serving.decode_pool,
-                           self.K, took, lambda _s, _e, j=job.job_id: self._ready(j, start))
-
-    def _ready(self, job_id: int, dit_start: float) -> None:
-        self.run.job_ran(job_id, dit_start - self.origin, self.now)
-        self.deliver(JobDone(job_id))
 
     # ---------------------------------------------------------------- client
 
@@ -333,7 +344,9 @@ def simulate_serving(
     """
     window = RunWindow.for_config(config, duration, drain)
     env = simpy.Environment()
-    engine = _Engine(env, serving, batch_rng)
+    engine = _Engine(env, serving, batch_rng,
+                     StagedGenerator(cost, serving.replan_cost, serving.decode,
+                                     serving.decode_pool))
     playout = serving.playout()
     ports = [_StreamPort(engine, index, config, window, cost, inputs, playout)
              for index, inputs in enumerate(streams)]
@@ -388,19 +401,7 @@ def _cold_starts(env: simpy.Environment, engine: _Engine, ports: list[_StreamPor
             all_started.succeed()
 
     def join(port: _StreamPort) -> None:
-        K = port.K  # noqa: N806
-        took = port.cost.sample(K, port.inputs.cost, "refill")
-
-        def after_dit(_s: float, _e: float) -> None:
-            decode = engine.config.decode
-            if decode is None:
-                ready(port)
-                return
-            engine.submit(port, 0, "prebuffer", "decode", engine.config.decode_pool, K,
-                          decode.sample(K, port.decode_rng, "refill"),
-                          lambda _a, _b: ready(port))
-
-        engine.submit(port, 0, "prebuffer", "dit", engine.config.dit_pool, K, took, after_dit)
+        port.run_steps(0, "prebuffer", lambda: ready(port))
 
     for port in ports:
         if port.inputs.join > env.now:

@@ -251,3 +251,62 @@ def print_serving_report(tables: dict[str, list[dict]]) -> None:
     for r in tables["discard"]:
         print(f"  {r['streams']} stream(s) {r['discard']:8s} stall {fmt(r['stall_pct'], 3)}% "
               f"L50 {fmt(r['L50'], 3)} L95 {fmt(r['L95'], 3)} w {fmt(r['w'], 4)}")
+
+
+def plot_systems(tables: dict[str, list[dict]], path: Path) -> Path:
+    """L50 and L95 of each seed system against the plain target, per device speed and
+    policy (high-frequency traces), and the mean and 95th percentile of C."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in tables["interactive"] if r["load"] == "high"]
+    speeds = sorted({r["speed"] for r in rows})
+    systems = list(dict.fromkeys(r["system"] for r in rows))
+    fig, axes = plt.subplots(1, len(speeds) + 1, figsize=(5 * (len(speeds) + 1), 4))
+    colors = {"baseline": "#7f7f7f", "speculative": "#2ca02c"}
+    for ax, speed in zip(axes, speeds, strict=False):
+        x = np.arange(len(systems))
+        for i, policy in enumerate(("baseline", "speculative")):
+            sel = {r["system"]: r for r in rows if r["speed"] == speed and r["policy"] == policy}
+            ax.bar(x + (i - 0.5) * 0.38, [sel[s]["L50"] for s in systems], 0.38,
+                   color=colors[policy], label=f"{policy} L50")
+            ax.scatter(x + (i - 0.5) * 0.38, [sel[s]["L95"] for s in systems], marker="_",
+                       s=300, color="k", label="L95" if i == 0 else None)
+        ax.set_xticks(x, systems)
+        ax.set_ylabel("latency (s)")
+        ax.set_title(f"device speed x{speed:g} (high-frequency traces)", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    ax = axes[-1]
+    for i, speed in enumerate(speeds):
+        sel = {r["system"]: r for r in rows if r["speed"] == speed and r["policy"] == "baseline"}
+        x = np.arange(len(systems)) + (i - 0.5) * 0.38
+        ax.bar(x, [sel[s]["C_mean_model"] for s in systems], 0.38, alpha=0.6,
+               label=f"mean C, speed x{speed:g}")
+        ax.scatter(x, [sel[s]["lead"] for s in systems], marker="v", color="k",
+                   label="lead = C's 0.99 quantile" if i == 0 else None)
+    ax.set_xticks(np.arange(len(systems)), systems)
+    ax.set_ylabel("seconds")
+    ax.set_title("generation time: mean vs the tail the lead must cover", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def print_systems_report(tables: dict[str, list[dict]]) -> None:
+    """The two systems tables, short, on the terminal."""
+    print("reproduction (each reported figure beside latsim's)")
+    for r in tables["reproduction"]:
+        print(f"  {r['system']:6s} {r['figure'][:62]:62s} paper {fmt(r['paper'], 3):>6s} "
+              f"ours {fmt(r['ours'], 3):>6s} err {fmt(r['err_pct'], 1):>6s}% {r['role']}")
+    print("interactive (high-frequency traces; L50 / L95 / stall %)")
+    for r in tables["interactive"]:
+        if r["load"] == "high":
+            print(f"  speed x{r['speed']:g} {r['system']:12s} {r['policy']:11s} C mean "
+                  f"{fmt(r['C_mean'], 3)} lead {fmt(r['lead'], 3)}  L50 {fmt(r['L50'], 3)} "
+                  f"L95 {fmt(r['L95'], 3)} stall {fmt(r['viewer_stall_pct'], 2)}%")
