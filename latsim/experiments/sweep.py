@@ -211,6 +211,11 @@ def plan(experiment: Experiment) -> Plan:
             if pool not in pools:
                 raise LatsimError(f"cost {cost.spec} runs steps on pool {pool!r}, which the "
                                   f"pools ({','.join(pools)}) do not define; add it to --pools")
+        for pool, (depth, *_) in getattr(cost, "pipelines", dict)().items():
+            if pools[pool] != depth:
+                raise LatsimError(f"cost {cost.spec} runs a pipeline of {depth} ranks, one "
+                                  f"device each, on pool {pool}: give it {depth} devices, "
+                                  f"not {pools[pool]}")
     duration = experiment.duration
     if duration is None:
         duration = arrivals.default_duration() or DEFAULT_DURATION

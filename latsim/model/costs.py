@@ -10,8 +10,9 @@ The controller never sees a duration; drivers ask a cost model. Specs (``--cost`
 - ``usp:PATH[@G]``       per-parallel-degree tables (see :func:`load_parallel_table`): the
                          table of degree G (default 1; the serving model's ``--dit-degree``
                          picks it when the spec does not)
-- ``sdvg:PATH``          SDVG's draft/target routing from a system file, and
-  ``draftverify:UNIT,CV,TAU``  draft–verify decoding (:mod:`latsim.model.generators`)
+- ``sdvg:PATH``          SDVG's draft/target routing from a system file,
+  ``draftverify:UNIT,CV,TAU``  draft–verify decoding, and
+  ``waveforcing:ROUND,STEPS,VAE[,nf1c]``  Wave Forcing (:mod:`latsim.model.generators`)
 """
 
 from __future__ import annotations
@@ -409,13 +410,15 @@ def parse_cost(spec: str) -> CostModel:
             raise LatsimError(f"cost spec {_short(spec)}: the degree after @ must be a "
                               "whole number")
         return load_parallel_table(path, int(degree))
-    if prefix in ("sdvg", "draftverify"):  # the seed systems (generator models)
+    if prefix in ("sdvg", "draftverify", "waveforcing"):  # the seed systems
         from latsim.model import generators
 
         if prefix == "sdvg":
             return generators.load_sdvg(body)
+        if prefix == "waveforcing":
+            return generators.parse_waveforcing(spec, body)
         return generators.parse_draftverify(spec, body)
     raise LatsimError(
         f"unknown cost spec prefix {_short(prefix)}; use fixed:, affine:, table:, "
-        "lognormal:, usp:, sdvg: or draftverify:"
+        "lognormal:, usp:, sdvg:, draftverify: or waveforcing:"
     )

@@ -19,8 +19,15 @@ stream on dedicated pools gives exactly the single-worker numbers.
   a model-free drafter (free), then verify steps of ``c_v`` times one plain unit step, each
   accepting a geometric number of units with mean ``tau``, until the job's K units are in.
 
-Specs: ``sdvg:PATH`` (a TOML system file, see ``latsim/experiments/systems/``) and
-``draftverify:UNIT,CV,TAU``.
+- :class:`WaveForcingCost` — Wave Forcing (seed 004): S denoising ranks and a store rank,
+  each a model replica on its own device. ``1f1c``: the ranks form a lockstep pipeline that
+  takes a new chunk each round and finishes it S + 1 rounds later (the serving model runs
+  it on a pipeline pool: :meth:`pipelines`); ``nf1c``: one device runs the S + 1 forwards of
+  a chunk back to back. The chunk's VAE decode follows on the ``vae`` pool (``nf1c``: on the
+  same device).
+
+Specs: ``sdvg:PATH`` (a TOML system file, see ``latsim/experiments/systems/``),
+``draftverify:UNIT,CV,TAU`` and ``waveforcing:ROUND,STEPS,VAE[,nf1c]``.
 """
 
 from __future__ import annotations
@@ -98,6 +105,10 @@ class StagedGenerator:
         if self.decode is not None:
             yield Step("decode", self.decode_pool,
                        self.decode.sample(K, streams.decode, _cost_kind(kind)), K)
+
+    def pipelines(self) -> dict[str, tuple[int, float, str | None]]:
+        """The DiT model's pipeline pools, if it has any (Wave Forcing's 1F1C)."""
+        return getattr(self.dit, "pipelines", dict)()
 
 
 # ---------------------------------------------------------------- SDVG
@@ -298,3 +309,90 @@ def parse_draftverify(spec: str, body: str) -> DraftVerifyCost:
     except ValueError:
         raise LatsimError(f"cost spec {spec!r}: not a number") from None
     return DraftVerifyCost(unit, c_v, tau)
+
+
+# ---------------------------------------------------------------- Wave Forcing
+
+
+@dataclass(frozen=True)
+class WaveForcingCost:
+    """Wave Forcing (see the module docstring): ``round_time`` seconds per pipeline round
+    (one forward of one chunk on one rank), ``denoise`` ranks plus one store rank, ``vae``
+    seconds to decode a chunk on one VAE device. A chunk takes ``(denoise + 1) · round_time``
+    through the pipeline in either mode; what differs is what the devices can overlap."""
+
+    round_time: float
+    denoise: int
+    vae: float
+    mode: str = "1f1c"
+
+    def __post_init__(self) -> None:
+        check_number("Wave Forcing round time", self.round_time, 0, MAX_SECONDS,
+                     positive=True, unit="s")
+        check_int("Wave Forcing denoising steps", self.denoise, 1, 1000)
+        check_number("Wave Forcing VAE time", self.vae, 0, MAX_SECONDS, unit="s")
+        if self.mode not in ("1f1c", "nf1c"):
+            raise LatsimError(f"Wave Forcing mode must be 1f1c or nf1c, got {self.mode!r}")
+
+    @property
+    def spec(self) -> str:
+        tail = "" if self.mode == "1f1c" else ",nf1c"
+        return f"waveforcing:{self.round_time!r},{self.denoise},{self.vae!r}{tail}"
+
+    @property
+    def depth(self) -> int:
+        """Ranks a chunk passes through: the denoising ranks and the store rank."""
+        return self.denoise + 1
+
+    def pipelines(self) -> dict[str, tuple[int, float, str | None]]:
+        """Pools that are lockstep pipelines: name -> (depth, round, the pool it hands its
+        chunks to, whose queue stalls it)."""
+        return {"dit": (self.depth, self.round_time, "vae")} if self.mode == "1f1c" else {}
+
+    def pools(self) -> tuple[str, ...]:
+        return ("dit", "vae") if self.mode == "1f1c" else ("dit",)
+
+    def steps_of(self, K: int, kind: str) -> list[Step]:  # noqa: N803
+        through = self.depth * self.round_time
+        if self.mode == "1f1c":
+            return [Step("pipeline", "dit", through, K), Step("decode", "vae", self.vae, K)]
+        return [Step("dit", "dit", through, K), Step("decode", "dit", self.vae, K)]
+
+    def steps(self, K: int, kind: str, streams: StepStreams) -> Iterator[Step]:  # noqa: N803
+        yield from self.steps_of(K, kind)
+
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+        return self.mean(K)
+
+    def mean(self, K: int) -> float:  # noqa: N803
+        return self.depth * self.round_time + self.vae
+
+    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+        return self.mean(K)
+
+    @property
+    def deterministic(self) -> bool:
+        return True
+
+    def chunk_rate(self) -> float:
+        """Chunks per second the DiT devices finish at steady state: one per round in a
+        full pipeline, one per ``depth`` forwards plus the decode on one device."""
+        if self.mode == "1f1c":
+            return 1.0 / self.round_time
+        return 1.0 / (self.depth * self.round_time + self.vae)
+
+
+def parse_waveforcing(spec: str, body: str) -> WaveForcingCost:
+    parts = body.split(",")
+    mode = "1f1c"
+    if len(parts) == 4:
+        mode = parts.pop().strip()
+    if len(parts) != 3:
+        raise LatsimError(f"cost spec {spec!r} needs ROUND,STEPS,VAE[,nf1c]")
+    try:
+        round_time, vae = float(parts[0]), float(parts[2])
+        steps = int(parts[1])
+    except ValueError:
+        raise LatsimError(f"cost spec {spec!r}: ROUND and VAE are seconds, STEPS a whole "
+                          "number") from None
+    return WaveForcingCost(round_time, steps, vae, mode)

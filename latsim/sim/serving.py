@@ -86,6 +86,93 @@ class _Task:
         self.then = then  # called with (t_start, t_end) once the task is done
 
 
+def _pick(waiting: deque[_Task], schedule: str, now: float) -> _Task:
+    """Take the waiting task ``schedule`` serves next."""
+    if schedule == "fifo" or len(waiting) == 1:
+        return waiting.popleft()
+    if schedule == "replan-first":
+        key = lambda t: (t.kind != "replan", t.seq)  # noqa: E731
+    else:  # least-slack: the stream with the least buffered playable time first
+        key = lambda t: (t.stream.slack(now), t.seq)  # noqa: E731
+    best = min(waiting, key=key)
+    waiting.remove(best)
+    return best
+
+
+class _PipelinePool:
+    """A lockstep pipeline of ``depth`` ranks, one device each (Wave Forcing's 1F1C): a
+    task enters at a round boundary, at most one per round, and leaves ``depth`` rounds
+    later, having spent one round on each rank. Rounds run while any task is in flight; an
+    empty pipeline starts a round as soon as a task comes. With a ``downstream`` pool (the
+    decode), a finished task that waits there still holds a rank (its last rank cannot
+    hand it over): the pipeline holds at most ``depth`` tasks in flight or waiting
+    downstream, so a slow decode throttles it (back-pressure)."""
+
+    def __init__(self, engine: _Engine, name: str, depth: int, round_time: float,
+                 downstream: str | None = None) -> None:
+        self.engine = engine
+        self.name = name
+        self.depth = depth
+        self.round = round_time
+        self.downstream = downstream
+        self.waiting: deque[_Task] = deque()
+        self.in_flight: dict[int, tuple[_Task, float]] = {}  # batch id -> (task, entry)
+        self._anchor: float | None = None  # a round boundary, while any task is in flight
+        self._last_entry = -math.inf
+        self._entry_pending = False
+
+    def submit(self, task: _Task) -> None:
+        self.waiting.append(task)
+        self._plan()
+
+    def _plan(self) -> None:
+        held = len(self.in_flight)
+        if self.downstream is not None:  # finished chunks the decode has not taken yet
+            held += len(self.engine.pools[self.downstream].waiting)
+        if self._entry_pending or not self.waiting or held >= self.depth:
+            return  # planned again when a task leaves, or the downstream pool takes one
+        env = self.engine.env
+        at = env.now
+        if self._anchor is not None:
+            rounds = math.ceil((env.now - self._anchor) / self.round - 1e-9)
+            at = max(self._anchor + rounds * self.round, self._last_entry + self.round)
+        self._entry_pending = True
+        env.timeout(max(0.0, at - env.now)).callbacks.append(self._enter)
+
+    def _enter(self, _: object) -> None:
+        self._entry_pending = False
+        engine, now = self.engine, self.engine.env.now
+        if self._anchor is None:
+            self._anchor = now
+        task = _pick(self.waiting, engine.schedule, now)
+        self._last_entry = now
+        batch_id = engine.new_batch()
+        self.in_flight[batch_id] = (task, now)
+        if task.first and task.job_id:
+            task.stream.job_started(task.job_id, now, task.duration, now > task.t_enqueue)
+        engine.env.timeout(task.duration).callbacks.append(
+            lambda _, b=batch_id: self._leave(b))
+        self._plan()
+
+    def _leave(self, batch_id: int) -> None:
+        task, entry = self.in_flight[batch_id]
+        self.record(batch_id, self.engine.env.now)
+        if not self.in_flight:
+            self._anchor = None
+        self._plan()
+        task.then(entry, self.engine.env.now)
+
+    def record(self, batch_id: int, end: float) -> None:
+        """One record per rank: the round the task spent on it (up to ``end``)."""
+        task, entry = self.in_flight.pop(batch_id)
+        for rank in range(self.depth):
+            start = entry + rank * self.round
+            if start < end:
+                self.engine.tasks.append(TaskRecord(
+                    task.stream.index, task.job_id, task.stage, task.kind, self.name, rank,
+                    batch_id, task.t_enqueue, start, min(end, start + self.round)))
+
+
 class _Pool:
     """Identical devices, each serving one task (or one batch) at a time, and the queue of
     tasks waiting for them, served in the order of the scheduling policy."""
@@ -112,19 +199,12 @@ class _Pool:
         self.dispatch()
 
     def _next(self, now: float) -> _Task:
-        schedule = self.engine.schedule
-        if schedule == "fifo" or len(self.waiting) == 1:
-            return self.waiting.popleft()
-        if schedule == "replan-first":
-            key = lambda t: (t.kind != "replan", t.seq)  # noqa: E731
-        else:  # least-slack: the stream with the least buffered playable time first
-            key = lambda t: (t.stream.slack(now), t.seq)  # noqa: E731
-        best = min(self.waiting, key=key)
-        self.waiting.remove(best)
-        return best
+        return _pick(self.waiting, self.engine.schedule, now)
 
     def dispatch(self) -> None:
         env = self.engine.env
+        if not self.waiting:
+            return
         while self.free and self.waiting:
             first = self._next(env.now)
             batch = [first]
@@ -134,6 +214,9 @@ class _Pool:
                     batch.append(self._next(env.now))
             device = heapq.heappop(self.free)
             self.engine.start(self, device, batch)
+        if not self.waiting:
+            for upstream in self.engine.upstream.get(self.name, ()):
+                upstream._plan()
 
 
 class _Engine:
@@ -146,9 +229,15 @@ class _Engine:
         self.generator = generator
         self.schedule = config.schedule
         # a DiT task occupies a fixed group of ``degree`` devices: the pool has size/degree
-        self.pools = {name: _Pool(self, name, size // (config.degree if name == config.dit_pool
-                                                        else 1))
-                      for name, size in config.pools}
+        self.pools: dict[str, _Pool | _PipelinePool] = {
+            name: _Pool(self, name, size // (config.degree if name == config.dit_pool else 1))
+            for name, size in config.pools}
+        self.upstream: dict[str, list[_PipelinePool]] = {}
+        for name, (depth, round_time, downstream) in generator.pipelines().items():
+            self.pools[name] = pipeline = _PipelinePool(self, name, depth, round_time,
+                                                        downstream)
+            if downstream is not None:
+                self.upstream.setdefault(downstream, []).append(pipeline)
         self.tasks: list[TaskRecord] = []
         self.running: dict[int, tuple[_Pool, int, list[_Task], float]] = {}  # by batch id
         self._seq = 0
@@ -160,6 +249,19 @@ class _Engine:
         self._seq += 1
         self.pools[step.pool].submit(_Task(stream, job_id, kind, step.stage, step.latents,
                                            step.duration, self.env.now, self._seq, then, first))
+
+    def new_batch(self) -> int:
+        self._batches += 1
+        return self._batches
+
+    def close(self, end: float) -> None:
+        """Record every task still running at ``end`` as run until then."""
+        for batch_id in list(self.running):
+            self.record(batch_id, end)
+        for pool in self.pools.values():
+            if isinstance(pool, _PipelinePool):
+                for batch_id in list(pool.in_flight):
+                    pool.record(batch_id, end)
 
     def record(self, batch_id: int, end: float) -> None:
         """Record a batch's tasks as run until ``end`` (the end of the run for a batch still
@@ -173,8 +275,7 @@ class _Engine:
     def start(self, pool: _Pool, device: int, batch: list[_Task]) -> None:
         env = self.env
         now = env.now
-        self._batches += 1
-        batch_id = self._batches
+        batch_id = self.new_batch()
         if len(batch) == 1:
             took = batch[0].duration
         else:
@@ -367,8 +468,7 @@ def simulate_serving(
     while any(p.run.controller.open_conditions for p in ports) and env.peek() <= limit:
         env.step()
     end = env.now
-    for batch_id in list(engine.running):
-        engine.record(batch_id, end)
+    engine.close(end)
     runs = tuple(port.run.finish(end - port.origin) for port in ports)
     starts = tuple(
         StreamStart(p.index, p.inputs.join, p.origin,

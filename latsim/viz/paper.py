@@ -255,7 +255,8 @@ def print_serving_report(tables: dict[str, list[dict]]) -> None:
 
 def plot_systems(tables: dict[str, list[dict]], path: Path) -> Path:
     """L50 and L95 of each seed system against the plain target, per device speed and
-    policy (high-frequency traces), and the mean and 95th percentile of C."""
+    policy (high-frequency traces; Wave Forcing at its own timing in the first panel), and
+    the mean C against the lead."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -267,6 +268,7 @@ def plot_systems(tables: dict[str, list[dict]], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(speeds) + 1, figsize=(5 * (len(speeds) + 1), 4))
     colors = {"baseline": "#7f7f7f", "speculative": "#2ca02c"}
     for ax, speed in zip(axes, speeds, strict=False):
+        systems = list(dict.fromkeys(r["system"] for r in rows if r["speed"] == speed))
         x = np.arange(len(systems))
         for i, policy in enumerate(("baseline", "speculative")):
             sel = {r["system"]: r for r in rows if r["speed"] == speed and r["policy"] == policy}
@@ -274,12 +276,14 @@ def plot_systems(tables: dict[str, list[dict]], path: Path) -> Path:
                    color=colors[policy], label=f"{policy} L50")
             ax.scatter(x + (i - 0.5) * 0.38, [sel[s]["L95"] for s in systems], marker="_",
                        s=300, color="k", label="L95" if i == 0 else None)
-        ax.set_xticks(x, systems)
+        ax.set_xticks(x, [name.replace("Wave Forcing ", "WF ") for name in systems],
+                      fontsize=7)
         ax.set_ylabel("latency (s)")
         ax.set_title(f"device speed x{speed:g} (high-frequency traces)", fontsize=9)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, axis="y")
     ax = axes[-1]
+    systems = list(dict.fromkeys(r["system"] for r in rows if r["speed"] == speeds[-1]))
     for i, speed in enumerate(speeds):
         sel = {r["system"]: r for r in rows if r["speed"] == speed and r["policy"] == "baseline"}
         x = np.arange(len(systems)) + (i - 0.5) * 0.38
