@@ -172,15 +172,20 @@ def reproduce_serving(
     from latsim.experiments.serving_paper import reproduce_serving as run
     from latsim.viz.paper import plot_serving, print_serving_report
 
-    tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
-    plot_serving(tables, out / "serving.png")
+    _report(run(out, traces_root=traces, jobs=jobs, max_events=max_events), out,
+            "serving.png", plot_serving, print_serving_report, as_json)
+
+
+def _report(tables: dict, out: Path, figure: str, plot, report, as_json: bool) -> None:  # noqa: ANN001
+    """Draw ``figure`` into ``out`` and print the tables (or their JSON)."""
+    plot(tables, out / figure)
     if as_json:
         from latsim.run.files import dumps
 
         typer.echo(dumps(tables))
         return
-    print_serving_report(tables)
-    typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, serving.png to {out}/")
+    report(tables)
+    typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, {figure} to {out}/")
 
 
 @reproduce_app.command("systems")
@@ -198,15 +203,8 @@ def reproduce_systems(
     from latsim.experiments.systems import reproduce_systems as run
     from latsim.viz.paper import plot_systems, print_systems_report
 
-    tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
-    plot_systems(tables, out / "systems.png")
-    if as_json:
-        from latsim.run.files import dumps
-
-        typer.echo(dumps(tables))
-        return
-    print_systems_report(tables)
-    typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, systems.png to {out}/")
+    _report(run(out, traces_root=traces, jobs=jobs, max_events=max_events), out,
+            "systems.png", plot_systems, print_systems_report, as_json)
 
 
 @plot_app.command("timeline")
