@@ -1,0 +1,31 @@
+"""``latsim export perfetto``: a run folder as a Chrome/Perfetto trace (registered on the main
+app; the conversion loads inside the command)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+export_app = typer.Typer(help="Run folders in other tools' formats.", no_args_is_help=True)
+
+
+@export_app.command("perfetto")
+def perfetto(
+    run_dir: Annotated[Path, typer.Argument(help="a run folder (simulated, measured, serving)")],
+    out: Annotated[Path, typer.Option(help="the trace-event JSON to write")],
+) -> None:
+    """Devices, playback, stalls and condition lifetimes (R/C/Q) as a trace for
+    ui.perfetto.dev or chrome://tracing."""
+    from latsim.run.folder import write_json
+    from latsim.viz.perfetto import perfetto_trace
+
+    trace = perfetto_trace(run_dir)
+    write_json(out, trace)
+    typer.echo(f"wrote {out} ({len(trace['traceEvents'])} events); open it in "
+               "https://ui.perfetto.dev")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(export_app, name="export")

@@ -1,0 +1,123 @@
+"""`latsim export perfetto`: the trace is well-formed (every event, nesting per track, time
+order, flows and async slices matched) for simulated, serving and measured run folders, and a
+small simulated run's trace matches a golden file."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from latsim.cli.app import app
+from latsim.errors import LatsimError
+from latsim.viz.perfetto import perfetto_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "golden" / "perfetto_small.json"
+runner = CliRunner()
+
+
+def check_trace(trace: dict) -> None:
+    """Structural checks a trace viewer relies on."""
+    events = trace["traceEvents"]
+    assert events and trace["displayTimeUnit"] == "ms"
+    tracks: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    flows: dict[int, list[dict]] = defaultdict(list)
+    spans: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    named = {(e["pid"], e["tid"]) for e in events
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    for e in events:
+        assert e["ph"] in {"M", "X", "s", "f", "b", "e"}, e
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+        if e["ph"] == "M":
+            continue
+        assert isinstance(e["ts"], float | int) and math.isfinite(e["ts"]) and e["ts"] >= 0, e
+        assert (e["pid"], e["tid"]) in named, f"an event on an unnamed thread: {e}"
+        if e["ph"] == "X":
+            assert e["dur"] >= 0, e
+            tracks[(e["pid"], e["tid"])].append(e)
+        elif e["ph"] in "sf":
+            flows[e["id"]].append(e)
+        else:
+            spans[(e["cat"], e["id"])].append(e)
+    for track, slices in tracks.items():
+        starts = [s["ts"] for s in slices]
+        assert starts == sorted(starts), f"track {track} is not in time order"
+        stack: list[float] = []  # ends of the open slices
+        for s in sorted(slices, key=lambda s: (s["ts"], -s["dur"])):
+            while stack and s["ts"] >= stack[-1] - 1e-3:
+                stack.pop()
+            end = s["ts"] + s["dur"]
+            assert not stack or end <= stack[-1] + 1e-3, f"overlapping slices on {track}: {s}"
+            stack.append(end)
+    for flow_id, pair in flows.items():  # one start and one end, the end no earlier
+        assert sorted(e["ph"] for e in pair) == ["f", "s"], flow_id
+        start, end = sorted(pair, key=lambda e: e["ph"] == "f")
+        assert end["bp"] == "e" and end["ts"] >= start["ts"]
+    for key, seq in spans.items():
+        open_: list[str] = []
+        last = -1.0
+        for e in seq:
+            assert e["ts"] >= last
+            last = e["ts"]
+            if e["ph"] == "b":
+                open_.append(e["name"])
+            else:
+                assert open_ and open_.pop() == e["name"], f"unmatched async end in {key}"
+        assert not open_, f"async slices left open in {key}"
+
+
+def _simulate(tmp_path: Path, *args: str) -> Path:
+    result = runner.invoke(app, ["simulate", "--out", str(tmp_path), *args])
+    assert result.exit_code == 0, result.stderr
+    return tmp_path
+
+
+def test_a_small_simulated_run_matches_its_golden_trace(tmp_path):
+    run = _simulate(tmp_path / "small", "--K", "2", "--C", "0.2", "--updates", "poisson:1",
+                    "--duration", "3", "--seeds", "1", "--seed", "3")
+    out = tmp_path / "trace.json"
+    result = runner.invoke(app, ["export", "perfetto", str(run), "--out", str(out)])
+    assert result.exit_code == 0, result.stderr
+    trace = json.loads(out.read_text())
+    check_trace(trace)
+    assert trace == json.loads(GOLDEN.read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert {"baseline K=2 run 0: devices", "speculative K=2 run 0: playback",
+            "generator", "playback", "conditions"} <= names
+    assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "b"} >= {"R", "C", "Q"}
+
+
+def test_a_serving_run_has_a_track_per_device_and_a_process_per_stream(tmp_path):
+    run = _simulate(tmp_path / "serving", "--K", "8", "--C", "0.4", "--streams", "3",
+                    "--pools", "dit=2,vae=1", "--decode", "fixed:0.05", "--deliver",
+                    "fixed:0.01", "--duration", "15", "--seeds", "1", "--lead", "1.0",
+                    "--policy", "speculative", "--updates", "poisson:0.5")
+    trace = perfetto_trace(run)
+    check_trace(trace)
+    threads = {e["args"]["name"] for e in trace["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"dit 0", "dit 1", "vae 0"} <= threads
+    processes = {e["args"]["name"] for e in trace["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {f"speculative K=8 run 0: stream {s}" for s in range(3)} <= processes
+
+
+def test_a_measured_run_and_a_pipeline_export_too(tmp_path):
+    check_trace(perfetto_trace(ROOT / "results" / "compare" / "runs" / "K8-speculative"))
+    run = _simulate(tmp_path / "wave", "--K", "3", "--cost", "waveforcing:0.08,4,0.2",
+                    "--pools", "dit=5,vae=3", "--streams", "4", "--duration", "6",
+                    "--seeds", "1", "--lead", "0.7", "--policy", "baseline")
+    check_trace(perfetto_trace(run))
+
+
+def test_a_folder_without_records_is_a_one_line_error(tmp_path):
+    with pytest.raises(LatsimError, match="not a run folder"):
+        perfetto_trace(tmp_path)
+    result = runner.invoke(app, ["export", "perfetto", str(tmp_path), "--out",
+                                 str(tmp_path / "t.json")])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
