@@ -304,14 +304,12 @@ class _StreamPort:
     """One stream's clock port: stream time = global time - ``origin``."""
 
     def __init__(self, engine: _Engine, index: int, config: ControllerConfig,
-                 window: RunWindow, cost: CostModel, inputs: StreamInput,
-                 playout_delay: float) -> None:
+                 window: RunWindow, inputs: StreamInput, playout_delay: float) -> None:
         self.engine = engine
         self.env = engine.env
         self.index = index
         self.serving = engine.config
         self.K = config.timing.K
-        self.cost = cost
         self.inputs = inputs
         decode_rng, self.deliver_rng, self.uplink_rng, replan_rng = inputs.stages
         self.streams = StepStreams(inputs.cost, decode_rng, replan_rng)
@@ -449,7 +447,7 @@ def simulate_serving(
                      StagedGenerator(cost, serving.replan_cost, serving.decode,
                                      serving.decode_pool))
     playout = serving.playout()
-    ports = [_StreamPort(engine, index, config, window, cost, inputs, playout)
+    ports = [_StreamPort(engine, index, config, window, inputs, playout)
              for index, inputs in enumerate(streams)]
     if serving.cold_start:
         started = _cold_starts(env, engine, ports)
