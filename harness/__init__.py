@@ -11,6 +11,8 @@
 - :mod:`harness.telemetry` NVML utilisation sampling and its time-weighted reduction
 - :mod:`harness.run`       one measurement: warm-up, lead, one run folder per (K, policy)
 - :mod:`harness.gpu_check` the script a GPU machine runs (``python -m harness.gpu_check``)
+- :mod:`harness.netclock`  min-RTT clock-offset and drift estimation, and a seeded
+  delay/jitter/loss shaper, for a viewer client and a streaming server
 
 Importing this package does not import torch.
 """
