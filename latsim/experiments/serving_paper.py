@@ -26,6 +26,9 @@ its USP group of the paper's size), on the committed low/high trace sets:
 - ``discard``   what keeping the old future playable until a replan is ready
                 (``discard=on-ready``) changes against discarding it when the replan starts
                 (``on-start``), when streams share one device and replans queue.
+- ``schedule``  which waiting task a free device takes: ``fifo``, ``least-slack`` (the
+                stream with the least buffered playable time) or ``replan-first``, on the
+                same shared-device workload.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
 from latsim.experiments.paper import SETTINGS, Setting, _trace_root, infer_C, paper_data
 from latsim.experiments.sweep import Experiment, run_experiment
 from latsim.model.costs import FixedCost, LognormalCost
-from latsim.model.serving import ServingConfig
+from latsim.model.serving import SCHEDULES, ServingConfig
 from latsim.run.files import write_rows_csv
 
 FAMILIES = ("Wan1.3B", "Sol-H3", "LTX-2.3")
@@ -203,28 +206,42 @@ def headroom_table(root: Path, playout_by_family: dict[str, float],
     return rows
 
 
+#: The shared-device workload of the discard and schedule tables: K = 8 at 16 fps, r = 4
+#: (T = 2 s), C lognormal with mean 0.4 s and CV 0.3 (each stream uses about 20 % of the
+#: device), the default lead (C's 0.99 quantile), speculative, high-frequency traces.
+SHARED_K, SHARED_COST = 8, (0.4, 0.3)
+
+
+def _shared_device_row(root: Path, jobs: int | None, max_events: int, streams: int,
+                       **serving: str) -> dict:
+    """One row of speculative streams sharing one device (the same arrivals and costs
+    whatever the serving options)."""
+    experiment = Experiment(
+        Ks=(SHARED_K,), r=4, fps=16.0, cost=LognormalCost(*SHARED_COST),
+        policies=("speculative",), updates=f"traces:{root / 'high'}", max_events=max_events,
+        serving=ServingConfig(streams=streams, start="random", **serving))
+    row = _row_of(run_experiment(experiment, jobs=jobs), "speculative")
+    return {"streams": streams, **serving,
+            **{key: (None if row[key] is None else round(float(row[key]), 6))
+               for key in ("L50", "L95", "L99", "R_mean", "Q_mean", "stall_pct", "w",
+                           "busy_pct")},
+            "queue_wait_dit": round(row["queue_wait_mean_by_stage"].get("dit", 0.0), 6)}
+
+
 def discard_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS
                   ) -> list[dict]:
-    """on-start vs on-ready for 1-4 speculative streams sharing one device (K = 8 at 16 fps,
-    r = 4: T = 2 s; C lognormal with mean 0.4 s and CV 0.3, so each stream uses about 20 %
-    of the device; the default lead, C's 0.99 quantile; high-frequency traces; the same
-    arrivals and costs for both modes)."""
-    rows = []
-    for streams in (1, 2, 3, 4):
-        for discard in ("on-start", "on-ready"):
-            experiment = Experiment(
-                Ks=(8,), r=4, fps=16.0, cost=LognormalCost(0.4, 0.3), policies=("speculative",),
-                updates=f"traces:{root / 'high'}", max_events=max_events,
-                serving=ServingConfig(streams=streams, discard=discard, start="random"))
-            row = _row_of(run_experiment(experiment, jobs=jobs), "speculative")
-            rows.append({
-                "streams": streams, "discard": discard,
-                **{key: (None if row[key] is None else round(float(row[key]), 6))
-                   for key in ("L50", "L95", "L99", "R_mean", "Q_mean", "stall_pct", "w",
-                               "busy_pct")},
-                "queue_wait_dit": round(row["queue_wait_mean_by_stage"].get("dit", 0.0), 6),
-            })
-    return rows
+    """on-start vs on-ready for 1-4 speculative streams sharing one device
+    (:data:`SHARED_COST`)."""
+    return [_shared_device_row(root, jobs, max_events, streams, discard=discard)
+            for streams in (1, 2, 3, 4) for discard in ("on-start", "on-ready")]
+
+
+def schedule_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS
+                   ) -> list[dict]:
+    """fifo vs least-slack vs replan-first for 2-4 speculative streams sharing one device
+    (:data:`SHARED_COST`)."""
+    return [_shared_device_row(root, jobs, max_events, streams, schedule=schedule)
+            for streams in (2, 3, 4) for schedule in SCHEDULES]
 
 
 def reproduce_serving(out: Path, traces_root: Path | None = None, jobs: int | None = None,
@@ -240,6 +257,7 @@ def reproduce_serving(out: Path, traces_root: Path | None = None, jobs: int | No
             "e2e": e2e,
             "headroom": headroom_table(root, {"Sol-H3": playout}, max_events),
             "discard": discard_table(root, jobs, max_events),
+            "schedule": schedule_table(root, jobs, max_events),
         }
     for name, rows in tables.items():
         write_rows_csv(out / f"{name}.csv", rows)

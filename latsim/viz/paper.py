@@ -247,10 +247,11 @@ def print_serving_report(tables: dict[str, list[dict]]) -> None:
         print(f"  {r['setting']:13s} SLO L95 {fmt(r['slo_L95'], 3)} s, lead "
               f"{fmt(r['lead'], 3)} s (+{r['margin_C']:g} C): {r['max_streams']} "
               f"(naive {r['streams_by_activity']})")
-    print("discard mode (speculative streams sharing one device)")
-    for r in tables["discard"]:
-        print(f"  {r['streams']} stream(s) {r['discard']:8s} stall {fmt(r['stall_pct'], 3)}% "
-              f"L50 {fmt(r['L50'], 3)} L95 {fmt(r['L95'], 3)} w {fmt(r['w'], 4)}")
+    for table, key in (("discard", "discard"), ("schedule", "schedule")):
+        print(f"{key} (speculative streams sharing one device)")
+        for r in tables[table]:
+            print(f"  {r['streams']} stream(s) {r[key]:12s} stall {fmt(r['stall_pct'], 3)}% "
+                  f"L50 {fmt(r['L50'], 3)} L95 {fmt(r['L95'], 3)} L99 {fmt(r['L99'], 3)}")
 
 
 def plot_systems(tables: dict[str, list[dict]], path: Path) -> Path:
