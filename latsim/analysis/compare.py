@@ -67,7 +67,7 @@ from latsim.run.folder import (
     summary_row,
     write_simulated_run,
 )
-from latsim.run.stream import INTERRUPTED, BusyInterval, RunRecords
+from latsim.run.stream import INTERRUPTED, BusyInterval, RunRecords, window_overlap
 from latsim.sim.simpy_driver import simulate_trace
 
 #: Metrics compared per run (DESIGN §4 names). stall_pct is also compared in percentage
@@ -342,7 +342,7 @@ def load_measured(run_dir: Path) -> MeasuredRun:
         if busy_fallback:
             busy = _controller_busy(jobs)
             measured["busy_pct"] = 100.0 * sum(
-                max(0.0, min(b.t_end, duration) - max(b.t_start, 0.0)) for b in busy) / duration
+                window_overlap(b.t_start, b.t_end, duration) for b in busy) / duration
     else:
         end, source = folder.end_time, "as the run stated"
         if end is None:

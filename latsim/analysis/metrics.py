@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from latsim.run.stream import RunRecords
+from latsim.run.stream import RunRecords, window_overlap
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,7 @@ def _mean(values: list[float]) -> float | None:
 
 def stall_time_in_window(run: RunRecords) -> float:
     """Seconds the player was frozen within ``[0, duration]``."""
-    return sum(
-        max(0.0, min(s.t_end, run.duration) - max(s.t_start, 0.0)) for s in run.stalls
-    )
+    return sum(window_overlap(s.t_start, s.t_end, run.duration) for s in run.stalls)
 
 
 def _played_generated(run: RunRecords) -> int:

@@ -29,7 +29,7 @@ import numpy as np
 
 from latsim.analysis.metrics import stall_time_in_window, summarize
 from latsim.run.serving import ServingRecords
-from latsim.run.stream import RunRecords
+from latsim.run.stream import RunRecords, window_overlap
 
 
 def _percentile(values: np.ndarray, level: float) -> float | None:
@@ -46,8 +46,26 @@ def _latency_stats(values: np.ndarray, prefix: str) -> dict:
 
 
 def _client_stall_in_window(run: ServingRecords, stream: int) -> float:
-    return sum(max(0.0, min(s.t_end, run.duration) - max(s.t_start, 0.0))
+    return sum(window_overlap(s.t_start, s.t_end, run.duration)
                for s in run.client_stalls if s.stream == stream)
+
+
+def _stall_seconds(runs: Sequence[ServingRecords]) -> tuple[float, float, float]:
+    """(client stall, server stall, window) seconds over every stream of ``runs``."""
+    client = sum(_client_stall_in_window(run, i)
+                 for run in runs for i in range(len(run.streams)))
+    server = sum(stall_time_in_window(s) for run in runs for s in run.streams)
+    return client, server, sum(s.duration for run in runs for s in run.streams)
+
+
+def viewer_stall_pct(runs: Sequence[ServingRecords]) -> float:
+    """The share of the streams' windows the viewers saw frozen (server stalls plus late
+    deliveries), in percent."""
+    return _viewer_pct(*_stall_seconds(runs))
+
+
+def _viewer_pct(client: float, server: float, window: float) -> float:
+    return 100.0 * (client + server) / window if window else 0.0
 
 
 def _stall_intervals(run: ServingRecords, stream: int) -> list[tuple[float, float]]:
@@ -77,10 +95,7 @@ def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
     shown = [v for run in runs for v in run.viewer if v.displayed]
     viewer = _latency_stats(np.array([v.L for v in shown], dtype=float), "L")
     server = _latency_stats(np.array([v.L_server for v in shown], dtype=float), "L_server")
-    window = sum(s.duration for s in stream_runs)
-    client_stall = sum(_client_stall_in_window(run, i)
-                       for run in runs for i in range(len(run.streams)))
-    server_stall = sum(stall_time_in_window(s) for s in stream_runs)
+    client_stall, server_stall, window = _stall_seconds(runs)
     smooth = [_smooth_seconds(_stall_intervals(run, i), run.duration)
               for run in runs for i in range(len(run.streams))]
     ttff = [s.ttff for run in runs for s in run.starts if math.isfinite(s.ttff)]
@@ -106,7 +121,7 @@ def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
         "playout_delay": runs[0].playout_delay if runs else None,
         "busy_pct": busy_pct_by_pool.get("dit", base["busy_pct"]),
         "client_stall_pct": 100.0 * client_stall / window if window else 0.0,
-        "viewer_stall_pct": 100.0 * (client_stall + server_stall) / window if window else 0.0,
+        "viewer_stall_pct": _viewer_pct(client_stall, server_stall, window),
         "cpr": (sum(a for a, _ in smooth) / sum(b for _, b in smooth)
                 if sum(b for _, b in smooth) else None),
         "ttff_mean": float(np.mean(ttff)) if ttff else None,
@@ -127,17 +142,17 @@ def per_stream_rows(runs: Sequence[ServingRecords]) -> list[dict]:
     rows = []
     for index in range(len(runs[0].streams)):
         own = [run.streams[index] for run in runs]
-        shown = np.array([v.L for run in runs for v in run.viewer
-                          if v.stream == index and v.displayed], dtype=float)
+        latency = _latency_stats(np.array([v.L for run in runs for v in run.viewer
+                                           if v.stream == index and v.displayed],
+                                          dtype=float), "L")
         base = summarize(own)
         window = sum(r.duration for r in own)
         client = sum(_client_stall_in_window(run, index) for run in runs)
         ttff = [run.starts[index].ttff for run in runs if math.isfinite(run.starts[index].ttff)]
         rows.append({
             "stream": index, "n_conditions": base.n_conditions,
-            "L_mean": float(shown.mean()) if shown.size else None,
-            "L50": _percentile(shown, 50), "L95": _percentile(shown, 95),
-            "L99": _percentile(shown, 99), "R_mean": base.R_mean, "C_obs_mean": base.C_obs_mean,
+            **{key: latency[key] for key in ("L_mean", "L50", "L95", "L99")},
+            "R_mean": base.R_mean, "C_obs_mean": base.C_obs_mean,
             "Q_mean": base.Q_mean, "stall_pct": base.stall_pct,
             "client_stall_pct": 100.0 * client / window if window else 0.0,
             "ttff_mean": float(np.mean(ttff)) if ttff else None, "w": base.w,

@@ -28,7 +28,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from latsim.analysis.serving import serving_metrics
+from latsim.analysis.serving import serving_metrics, viewer_stall_pct
 from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number, check_work
 from latsim.experiments.sweep import Experiment, cell_slots, plan, run_cell
 from latsim.model.serving import MAX_STREAMS, ServingConfig
@@ -150,7 +150,7 @@ def _bootstrap_se(runs: list[ServingRecords], rng: np.random.Generator
     """Bootstrap standard errors, over replications, of pooled L95 and viewer stall %."""
     latencies = [np.array([v.L for v in run.viewer if v.displayed], dtype=float)
                  for run in runs]
-    stall = np.array([serving_metrics([run])["viewer_stall_pct"] for run in runs])
+    stall = np.array([viewer_stall_pct([run]) for run in runs])
     l95s, stalls = [], []
     for _ in range(BOOTSTRAP):
         pick = rng.integers(len(runs), size=len(runs))

@@ -201,21 +201,8 @@ def plan(experiment: Experiment) -> Plan:
     bound included (:func:`plan_events` against ``experiment.max_events``)."""
     cost, arrivals = _sources(experiment)
     serving = experiment.serving
-    if serving is not None:  # a per-degree cost table at the degree the tasks run on
-        at = getattr(cost, "at", None)
-        if at is not None and serving.dit_degree is not None:
-            cost = at(serving.dit_degree)
-        serving = replace(serving, dit_degree=getattr(cost, "degree", serving.degree))
-        pools = dict(serving.pools)
-        for pool in getattr(cost, "pools", lambda: ())():
-            if pool not in pools:
-                raise LatsimError(f"cost {cost.spec} runs steps on pool {pool!r}, which the "
-                                  f"pools ({','.join(pools)}) do not define; add it to --pools")
-        for pool, (depth, *_) in getattr(cost, "pipelines", dict)().items():
-            if pools[pool] != depth:
-                raise LatsimError(f"cost {cost.spec} runs a pipeline of {depth} ranks, one "
-                                  f"device each, on pool {pool}: give it {depth} devices, "
-                                  f"not {pools[pool]}")
+    if serving is not None:
+        serving, cost = serving.resolve(cost)
     duration = experiment.duration
     if duration is None:
         duration = arrivals.default_duration() or DEFAULT_DURATION

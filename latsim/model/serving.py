@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,26 @@ class ServingConfig:
                 and not self.cold_start and not self.playout_delay
                 and all(_free(stage) for stage in (self.decode, self.deliver, self.uplink,
                                                    self.replan_cost)))
+
+    def resolve(self, cost: CostModel) -> tuple[ServingConfig, CostModel]:
+        """This configuration and ``cost`` made consistent: a per-degree cost table at the
+        degree the DiT tasks run on (``--dit-degree``, else the table's), and every pool a
+        generator model steps on defined (a pipeline's with one device per rank)."""
+        at = getattr(cost, "at", None)
+        if at is not None and self.dit_degree is not None:
+            cost = at(self.dit_degree)
+        resolved = replace(self, dit_degree=getattr(cost, "degree", self.degree))
+        pools = dict(resolved.pools)
+        for pool in getattr(cost, "pools", tuple)():
+            if pool not in pools:
+                raise LatsimError(f"cost {cost.spec} runs steps on pool {pool!r}, which the "
+                                  f"pools ({','.join(pools)}) do not define; add it to --pools")
+        for pool, (depth, *_) in getattr(cost, "pipelines", dict)().items():
+            if pools[pool] != depth:
+                raise LatsimError(f"cost {cost.spec} runs a pipeline of {depth} ranks, one "
+                                  f"device each, on pool {pool}: give it {depth} devices, "
+                                  f"not {pools[pool]}")
+        return resolved, cost
 
     def playout(self) -> float:
         """The client's playout delay D: as given, else deliver's 0.99 quantile (0 without

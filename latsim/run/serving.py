@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from latsim.model.serving import DIT_POOL
-from latsim.run.stream import COMPLETE, RunRecords
+from latsim.run.stream import COMPLETE, RunRecords, window_overlap
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,7 @@ class ServingRecords:
             if key in seen:  # a batch occupies its device once
                 continue
             seen.add(key)
-            seconds = max(0.0, min(task.t_end, self.window_end) - max(task.t_start, 0.0))
+            seconds = window_overlap(task.t_start, task.t_end, self.window_end)
             group = self.dit_degree if task.pool == DIT_POOL else 1  # a USP group
             for device in range(task.device * group, (task.device + 1) * group):
                 busy[task.pool][device] += seconds

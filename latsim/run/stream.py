@@ -46,6 +46,11 @@ COMPLETE = "complete"
 INTERRUPTED = "interrupted"
 
 
+def window_overlap(t_start: float, t_end: float, end: float) -> float:
+    """Seconds of ``[t_start, t_end]`` that lie within the window ``[0, end]``."""
+    return max(0.0, min(t_end, end) - max(t_start, 0.0))
+
+
 @dataclass(frozen=True)
 class BusyInterval:
     """Generator time of one job: ``[t_start, t_end]`` (``t_end`` of a job still running at
@@ -84,9 +89,7 @@ class RunRecords:
     @property
     def busy_in_window(self) -> float:
         """Generator-busy seconds within ``[0, duration]``."""
-        return sum(
-            max(0.0, min(b.t_end, self.duration) - max(b.t_start, 0.0)) for b in self.busy
-        )
+        return sum(window_overlap(b.t_start, b.t_end, self.duration) for b in self.busy)
 
 
 @dataclass(frozen=True)
