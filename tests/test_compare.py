@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +128,22 @@ def test_committed_example_is_reproduced_and_meets_the_acceptance_bounds(tmp_pat
         assert abs(row["L50_err_pct"]) <= bound50, (row["run"], row["L50_err_pct"], bound50)
         assert abs(row["L95_err_pct"]) <= bound95, (row["run"], row["L95_err_pct"], bound95)
         assert abs(row["stall_pct_abs_err"]) <= 1
+
+
+def test_committed_gpu_comparison_is_reproduced():
+    """results/gpu/<date>/compare: the first H200 runs (wan-1.3b, 480p) re-simulated from the
+    committed run folders rewrite the committed table byte for byte; every run is complete
+    and says it ran on CUDA with NVML kernel activity (not a CPU run filed as a GPU one)."""
+    for root in sorted((Path(__file__).resolve().parent.parent / "results" / "gpu").glob("20*")):
+        out = root / "compare"
+        with tempfile.TemporaryDirectory() as tmp:
+            result = CliRunner().invoke(app, ["compare", str(root / "live"), "--out", tmp])
+            assert result.exit_code == 0, result.stderr
+            assert (Path(tmp) / "compare.csv").read_bytes() == (out / "compare.csv").read_bytes()
+        for summary in sorted((root / "live").glob("*/summary.json")):
+            data = json.loads(summary.read_text())
+            assert data["status"] == "complete", summary
+            assert data["device"] == "cuda" and data["kernel_activity"] is not None, summary
 
 
 # ---------------------------------------------------------------- partial runs, mixed folders
