@@ -1,4 +1,4 @@
-"""The live harness's commands, ``latsim measure`` and ``latsim profile``. Imports torch lazily.
+"""The live harness's commands: measure, profile, serve, client. Imports torch lazily.
 
 They join the ``latsim`` command line as a plugin (entry point group ``latsim.commands`` in
 ``pyproject.toml``), so the library never imports the harness.
@@ -192,3 +192,164 @@ def measure(
             + ("" if s.get("status", "complete") == "complete"
                else f" status={s['status']} ({s['stop_reason']})")
         )
+
+
+# ---------------------------------------------------------------- serve / client
+
+DelayOpt = Annotated[float, typer.Option(help="shaped one-way delay (s), application level")]
+JitterOpt = Annotated[float, typer.Option(help="shaped delay jitter, uniform +- (s)")]
+LossOpt = Annotated[float, typer.Option(help="shaped message loss probability (0-1)")]
+
+
+@commands.command("serve")
+def serve(
+    K: KsOpt = [4],  # noqa: B006, N803
+    preset: PresetOpt = "tiny",
+    resolution: ResolutionOpt = "tiny",
+    steps: StepsOpt = 4,
+    device: DeviceOpt = "cpu",
+    decode: DecodeOpt = False,
+    context: ContextOpt = 0,
+    seed: SeedOpt = 0,
+    threads: ThreadsOpt = None,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 8765,
+    schedule: Annotated[
+        str, typer.Option(help="order of waiting jobs on the shared device: fifo, "
+                          "least-slack, replan-first")
+    ] = "fifo",
+    max_sessions: Annotated[int, typer.Option(help="viewer sessions at once (1-64)")] = 8,
+    max_duration: Annotated[
+        float, typer.Option(help="longest session window a viewer may ask for (s)")
+    ] = 3600.0,
+    warmup: Annotated[int, typer.Option(help="timed warm-up jobs per K (default lead)")] = 10,
+    delay: DelayOpt = 0.0,
+    jitter: JitterOpt = 0.0,
+    loss: LossOpt = 0.0,
+) -> None:
+    """Live server: the Wan DiT and latsim's controller behind a WebSocket endpoint, one
+    session per viewer (latsim client). Runs until Ctrl-C."""
+    require_live_extra("serve")
+    import logging
+
+    from harness.generator import GeneratorConfig, require_device
+    from harness.netclock import Shaper
+    from harness.run import check_option
+    from harness.server import ServerConfig, StreamServer
+
+    for option, value in (("--steps", steps), ("--seed", seed), ("--context", context),
+                          ("--threads", threads)):
+        check_option(option, value)
+    config = ServerConfig(
+        GeneratorConfig(preset=preset, resolution=resolution, steps=steps, context=context,
+                        decode=decode, device=device, seed=seed, threads=threads),
+        Ks=tuple(K), host=host, port=port, schedule=schedule, max_sessions=max_sessions,
+        max_duration=max_duration, warmup=warmup, downlink=Shaper(delay, jitter, loss))
+    require_device(device)
+    logging.basicConfig(level=logging.WARNING, format="latsim serve: %(message)s")
+    server = StreamServer(config)
+    with StatusLine(width=40) as status:
+        server.prepare(status)
+    for k, choice in sorted(server.leads.items()):
+        typer.echo(f"K={k}: lead {choice.lead:.4f} s ({choice.source})")
+    import asyncio
+
+    from harness.driver import sigterm_as_interrupt
+
+    def listening(bound: int) -> None:
+        typer.echo(f"serving {preset}@{resolution} on ws://{host}:{bound} "
+                   f"(schedule {schedule}; Ctrl-C stops)")
+
+    try:
+        with sigterm_as_interrupt():
+            asyncio.run(server.serve(listening))
+    except KeyboardInterrupt:
+        typer.echo("latsim serve: stopped", err=True)
+    except OSError as exc:
+        raise LatsimError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    finally:
+        server.close()
+
+
+@commands.command("client")
+def client(
+    url: Annotated[str, typer.Argument(help="the server, ws://HOST:PORT")],
+    out: Annotated[Path, typer.Option(help="run folder to write")],
+    trace: Annotated[
+        Path | None, typer.Option(help="condition trace (JSONL); default: Poisson at --rate")
+    ] = None,
+    rate: Annotated[
+        float, typer.Option(help="conditions per second when no --trace is given")
+    ] = 0.1,
+    duration: Annotated[
+        float | None, typer.Option(help="window (s); default: the trace header's, else 60")
+    ] = None,
+    K: Annotated[int, typer.Option("--K", help="chunk size (one the server warmed up)")] = 4,  # noqa: N803
+    policy: Annotated[str, typer.Option(help="baseline or speculative")] = "speculative",
+    lead: Annotated[
+        float | None, typer.Option(help="planning lead (s); default: the server's")
+    ] = None,
+    drain: Annotated[
+        float | None, typer.Option(help="seconds past the window to finish open conditions")
+    ] = None,
+    playout_delay: Annotated[
+        float, typer.Option("--playout-delay", help="client playout delay D (s)")
+    ] = 0.1,
+    r: Annotated[int, typer.Option("--r", help="pixel frames per latent frame")] = 4,
+    fps: Annotated[float, typer.Option("--fps", help="video frames per second")] = 16.0,
+    delay: DelayOpt = 0.0,
+    jitter: JitterOpt = 0.0,
+    loss: LossOpt = 0.0,
+    seed: SeedOpt = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Viewer client: min-RTT clock alignment, conditions on the trace's timeline, playout
+    buffer with delay D; L measured from send to display on the client's clock. The
+    shaping (--delay/--jitter/--loss) applies to both directions."""
+    from latsim.controller.policies import PRESETS
+
+    if policy not in PRESETS:
+        raise LatsimError(f"--policy must be one of {', '.join(PRESETS)}, got {policy!r}")
+    if trace is not None and not trace.is_file():
+        raise LatsimError(f"--trace {trace}: no such file")
+    import numpy as np
+
+    from harness.client import ClientConfig, run_client
+    from harness.netclock import Shaper
+    from harness.run import check_option
+    from latsim.model.arrivals import PoissonArrivals
+    from latsim.model.traces import Trace, load_trace
+
+    for option, value in (("--rate", rate), ("--duration", duration), ("--seed", seed),
+                          ("--r", r), ("--fps", fps), ("--lead", lead), ("--drain", drain)):
+        check_option(option, value)
+    if trace is not None:
+        loaded = load_trace(trace)
+    else:
+        from latsim.controller.timing import Timing
+
+        window = duration or 60.0
+        drawn = PoissonArrivals(rate).trace(seed, np.random.default_rng(seed), window,
+                                            Timing(1, r, fps))
+        loaded = Trace(f"poisson:{rate!r}", drawn.times, window)
+    shaper = Shaper(delay, jitter, loss)
+    config = ClientConfig(url, loaded, out, K=K, policy=policy, duration=duration, lead=lead,
+                          drain=drain, playout_delay=playout_delay, r=r, fps=fps,
+                          uplink=shaper, seed=seed)
+    try:
+        summary = run_client(config)
+    except KeyboardInterrupt:
+        raise LatsimError(f"interrupted: kept what was measured in {out} "
+                          "(status interrupted)") from None
+    from latsim.run.files import dumps
+
+    if as_json:
+        typer.echo(dumps(summary))
+        return
+    typer.echo(
+        f"{out}: {summary['status']} K={K} {policy} L50={fmt(summary['L50'])} "
+        f"L95={fmt(summary['L95'])} viewer stall={summary['viewer_stall_pct']:.2f}% "
+        f"(client {summary['client_stall_pct']:.2f}%) shown={summary['n_displayed']}/"
+        f"{summary['n_conditions']} offset={summary['offset']:+.6f} s "
+        f"+-{summary['offset_uncertainty']:.6f} drift={fmt(summary['drift'], 6)} "
+        f"uplink={fmt(summary['uplink_mean'])} deliver={fmt(summary['deliver_mean'])}")

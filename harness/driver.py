@@ -59,9 +59,11 @@ from typing import Protocol
 from harness.generator import JobTiming
 from harness.player import SPIN_S, ConditionInjector, PlayerClock, sleep_until
 from latsim.controller import (
+    ConditionArrived,
     Controller,
     ControllerConfig,
     JobDone,
+    JobStarted,
     PlaySlot,
     SlotDue,
     StartJob,
@@ -209,14 +211,29 @@ class _Item:
 _STOP = object()
 
 
+class QueuedExecutor(Protocol):
+    """An executor whose jobs may wait for a device shared with other streams (a server's
+    sessions): ``run_queued`` blocks until the job ran. ``playable_until`` (``perf_counter``
+    seconds) is when this stream's buffered playback runs out, for a least-slack schedule;
+    ``started(t)`` is called when a device takes a job that had to wait, at ``perf_counter``
+    time ``t``, so that the wait counts in R (the controller's :class:`JobStarted`)."""
+
+    def run_queued(self, job: StartJob, playable_until: float,
+                   started: Callable[[float], None]) -> JobTiming: ...
+
+
 class _WallClockPort:
     """Carries out commands on the wall clock: timers go to the player clock, jobs to the
-    generator worker's queue, played slots get their display time noted."""
+    generator worker's queue (with when this stream's playback runs out, for a shared
+    device's schedule), played slots get their display time noted and go to ``on_play``."""
 
-    def __init__(self, player: PlayerClock, jobs_in: queue.SimpleQueue, t0: float) -> None:
+    def __init__(self, player: PlayerClock, jobs_in: queue.SimpleQueue, t0: float,
+                 on_play: Callable[[PlaySlot, float], None] | None = None) -> None:
         self.player = player
         self.jobs_in = jobs_in
         self.t0 = t0
+        self.on_play = on_play
+        self.controller: Controller | None = None
         # position -> wall-clock time (s since t0) the player was told to show it
         self.display_times: dict[int, float] = {}
 
@@ -224,23 +241,35 @@ class _WallClockPort:
         self.player.schedule(self.t0 + at, event)
 
     def start_job(self, job: StartJob, now: float) -> None:
-        self.jobs_in.put(job)
+        ctrl = self.controller
+        playable = ctrl.playable_until(now) if ctrl is not None else now
+        self.jobs_in.put((job, self.t0 + playable))
 
     def play(self, slot: PlaySlot) -> None:  # nothing to render; note when it would show
-        self.display_times[slot.position] = time.perf_counter() - self.t0
+        shown = time.perf_counter()
+        self.display_times[slot.position] = shown - self.t0
+        if self.on_play is not None:
+            self.on_play(slot, shown)
 
 
 class LiveDriver:
-    """Drives ``Controller(config)`` with the wall clock, a generator and a trace."""
+    """Drives ``Controller(config)`` with the wall clock, a generator and a trace.
+
+    Without a trace (``trace=None``) conditions come from :meth:`post_condition` (a
+    server's viewer). ``on_play(slot, perf_time)`` sees every played slot and ``on_job``
+    every finished job's timing (on the generator worker's thread).
+    """
 
     def __init__(
         self,
         config: ControllerConfig,
-        executor: JobExecutor,
-        trace: Trace,
+        executor: JobExecutor | QueuedExecutor,
+        trace: Trace | None,
         driver_config: DriverConfig,
         on_record: Callable[[object], None] | None = None,
         progress: Callable[[float, Controller], None] | None = None,
+        on_play: Callable[[PlaySlot, float], None] | None = None,
+        on_job: Callable[[JobTiming], None] | None = None,
     ) -> None:
         self.config = config
         self.driver_config = driver_config
@@ -249,6 +278,8 @@ class LiveDriver:
         self.trace = trace
         self._on_record = on_record
         self._progress = progress
+        self._on_play = on_play
+        self._on_job = on_job
         self.controller: Controller | None = None  # the run's, once it has started
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._jobs_in: queue.SimpleQueue = queue.SimpleQueue()
@@ -289,15 +320,27 @@ class LiveDriver:
     def _post(self, event: object, scheduled: float | None, happened: float) -> None:
         self._events.put(_Item(event, scheduled, happened))
 
+    def post_condition(self, payload: object = None) -> float:
+        """A condition arrives now (from any thread); returns its ``perf_counter`` time."""
+        now = time.perf_counter()
+        self._post(ConditionArrived(payload), None, now)
+        return now
+
     # ------------------------------------------------------------ the worker
 
     def _worker(self) -> None:
+        run_queued = getattr(self.executor, "run_queued", None)
         while True:
-            job = self._jobs_in.get()
-            if job is None:
+            item = self._jobs_in.get()
+            if item is None:
                 return
+            job, playable_until = item
             try:
-                timing = self.executor.run_job(job)
+                if run_queued is None:
+                    timing = self.executor.run_job(job)
+                else:
+                    timing = run_queued(job, playable_until, lambda t, job_id=job.job_id:
+                                        self._post(JobStarted(job_id), None, t))
             except BaseException as exc:  # noqa: BLE001 - reported to the driver thread
                 self._errors.append(f"{type(exc).__name__}: {exc}")
                 self.fail(f"generator failed in job {job.job_id} ({job.kind}): "
@@ -305,6 +348,8 @@ class LiveDriver:
                 return
             self._timings.append(timing)
             self._post(JobDone(job.job_id), None, timing.t_end)
+            if self._on_job is not None:
+                self._on_job(timing)
 
     # ------------------------------------------------------------ the run
 
@@ -344,12 +389,12 @@ class LiveDriver:
         t0 = clock()
         self.t0 = t0
         t0_unix = time.time()
-        port = _WallClockPort(player, self._jobs_in, t0)
+        port = _WallClockPort(player, self._jobs_in, t0, self._on_play)
         run = StreamRun(self.config, window, port, on_record=self._on_record)
-        ctrl = self.controller = run.controller
-        injector = ConditionInjector(
-            self._post, t0, [t for t in self.trace.times if t < window.duration], cfg.spin_s
-        )
+        ctrl = self.controller = port.controller = run.controller
+        times = [] if self.trace is None else [t for t in self.trace.times
+                                               if t < window.duration]
+        injector = ConditionInjector(self._post, t0, times, cfg.spin_s)
 
         def earliest_unposted() -> float | None:
             dues = [d for d in (player.next_due(), injector.next_due()) if d is not None]

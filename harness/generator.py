@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.presets import ModelPreset, Resolution, model_preset, resolution
@@ -81,6 +81,19 @@ class JobTiming:
     @property
     def wall_s(self) -> float:
         return self.t_end - self.t_start
+
+
+@dataclass
+class StreamState:
+    """One stream's state in the generator: its latents by position (the context of later
+    jobs), the VAE's causal cache for its decode, and its decoded pixels where kept."""
+
+    K: int
+    store: dict[int, Any] = field(default_factory=dict)  # position -> latent (1, C, 1, H, W)
+    feat_map: Any = None  # the VAE decoder's causal cache of this stream
+    vae_first: bool = True
+    keep_frames: bool = False
+    frames: dict[int, Any] = field(default_factory=dict)  # position -> decoded (1, 3, f, H, W)
 
 
 def default_threads() -> int:
@@ -156,10 +169,8 @@ class WanGenerator:
                 vae = AutoencoderKLWan(**self.preset.vae_kwargs())
             self.vae = _cast(vae, self.dtype, ()).eval()
         self.n_params = sum(p.numel() for p in self.model.parameters())
-        self._store: dict[int, Any] = {}  # position -> latent (1, C, 1, H, W)
         self._embeddings: dict[int, Any] = {}
-        self._vae_first = True
-        self._K = 0
+        self._stream = StreamState(0)  # the stream of callers that name none
 
     # ------------------------------------------------------------ stream state
 
@@ -182,26 +193,40 @@ class WanGenerator:
             self._embeddings[version] = emb
         return emb
 
-    def reset_stream(self, K: int) -> None:  # noqa: N803
-        """Start a new stream: positions ``0..K-1`` hold the version-0 prebuffer; the VAE's
-        causal cache is primed by decoding the last prebuffered latent."""
-        torch = self._torch
-        self._K = K
-        self._store = {}
+    @property
+    def _store(self) -> dict[int, Any]:
+        """The default stream's latents by position."""
+        return self._stream.store
+
+    def new_stream(self, K: int, keep_frames: bool = False) -> StreamState:  # noqa: N803
+        """A new stream's state: positions ``0..K-1`` hold the version-0 prebuffer; its own
+        VAE causal cache is primed by decoding the last prebuffered latent. With
+        ``keep_frames`` the decoded pixels of each job stay on the state (for a server that
+        sends them)."""
+        stream = StreamState(K, keep_frames=keep_frames)
         for pos in range(K):
-            self._store[pos] = self._randn(self.latent_shape(1), 7_919 * (pos + 1))
-        self._vae_first = True
+            stream.store[pos] = self._randn(self.latent_shape(1), 7_919 * (pos + 1))
         if self.vae is not None:
             self.vae.clear_cache()
-            with torch.inference_mode():
-                self._decode(self._store[K - 1])
+            stream.feat_map = self.vae._feat_map
+            with self._torch.inference_mode():
+                self._decode(stream.store[K - 1], stream, keep=False)
             self._sync()
+        return stream
+
+    def reset_stream(self, K: int) -> None:  # noqa: N803
+        """Start a new default stream (:meth:`new_stream`)."""
+        self._stream = self.new_stream(K)
 
     # ------------------------------------------------------------ jobs
 
-    def run_job(self, job: StartJob, decode_group: int = 1) -> JobTiming:
-        """Sample positions ``job.branch .. job.branch + job.length - 1`` and store them."""
+    def run_job(self, job: StartJob, decode_group: int = 1,
+                stream: StreamState | None = None) -> JobTiming:
+        """Sample positions ``job.branch .. job.branch + job.length - 1`` and store them in
+        ``stream`` (default: the stream of :meth:`reset_stream`)."""
         torch = self._torch
+        stream = stream or self._stream
+        store = stream.store
         K = job.length  # noqa: N806
         cuda = self.device.type == "cuda"
         # Set-up outside the timed region: the seeded noise and the condition embedding
@@ -220,10 +245,10 @@ class WanGenerator:
         with torch.inference_mode():
             n_ctx = 0
             limit = min(self.config.context, job.context, job.branch)
-            while n_ctx < limit and (job.branch - n_ctx - 1) in self._store:
+            while n_ctx < limit and (job.branch - n_ctx - 1) in store:
                 n_ctx += 1
             ctx = (
-                torch.cat([self._store[p] for p in range(job.branch - n_ctx, job.branch)], dim=2)
+                torch.cat([store[p] for p in range(job.branch - n_ctx, job.branch)], dim=2)
                 if n_ctx
                 else None
             )
@@ -241,13 +266,17 @@ class WanGenerator:
                     v = v[:, :, n_ctx:]
                 x = self.scheduler.step(v, t, x, return_dict=False)[0]
             for i in range(K):
-                self._store[job.branch + i] = x[:, :, i : i + 1]
-            for pos in [p for p in self._store if p < job.branch - 2 * K - self.config.context]:
-                del self._store[pos]
+                store[job.branch + i] = x[:, :, i : i + 1]
+            stale = job.branch - 2 * K - self.config.context
+            for pos in [p for p in store if p < stale]:
+                del store[pos]
+            for pos in [p for p in stream.frames if p < stale]:
+                del stream.frames[pos]
             decoded_latents = decoded_frames = 0
             if self.vae is not None and decode_group > 0:
                 decoded_latents = min(decode_group, K)
-                decoded_frames = self._decode(x[:, :, :decoded_latents])
+                decoded_frames = self._decode(x[:, :, :decoded_latents], stream,
+                                              first_position=job.branch)
         device_s = None
         if cuda:
             ev_end.record()
@@ -257,19 +286,35 @@ class WanGenerator:
         return JobTiming(job.job_id, job.kind, K, job.branch, job.version, n_ctx, t_start,
                          t_end, device_s, decoded_latents, decoded_frames)
 
-    def _decode(self, z: Any) -> int:
-        """Decode latents in order with the carried causal cache; returns frames produced."""
+    def _decode(self, z: Any, stream: StreamState, first_position: int = 0,
+                keep: bool = True) -> int:
+        """Decode latents in order with the stream's carried causal cache; returns frames
+        produced. Keeps the pixels by position where the stream asks for them."""
         vae = self.vae
         assert vae is not None
         x = vae.post_quant_conv(z)
         frames = 0
         for i in range(x.shape[2]):
             vae._conv_idx = [0]
-            out = vae.decoder(x[:, :, i : i + 1], feat_cache=vae._feat_map,
-                              feat_idx=vae._conv_idx, first_chunk=self._vae_first)
-            self._vae_first = False
+            out = vae.decoder(x[:, :, i : i + 1], feat_cache=stream.feat_map,
+                              feat_idx=vae._conv_idx, first_chunk=stream.vae_first)
+            stream.vae_first = False
             frames += int(out.shape[2])
+            if keep and stream.keep_frames:
+                stream.frames[first_position + i] = out
         return frames
+
+    def payload(self, stream: StreamState, position: int) -> tuple[str, tuple[int, ...], bytes]:
+        """What a server sends for one slot: the decoded pixels of ``position`` where they
+        were decoded (``pixels``: uint8, (frames, H, W, 3)), else its latent (``latent``:
+        float32, (C, H, W)). Call it from the thread that runs the jobs (a device copy)."""
+        frames = stream.frames.get(position)
+        if frames is not None:
+            pixels = ((frames[0].float().clamp(-1, 1) + 1) * 127.5).round()
+            array = pixels.to(self._torch.uint8).permute(1, 2, 3, 0).contiguous().cpu().numpy()
+            return "pixels", tuple(array.shape), array.tobytes()
+        latent = stream.store[position][0, :, 0].float().contiguous().cpu().numpy()
+        return "latent", tuple(latent.shape), latent.tobytes()
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -300,7 +345,7 @@ class WanGenerator:
                     timings.append(timing)
             return timings
         except self._torch.OutOfMemoryError:
-            self._store = {}
+            self._stream = StreamState(0)
             if self.device.type == "cuda":
                 self._torch.cuda.empty_cache()
             raise LatsimError(

@@ -68,6 +68,7 @@ from latsim.run.folder import (
     write_simulated_run,
 )
 from latsim.run.stream import INTERRUPTED, BusyInterval, RunRecords, window_overlap
+from latsim.run.viewer import KIND as VIEWER_KIND
 from latsim.sim.simpy_driver import simulate_trace
 
 #: Metrics compared per run (DESIGN §4 names). stall_pct is also compared in percentage
@@ -490,14 +491,17 @@ def _row(run: MeasuredRun, predicted: dict, replications: int) -> dict:
     return row
 
 
-def compare_runs(paths: list[Path], replications: int = 20, seed: int = 0) -> Comparison:
+def compare_runs(paths: list[Path], replications: int = 20, seed: int = 0,
+                 allow_empty: bool = False) -> Comparison:
     """Measured vs predicted for every run folder under ``paths``.
 
     Folders that are not single runs (an experiment, bare records, a folder that is no run)
     and runs with nothing to compare are skipped and listed with the reason; it is an error
-    only if nothing is left to compare.
+    only if nothing is left to compare (unless ``allow_empty``). Viewer-side client runs
+    are left to :mod:`latsim.analysis.viewer_compare`.
     """
     found, passed_over = scan_run_folders(paths)
+    found = [p for p in found if read_run_folder(p).config.get("kind") != VIEWER_KIND]
     skipped = [{"path": str(p), "reason": reason} for p, reason in passed_over]
     runs = []
     for path in found:
@@ -507,7 +511,7 @@ def compare_runs(paths: list[Path], replications: int = 20, seed: int = 0) -> Co
             reason = str(exc)
             reason = reason.removeprefix(f"{path}: ")
             skipped.append({"path": str(path), "reason": reason})
-    if not runs:
+    if not runs and not allow_empty:
         raise LatsimError("nothing to compare: " + "; ".join(
             f"{s['path']}: {s['reason']}" for s in skipped))
     rows, predicted_l = [], []

@@ -34,9 +34,15 @@ def compare(
     single runs are skipped. Both are listed on stderr and in compare.json.
     """
     from latsim.analysis.compare import COMPARED, compare_runs
+    from latsim.analysis.viewer_compare import client_runs, compare_client_runs
     from latsim.run.files import dumps, write_rows_csv
 
-    result = compare_runs(list(run_dirs), replications=replications, seed=seed)
+    clients = client_runs(list(run_dirs))
+    result = compare_runs(list(run_dirs), replications=replications, seed=seed,
+                          allow_empty=bool(clients))
+    if not result.rows:
+        _compare_viewer(compare_client_runs(clients, replications, seed), as_json, out)
+        return
     for skipped in result.skipped:
         typer.echo(f"latsim: skipped {skipped['path']}: {skipped['reason']}", err=True)
     for row in result.rows:
@@ -96,6 +102,55 @@ def compare(
     if out is not None:
         console.print(f"wrote {out}/ (compare.json, compare.csv, compare_cdf.png, "
                       "compare_overlay.png)")
+    if clients:
+        _compare_viewer(compare_client_runs(clients, replications, seed), False, out)
+
+
+def _compare_viewer(rows: list[dict], as_json: bool, out: Path | None) -> None:
+    """The viewer-side table: client runs (``latsim client``) against the serving model."""
+    from latsim.analysis.fidelity import mape
+    from latsim.analysis.viewer_compare import VIEWER_COMPARED
+    from latsim.run.files import dumps, write_rows_csv
+
+    overall = mape(row[f"{m}_err_pct"] for row in rows for m in VIEWER_COMPARED
+                   if row["status"] == "complete")
+    payload = {"runs": rows, "MAPE": overall, "MAPE_over": "complete client runs"}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compare_viewer.json").write_text(dumps(payload) + "\n")
+        write_rows_csv(out / "compare_viewer.csv", rows)
+    if as_json:
+        typer.echo(dumps(payload))
+        return
+    for row in rows:
+        if row["notes"]:
+            typer.echo(f"latsim: warning: {row['run']}: {row['notes']}", err=True)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="viewer side (client runs): measured / predicted (error %)")
+    for column in ("run", "status", *VIEWER_COMPARED, "MAPE"):
+        table.add_column(column, justify="left" if column in ("run", "status") else "right",
+                         no_wrap=True)
+    for row in rows:
+        cells = []
+        for metric in VIEWER_COMPARED:
+            pct = metric.endswith("pct")
+            digits = 2 if pct else 3
+            tail = (f" ({row['viewer_stall_pct_abs_err']:+.2f} pp)" if pct
+                    else f" ({row[f'{metric}_err_pct']:+.1f}%)"
+                    if row[f"{metric}_err_pct"] is not None else "")
+            cells.append(f"{_fmt(row[f'{metric}_measured'], digits)} / "
+                         f"{_fmt(row[f'{metric}_predicted'], digits)}{tail}")
+        table.add_row(row["run"], row["status"], *cells, _fmt(row["MAPE"], 1))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print(table)
+    console.print(f"overall MAPE (complete client runs): {_fmt(overall, 2)} %; "
+                  "uplink/deliver/C drawn from each run's own measurements")
+    if out is not None:
+        console.print(f"wrote {out}/ (compare_viewer.json, compare_viewer.csv)")
 
 
 def register(app: typer.Typer) -> None:

@@ -28,7 +28,6 @@ import numpy as np
 import simpy
 
 from latsim.controller import (
-    EPS,
     ConditionArrived,
     ControllerConfig,
     JobDone,
@@ -38,6 +37,7 @@ from latsim.controller import (
     StartJob,
     WakeUp,
 )
+from latsim.controller.playout import ClientPlayout
 from latsim.controller.records import ConditionRecord
 from latsim.model.costs import CostModel
 from latsim.model.generators import StagedGenerator, Step, StepStreams
@@ -315,13 +315,12 @@ class _StreamPort:
         self.streams = StepStreams(inputs.cost, decode_rng, replan_rng)
         self.generator = engine.generator
         self.origin = inputs.join
-        self.playout_delay = playout_delay
+        self.playout = ClientPlayout(playout_delay)
         self.run = StreamRun(config, window, self, on_record=self._on_record)
         self.sent: list[float] = []  # client send time of each version, in version order
         self._shown: list[ConditionRecord] = []  # resolved at the slot being played
         self.viewer: list[ViewerRecord] = []
         self.client_stalls: list[ClientStallRecord] = []
-        self._client_shift = 0.0
         self.first_display: float | None = None
 
     # ---------------------------------------------------------------- clock
@@ -403,12 +402,11 @@ class _StreamPort:
         t = slot.at
         deliver = self.serving.deliver
         arrives = t if deliver is None else t + deliver.sample(1, self.deliver_rng)
-        due = t + self.playout_delay + self._client_shift
-        shown = due
-        if arrives > due + EPS:
-            shown = arrives
-            self.client_stalls.append(ClientStallRecord(self.index, slot.position, due, shown))
-            self._client_shift = shown - t - self.playout_delay
+        placed = self.playout.show(t, arrives)
+        shown = placed.shown
+        if placed.stalled:
+            self.client_stalls.append(
+                ClientStallRecord(self.index, slot.position, placed.due, shown))
         if self.first_display is None:
             self.first_display = shown
         for cond in self._shown:

@@ -1,0 +1,433 @@
+"""``latsim client``: a viewer that measures L end to end against ``latsim serve``.
+
+It connects, aligns its clock with the server's by the minimum-RTT method
+(:mod:`harness.netclock`: a burst of probes before the session, one probe every
+``probe_every`` seconds during it; the offset of the probe with the smallest round trip is
+the estimate, ``rtt_min / 2`` its bound, the drift a fit over the run's probes), starts a
+session, sends the trace's conditions at their times on its own clock, and plays what the
+server streams through the playout rule of the serving model
+(:class:`latsim.controller.playout.ClientPlayout`, delay D): a slot the server played at
+``p`` (server clock, minus the offset) is due at ``p + D`` plus any earlier shift, and shows
+when it arrives if that is later (a client stall). Each slot's display is a timer on the
+client's clock; its actual time is recorded beside the scheduled one.
+
+What it sends is shaped (a seeded :class:`~harness.netclock.Shaper`: the uplink), and it
+asks the server to shape the downlink the same way unless told otherwise. The offset used
+for the run is the one estimated before the session starts, so the playout and every
+converted server time agree; the final estimate and the drift are reported beside it.
+
+The run folder (:mod:`latsim.run.viewer`) is written when the session ends, when the
+connection is lost (``status`` ``interrupted``, what was measured kept) or on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.netclock import Probe, Shaper, estimate_drift, estimate_offset
+from harness.wire import decode_frame, dumps, parse_text
+from latsim.controller.playout import ClientPlayout
+from latsim.errors import LatsimError, check_number
+from latsim.model.traces import Trace, write_trace
+from latsim.run.folder import FORMAT_VERSION, RUNNING, write_json
+from latsim.run.stream import COMPLETE, INTERRUPTED
+from latsim.run.viewer import (
+    KIND,
+    ProbeRow,
+    ViewerCondition,
+    ViewerJob,
+    ViewerRecords,
+    ViewerSlot,
+    ViewerStall,
+    viewer_metrics,
+    write_viewer_records,
+)
+
+NAN = math.nan
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """One viewer session."""
+
+    url: str
+    trace: Trace
+    out: Path
+    K: int = 4
+    policy: str = "speculative"
+    duration: float | None = None  # default: the trace's
+    lead: float | None = None  # default: the server's (from its warm-up)
+    drain: float | None = None
+    playout_delay: float = 0.1  # D (s)
+    r: int = 4
+    fps: float = 16.0
+    uplink: Shaper = field(default_factory=Shaper)
+    downlink: Shaper | None = None  # None: the same as the uplink
+    seed: int = 0
+    probes: int = 16  # before the session
+    probe_every: float = 0.5  # during it (s)
+    connect_timeout: float = 10.0
+    end_timeout: float = 60.0  # how long past the window (+ drain) to wait for ``end``
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("ws://", "wss://")):
+            raise LatsimError(f"the server URL must start with ws:// or wss://, got {self.url!r}")
+        check_number("--playout-delay", self.playout_delay, 0, 60, unit="s")
+        check_number("--probes", self.probes, 1, 1000)
+        check_number("--probe-every", self.probe_every, 0.01, 60, unit="s")
+        check_number("--connect-timeout", self.connect_timeout, 0.1, 600, unit="s")
+        if self.duration is not None:
+            check_number("--duration", self.duration, 1, 86400, unit="s")
+
+    @property
+    def window(self) -> float:
+        return float(self.duration or self.trace.duration or 60.0)
+
+
+@dataclass
+class _Pending:
+    """What the client knows of one condition so far."""
+
+    cid: int
+    sent: float  # client perf time
+    version: int = 0
+    arrival: float = NAN  # server clock
+    refused: bool = False
+
+
+class _Client:
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.clock = time.perf_counter
+        self.probes: list[Probe] = []
+        self.offset = 0.0  # server minus client, the run's estimate
+        self.origin = 0.0  # client perf time of stream time 0
+        self.ready: dict[str, Any] = {}
+        self.end: dict[str, Any] | None = None
+        self.stop_reason = ""
+        self.conditions: list[_Pending] = []
+        self.by_version: dict[int, _Pending] = {}
+        self.resolves: dict[int, tuple[dict, int]] = {}  # version -> (server info, position)
+        self.slots: list[ViewerSlot] = []
+        self.displayed: dict[int, float] = {}  # position -> client perf time it showed
+        self.jobs: list[ViewerJob] = []
+        self.errors: list[str] = []
+        self.playout = ClientPlayout(config.playout_delay)
+        self.last_played: float | None = None
+        self.stalls: list[ViewerStall] = []
+        self.bytes = 0
+        self._ready = asyncio.Event()
+        self._ended = asyncio.Event()
+        self._probe_waiters = 0
+        self._outbox: asyncio.Queue = asyncio.Queue()
+        self.uplink = config.uplink.channel(np.random.default_rng(config.seed))
+        self._displays: set[asyncio.TimerHandle] = set()
+        self.estimate = None  # the run's OffsetEstimate, once the first probes are back
+
+    # ------------------------------------------------------------ sending
+
+    def send(self, message: dict) -> None:
+        """Queue a message; it leaves now (its shaped delay applies from now)."""
+        self._outbox.put_nowait((dumps(message), self.clock()))
+
+    async def _sender(self, websocket) -> None:
+        while True:
+            text, sent = await self._outbox.get()
+            arrives = self.uplink.deliver_at(sent)
+            if arrives is None:
+                continue  # lost on the shaped network
+            wait = arrives - self.clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await websocket.send(text)
+
+    def probe(self) -> None:
+        self.send({"type": "probe", "t0": self.clock()})
+
+    # ------------------------------------------------------------ receiving
+
+    def stream_time(self, perf: float) -> float:
+        return perf - self.origin
+
+    def from_server(self, server_time: float) -> float:
+        """A server time in stream time on the client's clock."""
+        return server_time - self.offset - self.origin
+
+    async def _receiver(self, websocket) -> None:
+        async for raw in websocket:
+            now = self.clock()
+            if isinstance(raw, bytes):
+                self._slot(raw, now)
+                continue
+            message = parse_text(raw)
+            kind = message["type"]
+            if kind == "probe":
+                self.probes.append(Probe(float(message["t0"]), float(message["t1"]),
+                                         float(message["t2"]), now))
+            elif kind == "ready":
+                self.ready = message
+                self._ready.set()
+            elif kind == "ack":
+                pending = self.conditions[int(message["cid"])]
+                pending.version = int(message["version"])
+                pending.arrival = float(message["arrival"])
+                self.by_version[pending.version] = pending
+            elif kind == "job":
+                gen_start, gen_end = message.get("gen_start"), message.get("gen_end")
+                self.jobs.append(ViewerJob(
+                    int(message["job_id"]), str(message["kind"]), int(message["branch"]),
+                    int(message["length"]), int(message["version"]),
+                    self.from_server(message["start"]), self.from_server(message["ready"]),
+                    NAN if gen_start is None else self.from_server(gen_start),
+                    NAN if gen_end is None else self.from_server(gen_end)))
+            elif kind == "error":
+                self.errors.append(str(message.get("error")))
+                cid = _refused_cid(str(message.get("error")))
+                if cid is not None and cid < len(self.conditions):
+                    self.conditions[cid].refused = True
+                if not self._ready.is_set():
+                    self._ready.set()  # a refused hello: the caller raises
+            elif kind == "end":
+                self.end = message
+                self._ended.set()
+
+    def _slot(self, data: bytes, received: float) -> None:
+        header, payload = decode_frame(data)
+        self.bytes += len(payload)
+        played = self.from_server(float(header["played"]))
+        arrives = self.stream_time(received)
+        delta = float(self.ready["delta"])
+        if self.last_played is not None and played - self.last_played > delta + 1e-6:
+            self.stalls.append(ViewerStall("server", int(header["position"]),
+                                           self.last_played + delta, played))
+        self.last_played = played
+        placed = self.playout.show(played, arrives)
+        position = int(header["position"])
+        if placed.stalled:
+            self.stalls.append(ViewerStall("client", position, placed.due, placed.shown))
+        self.slots.append(ViewerSlot(
+            position, int(header["version"]), int(header["job_id"]), played,
+            self.from_server(float(header["sent"])), arrives, placed.due, placed.shown, NAN,
+            len(payload), str(header.get("payload", ""))))
+        for info in header.get("resolves", ()):
+            self.resolves[int(info["version"])] = (info, position)
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, placed.shown + self.origin - self.clock())
+        handle = loop.call_later(delay, self._display, position)
+        self._displays.add(handle)
+
+    def _display(self, position: int) -> None:
+        self.displayed[position] = self.clock()
+
+    # ------------------------------------------------------------ the session
+
+    async def run(self) -> None:
+        from websockets.asyncio.client import connect
+
+        config = self.config
+        try:
+            websocket = await asyncio.wait_for(
+                connect(config.url, max_size=1 << 28, compression=None, open_timeout=None),
+                config.connect_timeout)
+        except (OSError, TimeoutError) as exc:
+            raise LatsimError(f"cannot connect to {config.url}: {exc or 'timed out'}") from None
+        tasks = [asyncio.create_task(self._sender(websocket)),
+                 asyncio.create_task(self._receiver(websocket))]
+        try:
+            await self._session(websocket, tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await websocket.close()
+
+    async def _session(self, websocket, tasks: list[asyncio.Task]) -> None:
+        config = self.config
+        receiver = tasks[1]
+        downlink = config.downlink or config.uplink
+        self.send({"type": "shape", "delay": downlink.delay, "jitter": downlink.jitter,
+                   "loss": downlink.loss, "seed": config.seed + 1})
+        for _ in range(config.probes):
+            self.probe()
+            await asyncio.sleep(0.01)
+        deadline = self.clock() + 2.0
+        while len(self.probes) < config.probes and self.clock() < deadline:
+            if receiver.done():
+                break
+            await asyncio.sleep(0.005)
+        if not self.probes:
+            raise LatsimError(f"{config.url}: no clock probe came back")
+        self.estimate = estimate_offset(self.probes)
+        self.offset = self.estimate.offset
+        hello = {"type": "hello", "K": config.K, "policy": config.policy,
+                 "duration": config.window, "r": config.r, "fps": config.fps}
+        if config.lead is not None:
+            hello["lead"] = config.lead
+        if config.drain is not None:
+            hello["drain"] = config.drain
+        self.send(hello)
+        done, _ = await asyncio.wait([asyncio.create_task(self._ready.wait()), receiver],
+                                     timeout=config.connect_timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if not self.ready:
+            why = self.errors[-1] if self.errors else "no answer to hello"
+            raise LatsimError(f"{config.url} refused the session: {why}")
+        self.origin = float(self.ready["start"]) - self.offset
+        injector = asyncio.create_task(self._inject())
+        prober = asyncio.create_task(self._probe_loop())
+        tasks += [injector, prober]
+        drain = float(config.drain) if config.drain is not None else 10 * float(self.ready["T"])
+        limit = config.window + drain + config.end_timeout
+        ended = asyncio.create_task(self._ended.wait())
+        done, _ = await asyncio.wait([ended, receiver], timeout=max(
+            0.0, self.origin + limit - self.clock()), return_when=asyncio.FIRST_COMPLETED)
+        if self.end is None:
+            if receiver.done() and receiver.exception() is not None:
+                self.stop_reason = f"connection lost: {receiver.exception()}"
+            elif receiver.done():
+                self.stop_reason = "connection closed by the server before the session ended"
+            else:
+                self.stop_reason = f"no end from the server {limit:g} s after the start"
+        # let the scheduled displays run
+        last = max((s.shown for s in self.slots), default=0.0) + self.origin
+        await asyncio.sleep(max(0.0, last - self.clock()) + 0.01)
+
+    async def _inject(self) -> None:
+        for cid, t in enumerate(t for t in self.config.trace.times if t < self.config.window):
+            wait = self.origin + t - self.clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            sent = self.clock()
+            self.conditions.append(_Pending(cid, sent))
+            self.send({"type": "condition", "cid": cid, "sent": sent,
+                       "session": self.ready.get("session")})
+
+    async def _probe_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.probe_every)
+            self.probe()
+
+    # ------------------------------------------------------------ records
+
+    def records(self) -> ViewerRecords:
+        conditions = []
+        for pending in self.conditions:
+            sent = self.stream_time(pending.sent)
+            arrival = (NAN if math.isnan(pending.arrival)
+                       else self.from_server(pending.arrival))
+            resolved = self.resolves.get(pending.version) if pending.version else None
+            if resolved is None:
+                status = ("refused" if pending.refused else
+                          "censored" if pending.version else "lost")
+                conditions.append(ViewerCondition(pending.cid, pending.version, sent, arrival,
+                                                  NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN,
+                                                  status))
+                continue
+            info, position = resolved
+            slot = next(s for s in self.slots if s.position == position)
+            shown_at = self.displayed.get(position)
+            displayed = NAN if shown_at is None else self.stream_time(shown_at)
+            played = slot.played
+            status = "shown" if shown_at is not None else "censored"
+            conditions.append(ViewerCondition(
+                pending.cid, pending.version, sent, arrival, self.from_server(info["start"]),
+                self.from_server(info["ready"]), played, slot.received, slot.shown, displayed,
+                displayed - sent, played - arrival, status))
+        slots = tuple(
+            ViewerSlot(s.position, s.version, s.job_id, s.played, s.server_sent, s.received,
+                       s.due, s.shown,
+                       (self.stream_time(self.displayed[s.position])
+                        if s.position in self.displayed else NAN), s.bytes, s.payload)
+            for s in self.slots)
+        probes = tuple(ProbeRow(p.t0, p.t1, p.t2, p.t3, p.rtt, p.offset) for p in self.probes)
+        return ViewerRecords(tuple(conditions), slots, tuple(self.stalls), tuple(self.jobs),
+                             probes)
+
+
+def _refused_cid(error: str) -> int | None:
+    """The condition number a refusal names (``condition N ...``)."""
+    words = error.split()
+    if len(words) > 1 and words[0] == "condition" and words[1].isdigit():
+        return int(words[1])
+    return None
+
+
+def run_client(config: ClientConfig) -> dict:
+    """Run one viewer session and write its run folder; returns the summary. Ctrl-C ends
+    the session early (the folder is written, marked ``interrupted``, and the
+    ``KeyboardInterrupt`` propagates)."""
+    out = config.out
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LatsimError(f"cannot write {out}: {exc.strerror or exc}") from None
+    started = _dt.datetime.now().isoformat(timespec="seconds")
+    base = {"format_version": FORMAT_VERSION, "kind": KIND, "status": RUNNING,
+            "url": config.url, "K": config.K, "policy": config.policy,
+            "duration": config.window, "playout_delay": config.playout_delay,
+            "r": config.r, "fps": config.fps, "seed": config.seed,
+            "uplink": asdict(config.uplink),
+            "downlink": asdict(config.downlink or config.uplink),
+            "trace_name": config.trace.name, "trace_copy": "trace.jsonl",
+            "started_at": started}
+    write_json(out / "config.json", base)
+    client = _Client(config)
+    interrupted: BaseException | None = None
+    try:
+        asyncio.run(client.run())
+    except KeyboardInterrupt as exc:
+        interrupted = exc
+        client.stop_reason = "KeyboardInterrupt"
+    except LatsimError:
+        write_json(out / "config.json", {**base, "status": "failed",
+                                         "stop_reason": "no session"})
+        raise
+    records = client.records()
+    sent = [c.sent for c in records.conditions]
+    write_trace(out / "trace.jsonl", sent, {"duration": config.window,
+                                            "source": config.trace.name})
+    write_viewer_records(out, records)
+    status = COMPLETE if (client.end is not None and client.end.get("status") == COMPLETE
+                          and not client.stop_reason) else INTERRUPTED
+    stop_reason = client.stop_reason or (
+        COMPLETE if status == COMPLETE else
+        f"server: {(client.end or {}).get('stop_reason', 'unknown')}")
+    final = estimate_offset(client.probes) if client.probes else None
+    drift = estimate_drift(client.probes)
+    first = client.estimate
+    end_time = max([config.window]
+                   + [s.shown for s in records.slots if math.isfinite(s.shown)]) \
+        if status == COMPLETE else max(
+            [0.0] + [s.received for s in records.slots] + [c.sent for c in records.conditions])
+    window = config.window if status == COMPLETE else min(config.window, end_time)
+    summary = {"status": status, "stop_reason": stop_reason, "session": client.ready.get("session"),
+               "window": window, **viewer_metrics(records, window),
+               "offset": client.offset,
+               "offset_uncertainty": None if first is None else first.uncertainty,
+               "offset_final": None if final is None else final.offset,
+               "offset_final_uncertainty": None if final is None else final.uncertainty,
+               "rtt_min": None if final is None else final.rtt_min, "drift": drift,
+               "n_probes": len(client.probes),
+               "errors": client.errors[:20], "n_errors": len(client.errors),
+               "server_summary": (client.end or {}).get("summary")}
+    write_json(out / "summary.json", summary)
+    write_json(out / "config.json", {
+        **base, "status": status, "stop_reason": stop_reason, "end_time": end_time,
+        "session": client.ready.get("session"), "T": client.ready.get("T"),
+        "delta": client.ready.get("delta"), "lead": client.ready.get("lead"),
+        "lead_source": client.ready.get("lead_source"),
+        "schedule": client.ready.get("schedule"), "generator": client.ready.get("generator"),
+        "server_downlink": client.ready.get("downlink"),
+        "drain": config.drain, "offset": client.offset,
+        "offset_uncertainty": None if first is None else first.uncertainty})
+    if interrupted is not None:
+        raise interrupted
+    return summary
+

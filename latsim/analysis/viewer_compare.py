@@ -1,0 +1,158 @@
+"""Measured vs predicted on the viewer's side: client runs (:mod:`latsim.run.viewer`).
+
+The prediction re-simulates the run through the serving model (:mod:`latsim.sim.serving`)
+with one stream on one dedicated device: the same conditions (client send times, stream
+time), K, policy, lead, window and playout delay D; each job's C drawn from the run's own
+jobs (controller start to ready, by job kind); the uplink and deliver stages drawn from the
+run's own measured one-way delays (``arrival − sent`` per condition, ``received − played``
+per slot, both with the offset the client used, so the two carry its error with opposite
+signs, as the live playout did). Conditions the server never acknowledged (lost, refused)
+are left out on both sides. Errors are ``100·(predicted − measured)/measured``; stall % is
+compared in percentage points (the viewer's: server stalls plus late slots).
+
+A partial run (``status`` not ``complete``) is compared over the window it covers,
+``[0, end_time]``, and said to be partial in its row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from latsim.analysis.fidelity import error_pct, mape
+from latsim.analysis.serving import serving_metrics
+from latsim.controller import ControllerConfig
+from latsim.controller.policies import PRESETS
+from latsim.controller.timing import Timing
+from latsim.errors import LatsimError
+from latsim.model.costs import TableCost
+from latsim.model.serving import ServingConfig
+from latsim.model.traces import Trace
+from latsim.run.folder import COMPLETE, read_run_folder, scan_run_folders
+from latsim.run.viewer import KIND, ViewerRecords, read_viewer_records, viewer_metrics
+from latsim.sim.serving import StreamInput, simulate_serving
+
+#: Metrics compared per client run; stall also in percentage points.
+VIEWER_COMPARED = ("L_mean", "L50", "L95", "viewer_stall_pct")
+
+
+def client_runs(paths: list[Path]) -> list[Path]:
+    """The client run folders among ``paths`` (each a run folder or a folder of them)."""
+    found, _ = scan_run_folders(paths)
+    return [p for p in found if read_run_folder(p).config.get("kind") == KIND]
+
+
+@dataclass(frozen=True)
+class ClientRun:
+    """A client run folder, read for comparison."""
+
+    path: Path
+    config: dict
+    records: ViewerRecords
+    window: float
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def status(self) -> str:
+        return str(self.config.get("status", "incomplete"))
+
+    def controller_config(self) -> ControllerConfig:
+        c = self.config
+        return ControllerConfig(Timing(int(c["K"]), int(c["r"]), float(c["fps"])),
+                                PRESETS[str(c["policy"])], float(c["lead"]))
+
+    def served(self) -> list[float]:
+        """Send times of the conditions the server acknowledged."""
+        return [c.sent for c in self.records.conditions if c.version > 0]
+
+
+def load_client_run(path: Path) -> ClientRun:
+    folder = read_run_folder(path)
+    config = folder.config
+    if config.get("kind") != KIND:
+        raise LatsimError(f"{path}: not a client run (kind {config.get('kind')!r})")
+    for key in ("K", "r", "fps", "policy", "lead", "duration", "playout_delay"):
+        if config.get(key) is None:
+            raise LatsimError(f"{path}: config.json lacks {key!r} (the session never started)")
+    records = read_viewer_records(path)
+    if not records.jobs:
+        raise LatsimError(f"{path}: no finished jobs to take C samples from")
+    duration = float(config["duration"])
+    end = config.get("end_time")
+    window = duration if config.get("status") == COMPLETE or end is None else min(
+        duration, float(end))
+    return ClientRun(path, config, records, window)
+
+
+def _samples(values: list[float], name: str, path: Path) -> TableCost | None:
+    finite = tuple(v for v in values if math.isfinite(v))
+    if not finite:
+        return None
+    if min(finite) < 0:
+        raise LatsimError(f"{path}: a measured {name} delay is negative ({min(finite):.4f} s): "
+                          "the clock offset is off by more than the delay")
+    return TableCost(f"{path}:{name}", {(1, "refill"): finite})
+
+
+def predict_client(run: ClientRun, replications: int = 20, seed: int = 0) -> dict:
+    """The serving model's prediction of the run's viewer metrics (pooled replications)."""
+    config = run.controller_config()
+    records = run.records
+    K = config.timing.K  # noqa: N806
+    jobs: dict[tuple[int, str], list[float]] = {}
+    for job in records.jobs:
+        if job.kind != "prebuffer":
+            jobs.setdefault((K, job.kind), []).append(job.C)
+    if (K, "refill") not in jobs:
+        jobs[(K, "refill")] = [j.C for j in records.jobs]
+    cost = TableCost(f"{run.path}:jobs", {k: tuple(v) for k, v in jobs.items()})
+    uplink = _samples([c.arrival - c.sent for c in records.conditions], "uplink", run.path)
+    deliver = _samples([s.received - s.played for s in records.slots], "deliver", run.path)
+    serving = ServingConfig(uplink=uplink, deliver=deliver,
+                            playout_delay=float(run.config["playout_delay"]))
+    trace = Trace(run.name, tuple(run.served()), run.window)
+    drain = run.config.get("drain")
+    root = np.random.SeedSequence(seed)
+    sims = []
+    for child in root.spawn(replications):
+        cost_seq, stages_seq, batch_seq = child.spawn(3)
+        stage_rngs = tuple(np.random.default_rng(s) for s in stages_seq.spawn(4))
+        stream = StreamInput(trace, 0.0, np.random.default_rng(cost_seq), stage_rngs)
+        sims.append(simulate_serving(config, cost, serving, [stream], run.window,
+                                     np.random.default_rng(batch_seq),
+                                     None if run.status != COMPLETE else drain))
+    return serving_metrics(sims)
+
+
+def compare_client_run(run: ClientRun, replications: int = 20, seed: int = 0) -> dict:
+    """One row: measured, predicted and error per :data:`VIEWER_COMPARED` metric."""
+    measured = viewer_metrics(run.records, run.window)
+    predicted = predict_client(run, replications, seed)
+    row: dict = {"run": run.name, "status": run.status, "window_s": run.window,
+                 "n_conditions": measured["n_displayed"], "replications": replications}
+    for metric in VIEWER_COMPARED:
+        row[f"{metric}_measured"] = measured[metric]
+        row[f"{metric}_predicted"] = predicted[metric]
+        row[f"{metric}_err_pct"] = (None if metric.endswith("pct") else
+                                    error_pct(measured[metric], predicted[metric]))
+    row["viewer_stall_pct_abs_err"] = (predicted["viewer_stall_pct"]
+                                       - measured["viewer_stall_pct"])
+    row["MAPE"] = mape(row[f"{m}_err_pct"] for m in VIEWER_COMPARED)
+    for key in ("uplink_mean", "deliver_mean", "C_mean"):
+        row[key] = measured[key]
+    row["offset_uncertainty"] = run.config.get("offset_uncertainty")
+    row["notes"] = "" if run.status == COMPLETE else (
+        f"partial run ({run.status}): compared over [0, {run.window:.2f}] s")
+    return row
+
+
+def compare_client_runs(paths: list[Path], replications: int = 20, seed: int = 0
+                        ) -> list[dict]:
+    """One row per client run (:func:`compare_client_run`)."""
+    return [compare_client_run(load_client_run(p), replications, seed) for p in paths]
