@@ -131,6 +131,7 @@ class _Client:
         self.uplink = config.uplink.channel(np.random.default_rng(config.seed))
         self._displays: set[asyncio.TimerHandle] = set()
         self.estimate = None  # the run's OffsetEstimate, once the first probes are back
+        self._early: list[tuple[bytes, float]] = []
 
     # ------------------------------------------------------------ sending
 
@@ -165,7 +166,10 @@ class _Client:
         async for raw in websocket:
             now = self.clock()
             if isinstance(raw, bytes):
-                self._slot(raw, now)
+                if self.ready:
+                    self._slot(raw, now)
+                else:  # a frame before ready breaks the protocol's order: keep it for later
+                    self._early.append((raw, now))
                 continue
             message = parse_text(raw)
             kind = message["type"]
@@ -280,6 +284,9 @@ class _Client:
             why = self.errors[-1] if self.errors else "no answer to hello"
             raise LatsimError(f"{config.url} refused the session: {why}")
         self.origin = float(self.ready["start"]) - self.offset
+        for raw, received in self._early:
+            self._slot(raw, received)
+        self._early.clear()
         injector = asyncio.create_task(self._inject())
         prober = asyncio.create_task(self._probe_loop())
         tasks += [injector, prober]
@@ -297,7 +304,8 @@ class _Client:
                 self.stop_reason = f"no end from the server {limit:g} s after the start"
         # let the scheduled displays run
         last = max((s.shown for s in self.slots), default=0.0) + self.origin
-        await asyncio.sleep(max(0.0, last - self.clock()) + 0.01)
+        await asyncio.sleep(min(max(0.0, last - self.clock()), 2 * config.playout_delay + 5)
+                            + 0.01)
 
     async def _inject(self) -> None:
         for cid, t in enumerate(t for t in self.config.trace.times if t < self.config.window):

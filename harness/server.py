@@ -125,6 +125,9 @@ class SharedDevice:
         self._stopped = False
         self._seq = itertools.count()
         self.jobs_run = 0
+        # held while the generator works: by the device thread for a job, by whoever else
+        # touches the generator (a new session's stream state)
+        self.lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="latsim-device", daemon=True)
         self._thread.start()
 
@@ -175,15 +178,16 @@ class SharedDevice:
                 request = self._pick()
                 self._busy = True
             try:
-                if request.waited:
-                    request.started(time.perf_counter())
-                session = request.session
-                request.timing = self.generator.run_job(request.job, self.decode_group,
-                                                        session.stream)
-                job = request.job
-                for position in range(job.branch, job.branch + job.length):
-                    session.payloads[(job.job_id, position)] = self.generator.payload(
-                        session.stream, position)
+                with self.lock:
+                    if request.waited:
+                        request.started(time.perf_counter())
+                    session = request.session
+                    request.timing = self.generator.run_job(request.job, self.decode_group,
+                                                            session.stream)
+                    job = request.job
+                    for position in range(job.branch, job.branch + job.length):
+                        session.payloads[(job.job_id, position)] = self.generator.payload(
+                            session.stream, position)
                 self.jobs_run += 1
             except BaseException as exc:  # noqa: BLE001 - handed to the session's worker
                 request.error = exc
@@ -237,9 +241,14 @@ class _Session:
         drain = None if drain is None else number(hello, "drain", 0.0, 3600.0)
         self.controller_config = ControllerConfig(self.timing, PRESETS[policy], self.lead)
         self.policy = policy
-        self.stream: StreamState = server.generator.new_stream(K, keep_frames=config.generator
-                                                                .decode)
-        self.payloads: dict[tuple[int, int], tuple[str, tuple[int, ...], bytes]] = {}
+        assert server.device is not None
+        with server.device.lock:  # the generator (and its VAE's decode state) is shared
+            self.stream: StreamState = server.generator.new_stream(
+                K, keep_frames=config.generator.decode)
+            # (job id, position) -> what its slot sends; the prebuffer (job 0) is there now
+            self.payloads: dict[tuple[int, int], tuple[str, tuple[int, ...], bytes]] = {
+                (0, position): server.generator.payload(self.stream, position)
+                for position in range(K)}
         self._resolved: list[ConditionRecord] = []
         self._gen: dict[int, JobTiming] = {}
         self.accepted = 0
@@ -248,6 +257,8 @@ class _Session:
             None, DriverConfig(self.duration, drain, job_timeout_s=None),
             on_record=self._on_record, on_play=self._on_play, on_job=self._on_job)
         self.result = None
+        self._ready_lock = threading.Lock()
+        self._ready_sent = False
         self.thread = threading.Thread(target=self._run, name=f"latsim-session-{session_id}",
                                        daemon=True)
 
@@ -280,7 +291,27 @@ class _Session:
     def _on_job(self, timing: JobTiming) -> None:
         self._gen[timing.job_id] = timing
 
+    def send_ready(self) -> None:
+        """Send ``ready`` once, before anything else of the session (the first slot plays
+        at stream time 0, possibly before the event loop gets to say ready)."""
+        with self._ready_lock:
+            if self._ready_sent:
+                return
+            self._ready_sent = True
+            timing, server = self.timing, self.server
+            self.send(dumps({
+                "type": "ready", "session": self.id, "K": timing.K, "policy": self.policy,
+                "T": timing.T, "delta": timing.delta, "r": timing.r, "fps": timing.fps,
+                "lead": self.lead, "lead_source": self.lead_source,
+                "duration": self.duration, "start": self.server_time(self.driver.t0),
+                "schedule": server.config.schedule,
+                "generator": _generator_description(server.config.generator),
+                "downlink": {"delay": self.downlink.delay, "jitter": self.downlink.jitter,
+                             "loss": self.downlink.loss},
+            }), time.perf_counter())
+
     def _on_play(self, slot: PlaySlot, perf: float) -> None:
+        self.send_ready()
         resolves = [{"version": c.version, "arrival": self.stream_to_server(c.t_arrival),
                      "start": self.stream_to_server(c.t_start),
                      "ready": self.stream_to_server(c.t_ready)} for c in self._resolved]
@@ -446,26 +477,14 @@ class StreamServer:
                         if len(self.sessions) >= self.config.max_sessions:
                             raise ProtocolError(f"server full ({self.config.max_sessions} "
                                                 "sessions)")
-                        session = _Session(self, f"s{next(self._ids)}", message, send,
-                                           state["shaper"])
+                        session = await asyncio.to_thread(
+                            _Session, self, f"s{next(self._ids)}", message, send,
+                            state["shaper"])
                         self.sessions[session.id] = session
                         session.start()
                         while session.driver.t0 == 0.0:
                             await asyncio.sleep(0.001)
-                        send(dumps({
-                            "type": "ready", "session": session.id,
-                            "K": session.timing.K, "policy": session.policy,
-                            "T": session.timing.T, "delta": session.timing.delta,
-                            "r": session.timing.r, "fps": session.timing.fps,
-                            "lead": session.lead, "lead_source": session.lead_source,
-                            "duration": session.duration,
-                            "start": session.server_time(session.driver.t0),
-                            "schedule": self.config.schedule,
-                            "generator": _generator_description(self.config.generator),
-                            "downlink": {"delay": session.downlink.delay,
-                                         "jitter": session.downlink.jitter,
-                                         "loss": session.downlink.loss},
-                        }), time.perf_counter())
+                        session.send_ready()
                     elif kind == "shape":
                         if session is not None:
                             raise ProtocolError("shape the connection before hello")

@@ -1,0 +1,245 @@
+"""latsim serve / latsim client on loopback (tiny preset, CPU), in process: the wire format,
+the playout rule, the shared device's schedule, and the fault cases (malformed messages, a
+condition for another session, a viewer that disconnects, a server that stops)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+pytest.importorskip("websockets")
+
+from harness.client import ClientConfig, run_client  # noqa: E402
+from harness.generator import GeneratorConfig, JobTiming  # noqa: E402
+from harness.netclock import Shaper  # noqa: E402
+from harness.server import ServerConfig, ServerThread, SharedDevice, StreamServer  # noqa: E402
+from harness.wire import ProtocolError, decode_frame, encode_frame, parse_text  # noqa: E402
+from latsim.controller import StartJob  # noqa: E402
+from latsim.controller.playout import ClientPlayout  # noqa: E402
+from latsim.errors import LatsimError  # noqa: E402
+from latsim.model.traces import Trace  # noqa: E402
+from latsim.run.folder import read_run_folder  # noqa: E402
+from latsim.run.viewer import read_viewer_records  # noqa: E402
+
+OFFSET = 250.0  # the server's clock runs this far ahead of the client's
+
+
+# ---------------------------------------------------------------- pure parts
+
+
+def test_frame_round_trip_and_malformed_frames():
+    header = {"type": "slot", "position": 3, "resolves": [{"version": 1}]}
+    data = encode_frame(header, b"\x00\x01payload")
+    assert decode_frame(data) == (header, b"\x00\x01payload")
+    for bad in (b"", b"XXXX\x00\x00\x00\x01{", data[:10], b"LSF1\x00\x00\x00\x02[]"):
+        with pytest.raises(ProtocolError):
+            decode_frame(bad)
+    for bad in ("", "[]", '{"t0": 1}', '{"type": 3}', "x" * 70000, b"{}"):
+        with pytest.raises(ProtocolError):
+            parse_text(bad)
+
+
+@given(st.floats(0, 2), st.lists(st.tuples(st.floats(0.01, 1), st.floats(0, 3)),
+                                 min_size=1, max_size=40))
+def test_playout_rule_never_shows_early_and_keeps_slot_spacing(delay, steps):
+    """Slots shown in order, never before server time + D or before they arrive; a slot
+    is late (a client stall) exactly when it arrives after its due time; once shifted, the
+    client never shows a slot sooner after its predecessor than the server played it."""
+    playout = ClientPlayout(delay)
+    played, previous = 0.0, None
+    for gap, network in steps:
+        played += gap
+        arrives = played + network
+        placed = playout.show(played, arrives)
+        assert placed.shown >= played + delay - 1e-9
+        assert placed.shown >= arrives - 1e-9
+        assert placed.stalled == (arrives > placed.due + 1e-9)
+        if previous is not None:
+            assert placed.shown - previous[1] >= played - previous[0] - 1e-9
+        previous = (played, placed.shown)
+
+
+class _FakeGenerator:
+    """Runs nothing: records the order the device took jobs in."""
+
+    def __init__(self, hold: threading.Event) -> None:
+        self.order: list[int] = []
+        self.hold = hold
+
+    def run_job(self, job, decode_group=1, stream=None) -> JobTiming:
+        self.hold.wait(5)
+        self.order.append(job.job_id)
+        now = time.perf_counter()
+        return JobTiming(job.job_id, job.kind, job.length, job.branch, job.version, 0, now,
+                         now, None, 0, 0)
+
+    def payload(self, stream, position):
+        return "latent", (1,), b"\x00"
+
+
+class _Stub:
+    stream = None
+
+    def __init__(self) -> None:
+        self.payloads: dict = {}
+
+
+@pytest.mark.parametrize("schedule, expected", [
+    ("fifo", [1, 2, 3, 4]),
+    ("replan-first", [1, 3, 2, 4]),
+    ("least-slack", [1, 4, 2, 3]),
+])
+def test_shared_device_serves_waiting_jobs_in_schedule_order(schedule, expected):
+    """Job 1 occupies the device while 2, 3, 4 queue; the device then takes them in the
+    serving model's order, and tells each waiting job's stream when it started."""
+    hold = threading.Event()
+    generator = _FakeGenerator(hold)
+    device = SharedDevice(generator, schedule)
+    started: dict[int, float] = {}
+    jobs = [(1, "refill", 5.0), (2, "refill", 3.0), (3, "replan", 9.0), (4, "refill", 1.0)]
+    threads = []
+    for job_id, kind, playable in jobs:
+        job = StartJob(job_id, kind, 4 * job_id, 4, 1, 4 * job_id)
+        thread = threading.Thread(target=device.run, args=(
+            _Stub(), job, playable, lambda t, j=job_id: started.__setitem__(j, t)))
+        thread.start()
+        threads.append(thread)
+        time.sleep(0.05)  # 1 is taken first; the others wait behind it
+    hold.set()
+    for thread in threads:
+        thread.join(5)
+    device.stop()
+    assert generator.order == expected
+    assert set(started) == {2, 3, 4}  # only the jobs that waited report a start
+
+
+# ---------------------------------------------------------------- on loopback
+
+
+@pytest.fixture(scope="module")
+def server():
+    built = StreamServer(ServerConfig(GeneratorConfig("tiny", "tiny", 2), Ks=(4,), port=0,
+                                      warmup=3, clock_offset=OFFSET))
+    built.prepare()
+    with ServerThread(built):
+        yield built
+
+
+def _client(server, out: Path, times=(0.8, 2.1, 3.3), duration=4.0, **kwargs) -> dict:
+    trace = Trace("test", tuple(times), duration)
+    return run_client(ClientConfig(f"ws://127.0.0.1:{server.port}", trace, out, K=4,
+                                   **kwargs))
+
+
+def test_client_session_measures_and_aligns_its_clock(server, tmp_path):
+    summary = _client(server, tmp_path / "run", uplink=Shaper(0.01, 0.002))
+    assert summary["status"] == "complete"
+    # the min-RTT estimate of a 250 s offset, within its own bound
+    assert abs(summary["offset"] - OFFSET) <= summary["offset_uncertainty"] + 1e-6
+    assert summary["offset_uncertainty"] >= 0.008  # both directions were shaped (>= 8 ms each)
+    folder = read_run_folder(tmp_path / "run")
+    assert folder.config["kind"] == "client" and folder.config["status"] == "complete"
+    records = read_viewer_records(tmp_path / "run")
+    assert [c.status for c in records.conditions] == ["shown"] * 3
+    for c in records.conditions:
+        assert c.sent < c.arrival <= c.start < c.ready <= c.played < c.received <= c.displayed
+        assert c.L == pytest.approx(c.displayed - c.sent)
+        assert c.arrival - c.sent > 0.008 - summary["offset_uncertainty"]
+    positions = [s.position for s in records.slots]
+    assert positions == sorted(positions) and len(positions) >= 15
+    assert all(s.bytes > 0 and s.payload == "latent" for s in records.slots)
+    assert summary["n_jobs"] == len(records.jobs) > 0
+
+
+def test_malformed_and_foreign_messages_get_errors_and_the_server_keeps_serving(server,
+                                                                              tmp_path):
+    from websockets.asyncio.client import connect
+
+    async def probe_errors() -> list[str]:
+        errors = []
+        async with connect(f"ws://127.0.0.1:{server.port}") as ws:
+            for bad in ("not json", "[1]", '{"type": "nope"}', b"\x00binary",
+                        '{"type": "condition", "cid": 0}',
+                        '{"type": "hello", "K": 4, "duration": -1}',
+                        '{"type": "hello", "K": 9, "duration": 5}',
+                        '{"type": "shape", "delay": 0.01, "jitter": 0.5}'):
+                await ws.send(bad)
+                errors.append(json.loads(await ws.recv())["error"])
+            await ws.send(json.dumps({"type": "hello", "K": 4, "duration": 2}))
+            ready = json.loads(await ws.recv())
+            assert ready["type"] == "ready"
+            await ws.send(json.dumps({"type": "condition", "cid": 0, "session": "s999"}))
+            while True:
+                message = await ws.recv()
+                if isinstance(message, str) and json.loads(message)["type"] == "error":
+                    errors.append(json.loads(message)["error"])
+                    break
+            await ws.send(json.dumps({"type": "bye"}))
+        return errors
+
+    errors = asyncio.run(probe_errors())
+    assert len(errors) == 9
+    assert "not JSON" in errors[0] and "unknown message type" in errors[2]
+    assert "binary" in errors[3] and "before hello" in errors[4]
+    assert "duration" in errors[5] and "K=9 is not served" in errors[6]
+    assert "jitter" in errors[7] and "s999" in errors[8] and "refused" in errors[8]
+    assert _client(server, tmp_path / "after")["status"] == "complete"
+
+
+def test_a_viewer_that_disconnects_leaves_the_others_served(server, tmp_path):
+    from websockets.asyncio.client import connect
+
+    async def leave_midway() -> None:
+        async with connect(f"ws://127.0.0.1:{server.port}") as ws:
+            await ws.send(json.dumps({"type": "hello", "K": 4, "duration": 6}))
+            await asyncio.sleep(1.5)  # playing; then the connection drops without a bye
+
+    other = threading.Thread(target=asyncio.run, args=(leave_midway(),))
+    other.start()
+    summary = _client(server, tmp_path / "stays", duration=5.0, times=(0.5, 2.0, 3.5))
+    other.join()
+    assert summary["status"] == "complete" and summary["n_displayed"] == 3
+    deadline = time.time() + 10
+    while server.sessions and time.time() < deadline:
+        time.sleep(0.05)
+    assert not server.sessions  # the dropped session ended too
+
+
+def test_a_server_that_stops_leaves_a_partial_run_folder(tmp_path):
+    built = StreamServer(ServerConfig(GeneratorConfig("tiny", "tiny", 2), Ks=(4,), port=0,
+                                      warmup=3))
+    built.prepare()
+    thread = ServerThread(built)
+    with thread:
+        threading.Timer(2.5, thread.stop).start()
+        summary = _client(built, tmp_path / "cut", times=(0.5, 1.5, 4.0, 6.0), duration=8.0)
+    assert summary["status"] == "interrupted"
+    config = read_run_folder(tmp_path / "cut").config
+    assert config["status"] == "interrupted" and config["end_time"] < 4.0
+    records = read_viewer_records(tmp_path / "cut")
+    assert [c.status for c in records.conditions][:2] == ["shown", "shown"]
+    assert len(records.conditions) == 2  # the later ones were never sent
+    assert all(math.isfinite(s.received) for s in records.slots)
+
+
+def test_bad_client_options_and_unreachable_servers_are_one_line_errors(tmp_path):
+    trace = Trace("t", (1.0,), 2.0)
+    with pytest.raises(LatsimError, match="ws://"):
+        ClientConfig("http://x", trace, tmp_path)
+    with pytest.raises(LatsimError, match="playout"):
+        ClientConfig("ws://x", trace, tmp_path, playout_delay=-1)
+    with pytest.raises(LatsimError, match="cannot connect"):
+        run_client(ClientConfig("ws://127.0.0.1:9", trace, tmp_path / "x",
+                                connect_timeout=2))
+    assert read_run_folder(tmp_path / "x").config["status"] == "failed"
+    with pytest.raises(LatsimError, match="schedule"):
+        ServerConfig(schedule="random")
