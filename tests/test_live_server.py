@@ -29,6 +29,7 @@ from latsim.errors import LatsimError  # noqa: E402
 from latsim.model.traces import Trace  # noqa: E402
 from latsim.run.folder import read_run_folder  # noqa: E402
 from latsim.run.viewer import read_viewer_records  # noqa: E402
+from latsim.viz.perfetto import perfetto_trace  # noqa: E402
 
 OFFSET = 250.0  # the server's clock runs this far ahead of the client's
 
@@ -158,6 +159,8 @@ def test_client_session_measures_and_aligns_its_clock(server, tmp_path):
     assert positions == sorted(positions) and len(positions) >= 15
     assert all(s.bytes > 0 and s.payload == "latent" for s in records.slots)
     assert summary["n_jobs"] == len(records.jobs) > 0
+    with pytest.raises(LatsimError, match="viewer-side"):  # not a server-side run folder
+        perfetto_trace(tmp_path / "run")
 
 
 def test_malformed_and_foreign_messages_get_errors_and_the_server_keeps_serving(server,

@@ -26,6 +26,7 @@ from latsim.controller.records import read_csv
 from latsim.errors import LatsimError
 from latsim.run.folder import read_run_folder
 from latsim.run.serving import SERVING_RECORD_TYPES
+from latsim.run.viewer import KIND as VIEWER_KIND
 
 #: Marks a condition's arrival on its thread (microseconds): flows need a slice to leave.
 ARRIVAL_US = 1.0
@@ -53,6 +54,9 @@ def _delta(folder, slots: list) -> float:  # noqa: ANN001
 def perfetto_trace(run_dir: str | Path) -> dict:
     """The trace of every run in ``run_dir`` (see the module docstring)."""
     folder = read_run_folder(run_dir)
+    if folder.config.get("kind") == VIEWER_KIND:
+        raise LatsimError(f"{run_dir}: a viewer-side client run; the Perfetto export reads "
+                          "simulated and measured run folders (the server's side)")
     tables = {name: list(folder.records(name))
               for name in ("jobs", "slots", "stalls", "conditions")}
     if not tables["jobs"]:
