@@ -310,6 +310,8 @@ def client(
 
     if policy not in PRESETS:
         raise LatsimError(f"--policy must be one of {', '.join(PRESETS)}, got {policy!r}")
+    if not 1 <= K <= 1000:
+        raise LatsimError(f"--K must be in [1, 1000], got {K}")
     if trace is not None and not trace.is_file():
         raise LatsimError(f"--trace {trace}: no such file")
     import numpy as np
