@@ -50,6 +50,14 @@ DecodeOpt = Annotated[
 ContextOpt = Annotated[int, typer.Option(help="clean prefix latents fed to each job as context")]
 SeedOpt = Annotated[int, typer.Option(help="seed of weights, noise, embeddings (and trace)")]
 ThreadsOpt = Annotated[int | None, typer.Option(help="CPU torch threads (default: cores - 1)")]
+# The conditions of a live run (measure, client).
+TraceOpt = Annotated[
+    Path | None, typer.Option(help="condition trace (JSONL); default: Poisson at --rate")
+]
+RateOpt = Annotated[float, typer.Option(help="conditions per second when no --trace is given")]
+DurationOpt = Annotated[
+    float | None, typer.Option(help="window (s); default: the trace header's, else 60")
+]
 KsOpt = Annotated[
     list[int], typer.Option("--K", help="chunk sizes in latent frames, e.g. --K 2 4 8")
 ]
@@ -104,15 +112,9 @@ def measure(
     resolution: ResolutionOpt = "tiny",
     steps: StepsOpt = 4,
     policy: Annotated[str, typer.Option(help="baseline, speculative or both")] = "both",
-    trace: Annotated[
-        Path | None, typer.Option(help="condition trace (JSONL); default: Poisson at --rate")
-    ] = None,
-    rate: Annotated[
-        float, typer.Option(help="conditions per second when no --trace is given")
-    ] = 0.1,
-    duration: Annotated[
-        float | None, typer.Option(help="window (s); default: the trace header's, else 60")
-    ] = None,
+    trace: TraceOpt = None,
+    rate: RateOpt = 0.1,
+    duration: DurationOpt = None,
     device: DeviceOpt = "cpu",
     out: Annotated[
         Path | None,
@@ -275,15 +277,9 @@ def serve(
 def client(
     url: Annotated[str, typer.Argument(help="the server, ws://HOST:PORT")],
     out: Annotated[Path, typer.Option(help="run folder to write")],
-    trace: Annotated[
-        Path | None, typer.Option(help="condition trace (JSONL); default: Poisson at --rate")
-    ] = None,
-    rate: Annotated[
-        float, typer.Option(help="conditions per second when no --trace is given")
-    ] = 0.1,
-    duration: Annotated[
-        float | None, typer.Option(help="window (s); default: the trace header's, else 60")
-    ] = None,
+    trace: TraceOpt = None,
+    rate: RateOpt = 0.1,
+    duration: DurationOpt = None,
     K: Annotated[int, typer.Option("--K", help="chunk size (one the server warmed up)")] = 4,  # noqa: N803
     policy: Annotated[str, typer.Option(help="baseline or speculative")] = "speculative",
     lead: Annotated[
@@ -314,28 +310,16 @@ def client(
         raise LatsimError(f"--K must be in [1, 1000], got {K}")
     if trace is not None and not trace.is_file():
         raise LatsimError(f"--trace {trace}: no such file")
-    import numpy as np
-
     from harness.client import ClientConfig, run_client
     from harness.netclock import Shaper
-    from harness.run import check_option
-    from latsim.model.arrivals import PoissonArrivals
-    from latsim.model.traces import Trace, load_trace
+    from harness.run import check_option, trace_and_window
 
     for option, value in (("--rate", rate), ("--duration", duration), ("--seed", seed),
                           ("--r", r), ("--fps", fps), ("--lead", lead), ("--drain", drain)):
         check_option(option, value)
-    if trace is not None:
-        loaded = load_trace(trace)
-    else:
-        from latsim.controller.timing import Timing
-
-        window = duration or 60.0
-        drawn = PoissonArrivals(rate).trace(seed, np.random.default_rng(seed), window,
-                                            Timing(1, r, fps))
-        loaded = Trace(f"poisson:{rate!r}", drawn.times, window)
+    loaded, window = trace_and_window(trace, rate, duration, seed, r, fps)
     shaper = Shaper(delay, jitter, loss)
-    config = ClientConfig(url, loaded, out, K=K, policy=policy, duration=duration, lead=lead,
+    config = ClientConfig(url, loaded, out, K=K, policy=policy, duration=window, lead=lead,
                           drain=drain, playout_delay=playout_delay, r=r, fps=fps,
                           uplink=shaper, seed=seed)
     try:

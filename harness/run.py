@@ -256,16 +256,22 @@ class _RunPlan:
 
 def load_or_make_trace(config: MeasureConfig) -> tuple[Trace, float]:
     """The trace to replay and the window length."""
-    if config.trace is not None:
-        trace = load_trace(config.trace)
-        duration = config.duration or trace.duration or 60.0
-        return trace, float(duration)
-    duration = float(config.duration or 60.0)
-    drawn = PoissonArrivals(config.rate).trace(
-        config.seed, np.random.default_rng(config.seed), duration, Timing(1, config.r, config.fps)
-    )
-    meta = {"duration": duration, "generator": f"poisson:{config.rate!r}", "seed": config.seed}
-    return Trace(drawn.name, drawn.times, duration, meta), duration
+    return trace_and_window(config.trace, config.rate, config.duration, config.seed,
+                            config.r, config.fps)
+
+
+def trace_and_window(path: str | Path | None, rate: float, duration: float | None, seed: int,
+                     r: int, fps: float) -> tuple[Trace, float]:
+    """The trace file at ``path``, else a seeded Poisson trace at ``rate``; and the window
+    (``duration``, else the trace header's, else 60 s)."""
+    if path is not None:
+        trace = load_trace(path)
+        return trace, float(duration or trace.duration or 60.0)
+    window = float(duration or 60.0)
+    drawn = PoissonArrivals(rate).trace(seed, np.random.default_rng(seed), window,
+                                        Timing(1, r, fps))
+    meta = {"duration": window, "generator": f"poisson:{rate!r}", "seed": seed}
+    return Trace(drawn.name, drawn.times, window, meta), window
 
 
 def _warm_up(session: _Session, timing: Timing, policies: list[Policy]) -> dict[int, Warmup]:
