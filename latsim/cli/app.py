@@ -44,6 +44,7 @@ from latsim.cli.options import (
     ReplanCostOpt,
     ROptions,
     ScheduleOpt,
+    SchedulerOpt,
     SeedOpt,
     SeedsOpt,
     ServingFileOpt,
@@ -51,6 +52,7 @@ from latsim.cli.options import (
     StreamsOpt,
     UpdatesOpt,
     UplinkOpt,
+    scheduler_context,
     serving_from_flags,
 )
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
@@ -308,6 +310,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         as_json: JsonOpt = False,
         out: OutOpt = None,
         jobs: JobsOpt = None,
+        scheduler: SchedulerOpt = "local",
         commit: CommitOpt = None,
         commit_lead: CommitLeadOpt = 0.0,
         max_events: MaxSimEventsOpt = DEFAULT_MAX_EVENTS,
@@ -350,7 +353,8 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
             seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
             max_events=max_events, serving=serving_config,
         )
-        _run(experiment, as_json, out, jobs)
+        with scheduler_context(scheduler, jobs):
+            _run(experiment, as_json, out, jobs)
 
     command.__doc__ = summary
     app.command(name)(command)

@@ -20,6 +20,7 @@ from latsim.cli.options import (
     DitDegreeOpt,
     DurationOpt,
     FpsOpt,
+    JobsOpt,
     JsonOpt,
     LeadOpt,
     MaxSimEventsOpt,
@@ -28,10 +29,12 @@ from latsim.cli.options import (
     ReplanCostOpt,
     ROptions,
     ScheduleOpt,
+    SchedulerOpt,
     SeedOpt,
     ServingFileOpt,
     UpdatesOpt,
     UplinkOpt,
+    scheduler_context,
     serving_from_flags,
 )
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
@@ -78,6 +81,8 @@ def capacity(
     out: Annotated[Path | None, typer.Option(
         help="write capacity.json/.csv and capacity.png here")] = None,
     max_events: MaxSimEventsOpt = DEFAULT_MAX_EVENTS,
+    jobs: JobsOpt = None,
+    scheduler: SchedulerOpt = "local",
 ) -> None:
     """Largest number of streams meeting an SLO: doubling, then bisection, with a
     statistical verdict per N (bootstrap over replications)."""
@@ -132,7 +137,8 @@ def capacity(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     try:
-        result = search_capacity(query, progress=progress)
+        with scheduler_context(scheduler, jobs, local_pool=True):
+            result = search_capacity(query, progress=progress)
     except KeyboardInterrupt:
         keep(capacity_payload(query, measured, None, "interrupted"))
         where = f"; kept in {out}/capacity.json (partial)" if out is not None else ""

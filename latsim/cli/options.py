@@ -3,6 +3,8 @@ one place that turns the serving flags into a serving configuration."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,6 +37,9 @@ SeedOpt = Annotated[int, typer.Option(help="root seed of all random draws")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout")]
 OutOpt = Annotated[Path | None, typer.Option(help="write records, summary and plot here")]
 JobsOpt = Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")]
+SchedulerOpt = Annotated[str, typer.Option(
+    help="where simulations run: local (in process or --jobs worker processes), dask-local "
+    "(a local Dask cluster of --jobs workers) or tcp://HOST:PORT (a Dask scheduler)")]
 CommitOpt = Annotated[
     str | None,
     typer.Option(help="speculative policy's commit mode: eager or lazy (ablations)"),
@@ -96,3 +101,20 @@ def serving_from_flags(serving_file: Path | None, **flags: Any) -> tuple[Any, st
     from latsim.model.serving import build_serving
 
     return build_serving(serving_file, **flags)
+
+
+@contextlib.contextmanager
+def scheduler_context(scheduler: str, jobs: int | None, local_pool: bool = False
+                      ) -> Iterator[None]:
+    """Run the block's experiments on ``scheduler`` (checked first). ``local`` leaves each
+    experiment its own pool unless ``local_pool`` asks for one ``--jobs`` pool for all."""
+    from latsim.experiments.executors import LOCAL, check_scheduler, using
+
+    check_scheduler(scheduler)
+    if scheduler == LOCAL and not local_pool:
+        yield
+        return
+    from latsim.experiments.sweep import check_jobs
+
+    with using(scheduler, check_jobs(jobs)):
+        yield

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from latsim.cli.options import JobsOpt
+from latsim.cli.options import JobsOpt, SchedulerOpt, scheduler_context
 from latsim.errors import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_EVENTS, LatsimError
 
 traces_app = typer.Typer(
@@ -134,6 +134,7 @@ def reproduce(
     traces: TraceSetsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print all tables as JSON")] = False,
     jobs: JobsOpt = None,
+    scheduler: SchedulerOpt = "local",
     max_events: Annotated[
         int, typer.Option(help="work bound: events (latent slots and conditions) over all "
                           "the simulations (checked before the first)")
@@ -145,7 +146,8 @@ def reproduce(
     from latsim.experiments import paper
     from latsim.viz.paper import plot_reproduction, print_report
 
-    result = paper.reproduce(traces_root=traces, jobs=jobs, max_events=max_events)
+    with scheduler_context(scheduler, jobs):
+        result = paper.reproduce(traces_root=traces, jobs=jobs, max_events=max_events)
     written = paper.write_results(result, out)
     written.append(plot_reproduction(result, out / "reproduce.png"))
     if as_json:
@@ -163,6 +165,7 @@ def reproduce_serving(
     traces: TraceSetsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the tables as JSON")] = False,
     jobs: JobsOpt = None,
+    scheduler: SchedulerOpt = "local",
     max_events: Annotated[
         int, typer.Option(help="work bound of each simulation (latent slots and conditions)")
     ] = DEFAULT_MAX_EVENTS,
@@ -172,8 +175,9 @@ def reproduce_serving(
     from latsim.experiments.serving_paper import reproduce_serving as run
     from latsim.viz.paper import plot_serving, print_serving_report
 
-    _report(run(out, traces_root=traces, jobs=jobs, max_events=max_events), out,
-            "serving.png", plot_serving, print_serving_report, as_json)
+    with scheduler_context(scheduler, jobs):
+        tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
+    _report(tables, out, "serving.png", plot_serving, print_serving_report, as_json)
 
 
 def _report(tables: dict, out: Path, figure: str, plot, report, as_json: bool) -> None:  # noqa: ANN001
@@ -194,6 +198,7 @@ def reproduce_systems(
     traces: TraceSetsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the tables as JSON")] = False,
     jobs: JobsOpt = None,
+    scheduler: SchedulerOpt = "local",
     max_events: Annotated[
         int, typer.Option(help="work bound of each simulation (latent slots and conditions)")
     ] = DEFAULT_MAX_EVENTS,
@@ -203,8 +208,9 @@ def reproduce_systems(
     from latsim.experiments.systems import reproduce_systems as run
     from latsim.viz.paper import plot_systems, print_systems_report
 
-    _report(run(out, traces_root=traces, jobs=jobs, max_events=max_events), out,
-            "systems.png", plot_systems, print_systems_report, as_json)
+    with scheduler_context(scheduler, jobs):
+        tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
+    _report(tables, out, "systems.png", plot_systems, print_systems_report, as_json)
 
 
 @plot_app.command("timeline")

@@ -30,7 +30,7 @@ import numpy as np
 
 from latsim.analysis.serving import serving_metrics, viewer_stall_pct
 from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number, check_work
-from latsim.experiments.sweep import Experiment, cell_slots, plan, run_cell
+from latsim.experiments.sweep import Experiment, cell_slots, plan, run_replications
 from latsim.model.serving import MAX_STREAMS, ServingConfig
 from latsim.run.serving import ServingRecords
 
@@ -219,7 +219,7 @@ def search_capacity(query: CapacityQuery,
                     + (", ".join(f"N={n} {v.verdict}" for n, v in sorted(verdicts.items()))
                        or "nothing") + "; raise --max-events or lower --max-seeds")
             spent += cost
-            runs += [run_cell(trial, cell_index, r) for r in range(len(runs), replications)]
+            runs += run_replications(trial, cell_index, range(len(runs), replications))
             last = replications >= query.max_seeds
             verdict = _judge(query, streams, runs, rng, last)
             if verdict.verdict:

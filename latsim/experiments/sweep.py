@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +43,7 @@ from latsim.errors import (
     check_number,
     check_work,
 )
+from latsim.experiments.executors import LocalPool, active_pool
 from latsim.model.arrivals import ArrivalSource, parse_updates
 from latsim.model.costs import CostModel, parse_cost
 from latsim.model.lead import SIMULATED
@@ -326,14 +324,20 @@ def run_cell(experiment: Experiment, cell_index: int, replication: int
     return records
 
 
-def _run_chunk(experiment: Experiment, tasks: list[tuple[int, int]]) -> list[RunRecords]:
+def run_replications(experiment: Experiment, cell_index: int, replications: range
+                     ) -> list[RunRecords | ServingRecords]:
+    """Replications of one cell, in order, on the active work pool (else in process)."""
+    pool = active_pool() or LocalPool(1)
+    work = [(experiment, [(cell_index, rep)]) for rep in replications]
+    results: list = [None] * len(work)
+    for index, (records,) in pool.map_unordered(_run_chunk, work):
+        results[index] = records
+    return results
+
+
+def _run_chunk(work: tuple[Experiment, list[tuple[int, int]]]) -> list[RunRecords]:
+    experiment, tasks = work
     return [run_cell(experiment, cell, rep) for cell, rep in tasks]
-
-
-def _worker_init() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them (else each would print its
-    own KeyboardInterrupt traceback)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def default_jobs() -> int:
@@ -350,40 +354,25 @@ def run_experiment(
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> ExperimentResult:
-    """Run every (cell, replication); ``jobs`` worker processes (default: up to 2)."""
+    """Run every (cell, replication): on the active work pool
+    (:func:`latsim.experiments.executors.using`), else ``jobs`` local worker processes
+    (default: up to 2). Results are placed by task, so the output does not depend on
+    where or in which order the work ran."""
     jobs = check_jobs(jobs)
     p = plan(experiment)
     tasks = [(c, rep) for c in range(len(p.cells)) for rep in range(p.replications)]
     results: list[RunRecords | ServingRecords | None] = [None] * len(tasks)
-    n_chunks = max(1, min(len(tasks), 8 * jobs))
+    pool = active_pool() or LocalPool(jobs if len(tasks) >= 8 else 1)
+    n_chunks = len(tasks) if pool.workers <= 1 else max(1, min(len(tasks), 8 * pool.workers))
     chunks = [list(range(i, len(tasks), n_chunks)) for i in range(n_chunks)]
     done = 0
-    if jobs <= 1 or len(tasks) < 8:
-        for i, task in enumerate(tasks):
-            results[i] = run_cell(experiment, *task)
-            done += 1
-            if progress:
-                progress(done, len(tasks))
-    else:
-        pool = ProcessPoolExecutor(max_workers=min(jobs, n_chunks),
-                                   mp_context=get_context("fork"), initializer=_worker_init)
-        try:
-            futures = [
-                (chunk, pool.submit(_run_chunk, experiment, [tasks[i] for i in chunk]))
-                for chunk in chunks
-            ]
-            for chunk, future in futures:
-                for i, records in zip(chunk, future.result(), strict=True):
-                    results[i] = records
-                done += len(chunk)
-                if progress:
-                    progress(done, len(tasks))
-        except BaseException:  # Ctrl-C or a failed task: stop the workers, do not wait
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.terminate()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
+    work = [(experiment, [tasks[i] for i in chunk]) for chunk in chunks]
+    for index, chunk_results in pool.map_unordered(_run_chunk, work):
+        for i, records in zip(chunks[index], chunk_results, strict=True):
+            results[i] = records
+        done += len(chunks[index])
+        if progress:
+            progress(done, len(tasks))
     runs: dict[tuple[int, str], list[RunRecords | ServingRecords]] = {}
     for (cell_index, _), records in zip(tasks, results, strict=True):
         cell = p.cells[cell_index]

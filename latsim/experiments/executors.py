@@ -1,0 +1,158 @@
+"""Where experiment work runs: in process, a local process pool, or a Dask cluster.
+
+``--scheduler`` picks one: ``local`` (the default: in process, or ``--jobs`` forked worker
+processes; Dask is not imported), ``dask-local`` (a ``distributed.LocalCluster`` of
+``--jobs`` single-threaded worker processes, started for the run and stopped after), or
+the address ``tcp://HOST:PORT`` of a running Dask scheduler (``dask scheduler`` and ``dask
+worker`` on each host; the workers need latsim installed).
+
+A :class:`WorkPool` maps a top-level function over items and yields ``(index, result)``
+as results come back, in completion order; callers place each result by its index, so what
+they write does not depend on the scheduler, the number of workers or the order work
+finished in. Random streams are the caller's business and are derived from the item (its
+cell and replication), never from the worker.
+
+:func:`using` makes a pool the active one for a block, so experiments deep inside a command
+(``latsim reproduce`` runs dozens) use it without every signature carrying it:
+:func:`latsim.experiments.sweep.run_experiment` takes the active pool when there is one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextvars import ContextVar
+from multiprocessing import get_context
+from typing import Any, Protocol
+
+from latsim.errors import LatsimError
+
+LOCAL = "local"
+DASK_LOCAL = "dask-local"
+_ADDRESS = re.compile(r"^tcp://[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+
+
+def check_scheduler(text: str) -> str:
+    """``--scheduler`` validated: ``local``, ``dask-local`` or ``tcp://HOST:PORT``."""
+    if text in (LOCAL, DASK_LOCAL) or _ADDRESS.match(text):
+        return text
+    raise LatsimError(f"--scheduler must be local, dask-local or tcp://HOST:PORT, got {text!r}")
+
+
+class WorkPool(Protocol):
+    """Runs ``fn(item)`` for every item; yields ``(index, result)`` as results arrive."""
+
+    workers: int
+
+    def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]
+                      ) -> Iterator[tuple[int, Any]]: ...
+
+
+def _ignore_sigint() -> None:
+    """Forked workers leave Ctrl-C to the parent, which stops them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class LocalPool:
+    """In process (``jobs`` <= 1), or ``jobs`` forked worker processes."""
+
+    def __init__(self, jobs: int) -> None:
+        self.workers = max(1, jobs)
+
+    def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]
+                      ) -> Iterator[tuple[int, Any]]:
+        if self.workers <= 1 or len(items) <= 1:
+            for index, item in enumerate(items):
+                yield index, fn(item)
+            return
+        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)),
+                                   mp_context=get_context("fork"), initializer=_ignore_sigint)
+        try:
+            pending = {pool.submit(fn, item): index for index, item in enumerate(items)}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield pending.pop(future), future.result()
+        except BaseException:  # Ctrl-C, a failed task, or the caller stopped early
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+
+class DaskPool:
+    """Work on a Dask cluster through ``client``; a task whose worker dies is run again
+    elsewhere by Dask (its result is kept only once)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
+
+    def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]
+                      ) -> Iterator[tuple[int, Any]]:
+        from distributed import as_completed
+
+        futures = self.client.map(fn, list(items), pure=False)
+        index = {future.key: i for i, future in enumerate(futures)}
+        try:
+            for future in as_completed(futures):
+                yield index[future.key], future.result()
+        finally:
+            self.client.cancel(futures)
+
+
+def _require_dask() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("distributed") is None:
+        raise LatsimError("--scheduler dask-local or tcp:// needs Dask: install the dask "
+                          "extra, pip install -e '.[dask]'")
+
+
+@contextlib.contextmanager
+def work_pool(scheduler: str = LOCAL, jobs: int = 1) -> Iterator[WorkPool]:
+    """The pool ``scheduler`` names (a local cluster lives as long as the block)."""
+    scheduler = check_scheduler(scheduler)
+    if scheduler == LOCAL:
+        yield LocalPool(jobs)
+        return
+    _require_dask()
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    if scheduler == DASK_LOCAL:
+        with LocalCluster(n_workers=max(1, jobs), threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            yield DaskPool(client)
+        return
+    try:
+        client = Client(scheduler, timeout=10)
+    except OSError as exc:
+        raise LatsimError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+    with client:
+        yield DaskPool(client)
+
+
+_ACTIVE: ContextVar[WorkPool | None] = ContextVar("latsim_work_pool", default=None)
+
+
+def active_pool() -> WorkPool | None:
+    """The pool of the innermost :func:`using` block, if any."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def using(scheduler: str = LOCAL, jobs: int = 1) -> Iterator[WorkPool]:
+    """Run the block's experiments on ``scheduler`` (see the module docstring)."""
+    with work_pool(scheduler, jobs) as pool:
+        token = _ACTIVE.set(pool)
+        try:
+            yield pool
+        finally:
+            _ACTIVE.reset(token)
