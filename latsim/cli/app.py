@@ -424,12 +424,19 @@ def controller(
 
 
 def _register_extensions() -> None:
-    from latsim.cli import capacity_command, compare_command, export_command, paper_commands
+    from latsim.cli import (
+        capacity_command,
+        compare_command,
+        export_command,
+        grid_command,
+        paper_commands,
+    )
 
     paper_commands.register(app)
     compare_command.register(app)
     capacity_command.register(app)
     export_command.register(app)
+    grid_command.register(app)
 
 
 _register_extensions()

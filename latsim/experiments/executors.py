@@ -91,6 +91,7 @@ class DaskPool:
     def __init__(self, client: Any) -> None:
         self.client = client
         self.workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
+        client.run(_warm_up)  # each worker imports the simulator once, before any task
 
     def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]
                       ) -> Iterator[tuple[int, Any]]:
@@ -103,6 +104,11 @@ class DaskPool:
                 yield index[future.key], future.result()
         finally:
             self.client.cancel(futures)
+
+
+def _warm_up() -> None:
+    """Import what every task needs (numpy, SimPy, the simulator) on a worker."""
+    import latsim.experiments.sweep  # noqa: F401
 
 
 def _require_dask() -> None:
@@ -156,3 +162,14 @@ def using(scheduler: str = LOCAL, jobs: int = 1) -> Iterator[WorkPool]:
             yield pool
         finally:
             _ACTIVE.reset(token)
+
+
+@contextlib.contextmanager
+def local_only() -> Iterator[None]:
+    """No active pool in the block: a worker runs its own experiments in process (a forked
+    worker inherits the parent's active pool, which it must not use)."""
+    token = _ACTIVE.set(None)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)

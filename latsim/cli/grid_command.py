@@ -1,0 +1,65 @@
+"""``latsim grid``: a design-space grid from a file, on any scheduler, resumable.
+
+Only typer is imported at module level; the experiment loads inside the command.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from latsim.cli.options import JobsOpt, SchedulerOpt
+from latsim.errors import Interrupted
+
+
+def grid(
+    experiment_file: Annotated[Path, typer.Argument(help="the grid (TOML): axes, fixed "
+                                                    "settings, seeds, metrics")],
+    out: Annotated[Path, typer.Option(help="output folder (resumes a grid already there)")],
+    jobs: JobsOpt = None,
+    scheduler: SchedulerOpt = "local",
+) -> None:
+    """Run a design-space grid from a TOML file; resumable.
+
+    One row per cell goes to cells.csv and cells.parquet; an interrupted grid resumes
+    where it stopped when the same command runs again.
+    """
+    from latsim.experiments.executors import check_scheduler
+    from latsim.experiments.grid import load_grid, run_grid
+    from latsim.experiments.sweep import check_jobs
+
+    check_scheduler(scheduler)
+    workers = check_jobs(jobs)
+    spec = load_grid(experiment_file)
+    bar = None
+    task = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar, task
+        if bar is None and sys.stderr.isatty():
+            from rich.progress import Progress
+
+            bar = Progress(transient=True)
+            bar.start()
+            task = bar.add_task(f"grid {spec.name}", total=total)
+        if bar is not None:
+            bar.update(task, completed=done)
+
+    try:
+        result = run_grid(spec, out, scheduler, workers, progress)
+    except KeyboardInterrupt:
+        raise Interrupted(f"grid interrupted; the finished cells are in {out}/cells.csv "
+                          "(partial); run the same command to resume") from None
+    finally:
+        if bar is not None:
+            bar.stop()
+    typer.echo(f"{spec.name}: {len(result.rows)}/{spec.n_cells} cells ({result.ran} run now, "
+               f"{len(result.rows) - result.ran} resumed) -> {out}/cells.csv, cells.parquet")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    app.command("grid")(grid)

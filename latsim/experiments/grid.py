@@ -1,0 +1,312 @@
+"""Design-space grids: ``latsim grid EXPERIMENT.toml --out DIR``.
+
+A grid file names axes (each a list of values), fixed settings, replications and metrics::
+
+    name = "K x update rate"
+    seeds = 10                 # replications per cell
+    seed = 0                   # root seed (every cell uses it: common random numbers)
+    metrics = ["L50", "L95", "stall_pct", "w"]
+
+    [fixed]
+    duration = 300
+    cost = "affine:0.14725,0.16275"
+
+    [axes]
+    K = [4, 8, 21]
+    policy = ["baseline", "speculative"]
+    rate = [0.05, 0.1, 0.2]
+
+Settings (:data:`SETTINGS`) are those of ``latsim simulate``: ``K``, ``policy``, ``cost`` or
+``C`` (``fixed:C``), ``updates`` or ``rate`` (``poisson:RATE``), ``lead``, ``q``,
+``duration``, ``r``, ``fps``, ``commit``, ``commit_lead``, and the serving model's
+``streams``, ``pools``, ``schedule``, ``discard``, ``playout_delay``, ``decode``, ``deliver``,
+``uplink``, ``replan_cost``, ``batch``, ``start``, ``dit_degree``. A cell is one point of
+the axes' product (in file order, the last axis fastest); it runs ``seeds`` replications of
+one (K, policy) and gives one row: the cell's settings, then the metrics of its summary
+row (:func:`latsim.experiments.sweep.run_experiment`).
+
+**Output.** ``DIR/grid.json`` (the grid, its hash, status), ``DIR/cells.jsonl`` (one line
+per finished cell, appended as results stream back), and ``DIR/cells.csv`` and
+``DIR/cells.parquet`` (every finished cell in cell order, rewritten at the end and when
+the run is interrupted). A run that is interrupted says ``partial``; run the same command
+again and it resumes: cells already in ``cells.jsonl`` are not run again. A ``DIR`` holding
+another grid is an error.
+
+**Schedulers.** Cells go in batches (big enough that scheduling stays small beside the
+work) to the work pool of :mod:`latsim.experiments.executors`. A cell's random streams come
+from the grid's seed alone, and rows are written in cell order, so the same file gives the
+same bytes on every scheduler and any number of workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from latsim.errors import LatsimError, check_int
+from latsim.experiments.executors import LOCAL, local_only, work_pool
+from latsim.run.files import clean
+
+FORMAT = "latsim-grid/1"
+MAX_CELLS = 100_000
+#: Experiment settings a grid may fix or vary, and their types.
+SETTINGS: dict[str, type | tuple[type, ...]] = {
+    "K": int, "policy": str, "cost": str, "C": (int, float), "updates": str,
+    "rate": (int, float), "lead": (int, float), "q": int, "duration": (int, float),
+    "r": int, "fps": (int, float), "commit": str, "commit_lead": (int, float),
+    "streams": int, "pools": str, "schedule": str, "discard": str,
+    "playout_delay": (int, float), "decode": str, "deliver": str, "uplink": str,
+    "replan_cost": str, "batch": str, "start": str, "dit_degree": int,
+}
+SERVING = ("streams", "pools", "schedule", "discard", "playout_delay", "decode", "deliver",
+           "uplink", "replan_cost", "batch", "start", "dit_degree")
+DEFAULT_METRICS = ("n_conditions", "L_mean", "L50", "L95", "L99", "stall_pct", "w", "A",
+                   "busy_pct", "dit_calls")
+PARTIAL, COMPLETE, RUNNING = "partial", "complete", "running"
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """A grid: axes (name -> values, file order), fixed settings, replications, metrics."""
+
+    name: str
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]
+    fixed: tuple[tuple[str, Any], ...]
+    seeds: int
+    seed: int
+    metrics: tuple[str, ...]
+
+    @property
+    def n_cells(self) -> int:
+        return math.prod(len(values) for _, values in self.axes)
+
+    def cell(self, index: int) -> dict[str, Any]:
+        """The settings of cell ``index`` (the last axis varies fastest)."""
+        settings: dict[str, Any] = {}
+        for name, values in reversed(self.axes):
+            index, position = divmod(index, len(values))
+            settings[name] = values[position]
+        return {name: settings[name] for name, _ in self.axes}
+
+    def payload(self) -> dict[str, Any]:
+        return {"name": self.name, "axes": {k: list(v) for k, v in self.axes},
+                "fixed": dict(self.fixed), "seeds": self.seeds, "seed": self.seed,
+                "metrics": list(self.metrics)}
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps(self.payload(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _setting(where: str, name: str, value: Any) -> Any:
+    kind = SETTINGS.get(name)
+    if kind is None:
+        raise LatsimError(f"{where}: unknown setting {name!r}; settings: "
+                          f"{', '.join(SETTINGS)}")
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise LatsimError(f"{where}: {name} = {value!r} is not a {_kind_name(kind)}")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    return "number" if isinstance(kind, tuple) else {int: "integer", str: "string"}[kind]
+
+
+def parse_grid(text: str, source: str = "grid") -> GridSpec:
+    """A grid from TOML text (every key checked; a one-line error names what is wrong)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LatsimError(f"{source}: not valid TOML: {exc}") from None
+    unknown = set(data) - {"name", "seeds", "seed", "metrics", "fixed", "axes"}
+    if unknown:
+        raise LatsimError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; a grid has "
+                          "name, seeds, seed, metrics, [fixed] and [axes]")
+    axes_table = data.get("axes")
+    if not isinstance(axes_table, dict) or not axes_table:
+        raise LatsimError(f"{source}: [axes] needs at least one setting with a list of values")
+    axes = []
+    for name, values in axes_table.items():
+        if not isinstance(values, list) or not values:
+            raise LatsimError(f"{source}: axes.{name} must be a non-empty list")
+        if len(set(map(repr, values))) != len(values):
+            raise LatsimError(f"{source}: axes.{name} repeats a value")
+        axes.append((name, tuple(_setting(f"{source}: axes", name, v) for v in values)))
+    fixed_table = data.get("fixed", {})
+    if not isinstance(fixed_table, dict):
+        raise LatsimError(f"{source}: [fixed] must be a table")
+    fixed = tuple((name, _setting(f"{source}: fixed", name, value))
+                  for name, value in fixed_table.items())
+    both = {n for n, _ in axes} & {n for n, _ in fixed}
+    if both:
+        raise LatsimError(f"{source}: {', '.join(sorted(both))} is both an axis and fixed")
+    names = {n for n, _ in axes} | {n for n, _ in fixed}
+    for one, other in (("C", "cost"), ("rate", "updates")):
+        if one in names and other in names:
+            raise LatsimError(f"{source}: give {one} or {other}, not both")
+    if "K" not in names:
+        raise LatsimError(f"{source}: K must be an axis or fixed")
+    metrics = data.get("metrics", list(DEFAULT_METRICS))
+    if (not isinstance(metrics, list) or not metrics
+            or not all(isinstance(m, str) for m in metrics)):
+        raise LatsimError(f"{source}: metrics must be a non-empty list of names")
+    seeds = data.get("seeds", 10)
+    seed = data.get("seed", 0)
+    for key, value, high in (("seeds", seeds, 10_000), ("seed", seed, 2**32 - 1)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise LatsimError(f"{source}: {key} must be an integer, got {value!r}")
+        check_int(key, value, 0 if key == "seed" else 1, high)
+    name = data.get("name", Path(source).stem)
+    spec = GridSpec(str(name), tuple(axes), fixed, seeds, seed, tuple(metrics))
+    if spec.n_cells > MAX_CELLS:
+        raise LatsimError(f"{source}: {spec.n_cells} cells; a grid has at most {MAX_CELLS}")
+    experiment(spec, 0)  # the first cell's settings must make an experiment
+    return spec
+
+
+def load_grid(path: str | Path) -> GridSpec:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise LatsimError(f"{path}: {exc.strerror or exc}") from None
+    return parse_grid(text, str(path))
+
+
+def experiment(spec: GridSpec, index: int):  # noqa: ANN201 - Experiment (lazy import)
+    """The :class:`~latsim.experiments.sweep.Experiment` of cell ``index``."""
+    from latsim.experiments.sweep import Experiment
+    from latsim.model.serving import build_serving
+
+    settings = {**dict(spec.fixed), **spec.cell(index)}
+    serving = {k: settings.pop(k) for k in SERVING if k in settings}
+    serving_config = build_serving(None, **serving)[0] if serving else None
+    if "C" in settings:
+        settings["cost"] = f"fixed:{settings.pop('C')!r}"
+    if "rate" in settings:
+        settings["updates"] = f"poisson:{settings.pop('rate')!r}"
+    policy = settings.pop("policy", "speculative")
+    K = settings.pop("K")  # noqa: N806
+    return Experiment(Ks=(K,), policies=(policy,), seeds=spec.seeds, seed=spec.seed,
+                      serving=serving_config, **settings)
+
+
+def run_cells(work: tuple[GridSpec, tuple[int, ...]]) -> list[tuple[int, dict]]:
+    """Worker side: the summary rows of a batch of cells (top-level: picklable)."""
+    from latsim.experiments.sweep import run_experiment
+
+    spec, cells = work
+    out = []
+    with local_only():
+        for index in cells:
+            out.append((index, run_experiment(experiment(spec, index), jobs=1).rows[0]))
+    return out
+
+
+# ---------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class GridResult:
+    spec: GridSpec
+    out: Path
+    rows: list[dict]  # every finished cell, in cell order
+    ran: int  # cells run by this call (the rest were resumed)
+    status: str
+
+
+def _row(spec: GridSpec, index: int, summary: dict) -> dict:
+    missing = [m for m in spec.metrics if m not in summary]
+    if missing:
+        raise LatsimError(f"unknown metric(s) {', '.join(missing)}; a cell's summary has "
+                          f"{', '.join(k for k in summary if not isinstance(summary[k], dict))}")
+    return {"cell": index, **spec.cell(index), **{m: summary[m] for m in spec.metrics}}
+
+
+def _read_done(path: Path) -> dict[int, dict]:
+    """Finished cells of an earlier run (a torn last line, from a kill, is dropped)."""
+    done: dict[int, dict] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        done[int(row["cell"])] = row
+    return done
+
+
+def _write_tables(out: Path, rows: list[dict]) -> None:
+    from latsim.run.files import write_rows_csv
+
+    write_rows_csv(out / "cells.csv", rows)
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        (out / "cells.parquet").unlink(missing_ok=True)
+        return
+    columns = {key: [row.get(key) for row in rows] for key in (rows[0] if rows else {})}
+    pq.write_table(pa.table(columns), out / "cells.parquet")
+
+
+def _batches(todo: list[int], workers: int) -> list[tuple[int, ...]]:
+    """Consecutive cells per batch: about four batches per worker, at most 128 cells (a
+    batch is also what an interruption can lose: it comes back whole or not at all)."""
+    if not todo:
+        return []
+    size = max(1, min(128, math.ceil(len(todo) / (4 * workers))))
+    return [tuple(todo[i:i + size]) for i in range(0, len(todo), size)]
+
+
+def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
+             progress: Callable[[int, int], None] | None = None) -> GridResult:
+    """Run every cell not already in ``out`` (see the module docstring)."""
+    from latsim.run.folder import write_json
+
+    out.mkdir(parents=True, exist_ok=True)
+    meta_path, lines_path = out / "grid.json", out / "cells.jsonl"
+    if meta_path.exists():
+        earlier = json.loads(meta_path.read_text())
+        if earlier.get("digest") != spec.digest:
+            raise LatsimError(f"{out} holds another grid ({earlier.get('name')!r}, "
+                              f"digest {earlier.get('digest')}); use another --out")
+    done = {i: row for i, row in _read_done(lines_path).items() if i < spec.n_cells}
+    meta = {"format": FORMAT, **spec.payload(), "digest": spec.digest,
+            "n_cells": spec.n_cells, "scheduler": scheduler}
+
+    def save(status: str) -> list[dict]:
+        rows = [done[i] for i in sorted(done)]
+        _write_tables(out, rows)
+        write_json(meta_path, {**meta, "status": status, "done": len(done)})
+        return rows
+
+    write_json(meta_path, {**meta, "status": RUNNING, "done": len(done)})
+    todo = [i for i in range(spec.n_cells) if i not in done]
+    resumed = len(done)
+    if progress is not None:
+        progress(len(done), spec.n_cells)
+    status = PARTIAL
+    try:
+        if todo:
+            with work_pool(scheduler, jobs) as pool, lines_path.open("a") as lines:
+                for _, results in pool.map_unordered(run_cells, [
+                        (spec, batch) for batch in _batches(todo, pool.workers)]):
+                    for index, summary in results:
+                        row = _row(spec, index, summary)
+                        done[index] = row
+                        lines.write(json.dumps(clean(row), allow_nan=False) + "\n")
+                    lines.flush()
+                    if progress is not None:
+                        progress(len(done), spec.n_cells)
+        status = COMPLETE
+    finally:
+        rows = save(status)
+    return GridResult(spec, out, rows, len(done) - resumed, status)
