@@ -347,9 +347,9 @@ class LiveDriver:
                           f"{type(exc).__name__}: {exc}")
                 return
             self._timings.append(timing)
-            self._post(JobDone(job.job_id), None, timing.t_end)
-            if self._on_job is not None:
+            if self._on_job is not None:  # before JobDone: its record may look the timing up
                 self._on_job(timing)
+            self._post(JobDone(job.job_id), None, timing.t_end)
 
     # ------------------------------------------------------------ the run
 

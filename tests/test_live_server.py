@@ -158,7 +158,7 @@ def test_client_session_measures_and_aligns_its_clock(server, tmp_path):
     positions = [s.position for s in records.slots]
     assert positions == sorted(positions) and len(positions) >= 15
     assert all(s.bytes > 0 and s.payload == "latent" for s in records.slots)
-    assert summary["n_jobs"] == len(records.jobs) > 0
+    assert summary["n_jobs"] == len(records.jobs) - 1 > 0  # the prebuffer ran on no device
     with pytest.raises(LatsimError, match="viewer-side"):  # not a server-side run folder
         perfetto_trace(tmp_path / "run")
 

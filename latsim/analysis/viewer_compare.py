@@ -110,7 +110,9 @@ def predict_client(run: ClientRun, replications: int = 20, seed: int = 0) -> dic
         if job.kind != "prebuffer":
             jobs.setdefault((K, job.kind), []).append(job.C)
     if (K, "refill") not in jobs:
-        jobs[(K, "refill")] = [j.C for j in records.jobs]
+        if not jobs:
+            raise LatsimError(f"{run.path}: no finished jobs to take C samples from")
+        jobs[(K, "refill")] = [c for values in jobs.values() for c in values]
     cost = TableCost(f"{run.path}:jobs", {k: tuple(v) for k, v in jobs.items()})
     uplink = _samples([c.arrival - c.sent for c in records.conditions], "uplink", run.path)
     deliver = _samples([s.received - s.played for s in records.slots], "deliver", run.path)

@@ -157,6 +157,7 @@ def viewer_metrics(records: ViewerRecords, duration: float) -> dict:
                  for s in records.stalls if s.side == "client")
     deliver = [s.received - s.played for s in records.slots]
     lateness = [s.displayed - s.shown for s in records.slots if math.isfinite(s.displayed)]
+    ran = [j for j in records.jobs if j.kind != "prebuffer"]  # the prebuffer ran on no device
     return {
         "n_conditions": len(records.conditions), "n_displayed": len(shown),
         "n_lost": sum(c.status in ("lost", "refused") for c in records.conditions),
@@ -169,8 +170,7 @@ def viewer_metrics(records: ViewerRecords, duration: float) -> dict:
                         if math.isfinite(c.arrival)], "uplink"),
         **_percentiles(deliver, "deliver"),
         **_percentiles(lateness, "display_lateness"),
-        "C_mean": (sum(j.C for j in records.jobs) / len(records.jobs)
-                   if records.jobs else None),
-        "n_jobs": len(records.jobs), "n_slots": len(records.slots),
+        "C_mean": sum(j.C for j in ran) / len(ran) if ran else None,
+        "n_jobs": len(ran), "n_slots": len(records.slots),
         "bytes_received": sum(s.bytes for s in records.slots),
     }
