@@ -114,7 +114,6 @@ class _Client:
         self.end: dict[str, Any] | None = None
         self.stop_reason = ""
         self.conditions: list[_Pending] = []
-        self.by_version: dict[int, _Pending] = {}
         self.resolves: dict[int, tuple[dict, int]] = {}  # version -> (server info, position)
         self.slots: list[ViewerSlot] = []
         self.displayed: dict[int, float] = {}  # position -> client perf time it showed
@@ -126,10 +125,8 @@ class _Client:
         self.bytes = 0
         self._ready = asyncio.Event()
         self._ended = asyncio.Event()
-        self._probe_waiters = 0
         self._outbox: asyncio.Queue = asyncio.Queue()
         self.uplink = config.uplink.channel(np.random.default_rng(config.seed))
-        self._displays: set[asyncio.TimerHandle] = set()
         self.estimate = None  # the run's OffsetEstimate, once the first probes are back
         self._early: list[tuple[bytes, float]] = []
 
@@ -176,14 +173,17 @@ class _Client:
             if kind == "probe":
                 self.probes.append(Probe(float(message["t0"]), float(message["t1"]),
                                          float(message["t2"]), now))
-            elif kind == "ready":
+            elif kind == "ready":  # the offset is known: stream time starts now, here
+                self.origin = float(message["start"]) - self.offset
                 self.ready = message
+                for early, received in self._early:
+                    self._slot(early, received)
+                self._early.clear()
                 self._ready.set()
             elif kind == "ack":
                 pending = self.conditions[int(message["cid"])]
                 pending.version = int(message["version"])
                 pending.arrival = float(message["arrival"])
-                self.by_version[pending.version] = pending
             elif kind == "job":
                 gen_start, gen_end = message.get("gen_start"), message.get("gen_end")
                 self.jobs.append(ViewerJob(
@@ -225,8 +225,7 @@ class _Client:
             self.resolves[int(info["version"])] = (info, position)
         loop = asyncio.get_running_loop()
         delay = max(0.0, placed.shown + self.origin - self.clock())
-        handle = loop.call_later(delay, self._display, position)
-        self._displays.add(handle)
+        loop.call_later(delay, self._display, position)
 
     def _display(self, position: int) -> None:
         self.displayed[position] = self.clock()
@@ -283,10 +282,6 @@ class _Client:
         if not self.ready:
             why = self.errors[-1] if self.errors else "no answer to hello"
             raise LatsimError(f"{config.url} refused the session: {why}")
-        self.origin = float(self.ready["start"]) - self.offset
-        for raw, received in self._early:
-            self._slot(raw, received)
-        self._early.clear()
         injector = asyncio.create_task(self._inject())
         prober = asyncio.create_task(self._probe_loop())
         tasks += [injector, prober]

@@ -317,8 +317,10 @@ class _Session:
                      "ready": self.stream_to_server(c.t_ready)} for c in self._resolved]
         self._resolved.clear()
         kind, shape, data = self.payloads.pop((slot.job_id, slot.position), ("none", (), b""))
-        for key in [k for k in self.payloads if k[1] <= slot.position]:
-            del self.payloads[key]  # superseded outputs that will never play
+        # superseded outputs that will never play (a snapshot of the keys: the device
+        # thread adds to the dict meanwhile)
+        for key in [k for k in list(self.payloads) if k[1] <= slot.position]:
+            self.payloads.pop(key, None)
         header = {"type": "slot", "position": slot.position, "version": slot.version,
                   "job_id": slot.job_id, "played": self.stream_to_server(slot.at),
                   "sent": self.server_time(perf), "resolves": resolves,
