@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.client import ClientConfig, run_client  # noqa: E402
 from harness.netclock import Shaper  # noqa: E402
-from latsim.analysis.viewer_compare import compare_client_run, load_client_run  # noqa: E402
+from latsim.analysis.viewer_compare import compare_client_runs  # noqa: E402
 from latsim.model.traces import Trace  # noqa: E402
 
 
@@ -95,11 +95,12 @@ def main() -> int:
     server.terminate()
     server.wait(60)
     rows = {}
-    for policy in summaries:
-        try:
-            rows[policy] = compare_client_run(load_client_run(args.out / policy))
-        except Exception as exc:  # noqa: BLE001
-            errors[f"compare-{policy}"] = f"{type(exc).__name__}: {exc}"
+    try:  # the viewers of one server, predicted together on its one device
+        names = sorted(summaries)
+        rows = dict(zip(names, compare_client_runs([args.out / n for n in names]),
+                        strict=True))
+    except Exception as exc:  # noqa: BLE001 - reported in the JSON
+        errors["compare"] = f"{type(exc).__name__}: {exc}"
     keep = ("status", "n_conditions", "n_displayed", "L50", "L95", "viewer_stall_pct",
             "client_stall_pct", "C_mean", "uplink_mean", "deliver_mean", "offset",
             "offset_uncertainty", "drift", "display_lateness95", "bytes_received", "n_slots")

@@ -427,6 +427,7 @@ def run_client(config: ClientConfig) -> dict:
         "delta": client.ready.get("delta"), "lead": client.ready.get("lead"),
         "lead_source": client.ready.get("lead_source"),
         "schedule": client.ready.get("schedule"), "generator": client.ready.get("generator"),
+        "server_run": client.ready.get("server_run"), "server_start": client.ready.get("start"),
         "server_downlink": client.ready.get("downlink"),
         "drain": config.drain, "offset": client.offset,
         "offset_uncertainty": None if first is None else first.uncertainty})

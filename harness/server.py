@@ -30,6 +30,7 @@ import itertools
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -304,7 +305,7 @@ class _Session:
                 "T": timing.T, "delta": timing.delta, "r": timing.r, "fps": timing.fps,
                 "lead": self.lead, "lead_source": self.lead_source,
                 "duration": self.duration, "start": self.server_time(self.driver.t0),
-                "schedule": server.config.schedule,
+                "schedule": server.config.schedule, "server_run": server.run_id,
                 "generator": _generator_description(server.config.generator),
                 "downlink": {"delay": self.downlink.delay, "jitter": self.downlink.jitter,
                              "loss": self.downlink.loss},
@@ -388,6 +389,8 @@ class StreamServer:
         self._stop: asyncio.Event | None = None
         self.errors = 0  # malformed or refused messages answered with ``error``
         self.port: int | None = None
+        # names this server run in every ready: viewers of one run shared its device
+        self.run_id = uuid.uuid4().hex[:12]
 
     # ------------------------------------------------------------ set-up
 

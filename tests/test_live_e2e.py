@@ -20,7 +20,7 @@ pytest.importorskip("websockets")
 
 from harness.client import ClientConfig, run_client  # noqa: E402
 from harness.netclock import Shaper  # noqa: E402
-from latsim.analysis.viewer_compare import compare_client_run, load_client_run  # noqa: E402
+from latsim.analysis.viewer_compare import compare_client_runs  # noqa: E402
 from latsim.model.traces import Trace  # noqa: E402
 from latsim.run.folder import read_run_folder  # noqa: E402
 from latsim.run.viewer import read_viewer_records  # noqa: E402
@@ -81,6 +81,8 @@ def test_two_viewers_twenty_seconds_meet_the_prediction(tmp_path):
     assert set(summaries) == {"a", "b"}
     sessions = {summaries[n]["session"] for n in "ab"}
     assert len(sessions) == 2  # one session each, on one server
+    # predicted together: two streams sharing the server's one device
+    rows = dict(zip("ab", compare_client_runs([tmp_path / "a", tmp_path / "b"]), strict=True))
     for name in "ab":
         summary = summaries[name]
         assert summary["status"] == "complete", summary["stop_reason"]
@@ -89,7 +91,8 @@ def test_two_viewers_twenty_seconds_meet_the_prediction(tmp_path):
         assert abs(summary["offset"]) <= summary["offset_uncertainty"] + 1e-6
         # uplink + deliver: the offset's error cancels; 2 x 20 ms shaped, plus handling
         assert 0.038 <= summary["uplink_mean"] + summary["deliver_mean"] <= 0.08
-        row = compare_client_run(load_client_run(tmp_path / name), replications=20)
+        row = rows[name]
+        assert row["predicted_with"] == 2
         assert abs(row["L50_err_pct"]) <= 5, row
         assert abs(row["L95_err_pct"]) <= 10, row
         assert abs(row["viewer_stall_pct_abs_err"]) <= 0.5, row
@@ -114,6 +117,7 @@ def test_a_killed_server_leaves_the_client_a_partial_folder(tmp_path):
     assert any(c.status == "shown" for c in records.conditions)
     assert all(c.sent <= config["end_time"] for c in records.conditions)
     # compared over the window it covers, and said to be partial
-    row = compare_client_run(load_client_run(tmp_path / "cut"), replications=5)
+    (row,) = compare_client_runs([tmp_path / "cut"], replications=5)
+    assert row["predicted_with"] == 1  # a partial run is predicted alone
     assert row["status"] == "interrupted" and "partial" in row["notes"]
     assert row["window_s"] == pytest.approx(config["end_time"])

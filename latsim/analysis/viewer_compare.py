@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from latsim.analysis.fidelity import error_pct, mape
-from latsim.analysis.serving import serving_metrics
+from latsim.analysis.serving import per_stream_rows
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing
@@ -100,44 +100,73 @@ def _samples(values: list[float], name: str, path: Path) -> TableCost | None:
     return TableCost(f"{path}:{name}", {(1, "refill"): finite})
 
 
-def predict_client(run: ClientRun, replications: int = 20, seed: int = 0) -> dict:
-    """The serving model's prediction of the run's viewer metrics (pooled replications)."""
-    config = run.controller_config()
-    records = run.records
-    K = config.timing.K  # noqa: N806
+def _group_key(run: ClientRun) -> tuple:
+    """Runs that can be predicted together: one server run, complete, the same window and
+    playout delay (the serving model has one of each)."""
+    c = run.config
+    if c.get("server_run") is None or c.get("server_start") is None or run.status != COMPLETE:
+        return ("alone", str(run.path))
+    return (c["server_run"], run.window, float(c["playout_delay"]))
+
+
+def predict_viewers(runs: list[ClientRun], replications: int = 20, seed: int = 0
+                    ) -> list[dict]:
+    """The serving model's prediction of each run's viewer metrics, the runs simulated
+    together as streams on one shared device (joining when their sessions started on the
+    server's clock), with the C samples of all their jobs (one generator) and the uplink
+    and deliver samples of all of them (pooled). One run alone is one stream."""
     jobs: dict[tuple[int, str], list[float]] = {}
-    for job in records.jobs:
-        if job.kind != "prebuffer":
-            jobs.setdefault((K, job.kind), []).append(job.C)
-    if (K, "refill") not in jobs:
-        if not jobs:
-            raise LatsimError(f"{run.path}: no finished jobs to take C samples from")
-        jobs[(K, "refill")] = [c for values in jobs.values() for c in values]
-    cost = TableCost(f"{run.path}:jobs", {k: tuple(v) for k, v in jobs.items()})
-    uplink = _samples([c.arrival - c.sent for c in records.conditions], "uplink", run.path)
-    deliver = _samples([s.received - s.played for s in records.slots], "deliver", run.path)
-    serving = ServingConfig(uplink=uplink, deliver=deliver,
-                            playout_delay=float(run.config["playout_delay"]))
-    trace = Trace(run.name, tuple(run.served()), run.window)
-    drain = run.config.get("drain")
-    root = np.random.SeedSequence(seed)
+    uplinks, delivers = [], []
+    for run in runs:
+        K = run.controller_config().timing.K  # noqa: N806
+        for job in run.records.jobs:
+            if job.kind != "prebuffer":
+                jobs.setdefault((K, job.kind), []).append(job.C)
+        uplinks += [c.arrival - c.sent for c in run.records.conditions]
+        delivers += [s.received - s.played for s in run.records.slots]
+    for K in {k for k, _ in jobs}:  # noqa: N806
+        if (K, "refill") not in jobs:
+            jobs[(K, "refill")] = [c for (k, _), values in jobs.items() if k == K
+                                   for c in values]
+    if not jobs:
+        raise LatsimError(f"{runs[0].path}: no finished jobs to take C samples from")
+    where = runs[0].path
+    cost = TableCost(f"{where}:jobs", {k: tuple(v) for k, v in jobs.items()})
+    serving = ServingConfig(
+        pools=(("dit", 1),), schedule=str(runs[0].config.get("schedule") or "fifo"),
+        uplink=_samples(uplinks, "uplink", where), deliver=_samples(delivers, "deliver", where),
+        playout_delay=float(runs[0].config["playout_delay"]))
+    configs = [run.controller_config() for run in runs]
+    starts = [float(run.config.get("server_start") or 0.0) for run in runs]
+    joins = [t - min(starts) for t in starts] if len(runs) > 1 else [0.0]
+    traces = [Trace(run.name, tuple(run.served()), run.window) for run in runs]
+    drain = runs[0].config.get("drain") if runs[0].status == COMPLETE else None
     sims = []
-    for child in root.spawn(replications):
-        cost_seq, stages_seq, batch_seq = child.spawn(3)
-        stage_rngs = tuple(np.random.default_rng(s) for s in stages_seq.spawn(4))
-        stream = StreamInput(trace, 0.0, np.random.default_rng(cost_seq), stage_rngs)
-        sims.append(simulate_serving(config, cost, serving, [stream], run.window,
-                                     np.random.default_rng(batch_seq),
-                                     None if run.status != COMPLETE else drain))
-    return serving_metrics(sims)
+    for child in np.random.SeedSequence(seed).spawn(replications):
+        streams_seq, batch_seq = child.spawn(2)
+        streams = []
+        for trace, join, stream_seq in zip(traces, joins, streams_seq.spawn(len(runs)),
+                                           strict=True):
+            cost_seq, stages_seq = stream_seq.spawn(2)
+            streams.append(StreamInput(trace, join, np.random.default_rng(cost_seq),
+                                       tuple(np.random.default_rng(s)
+                                             for s in stages_seq.spawn(4))))
+        sims.append(simulate_serving(configs[0], cost, serving, streams, runs[0].window,
+                                     np.random.default_rng(batch_seq), drain, configs))
+    rows = per_stream_rows(sims)
+    for row in rows:
+        row["viewer_stall_pct"] = row["stall_pct"] + row["client_stall_pct"]
+    return rows
 
 
-def compare_client_run(run: ClientRun, replications: int = 20, seed: int = 0) -> dict:
-    """One row: measured, predicted and error per :data:`VIEWER_COMPARED` metric."""
+def compare_client_run(run: ClientRun, predicted: dict, replications: int = 20,
+                       together: int = 1) -> dict:
+    """One row: measured, predicted and error per :data:`VIEWER_COMPARED` metric;
+    ``together``: how many viewers the prediction simulated on the shared device."""
     measured = viewer_metrics(run.records, run.window)
-    predicted = predict_client(run, replications, seed)
     row: dict = {"run": run.name, "status": run.status, "window_s": run.window,
-                 "n_conditions": measured["n_displayed"], "replications": replications}
+                 "n_conditions": measured["n_displayed"], "replications": replications,
+                 "predicted_with": together}
     for metric in VIEWER_COMPARED:
         row[f"{metric}_measured"] = measured[metric]
         row[f"{metric}_predicted"] = predicted[metric]
@@ -156,5 +185,16 @@ def compare_client_run(run: ClientRun, replications: int = 20, seed: int = 0) ->
 
 def compare_client_runs(paths: list[Path], replications: int = 20, seed: int = 0
                         ) -> list[dict]:
-    """One row per client run (:func:`compare_client_run`)."""
-    return [compare_client_run(load_client_run(p), replications, seed) for p in paths]
+    """One row per client run, in ``paths`` order. Complete runs of one server run (same
+    window and playout delay) are predicted together, as streams sharing its device
+    (:func:`predict_viewers`); any other run alone."""
+    runs = [load_client_run(p) for p in paths]
+    groups: dict[tuple, list[int]] = {}
+    for index, run in enumerate(runs):
+        groups.setdefault(_group_key(run), []).append(index)
+    rows: list[dict | None] = [None] * len(runs)
+    for members in groups.values():
+        predicted = predict_viewers([runs[i] for i in members], replications, seed)
+        for i, stream in zip(members, predicted, strict=True):
+            rows[i] = compare_client_run(runs[i], stream, replications, len(members))
+    return [row for row in rows if row is not None]

@@ -431,21 +431,28 @@ def simulate_serving(
     duration: float,
     batch_rng: np.random.Generator,
     drain: float | None = None,
+    configs: Sequence[ControllerConfig] | None = None,
 ) -> ServingRecords:
     """Run ``streams`` (one :class:`StreamInput` each) on the pools of ``serving``.
 
     Every stream plays from its start for ``duration`` seconds of its own time (conditions
     arrive in that window) and goes on while any stream drains (bounded by ``drain`` past
     the last stream's window, as in the single-worker driver). ``config.discard`` is the
-    serving configuration's discard mode.
+    serving configuration's discard mode. ``configs``, if given, is one controller
+    configuration per stream (viewers of one server with their own K, policy or lead);
+    the streams share the pools as before.
     """
-    window = RunWindow.for_config(config, duration, drain)
+    if configs is not None and len(configs) != len(streams):
+        raise ValueError(f"{len(configs)} stream configurations for {len(streams)} streams")
+    own = list(configs) if configs is not None else [config] * len(streams)
+    windows = [RunWindow.for_config(c, duration, drain) for c in own]
+    window = max(windows, key=lambda w: w.limit)
     env = simpy.Environment()
     engine = _Engine(env, serving, batch_rng,
                      StagedGenerator(cost, serving.replan_cost, serving.decode,
                                      serving.decode_pool))
     playout = serving.playout()
-    ports = [_StreamPort(engine, index, config, window, inputs, playout)
+    ports = [_StreamPort(engine, index, own[index], windows[index], inputs, playout)
              for index, inputs in enumerate(streams)]
     if serving.cold_start:
         started = _cold_starts(env, engine, ports)
