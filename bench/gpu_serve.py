@@ -97,7 +97,7 @@ def main() -> int:
     rows = {}
     try:  # the viewers of one server, predicted together on its one device
         names = sorted(summaries)
-        rows = dict(zip(names, compare_client_runs([args.out / n for n in names]),
+        rows = dict(zip(names, compare_client_runs([args.out / n for n in names]).rows,
                         strict=True))
     except Exception as exc:  # noqa: BLE001 - reported in the JSON
         errors["compare"] = f"{type(exc).__name__}: {exc}"

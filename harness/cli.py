@@ -249,6 +249,7 @@ def serve(
         max_duration=max_duration, warmup=warmup, downlink=Shaper(delay, jitter, loss))
     require_device(device)
     logging.basicConfig(level=logging.WARNING, format="latsim serve: %(message)s")
+    logging.getLogger("latsim.serve").setLevel(logging.INFO)  # sessions starting, ending
     server = StreamServer(config)
     with StatusLine(width=40) as status:
         server.prepare(status)
@@ -323,7 +324,8 @@ def client(
                           drain=drain, playout_delay=playout_delay, r=r, fps=fps,
                           uplink=shaper, seed=seed)
     try:
-        summary = run_client(config)
+        with StatusLine() as status:
+            summary = run_client(config, progress=None if as_json else status)
     except KeyboardInterrupt:
         raise LatsimError(f"interrupted: kept what was measured in {out} "
                           "(status interrupted)") from None

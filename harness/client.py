@@ -26,6 +26,7 @@ import asyncio
 import datetime as _dt
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,8 +105,10 @@ class _Pending:
 
 
 class _Client:
-    def __init__(self, config: ClientConfig) -> None:
+    def __init__(self, config: ClientConfig,
+                 progress: Callable[[str], None] | None = None) -> None:
         self.config = config
+        self.progress = progress
         self.clock = time.perf_counter
         self.probes: list[Probe] = []
         self.offset = 0.0  # server minus client, the run's estimate
@@ -316,6 +319,14 @@ class _Client:
         while True:
             await asyncio.sleep(self.config.probe_every)
             self.probe()
+            if self.progress is not None:
+                shown = len(self.resolves)
+                client_stalls = sum(s.side == "client" for s in self.stalls)
+                self.progress(
+                    f"[{self.ready.get('session')}] {self.stream_time(self.clock()):6.1f}/"
+                    f"{self.config.window:g} s  conditions sent {len(self.conditions)}, "
+                    f"shown {shown}  slots {len(self.slots)}  client stalls {client_stalls}  "
+                    f"offset {self.offset:+.4f} s")
 
     # ------------------------------------------------------------ records
 
@@ -362,7 +373,7 @@ def _refused_cid(error: str) -> int | None:
     return None
 
 
-def run_client(config: ClientConfig) -> dict:
+def run_client(config: ClientConfig, progress: Callable[[str], None] | None = None) -> dict:
     """Run one viewer session and write its run folder; returns the summary. Ctrl-C ends
     the session early (the folder is written, marked ``interrupted``, and the
     ``KeyboardInterrupt`` propagates)."""
@@ -381,7 +392,7 @@ def run_client(config: ClientConfig) -> dict:
             "trace_name": config.trace.name, "trace_copy": "trace.jsonl",
             "started_at": started}
     write_json(out / "config.json", base)
-    client = _Client(config)
+    client = _Client(config, progress)
     interrupted: BaseException | None = None
     try:
         asyncio.run(client.run())

@@ -447,6 +447,11 @@ class StreamServer:
 
     def session_ended(self, session: _Session) -> None:
         """On the session's thread, after its driver returned."""
+        result = session.result
+        log.info("session %s ended: %s (%s), %d conditions, %d jobs", session.id,
+                 result.status if result else "failed",
+                 result.stop_reason if result else "no result", session.accepted,
+                 len(result.jobs) if result else 0)
         try:
             session.send(session.end_message(), time.perf_counter())
             if self._loop is not None:
@@ -487,6 +492,9 @@ class StreamServer:
                             state["shaper"])
                         self.sessions[session.id] = session
                         session.start()
+                        log.info("session %s: K=%d %s, %g s, lead %.4f s, from %s",
+                                 session.id, session.timing.K, session.policy,
+                                 session.duration, session.lead, websocket.remote_address)
                         while session.driver.t0 == 0.0:
                             await asyncio.sleep(0.001)
                         session.send_ready()

@@ -82,7 +82,8 @@ def test_two_viewers_twenty_seconds_meet_the_prediction(tmp_path):
     sessions = {summaries[n]["session"] for n in "ab"}
     assert len(sessions) == 2  # one session each, on one server
     # predicted together: two streams sharing the server's one device
-    rows = dict(zip("ab", compare_client_runs([tmp_path / "a", tmp_path / "b"]), strict=True))
+    rows = dict(zip("ab", compare_client_runs([tmp_path / "a", tmp_path / "b"]).rows,
+                    strict=True))
     for name in "ab":
         summary = summaries[name]
         assert summary["status"] == "complete", summary["stop_reason"]
@@ -117,7 +118,7 @@ def test_a_killed_server_leaves_the_client_a_partial_folder(tmp_path):
     assert any(c.status == "shown" for c in records.conditions)
     assert all(c.sent <= config["end_time"] for c in records.conditions)
     # compared over the window it covers, and said to be partial
-    (row,) = compare_client_runs([tmp_path / "cut"], replications=5)
+    (row,) = compare_client_runs([tmp_path / "cut"], replications=5).rows
     assert row["predicted_with"] == 1  # a partial run is predicted alone
     assert row["status"] == "interrupted" and "partial" in row["notes"]
     assert row["window_s"] == pytest.approx(config["end_time"])

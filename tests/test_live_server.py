@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
 pytest.importorskip("torch")
 pytest.importorskip("websockets")
@@ -23,6 +24,7 @@ from harness.generator import GeneratorConfig, JobTiming  # noqa: E402
 from harness.netclock import Shaper  # noqa: E402
 from harness.server import ServerConfig, ServerThread, SharedDevice, StreamServer  # noqa: E402
 from harness.wire import ProtocolError, decode_frame, encode_frame, parse_text  # noqa: E402
+from latsim.cli import app  # noqa: E402
 from latsim.controller import StartJob  # noqa: E402
 from latsim.controller.playout import ClientPlayout  # noqa: E402
 from latsim.errors import LatsimError  # noqa: E402
@@ -161,6 +163,14 @@ def test_client_session_measures_and_aligns_its_clock(server, tmp_path):
     assert summary["n_jobs"] == len(records.jobs) - 1 > 0  # the prebuffer ran on no device
     with pytest.raises(LatsimError, match="viewer-side"):  # not a server-side run folder
         perfetto_trace(tmp_path / "run")
+    # latsim compare takes the client run to the viewer-side table and its files
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "run"), "--out",
+                                      str(tmp_path / "cmp"), "--replications", "3"])
+    assert result.exit_code == 0, result.output
+    row = json.loads((tmp_path / "cmp" / "compare_viewer.json").read_text())["runs"][0]
+    assert row["run"] == "run" and row["predicted_with"] == 1
+    assert row["L50_measured"] == pytest.approx(summary["L50"])
+    assert (tmp_path / "cmp" / "compare_viewer_cdf.png").stat().st_size > 0
 
 
 def test_malformed_and_foreign_messages_get_errors_and_the_server_keeps_serving(server,

@@ -154,8 +154,10 @@ def predict_viewers(runs: list[ClientRun], replications: int = 20, seed: int = 0
         sims.append(simulate_serving(configs[0], cost, serving, streams, runs[0].window,
                                      np.random.default_rng(batch_seq), drain, configs))
     rows = per_stream_rows(sims)
-    for row in rows:
+    for index, row in enumerate(rows):
         row["viewer_stall_pct"] = row["stall_pct"] + row["client_stall_pct"]
+        row["latencies"] = tuple(v.L for sim in sims for v in sim.viewer
+                                 if v.stream == index and v.displayed)
     return rows
 
 
@@ -183,8 +185,17 @@ def compare_client_run(run: ClientRun, predicted: dict, replications: int = 20,
     return row
 
 
+@dataclass(frozen=True)
+class ViewerComparison:
+    """Rows in run order, and per run the measured and predicted latencies (the CDFs)."""
+
+    rows: list[dict]
+    measured: list[tuple[float, ...]]
+    predicted: list[tuple[float, ...]]
+
+
 def compare_client_runs(paths: list[Path], replications: int = 20, seed: int = 0
-                        ) -> list[dict]:
+                        ) -> ViewerComparison:
     """One row per client run, in ``paths`` order. Complete runs of one server run (same
     window and playout delay) are predicted together, as streams sharing its device
     (:func:`predict_viewers`); any other run alone."""
@@ -192,9 +203,13 @@ def compare_client_runs(paths: list[Path], replications: int = 20, seed: int = 0
     groups: dict[tuple, list[int]] = {}
     for index, run in enumerate(runs):
         groups.setdefault(_group_key(run), []).append(index)
-    rows: list[dict | None] = [None] * len(runs)
+    rows: list[dict] = [{}] * len(runs)
+    predicted: list[tuple[float, ...]] = [()] * len(runs)
     for members in groups.values():
-        predicted = predict_viewers([runs[i] for i in members], replications, seed)
-        for i, stream in zip(members, predicted, strict=True):
+        streams = predict_viewers([runs[i] for i in members], replications, seed)
+        for i, stream in zip(members, streams, strict=True):
             rows[i] = compare_client_run(runs[i], stream, replications, len(members))
-    return [row for row in rows if row is not None]
+            predicted[i] = stream["latencies"]
+    measured = [tuple(c.L for c in run.records.conditions if c.status == "shown")
+                for run in runs]
+    return ViewerComparison(rows, measured, predicted)

@@ -106,11 +106,13 @@ def compare(
         _compare_viewer(compare_client_runs(clients, replications, seed), False, out)
 
 
-def _compare_viewer(rows: list[dict], as_json: bool, out: Path | None) -> None:
+def _compare_viewer(comparison, as_json: bool, out: Path | None) -> None:  # noqa: ANN001
     """The viewer-side table: client runs (``latsim client``) against the serving model."""
     from latsim.analysis.fidelity import mape
     from latsim.analysis.viewer_compare import VIEWER_COMPARED
     from latsim.run.files import dumps, write_rows_csv
+
+    rows = comparison.rows
 
     overall = mape(row[f"{m}_err_pct"] for row in rows for m in VIEWER_COMPARED
                    if row["status"] == "complete")
@@ -119,6 +121,9 @@ def _compare_viewer(rows: list[dict], as_json: bool, out: Path | None) -> None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "compare_viewer.json").write_text(dumps(payload) + "\n")
         write_rows_csv(out / "compare_viewer.csv", rows)
+        from latsim.viz.plots import plot_viewer_cdf
+
+        plot_viewer_cdf(comparison, out / "compare_viewer_cdf.png")
     if as_json:
         typer.echo(dumps(payload))
         return
@@ -150,7 +155,8 @@ def _compare_viewer(rows: list[dict], as_json: bool, out: Path | None) -> None:
     console.print(f"overall MAPE (complete client runs): {_fmt(overall, 2)} %; "
                   "uplink/deliver/C drawn from each run's own measurements")
     if out is not None:
-        console.print(f"wrote {out}/ (compare_viewer.json, compare_viewer.csv)")
+        console.print(f"wrote {out}/ (compare_viewer.json, compare_viewer.csv, "
+                      "compare_viewer_cdf.png)")
 
 
 def register(app: typer.Typer) -> None:

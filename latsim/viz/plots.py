@@ -110,6 +110,30 @@ def plot_compare_cdf(comparison, path: Path) -> Path:
     return _save(compare_cdf_figure(comparison), path)
 
 
+def plot_viewer_cdf(comparison, path: Path) -> Path:
+    """Per client run, the CDF of measured (steps) and predicted (dashed) end-to-end L;
+    the legend says how many viewers each prediction simulated on the shared device."""
+    rows = comparison.rows
+    fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 4.0), squeeze=False)
+    for ax, row, measured, predicted in zip(axes[0], rows, comparison.measured,
+                                            comparison.predicted, strict=True):
+        if measured:
+            ax.step(*_ecdf(measured), where="post", lw=2,
+                    label=f"measured (n={len(measured)})")
+        if predicted:
+            ax.plot(*_ecdf(predicted), "--", lw=1,
+                    label=f"predicted ({row['predicted_with']} viewer(s) on the device)")
+        ax.set_title(f"{row['run']} ({row['status']})", fontsize=9)
+        ax.set_xlabel("end-to-end L (s), client send to display")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("CDF")
+    fig.suptitle("viewer side: measured vs the serving model with the runs' own C, uplink "
+                 "and deliver samples", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=120, metadata={"Software": None})
     plt.close(fig)
