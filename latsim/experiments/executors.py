@@ -90,7 +90,11 @@ class DaskPool:
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self.workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
+        try:  # newer clients list only some workers unless asked for all
+            info = client.scheduler_info(n_workers=-1)
+        except TypeError:
+            info = client.scheduler_info()
+        self.workers = max(1, len(info.get("workers", {})))
         client.run(_warm_up)  # each worker imports the simulator once, before any task
 
     def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]

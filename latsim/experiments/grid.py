@@ -66,7 +66,7 @@ SETTINGS: dict[str, type | tuple[type, ...]] = {
 }
 SERVING = ("streams", "pools", "schedule", "discard", "playout_delay", "decode", "deliver",
            "uplink", "replan_cost", "batch", "start", "dit_degree")
-DEFAULT_METRICS = ("n_conditions", "L_mean", "L50", "L95", "L99", "stall_pct", "w", "A",
+DEFAULT_METRICS = ("n_conditions", "L_mean", "L50", "L95", "stall_pct", "w", "A",
                    "busy_pct", "dit_calls")
 PARTIAL, COMPLETE, RUNNING = "partial", "complete", "running"
 
@@ -226,7 +226,17 @@ def _row(spec: GridSpec, index: int, summary: dict) -> dict:
     if missing:
         raise LatsimError(f"unknown metric(s) {', '.join(missing)}; a cell's summary has "
                           f"{', '.join(k for k in summary if not isinstance(summary[k], dict))}")
-    return {"cell": index, **spec.cell(index), **{m: summary[m] for m in spec.metrics}}
+    row = {"cell": index, **spec.cell(index), **{m: summary[m] for m in spec.metrics}}
+    # as JSON gives it back on a resume (numpy scalars as numbers, NaN as null), so a
+    # resumed grid writes the same bytes as one that ran straight through
+    return json.loads(json.dumps(clean(row), allow_nan=False, default=_plain))
+
+
+def _plain(value: object) -> object:
+    item = getattr(value, "item", None)  # a numpy scalar
+    if item is None:
+        raise TypeError(f"a grid metric must be a number, text or list, got {value!r}")
+    return item()
 
 
 def _read_done(path: Path) -> dict[int, dict]:
@@ -296,13 +306,16 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
     status = PARTIAL
     try:
         if todo:
+            torn = lines_path.exists() and not lines_path.read_bytes().endswith(b"\n")
             with work_pool(scheduler, jobs) as pool, lines_path.open("a") as lines:
+                if torn and lines_path.stat().st_size:
+                    lines.write("\n")  # end the torn line a killed run left, not the next
                 for _, results in pool.map_unordered(run_cells, [
                         (spec, batch) for batch in _batches(todo, pool.workers)]):
                     for index, summary in results:
                         row = _row(spec, index, summary)
                         done[index] = row
-                        lines.write(json.dumps(clean(row), allow_nan=False) + "\n")
+                        lines.write(json.dumps(row, allow_nan=False) + "\n")
                     lines.flush()
                     if progress is not None:
                         progress(len(done), spec.n_cells)
