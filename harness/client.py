@@ -279,9 +279,10 @@ class _Client:
         if config.drain is not None:
             hello["drain"] = config.drain
         self.send(hello)
-        done, _ = await asyncio.wait([asyncio.create_task(self._ready.wait()), receiver],
-                                     timeout=config.connect_timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
+        ready = asyncio.create_task(self._ready.wait())
+        tasks.append(ready)  # cancelled with the others if the receiver ends first
+        await asyncio.wait([ready, receiver], timeout=config.connect_timeout,
+                           return_when=asyncio.FIRST_COMPLETED)
         if not self.ready:
             why = self.errors[-1] if self.errors else "no answer to hello"
             raise LatsimError(f"{config.url} refused the session: {why}")
@@ -291,7 +292,8 @@ class _Client:
         drain = float(config.drain) if config.drain is not None else 10 * float(self.ready["T"])
         limit = config.window + drain + config.end_timeout
         ended = asyncio.create_task(self._ended.wait())
-        done, _ = await asyncio.wait([ended, receiver], timeout=max(
+        tasks.append(ended)
+        await asyncio.wait([ended, receiver], timeout=max(
             0.0, self.origin + limit - self.clock()), return_when=asyncio.FIRST_COMPLETED)
         if self.end is None:
             if receiver.done() and receiver.exception() is not None:
