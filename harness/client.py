@@ -35,6 +35,7 @@ import numpy as np
 
 from harness.netclock import Probe, Shaper, estimate_drift, estimate_offset
 from harness.wire import decode_frame, dumps, parse_text
+from latsim.analysis.serving import viewer_metrics
 from latsim.controller.playout import ClientPlayout
 from latsim.errors import LatsimError, check_number
 from latsim.model.traces import Trace, write_trace
@@ -48,7 +49,6 @@ from latsim.run.viewer import (
     ViewerRecords,
     ViewerSlot,
     ViewerStall,
-    viewer_metrics,
     write_viewer_records,
 )
 

@@ -30,6 +30,7 @@ import numpy as np
 from latsim.analysis.metrics import stall_time_in_window, summarize
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunRecords, window_overlap
+from latsim.run.viewer import ViewerRecords
 
 
 def _percentile(values: np.ndarray, level: float) -> float | None:
@@ -158,3 +159,36 @@ def per_stream_rows(runs: Sequence[ServingRecords]) -> list[dict]:
             "ttff_mean": float(np.mean(ttff)) if ttff else None, "w": base.w,
         })
     return rows
+
+
+def viewer_metrics(records: ViewerRecords, duration: float) -> dict:
+    """A live client run's metrics (:mod:`latsim.run.viewer`), with the definitions of
+    :func:`serving_metrics`: L over the shown conditions; client and viewer stall % over
+    ``[0, duration]`` of stream time (viewer = server stalls + client stalls); the uplink
+    and deliver delays; how late the display callbacks ran; C over the jobs a device ran."""
+    shown = [c for c in records.conditions if c.status == "shown"]
+    server = sum(window_overlap(s.t_start, s.t_end, duration)
+                 for s in records.stalls if s.side == "server")
+    client = sum(window_overlap(s.t_start, s.t_end, duration)
+                 for s in records.stalls if s.side == "client")
+    ran = [j for j in records.jobs if j.kind != "prebuffer"]  # the prebuffer ran on no device
+
+    def stats(values: list[float], prefix: str) -> dict:
+        return _latency_stats(np.array([v for v in values if math.isfinite(v)], dtype=float),
+                              prefix)
+
+    return {
+        "n_conditions": len(records.conditions), "n_displayed": len(shown),
+        "n_lost": sum(c.status in ("lost", "refused") for c in records.conditions),
+        **stats([c.L for c in shown], "L"),
+        **stats([c.L_server for c in shown], "L_server"),
+        "server_stall_pct": 100.0 * server / duration if duration else 0.0,
+        "client_stall_pct": 100.0 * client / duration if duration else 0.0,
+        "viewer_stall_pct": 100.0 * (server + client) / duration if duration else 0.0,
+        **stats([c.arrival - c.sent for c in records.conditions], "uplink"),
+        **stats([s.received - s.played for s in records.slots], "deliver"),
+        **stats([s.displayed - s.shown for s in records.slots], "display_lateness"),
+        "C_mean": sum(j.C for j in ran) / len(ran) if ran else None,
+        "n_jobs": len(ran), "n_slots": len(records.slots),
+        "bytes_received": sum(s.bytes for s in records.slots),
+    }

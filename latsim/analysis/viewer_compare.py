@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from latsim.analysis.fidelity import error_pct, mape
-from latsim.analysis.serving import per_stream_rows
+from latsim.analysis.serving import per_stream_rows, viewer_metrics
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing
@@ -32,7 +32,7 @@ from latsim.model.costs import TableCost
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
 from latsim.run.folder import COMPLETE, read_run_folder, scan_run_folders
-from latsim.run.viewer import KIND, ViewerRecords, read_viewer_records, viewer_metrics
+from latsim.run.viewer import KIND, ViewerRecords, read_viewer_records
 from latsim.sim.serving import StreamInput, simulate_serving
 
 #: Metrics compared per client run; stall also in percentage points.

@@ -21,13 +21,10 @@ so); ``config.json`` says ``running`` until then.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from latsim.controller.records import read_csv, write_csv
-from latsim.run.stream import window_overlap
 
 KIND = "client"
 
@@ -132,45 +129,3 @@ def read_viewer_records(run_dir: Path) -> ViewerRecords:
 
     return ViewerRecords(rows("viewer"), rows("slots"), rows("stalls"), rows("jobs"),
                          rows("probes"))
-
-
-def _percentiles(values: Sequence[float], prefix: str) -> dict:
-    import numpy as np
-
-    data = np.array([v for v in values if math.isfinite(v)], dtype=float)
-    if not data.size:
-        return {f"{prefix}_mean": None, f"{prefix}50": None, f"{prefix}95": None,
-                f"{prefix}99": None}
-    return {f"{prefix}_mean": float(data.mean()),
-            **{f"{prefix}{q}": float(np.percentile(data, q)) for q in (50, 95, 99)}}
-
-
-def viewer_metrics(records: ViewerRecords, duration: float) -> dict:
-    """The viewer's metrics, with the serving model's definitions
-    (:func:`latsim.analysis.serving.serving_metrics`): L over the shown conditions, client
-    and viewer stall % over ``[0, duration]`` of stream time (viewer = server stalls +
-    client stalls), uplink and deliver delays, and how late the display callbacks ran."""
-    shown = [c for c in records.conditions if c.status == "shown"]
-    server = sum(window_overlap(s.t_start, s.t_end, duration)
-                 for s in records.stalls if s.side == "server")
-    client = sum(window_overlap(s.t_start, s.t_end, duration)
-                 for s in records.stalls if s.side == "client")
-    deliver = [s.received - s.played for s in records.slots]
-    lateness = [s.displayed - s.shown for s in records.slots if math.isfinite(s.displayed)]
-    ran = [j for j in records.jobs if j.kind != "prebuffer"]  # the prebuffer ran on no device
-    return {
-        "n_conditions": len(records.conditions), "n_displayed": len(shown),
-        "n_lost": sum(c.status in ("lost", "refused") for c in records.conditions),
-        **_percentiles([c.L for c in shown], "L"),
-        **_percentiles([c.L_server for c in shown], "L_server"),
-        "server_stall_pct": 100.0 * server / duration if duration else 0.0,
-        "client_stall_pct": 100.0 * client / duration if duration else 0.0,
-        "viewer_stall_pct": 100.0 * (server + client) / duration if duration else 0.0,
-        **_percentiles([c.arrival - c.sent for c in records.conditions
-                        if math.isfinite(c.arrival)], "uplink"),
-        **_percentiles(deliver, "deliver"),
-        **_percentiles(lateness, "display_lateness"),
-        "C_mean": sum(j.C for j in ran) / len(ran) if ran else None,
-        "n_jobs": len(ran), "n_slots": len(records.slots),
-        "bytes_received": sum(s.bytes for s in records.slots),
-    }
