@@ -146,6 +146,20 @@ def test_committed_gpu_comparison_is_reproduced():
             assert data["device"] == "cuda" and data["kernel_activity"] is not None, summary
 
 
+def test_committed_viewer_comparison_is_reproduced(tmp_path):
+    """results/serve: four live viewers of one server (tiny preset on this CPU) predicted
+    together on its shared device; re-running the comparison on the committed client runs
+    rewrites the committed table byte for byte."""
+    root = Path(__file__).resolve().parent.parent / "results" / "serve"
+    result = CliRunner().invoke(app, ["compare", str(root / "runs"), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.stderr
+    assert ((tmp_path / "compare_viewer.csv").read_bytes()
+            == (root / "compare_viewer.csv").read_bytes())
+    rows = json.loads((root / "compare_viewer.json").read_text())["runs"]
+    assert [row["predicted_with"] for row in rows] == [4] * 4
+    assert all(row["status"] == "complete" and row["n_conditions"] >= 18 for row in rows)
+
+
 # ---------------------------------------------------------------- partial runs, mixed folders
 
 def _assert_no_error(row):
