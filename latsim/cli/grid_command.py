@@ -56,8 +56,10 @@ def grid(
     finally:
         if bar is not None:
             bar.stop()
+    tables = ("cells.csv, cells.parquet" if result.parquet else
+              "cells.csv (cells.parquet needs pyarrow: pip install -e '.[dask]')")
     typer.echo(f"{spec.name}: {len(result.rows)}/{spec.n_cells} cells ({result.ran} run now, "
-               f"{len(result.rows) - result.ran} resumed) -> {out}/cells.csv, cells.parquet")
+               f"{len(result.rows) - result.ran} resumed) -> {out}/{tables}")
 
 
 def register(app: typer.Typer) -> None:

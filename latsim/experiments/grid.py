@@ -219,6 +219,7 @@ class GridResult:
     rows: list[dict]  # every finished cell, in cell order
     ran: int  # cells run by this call (the rest were resumed)
     status: str
+    parquet: bool = True  # cells.parquet written (pyarrow installed)
 
 
 def _row(spec: GridSpec, index: int, summary: dict) -> dict:
@@ -253,7 +254,8 @@ def _read_done(path: Path) -> dict[int, dict]:
     return done
 
 
-def _write_tables(out: Path, rows: list[dict]) -> None:
+def _write_tables(out: Path, rows: list[dict]) -> bool:
+    """cells.csv, and cells.parquet where pyarrow is installed (returns whether it was)."""
     from latsim.run.files import write_rows_csv
 
     write_rows_csv(out / "cells.csv", rows)
@@ -261,10 +263,11 @@ def _write_tables(out: Path, rows: list[dict]) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        (out / "cells.parquet").unlink(missing_ok=True)
-        return
+        (out / "cells.parquet").unlink(missing_ok=True)  # never a stale one beside the CSV
+        return False
     columns = {key: [row.get(key) for row in rows] for key in (rows[0] if rows else {})}
     pq.write_table(pa.table(columns), out / "cells.parquet")
+    return True
 
 
 def _batches(todo: list[int], workers: int) -> list[tuple[int, ...]]:
@@ -292,9 +295,11 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
     meta = {"format": FORMAT, **spec.payload(), "digest": spec.digest,
             "n_cells": spec.n_cells, "scheduler": scheduler}
 
+    written = {"parquet": False}
+
     def save(status: str) -> list[dict]:
         rows = [done[i] for i in sorted(done)]
-        _write_tables(out, rows)
+        written["parquet"] = _write_tables(out, rows)
         write_json(meta_path, {**meta, "status": status, "done": len(done)})
         return rows
 
@@ -322,4 +327,4 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
         status = COMPLETE
     finally:
         rows = save(status)
-    return GridResult(spec, out, rows, len(done) - resumed, status)
+    return GridResult(spec, out, rows, len(done) - resumed, status, written["parquet"])
