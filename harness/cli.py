@@ -24,11 +24,12 @@ from latsim.errors import LatsimError
 from latsim.formatting import StatusLine, fmt
 
 
-def require_live_extra(command: str) -> None:
+def require_live_extra(command: str, packages: tuple[str, ...] = ("torch", "diffusers")
+                       ) -> None:
     """One line instead of a traceback when the live harness's packages are missing."""
     import importlib.util
 
-    missing = [name for name in ("torch", "diffusers") if importlib.util.find_spec(name) is None]
+    missing = [name for name in packages if importlib.util.find_spec(name) is None]
     if missing:
         raise LatsimError(f"latsim {command} needs {' and '.join(missing)}: install the live "
                           "extra, pip install -e '.[live]'")
@@ -229,9 +230,11 @@ def serve(
     jitter: JitterOpt = 0.0,
     loss: LossOpt = 0.0,
 ) -> None:
-    """Live server: the Wan DiT and latsim's controller behind a WebSocket endpoint, one
-    session per viewer (latsim client). Runs until Ctrl-C."""
-    require_live_extra("serve")
+    """Live server: the Wan DiT and the controller behind a WebSocket endpoint.
+
+    One session per viewer (latsim client), all sharing the device; runs until Ctrl-C.
+    """
+    require_live_extra("serve", ("torch", "diffusers", "websockets"))
     import logging
 
     from harness.generator import GeneratorConfig, require_device
@@ -300,9 +303,13 @@ def client(
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
 ) -> None:
-    """Viewer client: min-RTT clock alignment, conditions on the trace's timeline, playout
-    buffer with delay D; L measured from send to display on the client's clock. The
-    shaping (--delay/--jitter/--loss) applies to both directions."""
+    """Viewer client: measures L from send to display against latsim serve.
+
+    Min-RTT clock alignment, conditions on the trace's timeline, a playout buffer with
+    delay D; L on the client's clock. The shaping (--delay/--jitter/--loss) applies to
+    both directions.
+    """
+    require_live_extra("client", ("websockets",))
     from latsim.controller.policies import PRESETS
 
     if policy not in PRESETS:
