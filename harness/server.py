@@ -11,9 +11,9 @@ took it, so the wait counts in R as simulated. Every slot the controller plays g
 viewer as a binary frame with its payload: the decoded pixels where ``--decode`` decoded them,
 else the latent, so the bytes on the wire are real.
 
-What the server sends is shaped per session (a seeded :class:`~harness.netclock.Shaper`:
-delay, jitter, loss; the viewer's ``hello`` may set it), in order: a probe reply queues
-behind the frames sent before it, as on one connection. Server times in messages are
+What the server sends is shaped per connection (a seeded :class:`~harness.netclock.Shaper`:
+delay, jitter, loss; the viewer's ``shape`` message may set it), in order: a probe reply
+queues behind the frames sent before it, as on one connection. Server times in messages are
 ``perf_counter()`` plus ``clock_offset`` (0 unless a test moves the server's clock).
 
 **Faults.** A malformed message gets an ``error`` reply and a log line, never an exception;

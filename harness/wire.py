@@ -16,7 +16,8 @@ Client to server:
 - ``bye``: end the session now.
 
 Server to client: ``probe`` ``{t0, t1, t2}``; ``ready`` ``{session, K, policy, T, delta,
-lead, lead_source, duration, start}`` (``start``: server time of playback 0); ``ack``
+lead, lead_source, duration, start, schedule, server_run, ...}`` (``start``: server time of
+playback 0; ``server_run``: names this server run, shared by its sessions); ``ack``
 ``{cid, version, arrival}``; ``job`` ``{job_id, kind, branch, length, version, start,
 ready, gen_start, gen_end}`` when a job finishes; binary ``slot`` frames ``{position,
 version, job_id, played, sent, resolves}`` (``resolves``: the conditions this slot is the
