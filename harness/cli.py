@@ -64,6 +64,19 @@ KsOpt = Annotated[
 ]
 
 
+def _generator_config(preset: str, resolution: str, steps: int, context: int, decode: bool,
+                      device: str, seed: int, threads: int | None):  # noqa: ANN202
+    """The generator options of profile and serve, range-checked, as a GeneratorConfig."""
+    from harness.generator import GeneratorConfig
+    from harness.run import check_option
+
+    for option, value in (("--steps", steps), ("--seed", seed), ("--context", context),
+                          ("--threads", threads)):
+        check_option(option, value)
+    return GeneratorConfig(preset=preset, resolution=resolution, steps=steps, context=context,
+                           decode=decode, device=device, seed=seed, threads=threads)
+
+
 @commands.command("profile")
 def profile(
     K: KsOpt = [4],  # noqa: B006, N803
@@ -85,16 +98,11 @@ def profile(
 ) -> None:
     """Measure C per K and job kind (refill, replan); write a --cost table:PATH file."""
     require_live_extra("profile")
-    from harness.generator import GeneratorConfig, require_device
+    from harness.generator import require_device
     from harness.profile import ProfileConfig, run_profile
-    from harness.run import check_option
 
-    for option, value in (("--steps", steps), ("--seed", seed), ("--context", context),
-                          ("--threads", threads)):
-        check_option(option, value)
-    generator = GeneratorConfig(preset=preset, resolution=resolution, steps=steps,
-                                context=context, decode=decode, device=device, seed=seed,
-                                threads=threads)
+    generator = _generator_config(preset, resolution, steps, context, decode, device, seed,
+                                  threads)
     config = ProfileConfig(generator, tuple(K), jobs_per_kind=jobs, gap_s=gap)
     require_device(device)
     with StatusLine(width=40) as status:
@@ -237,17 +245,12 @@ def serve(
     require_live_extra("serve", ("torch", "diffusers", "websockets"))
     import logging
 
-    from harness.generator import GeneratorConfig, require_device
+    from harness.generator import require_device
     from harness.netclock import Shaper
-    from harness.run import check_option
     from harness.server import ServerConfig, StreamServer
 
-    for option, value in (("--steps", steps), ("--seed", seed), ("--context", context),
-                          ("--threads", threads)):
-        check_option(option, value)
     config = ServerConfig(
-        GeneratorConfig(preset=preset, resolution=resolution, steps=steps, context=context,
-                        decode=decode, device=device, seed=seed, threads=threads),
+        _generator_config(preset, resolution, steps, context, decode, device, seed, threads),
         Ks=tuple(K), host=host, port=port, schedule=schedule, max_sessions=max_sessions,
         max_duration=max_duration, warmup=warmup, downlink=Shaper(delay, jitter, loss))
     require_device(device)

@@ -197,8 +197,8 @@ class _Client:
                     NAN if gen_end is None else self.from_server(gen_end)))
             elif kind == "error":
                 self.errors.append(str(message.get("error")))
-                cid = _refused_cid(str(message.get("error")))
-                if cid is not None and cid < len(self.conditions):
+                cid = message.get("cid")  # set where the server refused a condition
+                if isinstance(cid, int) and 0 <= cid < len(self.conditions):
                     self.conditions[cid].refused = True
                 if not self._ready.is_set():
                     self._ready.set()  # a refused hello: the caller raises
@@ -365,14 +365,6 @@ class _Client:
         probes = tuple(ProbeRow(p.t0, p.t1, p.t2, p.t3, p.rtt, p.offset) for p in self.probes)
         return ViewerRecords(tuple(conditions), slots, tuple(self.stalls), tuple(self.jobs),
                              probes)
-
-
-def _refused_cid(error: str) -> int | None:
-    """The condition number a refusal names (``condition N ...``)."""
-    words = error.split()
-    if len(words) > 1 and words[0] == "condition" and words[1].isdigit():
-        return int(words[1])
-    return None
 
 
 def run_client(config: ClientConfig, progress: Callable[[str], None] | None = None) -> dict:

@@ -473,6 +473,7 @@ class StreamServer:
         try:
             async for raw in websocket:
                 received = time.perf_counter()
+                message: dict[str, Any] = {}
                 try:
                     message = parse_text(raw)
                     kind = message["type"]
@@ -522,7 +523,11 @@ class StreamServer:
                 except (ProtocolError, LatsimError) as exc:
                     self.errors += 1
                     log.warning("session %s: %s", session.id if session else "-", exc)
-                    send(dumps({"type": "error", "error": str(exc)}), time.perf_counter())
+                    reply = {"type": "error", "error": str(exc)}
+                    cid = message.get("cid")
+                    if message.get("type") == "condition" and isinstance(cid, int):
+                        reply["cid"] = cid  # which condition was refused
+                    send(dumps(reply), time.perf_counter())
         except Exception as exc:  # noqa: BLE001 - a broken connection ends its session only
             log.info("connection closed: %s", exc)
         finally:

@@ -22,7 +22,8 @@ playback 0; ``server_run``: names this server run, shared by its sessions); ``ac
 ready, gen_start, gen_end}`` when a job finishes; binary ``slot`` frames ``{position,
 version, job_id, played, sent, resolves}`` (``resolves``: the conditions this slot is the
 first to show, each ``{version, arrival, start, ready}``); ``end`` ``{status,
-stop_reason, summary}``; ``error`` ``{error}`` for a message the server could not use.
+stop_reason, summary}``; ``error`` ``{error, cid?}`` for a message the server could not
+use (``cid``: the refused condition's number, where it was one).
 Server times are on the server's clock (seconds).
 """
 

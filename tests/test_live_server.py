@@ -195,6 +195,7 @@ def test_malformed_and_foreign_messages_get_errors_and_the_server_keeps_serving(
                 message = await ws.recv()
                 if isinstance(message, str) and json.loads(message)["type"] == "error":
                     errors.append(json.loads(message)["error"])
+                    assert json.loads(message)["cid"] == 0  # names the refused condition
                     break
             await ws.send(json.dumps({"type": "bye"}))
         return errors

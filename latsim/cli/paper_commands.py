@@ -175,13 +175,16 @@ def reproduce_serving(
     from latsim.experiments.serving_paper import reproduce_serving as run
     from latsim.viz.paper import plot_serving, print_serving_report
 
+    _report(run, out, traces, jobs, scheduler, max_events, "serving.png", plot_serving,
+            print_serving_report, as_json)
+
+
+def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: str,  # noqa: ANN001
+            max_events: int, figure: str, plot, report, as_json: bool) -> None:  # noqa: ANN001
+    """Run a reproduction on ``scheduler``, draw ``figure`` into ``out`` and print the
+    tables (or their JSON)."""
     with scheduler_context(scheduler, jobs):
         tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
-    _report(tables, out, "serving.png", plot_serving, print_serving_report, as_json)
-
-
-def _report(tables: dict, out: Path, figure: str, plot, report, as_json: bool) -> None:  # noqa: ANN001
-    """Draw ``figure`` into ``out`` and print the tables (or their JSON)."""
     plot(tables, out / figure)
     if as_json:
         from latsim.run.files import dumps
@@ -208,9 +211,8 @@ def reproduce_systems(
     from latsim.experiments.systems import reproduce_systems as run
     from latsim.viz.paper import plot_systems, print_systems_report
 
-    with scheduler_context(scheduler, jobs):
-        tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
-    _report(tables, out, "systems.png", plot_systems, print_systems_report, as_json)
+    _report(run, out, traces, jobs, scheduler, max_events, "systems.png", plot_systems,
+            print_systems_report, as_json)
 
 
 @plot_app.command("timeline")
