@@ -89,3 +89,25 @@ def test_a_torn_header_reads_as_no_rows(tmp_path):
     path.write_text("policy,K,job_id,ki")
     back = read_csv(path, JobRecord)
     assert back == [] and "header" in back.torn
+
+
+def test_slot_log_reads_as_a_sequence_of_records_and_pickles_as_columns():
+    import pickle
+
+    from latsim.controller.records import SlotLog, SlotRecord, count_slots_before
+
+    rows = [SlotRecord(0, 0, 0, 0.0), SlotRecord(1, 0, 0, 0.25), SlotRecord(2, 1, 3, 0.5),
+            SlotRecord(3, 1, 3, 0.75)]
+    log = SlotLog(rows[:2])
+    log.extend([2, 3], [1, 1], [3, 3], [0.5, 0.75])
+    assert len(log) == 4 and list(log) == rows and log == rows and log == tuple(rows)
+    assert log[-1] == rows[-1] and log[1:3] == rows[1:3]
+    assert log != rows[:3] and log != rows[:3] + [SlotRecord(3, 1, 3, 0.7500001)]
+    again = pickle.loads(pickle.dumps(log))
+    assert isinstance(again, SlotLog) and again == log and again.t_start == log.t_start
+    # counting by columns agrees with counting records, at and between slot starts
+    for end in (0.0, 0.25, 0.3, 0.75, 9.0):
+        for generated in (False, True):
+            assert count_slots_before(log, end, generated) == count_slots_before(
+                tuple(rows), end, generated) == sum(
+                1 for r in rows if r.t_start < end and (r.job_id > 0 or not generated))

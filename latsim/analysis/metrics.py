@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from latsim.controller.records import count_slots_before
 from latsim.run.stream import RunRecords, window_overlap
 
 
@@ -61,7 +62,7 @@ def stall_time_in_window(run: RunRecords) -> float:
 
 
 def _played_generated(run: RunRecords) -> int:
-    return sum(1 for s in run.slots if s.t_start < run.duration and s.job_id > 0)
+    return count_slots_before(run.slots, run.duration, generated_only=True)
 
 
 def _discarded(run: RunRecords) -> int:
@@ -143,7 +144,7 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
     shown = [c for run in runs for c in run.conditions if c.displayed]
     latencies = np.array([c.L for c in shown], dtype=float)
     window = sum(run.duration for run in runs)
-    played = sum(1 for run in runs for s in run.slots if s.t_start < run.duration)
+    played = sum(count_slots_before(run.slots, run.duration) for run in runs)
     played_generated = sum(_played_generated(run) for run in runs)
     discarded = sum(_discarded(run) for run in runs)
     n_all = sum(len(run.conditions) for run in runs)

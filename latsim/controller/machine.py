@@ -25,6 +25,7 @@ from latsim.controller.records import (
     ConditionRecord,
     DiscardRecord,
     JobRecord,
+    SlotLog,
     SlotRecord,
     StallRecord,
 )
@@ -266,13 +267,19 @@ class Controller:
         ...execute commands; when something happens: commands = ctrl.handle(event, now)
         ...at the end: ctrl.finish(now)
 
-    Records accumulate in :attr:`conditions`, :attr:`jobs`, :attr:`slots`, :attr:`stalls`
-    and :attr:`discards`; an optional ``on_record`` callback also receives each one as it
-    is made (the live harness appends them to disk as the run goes).
+    Records accumulate in :attr:`conditions`, :attr:`jobs`, :attr:`slots` (a columnar
+    :class:`~latsim.controller.records.SlotLog`), :attr:`stalls` and :attr:`discards`; an
+    optional ``on_record`` callback also receives each one as it is made (the live harness
+    appends them to disk as the run goes). A simulating driver may skip the ticks that would
+    only play a slot (:meth:`play_ahead`).
     """
 
     #: :data:`TRANSITIONS` compiled by :func:`_compile`: state -> trigger -> rows.
     _dispatch: ClassVar[_Dispatch]
+    #: Per state, what :meth:`play_ahead` checks after a play: ``"none"`` (no decide row),
+    #: ``"consume"`` (the rows of :data:`_QUIET_DECIDE_ACTIONS`) or None (rows it does not
+    #: know: no skipping).
+    _quiet_decide: ClassVar[dict[State, str | None]]
 
     def __init__(
         self, config: ControllerConfig, on_record: Callable[[object], None] | None = None
@@ -306,7 +313,7 @@ class Controller:
 
         self.conditions: list[ConditionRecord] = []
         self.jobs: list[JobRecord] = []
-        self.slots: list[SlotRecord] = []
+        self.slots = SlotLog()
         self.stalls: list[StallRecord] = []
         self.discards: list[DiscardRecord] = []
         self.played = 0
@@ -314,6 +321,7 @@ class Controller:
         self.jobs_started = 0
         self.jobs_done = 0
         self.events_handled = 0
+        self.slots_played_ahead = 0
 
     # ------------------------------------------------------------ public API
 
@@ -343,6 +351,90 @@ class Controller:
         self._decide(now, out)
         return out
 
+    def play_ahead(self, horizon: float) -> int:
+        """Event skipping: play the next slots whose ticks fall strictly before ``horizon``
+        without the ticks, for as long as a tick would do nothing but play its slot.
+        Returns how many slots it played; the driver then asks for the tick of
+        :attr:`next_position` at :attr:`next_due` itself.
+
+        The driver promises three things: the tick of the next slot is pending (asked for
+        at :attr:`next_due`, not delivered, and the driver takes it back when this plays
+        it), nothing but ticks would reach the controller before ``horizon`` (an event at
+        a tick's very time ends the skip there, whichever of the two came first), and each
+        tick would be delivered at exactly the time asked. Then the records are those of the
+        tick-by-tick path, byte for byte (``tests/test_play_ahead.py`` checks it across the
+        property generators).
+
+        A tick is *quiet* when its slot is cached (else the tick starts a stall) and the
+        decide step after it commands nothing. In Produce there is no decide row. In
+        Consume the rows are tried in order: ``replan_feasible`` cannot hold without a
+        pending version, and with one its branch is computed from the state the play would
+        leave; ``refill_due`` and ``arm_refill`` read the refill's due time, computed from
+        that state too. Both by the methods the guards use, so the floats are the same. A
+        table with other decide rows is not skipped (:data:`_QUIET_DECIDE_ACTIONS`).
+        """
+        if self._stalled_since is not None or self._next_due >= horizon:
+            return 0
+        times = self._quiet_ticks(horizon)
+        if times:
+            self._play_run(times)
+            self.slots_played_ahead += len(times)
+        return len(times)
+
+    def _quiet_ticks(self, horizon: float) -> list[float]:
+        """The times of the quiet ticks from the next slot on, before ``horizon``."""
+        check = self._quiet_decide[self.state]
+        if check is None:
+            return []
+        decide = check == "consume"
+        cache, delta, q, eager = self._cache, self._delta, self._q, self._eager
+        pending = self._latest_version > self._planned_version
+        armed = self._armed_refill
+        position, locked, t = self._next_pos, self._locked_end, self._next_due
+        times: list[float] = []
+        while t < horizon and position in cache:
+            if decide:  # the decide step from the state this play would leave
+                after = t + delta
+                if not eager:
+                    locked = max(locked, (position // q + 1) * q)
+                if pending and self._replan_branch(t, position + 1, after, locked) is not None:
+                    break
+                due = self._refill_due_from(position + 1, after)
+                if due <= t + EPS or armed is None or abs(armed - due) > EPS:
+                    break
+            times.append(t)
+            position += 1
+            t = t + delta
+        return times
+
+    def _play_run(self, times: list[float]) -> None:
+        """Play the next ``len(times)`` slots at ``times``, as :meth:`_play_slot` would one
+        by one, with the slot records appended column by column."""
+        if self._on_record is not None:
+            for t in times:  # records to hand out as they are made: one by one
+                self._play_slot(t)
+            return
+        first = self._next_pos
+        end = first + len(times)
+        entries = [self._cache.pop(p) for p in range(first, end)]
+        versions = [version for version, _ in entries]
+        job_ids = [job_id for _, job_id in entries]
+        if versions[0] < self._played_version or versions != sorted(versions):
+            raise AssertionError("the version on screen must never decrease")
+        self._played_version = versions[-1]
+        self.played += len(times)
+        if not self._eager:
+            self._locked_end = max(self._locked_end, ((end - 1) // self._q + 1) * self._q)
+        self.slots.extend(range(first, end), versions, job_ids, times)
+        if self._open:  # a condition shows at the first slot of a version at least its own:
+            shown = -1  # only where the version changes can one be resolved
+            for index, version in enumerate(versions):
+                if version != shown and self._open:
+                    shown = version
+                    self._resolve_conditions(version, job_ids[index], times[index])
+        self._next_pos = end
+        self._next_due = times[-1] + self._delta
+
     def finish(self, now: float) -> None:
         """End of run: close an open stall and record unresolved conditions as censored."""
         if self._stalled_since is not None:
@@ -361,6 +453,11 @@ class Controller:
     @property
     def next_position(self) -> int:
         return self._next_pos
+
+    @property
+    def next_due(self) -> float:
+        """When the slot of :attr:`next_position` is due (if the player is not stalled)."""
+        return self._next_due
 
     @property
     def locked_end(self) -> int:
@@ -401,7 +498,14 @@ class Controller:
         return base + (position - self._next_pos) * self._delta
 
     def _refill_due_at(self, now: float) -> float:
-        return self._slot_start(self._cache_end, now) - self._lead
+        if self._stalled_since is not None:
+            return self._refill_due_from(self._next_pos, now)
+        return self._refill_due_from(self._next_pos, self._next_due)
+
+    def _refill_due_from(self, next_pos: int, next_due: float) -> float:
+        """When the refill is due, with the playhead at ``next_pos`` due at ``next_due``
+        (the same sums as :meth:`_slot_start`, so :meth:`play_ahead` gets the same bits)."""
+        return next_due + (self._cache_end - next_pos) * self._delta - self._lead
 
     # ------------------------------------------------------------ actions on events
 
@@ -463,6 +567,13 @@ class Controller:
 
     def _play(self, now: float, out: list) -> None:
         pos = self._next_pos
+        version, job_id = self._play_slot(now)
+        out.append(PlaySlot(pos, version, job_id, now))
+        out.append(ScheduleWakeUp(self._next_due, SlotDue(pos + 1)))
+
+    def _play_slot(self, now: float) -> tuple[int, int]:
+        """Play the next position now (it is cached): the books, without commands."""
+        pos = self._next_pos
         version, job_id = self._cache.pop(pos)
         if version < self._played_version:
             raise AssertionError("the version on screen must never decrease")
@@ -470,15 +581,18 @@ class Controller:
         self.played += 1
         if not self._eager:
             self._locked_end = max(self._locked_end, (pos // self._q + 1) * self._q)
-        self._emit(SlotRecord(pos, version, job_id, now))
-        self._resolve_conditions(version, job_id, now)
+        if self._on_record is None:
+            self.slots.add(pos, version, job_id, now)
+        else:
+            self._emit(SlotRecord(pos, version, job_id, now))
+        if self._open:
+            self._resolve_conditions(version, job_id, now)
         self._next_pos = pos + 1
         self._next_due = now + self._delta
-        out.append(PlaySlot(pos, version, job_id, now))
-        out.append(ScheduleWakeUp(self._next_due, SlotDue(pos + 1)))
+        return version, job_id
 
     def _resolve_conditions(self, version: int, job_id: int, now: float) -> None:
-        if not self._open or self._open[0].version > version:
+        if self._open[0].version > version:
             return
         job = self._job_record(job_id)
         still_open = []
@@ -540,12 +654,16 @@ class Controller:
         :func:`latsim.analysis.theory.speculative_residual_wait_mean`)."""
         if self._latest_version <= self._planned_version:
             return None
-        lowest = max(self._locked_end, self._next_pos)
         if self._stalled_since is not None:
             return None  # the cache is empty at the playhead: only a refill helps
-        ahead = (now + self._branch_lead - self._next_due) / self._delta
-        position = self._next_pos + max(0, math.ceil(ahead - EPS))
-        position = max(position, lowest)
+        return self._replan_branch(now, self._next_pos, self._next_due, self._locked_end)
+
+    def _replan_branch(self, now: float, next_pos: int, next_due: float, locked_end: int
+                       ) -> int | None:
+        """The replan guard's branch for a playhead at ``next_pos`` due at ``next_due``."""
+        ahead = (now + self._branch_lead - next_due) / self._delta
+        position = next_pos + max(0, math.ceil(ahead - EPS))
+        position = max(position, locked_end, next_pos)
         position = -(-position // self._q) * self._q
         return position if position < self._cache_end else None
 
@@ -602,6 +720,9 @@ class Controller:
             self._on_record(record)
 
 
+#: The Consume decide rows :meth:`Controller.play_ahead` knows how to keep quiet, in order.
+_QUIET_DECIDE_ACTIONS = ("start_replan", "start_refill", "arm_refill")
+
 # A compiled row: (row, guard, action, target state, target state's rows by trigger). The
 # methods are resolved once here, so handle() does no name lookups and allocates nothing.
 _Row = tuple[Transition, Any, Any, State, dict[type, tuple[Any, ...]]]
@@ -625,3 +746,9 @@ def _compile(table: Sequence[Transition], cls: type[Controller]) -> _Dispatch:
 
 
 Controller._dispatch = _compile(TRANSITIONS, Controller)
+Controller._quiet_decide = {
+    state: "none" if Decide not in rows else (
+        "consume" if tuple(r[0].action for r in rows[Decide]) == _QUIET_DECIDE_ACTIONS
+        else None)
+    for state, rows in Controller._dispatch.items()
+}

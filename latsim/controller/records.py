@@ -9,9 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass, fields
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from pathlib import Path
+from typing import overload
 
 from latsim.errors import LatsimError
 
@@ -40,6 +43,96 @@ class SlotRecord:
     version: int
     job_id: int
     t_start: float
+
+
+class SlotLog(Sequence[SlotRecord]):
+    """The played slots, kept as four columns instead of one :class:`SlotRecord` per slot.
+
+    A simulation plays far more slots than anything else (one per δ of stream time), and a
+    record object per slot was the costliest thing the simulator made. The log reads as a
+    sequence of :class:`SlotRecord` (each made when it is read), compares equal to any such
+    sequence with the same rows, pickles as four lists, and offers the columns for bulk use
+    (:meth:`rows`, :func:`count_slots_before`). Slots are appended in play order, so ``t_start``
+    never decreases.
+    """
+
+    __slots__ = ("position", "version", "job_id", "t_start")
+
+    def __init__(self, records: Iterable[SlotRecord] = ()) -> None:
+        self.position: list[int] = []
+        self.version: list[int] = []
+        self.job_id: list[int] = []
+        self.t_start: list[float] = []
+        for record in records:
+            self.append(record)
+
+    def add(self, position: int, version: int, job_id: int, t_start: float) -> None:
+        """Append one slot from its fields (the hot path: no record object)."""
+        self.position.append(position)
+        self.version.append(version)
+        self.job_id.append(job_id)
+        self.t_start.append(t_start)
+
+    def extend(self, positions: Iterable[int], versions: Iterable[int],
+               job_ids: Iterable[int], t_starts: Iterable[float]) -> None:
+        """Append a run of slots, column by column (the four of the same length)."""
+        self.position.extend(positions)
+        self.version.extend(versions)
+        self.job_id.extend(job_ids)
+        self.t_start.extend(t_starts)
+
+    def append(self, record: SlotRecord) -> None:
+        self.add(record.position, record.version, record.job_id, record.t_start)
+
+    def rows(self) -> Iterator[tuple[int, int, int, float]]:
+        """``(position, version, job_id, t_start)`` per slot, in play order."""
+        return zip(self.position, self.version, self.job_id, self.t_start, strict=True)
+
+    def __len__(self) -> int:
+        return len(self.t_start)
+
+    @overload
+    def __getitem__(self, index: int) -> SlotRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[SlotRecord]: ...
+    def __getitem__(self, index: int | slice) -> SlotRecord | list[SlotRecord]:
+        if isinstance(index, slice):
+            return [SlotRecord(*row) for row in zip(
+                self.position[index], self.version[index], self.job_id[index],
+                self.t_start[index], strict=True)]
+        return SlotRecord(self.position[index], self.version[index], self.job_id[index],
+                          self.t_start[index])
+
+    def __iter__(self) -> Iterator[SlotRecord]:
+        return (SlotRecord(*row) for row in self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SlotLog):
+            return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
+
+    def __getstate__(self) -> tuple[list, ...]:
+        return (self.position, self.version, self.job_id, self.t_start)
+
+    def __setstate__(self, state: tuple[list, ...]) -> None:
+        self.position, self.version, self.job_id, self.t_start = state
+
+    def __repr__(self) -> str:
+        return f"SlotLog({len(self)} slots)"
+
+
+def count_slots_before(slots: Sequence[SlotRecord], end: float,
+                       generated_only: bool = False) -> int:
+    """Slots that started before ``end``; ``generated_only`` leaves out the prebuffer's
+    (job 0). Reads a :class:`SlotLog`'s columns without making records."""
+    if isinstance(slots, SlotLog):
+        played = bisect_left(slots.t_start, end)  # t_start never decreases
+        return played - slots.job_id[:played].count(0) if generated_only else played
+    return sum(1 for s in slots if s.t_start < end and (s.job_id > 0 or not generated_only))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +216,13 @@ def column_names(record_type: type) -> list[str]:
     return [f.name for f in fields(record_type)]
 
 
+def _row_getter(record_type: type) -> attrgetter:
+    """The record's fields as a tuple, in column order (``dataclasses.astuple`` deep-copies
+    every value, which made writing a sweep's records slower than simulating it)."""
+    names = column_names(record_type)
+    return attrgetter(*names) if len(names) > 1 else (lambda r, n=names[0]: (getattr(r, n),))
+
+
 def write_csv(
     path: Path,
     record_type: type,
@@ -137,8 +237,9 @@ def write_csv(
         if new_file:
             writer.writerow([name for name, _ in extra] + column_names(record_type))
         prefix = [value for _, value in extra]
-        for record in records:
-            writer.writerow(prefix + [_cell(v) for v in astuple(record)])
+        rows = records.rows() if isinstance(records, SlotLog) else map(
+            _row_getter(record_type), records)
+        writer.writerows(prefix + [_cell(v) for v in row] for row in rows)
 
 
 class CsvRows(list):

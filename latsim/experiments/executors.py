@@ -57,10 +57,17 @@ def _ignore_sigint() -> None:
 
 
 class LocalPool:
-    """In process (``jobs`` <= 1), or ``jobs`` forked worker processes."""
+    """In process (``jobs`` <= 1), or ``jobs`` forked worker processes.
 
-    def __init__(self, jobs: int) -> None:
+    A pool made by :func:`work_pool` keeps its workers from the first map to the end of the
+    block (``latsim reproduce`` runs dozens of experiments: forking for each cost more than
+    some of them take); one made directly forks for each map and stops them after it.
+    """
+
+    def __init__(self, jobs: int, keep_workers: bool = False) -> None:
         self.workers = max(1, jobs)
+        self._keep = keep_workers
+        self._executor: ProcessPoolExecutor | None = None
 
     def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[Any]
                       ) -> Iterator[tuple[int, Any]]:
@@ -68,8 +75,11 @@ class LocalPool:
             for index, item in enumerate(items):
                 yield index, fn(item)
             return
-        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(items)),
-                                   mp_context=get_context("fork"), initializer=_ignore_sigint)
+        pool = self._executor or ProcessPoolExecutor(
+            max_workers=self.workers, mp_context=get_context("fork"),
+            initializer=_ignore_sigint)
+        if self._keep:
+            self._executor = pool
         try:
             pending = {pool.submit(fn, item): index for index, item in enumerate(items)}
             while pending:
@@ -77,11 +87,19 @@ class LocalPool:
                 for future in done:
                     yield pending.pop(future), future.result()
         except BaseException:  # Ctrl-C, a failed task, or the caller stopped early
+            self._executor = None
             for process in list((getattr(pool, "_processes", None) or {}).values()):
                 process.terminate()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-        pool.shutdown(wait=True)
+        if not self._keep:
+            pool.shutdown(wait=True)
+
+    def close(self) -> None:
+        """Stop the kept workers (a no-op when none were started)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
 
 class DaskPool:
@@ -128,7 +146,11 @@ def work_pool(scheduler: str = LOCAL, jobs: int = 1) -> Iterator[WorkPool]:
     """The pool ``scheduler`` names (a local cluster lives as long as the block)."""
     scheduler = check_scheduler(scheduler)
     if scheduler == LOCAL:
-        yield LocalPool(jobs)
+        pool = LocalPool(jobs, keep_workers=True)
+        try:
+            yield pool
+        finally:
+            pool.close()
         return
     _require_dask()
     import logging

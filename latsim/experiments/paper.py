@@ -33,6 +33,7 @@ from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing
 from latsim.errors import DEFAULT_MAX_EVENTS, LatsimError, check_work
+from latsim.experiments.executors import LocalPool, active_pool
 from latsim.experiments.sweep import (
     Experiment,
     ExperimentResult,
@@ -278,13 +279,26 @@ def phase_grid_runs(K: int, r: int, fps: float, C: float, policy: str,  # noqa: 
                     n: int) -> list[tuple]:
     """One run per arrival phase u_i = (i + ½)/n · T, arrival at T + u_i (steady state: the
     refill cycle is busy over [mT − C, mT)); a deterministic stand-in for uniform phase.
-    Returns (condition record, whether the generator was busy when it arrived)."""
+    Returns (condition record, whether the generator was busy when it arrived), in phase
+    order; the runs go to the active work pool in chunks (else in process)."""
+    pool = active_pool() or LocalPool(1)
+    chunks = max(1, min(n, 8 * pool.workers)) if pool.workers > 1 else 1
+    work = [(K, r, fps, C, policy, n, range(c, n, chunks)) for c in range(chunks)]
+    out: list[tuple | None] = [None] * n
+    for index, results in pool.map_unordered(_phase_runs, work):
+        for i, result in zip(work[index][-1], results, strict=True):
+            out[i] = result
+    return out  # type: ignore[return-value]
+
+
+def _phase_runs(work: tuple) -> list[tuple]:
+    K, r, fps, C, policy, n, phases = work  # noqa: N806
     timing = Timing(K, r, fps)
     config = ControllerConfig(timing, PRESETS[policy], C)
     cost = FixedCost(C)
     T = timing.T  # noqa: N806
     out = []
-    for i in range(n):
+    for i in phases:
         t = T + (i + 0.5) / n * T
         trace = Trace(f"phase-{i}", (t,), 4 * T)
         records, _ = simulate_trace(config, cost, trace, 4 * T, np.random.default_rng(0))

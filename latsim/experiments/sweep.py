@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -60,8 +61,10 @@ from latsim.run.folder import (
 )
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import COMPLETE, RunRecords, default_drain
-from latsim.sim.serving import StreamInput, simulate_serving
 from latsim.sim.simpy_driver import simulate_trace
+
+if TYPE_CHECKING:
+    from latsim.sim.serving import StreamInput
 
 #: Embedded defaults of ``latsim sweep`` (README, "Defaults"): Wan2.1-1.3B's stream
 #: (16 fps, 4 pixel frames per latent), 4 sampling steps of the paper's H200 per-forward
@@ -286,6 +289,8 @@ def _stream_inputs(p: Plan, cell: Cell, replication: int) -> list[StreamInput]:
     arrival stream: what a stream draws does not depend on how many streams there are.
     Trace sources give stream ``s`` trace ``(replication + s) mod n``.
     """
+    from latsim.sim.serving import StreamInput  # only serving experiments need it
+
     serving = p.serving
     assert serving is not None
     seed, T = p.experiment.seed, cell.timing.T  # noqa: N806
@@ -312,6 +317,8 @@ def run_cell(experiment: Experiment, cell_index: int, replication: int
     p = plan(experiment)
     cell = p.cells[cell_index]
     if p.serving is not None:
+        from latsim.sim.serving import simulate_serving
+
         batch = np.random.SeedSequence(experiment.seed, spawn_key=(replication, _BATCH_KEY))
         return simulate_serving(cell.config, p.cost, p.serving,
                                 _stream_inputs(p, cell, replication), p.duration,

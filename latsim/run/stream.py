@@ -7,7 +7,9 @@ method of the core. The run owns what they used to repeat:
 - the window check (:class:`RunWindow`: conditions arrive in ``[0, duration)``, the run goes
   on past ``duration`` only while conditions are open, for at most ``drain`` seconds);
 - command dispatch: :meth:`StreamRun.start` and :meth:`StreamRun.deliver` hand each command to
-  the driver's :class:`ClockPort` and note every job's start;
+  the driver's :class:`ClockPort` and note every job's start; a port that can say how far
+  ahead nothing will happen (:class:`SkippingPort`) has the ticks that would only play a
+  slot skipped (:meth:`Controller.play_ahead`);
 - busy accounting: each job's generator interval, or (start, end of run) for a job still
   running when the run ends;
 - the records (:class:`RunRecords`), built once by :meth:`StreamRun.finish`.
@@ -16,7 +18,7 @@ method of the core. The run owns what they used to repeat:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,7 +75,7 @@ class RunRecords:
     end_time: float
     conditions: tuple[ConditionRecord, ...]
     jobs: tuple[JobRecord, ...]
-    slots: tuple[SlotRecord, ...]
+    slots: Sequence[SlotRecord]  # a SlotLog from the controller, a tuple from a folder
     stalls: tuple[StallRecord, ...]
     discards: tuple[DiscardRecord, ...]
     busy: tuple[BusyInterval, ...]
@@ -142,6 +144,22 @@ class ClockPort(Protocol):
         """The player shows ``slot`` now."""
 
 
+class SkippingPort(ClockPort, Protocol):
+    """A port whose clock can jump (a simulator's): it knows when its next event other
+    than the pending tick happens, and it can move that tick to an exact time."""
+
+    def pending_tick(self) -> tuple[int, float] | None:
+        """``(position, time)`` of the tick scheduled and not yet delivered, if the port
+        would deliver every tick from then on at exactly the time asked; else None."""
+
+    def horizon(self) -> float:
+        """The time of the next event other than the pending tick (or an earlier bound)."""
+
+    def move_tick(self, at: float, position: int) -> None:
+        """Deliver the pending tick at ``at`` exactly instead, for ``position``, ordered
+        after everything scheduled so far."""
+
+
 class StreamRun:
     """One controller, one window, one driver's :class:`ClockPort`."""
 
@@ -155,6 +173,8 @@ class StreamRun:
         self.window = window
         self.controller = Controller(config, on_record=on_record)
         self._port = port
+        # a SkippingPort (not isinstance: a runtime protocol check costs more than a short run)
+        self._skipping = callable(getattr(port, "pending_tick", None))
         self.job_starts: dict[int, float] = {}  # job id -> the controller's start time
         self._ran: dict[int, tuple[float, float]] = {}  # job id -> generator interval
 
@@ -176,6 +196,18 @@ class StreamRun:
                 port.start_job(command, now)
             else:
                 port.play(command)
+        if self._skipping:
+            self._skip_ticks()
+
+    def _skip_ticks(self) -> None:
+        """Have the controller play ahead the quiet ticks before the port's next other
+        event (:meth:`Controller.play_ahead`), then ask for the first tick it left."""
+        port, ctrl = self._port, self.controller
+        tick = port.pending_tick()  # type: ignore[attr-defined]
+        if tick is None or tick != (ctrl.next_position, ctrl.next_due):
+            return
+        if ctrl.play_ahead(port.horizon()):  # type: ignore[attr-defined]
+            port.move_tick(ctrl.next_due, ctrl.next_position)  # type: ignore[attr-defined]
 
     def job_ran(self, job_id: int, t_start: float, t_end: float) -> None:
         """The generator's own interval for a job (may differ from the controller's view)."""
@@ -200,7 +232,7 @@ class StreamRun:
             end_time=end_time,
             conditions=tuple(sorted(ctrl.conditions, key=lambda c: c.version)),
             jobs=tuple(ctrl.jobs),
-            slots=tuple(ctrl.slots),
+            slots=ctrl.slots,
             stalls=tuple(ctrl.stalls),
             discards=tuple(ctrl.discards),
             busy=busy,

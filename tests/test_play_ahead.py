@@ -1,0 +1,122 @@
+"""Event skipping (:meth:`Controller.play_ahead`) gives the tick-by-tick records, bit for bit.
+
+The simulator lets the controller play quiet slots without a SimPy event each. Every record
+of every table must come out the same as when each tick is its own event: the same rows,
+the same floats (compared by ``repr``), over the property generators of
+``tests/test_properties.py`` plus inputs built to tie: costs and arrivals on whole slots,
+leads of zero and of whole slots, stalls (C > T), both discard modes and lazy commit groups.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from latsim.controller import ControllerConfig
+from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
+from latsim.controller.records import RECORD_TYPES, column_names
+from latsim.controller.timing import Timing
+from latsim.model.costs import FixedCost, LognormalCost
+from latsim.model.traces import Trace
+from latsim.run.stream import RunRecords
+from latsim.sim.simpy_driver import simulate_trace
+from tests.test_properties import arrival_times
+
+#: more examples for a long local check: LATSIM_PLAY_AHEAD_EXAMPLES=3000 pytest this file
+EXAMPLES = int(os.environ.get("LATSIM_PLAY_AHEAD_EXAMPLES", "60"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def fingerprint(records: RunRecords) -> dict[str, object]:
+    """Every table as rows of ``repr``'d values, plus the run's counters."""
+    tables = {
+        table: [tuple(repr(getattr(r, name)) for name in column_names(record_type))
+                for r in getattr(records, table)]
+        for table, record_type in RECORD_TYPES.items()
+    }
+    return tables | {
+        "busy": [repr((b.job_id, b.t_start, b.t_end)) for b in records.busy],
+        "counters": (records.jobs_started, records.jobs_done, records.cached_at_end,
+                     repr(records.end_time)),
+    }
+
+
+def both_ways(config: ControllerConfig, cost, times, duration: float, seed: int
+              ) -> tuple[dict, dict, int]:
+    out = []
+    for skip in (False, True):
+        records, ctrl = simulate_trace(config, cost, Trace("t", tuple(times), duration),
+                                       duration, np.random.default_rng(seed), skip_ticks=skip)
+        out.append((fingerprint(records), ctrl.slots_played_ahead))
+    (ticked, none_ahead), (skipped, ahead) = out
+    assert none_ahead == 0
+    return ticked, skipped, ahead
+
+
+@st.composite
+def streams(draw):
+    """A timing, a policy, a lead and a cost model, with ties made likely."""
+    timing = Timing(K=draw(st.integers(1, 12)), r=draw(st.integers(1, 4)),
+                    fps=draw(st.sampled_from([8.0, 12.0, 16.0, 24.0, 30.0])))
+    divisors = [d for d in range(1, timing.K + 1) if timing.K % d == 0]
+    policy = draw(st.sampled_from([
+        BASELINE, SPECULATIVE,
+        Policy("ablation", draw(st.sampled_from(divisors)),
+               draw(st.sampled_from(["eager", "lazy"])),
+               draw(st.sampled_from([0.0, 0.5 * timing.delta, 2 * timing.delta]))),
+    ]))
+    whole = draw(st.booleans())  # C on whole slots: job ends tie with ticks
+    if whole:
+        C = timing.delta * draw(st.integers(1, 2 * timing.K))  # noqa: N806  (past T: stalls)
+    else:
+        C = draw(st.floats(0.01, 2.0)) * timing.T  # noqa: N806
+    cost = FixedCost(C) if draw(st.booleans()) else LognormalCost(C, draw(st.floats(0.1, 1.5)))
+    lead = draw(st.sampled_from([0.0, C, timing.delta * draw(st.integers(0, 2 * timing.K)),
+                                 cost.quantile(timing.K, 0.99)]))
+    discard = draw(st.sampled_from(["on-start", "on-ready"]))
+    return ControllerConfig(timing, policy, lead, discard), cost
+
+
+@SETTINGS
+@given(data=st.data(), stream=streams(), seed=st.integers(0, 2**16))
+def test_skipping_gives_the_tick_by_tick_records(data, stream, seed):
+    config, cost = stream
+    timing = config.timing
+    duration = timing.T * data.draw(st.floats(1.0, 12.0))
+    if data.draw(st.booleans()):
+        times = data.draw(arrival_times(timing, duration))
+    else:  # conditions exactly on ticks
+        slots = data.draw(st.lists(st.integers(0, int(duration / timing.delta) - 1),
+                                   max_size=20))
+        times = sorted(s * timing.delta for s in slots)
+    ticked, skipped, _ = both_ways(config, cost, times, duration, seed)
+    assert skipped == ticked
+
+
+def test_skipping_plays_most_slots_ahead_and_keeps_the_records():
+    """The long quiet stretches are skipped: with rare conditions nearly every slot is
+    played ahead, and still nothing differs."""
+    timing = Timing(8, 4, 16.0)
+    cost = LognormalCost(1.2, 0.3)
+    config = ControllerConfig(timing, SPECULATIVE, cost.quantile(8, 0.99))
+    times = np.cumsum(np.random.default_rng(3).exponential(10.0, size=40))
+    duration = float(times[-1]) + 1
+    ticked, skipped, ahead = both_ways(config, cost, times, duration, seed=5)
+    assert skipped == ticked
+    assert ahead > 0.7 * len(ticked["slots"])
+
+
+def test_play_ahead_knows_the_decide_rows_it_keeps_quiet():
+    """play_ahead mirrors Consume's decide rows by name; a changed table must revisit it."""
+    from latsim.controller import TRANSITIONS, Decide, State
+    from latsim.controller.machine import _QUIET_DECIDE_ACTIONS
+
+    consume = tuple(row.action for row in TRANSITIONS
+                    if row.trigger is Decide and row.source in (None, State.CONSUME))
+    produce = [row for row in TRANSITIONS
+               if row.trigger is Decide and row.source in (None, State.PRODUCE)]
+    assert consume == _QUIET_DECIDE_ACTIONS and not produce
