@@ -265,3 +265,25 @@ def test_wave_forcing_specs_and_pools_are_checked():
                                       "waveforcing:0.08,4,0.2", "--pools", "dit=4,vae=1",
                                       "--duration", "10"])
     assert result.exit_code == 2 and "give it 5 devices" in result.stderr
+
+
+def test_the_wave_forcing_files_fitted_times_are_their_formulas():
+    """Every fitted value in the Wave Forcing file solves its own reported figure (1.3B:
+    the round on the 4-step DiT FPS, the VAE on the one-GPU FPS; 14B: the round on its
+    one-GPU FPS, with the 1.3B's VAE)."""
+    from latsim.experiments.systems import WAVE_FILE, system_file
+    from latsim.model.generators import WaveForcingCost
+
+    seed, wave = system_file(WAVE_FILE)["seed"], system_file(WAVE_FILE)["wave_forcing"]
+    big = system_file(WAVE_FILE)["wave_forcing_14b"]
+    frames = wave["chunk_frames"]
+    close = {"abs": 1e-5}  # the files keep 6 decimals, and the VAE time uses the round's
+    assert wave["round_time"] == pytest.approx(frames / seed["dit_fps_4"], **close)
+    assert wave["vae"] == pytest.approx(frames / seed["single_gpu_fps"]
+                                        - 5 * wave["round_time"], **close)
+    assert big["vae"] == wave["vae"]
+    assert big["round_time"] == pytest.approx(
+        (frames / seed["single_gpu_fps_14b"] - big["vae"]) / (big["denoise"] + 1), **close)
+    # a 14B chunk outlasts its video (C > T): one chunk in flight cannot keep up
+    model = WaveForcingCost(big["round_time"], big["denoise"], big["vae"])
+    assert model.mean(3) > 3 * 4 / seed["fps_video"]

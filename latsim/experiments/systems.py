@@ -27,7 +27,9 @@ every value marked *stated* (the seed says it), *derived* (computed from stated 
     serve)
     through its explicit pipeline (a chunk per round, S + 1 rounds each, back-pressure from
     the VAE devices), predicts the 4-step end-to-end FPS and speedup and both 5-step FPS
-    figures. The 14B figures are not modelled (the seed does not give their setup).
+    figures. The 14B round time is fitted on the 14B one-GPU FPS alone (its setup is not in
+    the seed: the 1.3B VAE, steps and 8-GPU layout are assumed), and the pipeline predicts
+    its end-to-end FPS and speedup.
 
 Wave Forcing's interactive rows use its own fitted timing (one stream, and as many streams
 as its FPS covers), 1F1C on its 8 GPUs against NF1C on one.
@@ -160,16 +162,17 @@ def wave_forcing_model(steps: int = 4, mode: str = "1f1c") -> WaveForcingCost:
 
 def measured_fps(model: WaveForcingCost, pools: tuple[tuple[str, int], ...]
                  ) -> tuple[float, float]:
-    """(DiT FPS, end-to-end FPS) of ``model`` on ``pools``, simulated saturated: chunks
-    leaving the DiT devices, and chunks decoded, per second of a steady window, times the
-    frames per chunk."""
+    """(DiT FPS, end-to-end FPS) of ``model`` on ``pools``, simulated saturated (enough
+    streams to ask for half again its chunk rate): chunks leaving the DiT devices, and
+    chunks decoded, per second of a steady window, times the frames per chunk."""
     wave = system_file(WAVE_FILE)["wave_forcing"]
     frames, latents = wave["chunk_frames"], wave["chunk_latents"]
     timing = Timing(latents, frames // latents, float(system_file(WAVE_FILE)["seed"][
         "fps_video"]))
     rng = np.random.default_rng(0)
     duration = STEADY[1] + 10.0
-    streams = math.ceil(SATURATION * model.chunk_rate() * timing.T)
+    # one chunk in flight per stream: a stream asks for one every max(T, C) seconds
+    streams = math.ceil(SATURATION * model.chunk_rate() * max(timing.T, model.mean(latents)))
     inputs = [StreamInput(Trace("none", (), duration), float(rng.uniform(0, timing.T)),
                           np.random.default_rng(i),
                           tuple(np.random.default_rng(1000 + 4 * i + j) for j in range(4)))
@@ -212,6 +215,32 @@ def _wave_forcing_rows() -> list[dict]:
              "predicted", "two VAE GPUs throttle the pipeline (back-pressure)"),
         _row("Wave Forcing", "5 steps: end-to-end FPS", seed["e2e_fps_5"], e2e5, "predicted",
              "two VAE GPUs: 2 / VAE time chunks per second"),
+        *_wave_forcing_14b_rows(four),
+    ]
+
+
+def _wave_forcing_14b_rows(small: WaveForcingCost) -> list[dict]:
+    """14B: the round time fitted on its one-GPU FPS alone (the VAE is the 1.3B's), then
+    its pipeline on the 1.3B layout predicts the end-to-end FPS and the speedup."""
+    seed, big = system_file(WAVE_FILE)["seed"], system_file(WAVE_FILE)["wave_forcing_14b"]
+    pools = (("dit", big["dit_gpus"]), ("vae", big["vae_gpus"]))
+    pipeline = WaveForcingCost(big["round_time"], big["denoise"], big["vae"])
+    _, e2e = measured_fps(pipeline, pools)
+    _, single = measured_fps(replace(pipeline, mode="nf1c"), (("dit", 1),))
+    flops = system_file(SDVG_FILE)["sdvg"]["target_over_draft"]
+    layout = (f"{big['dit_gpus']} DiT + {big['vae_gpus']} VAE GPUs and {big['denoise']} "
+              "steps assumed")
+    return [
+        _row("Wave Forcing", "14B one GPU (NF1C): FPS", seed["single_gpu_fps_14b"], single,
+             "fitted", f"14B round time from this figure alone: {big['round_time']:.4f} s, "
+             f"{big['round_time'] / small.round_time:.2f}x the 1.3B round (FLOP ratio "
+             f"{flops:.2f})"),
+        _row("Wave Forcing", "14B end-to-end FPS (WaveRT BF16)", seed["e2e_fps_14b"], e2e,
+             "predicted", f"the 1.3B layout ({layout}); the DiT pipeline bounds it"),
+        _row("Wave Forcing", "14B speedup over one GPU (WaveRT BF16)",
+             seed["e2e_fps_14b"] / seed["single_gpu_fps_14b"], e2e / single, "predicted",
+             f"the seed's best backend reaches {seed['speedup_14b_max']}x "
+             f"({'above' if e2e / single > seed['speedup_14b_max'] else 'within'} it)"),
     ]
 
 
