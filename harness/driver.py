@@ -69,6 +69,7 @@ from latsim.controller import (
     StartJob,
     WakeUp,
 )
+from latsim.errors import LatsimError
 from latsim.model.traces import Trace
 from latsim.run.stream import COMPLETE, INTERRUPTED, RunRecords, RunWindow, StreamRun
 
@@ -271,6 +272,9 @@ class LiveDriver:
         on_play: Callable[[PlaySlot, float], None] | None = None,
         on_job: Callable[[JobTiming], None] | None = None,
     ) -> None:
+        if config.pipelined:
+            raise LatsimError("the live driver runs one job at a time: one chunk in flight "
+                              "and the let-play policy")
         self.config = config
         self.driver_config = driver_config
         self.window = RunWindow.for_config(config, driver_config.duration, driver_config.drain)

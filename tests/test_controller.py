@@ -243,7 +243,9 @@ def test_every_event_has_a_row_in_every_state_except_job_done_in_consume():
             has_row = event_type in Controller._dispatch[state]
             assert has_row is not (state is State.CONSUME and event_type is JobDone)
     assert Decide in Controller._dispatch[State.CONSUME]
-    assert Decide not in Controller._dispatch[State.PRODUCE]  # the running job ends it
+    # Produce decides too (another chunk in flight, a flush); its last row holds
+    produce = Controller._dispatch[State.PRODUCE][Decide]
+    assert produce[-1][0].action == "hold" and produce[-1][1] is None
 
 
 def test_event_with_no_row_raises():
@@ -305,7 +307,7 @@ def test_diagram_and_table_print_every_row():
     diagram = mermaid_diagram()
     assert diagram.startswith("stateDiagram-v2\n")
     assert "Consume --> Produce: decide [replan_feasible] / start_replan" in diagram
-    assert "Produce --> Consume: job_done / finish_job" in diagram
+    assert "Produce --> Consume: job_done [last_job] / finish_job" in diagram
     assert diagram.count("    note right of Produce\n") == 1 and "    end note\n" in diagram
     for row in TRANSITIONS:
         guard = f" [{row.guard}]" if row.guard else ""

@@ -111,12 +111,13 @@ def test_skipping_plays_most_slots_ahead_and_keeps_the_records():
 
 
 def test_play_ahead_knows_the_decide_rows_it_keeps_quiet():
-    """play_ahead mirrors Consume's decide rows by name; a changed table must revisit it."""
+    """play_ahead mirrors each state's decide rows by name; a changed table must revisit
+    it (a state whose rows it does not know is never skipped)."""
     from latsim.controller import TRANSITIONS, Decide, State
-    from latsim.controller.machine import _QUIET_DECIDE_ACTIONS
+    from latsim.controller.machine import _QUIET_DECIDE_ACTIONS, Controller
 
-    consume = tuple(row.action for row in TRANSITIONS
-                    if row.trigger is Decide and row.source in (None, State.CONSUME))
-    produce = [row for row in TRANSITIONS
-               if row.trigger is Decide and row.source in (None, State.PRODUCE)]
-    assert consume == _QUIET_DECIDE_ACTIONS and not produce
+    for state in State:
+        rows = tuple(row.action for row in TRANSITIONS
+                     if row.trigger is Decide and row.source in (None, state))
+        assert rows in _QUIET_DECIDE_ACTIONS
+        assert Controller._quiet_decide[state] == _QUIET_DECIDE_ACTIONS[rows]

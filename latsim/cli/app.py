@@ -32,6 +32,8 @@ from latsim.cli.options import (
     DitDegreeOpt,
     DurationOpt,
     FpsOpt,
+    InFlightOpt,
+    InFlightPolicyOpt,
     JobsOpt,
     JsonOpt,
     LeadOpt,
@@ -43,6 +45,7 @@ from latsim.cli.options import (
     QOpt,
     ReplanCostOpt,
     ROptions,
+    RunAheadOpt,
     ScheduleOpt,
     SchedulerOpt,
     SeedOpt,
@@ -313,6 +316,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         scheduler: SchedulerOpt = "local",
         commit: CommitOpt = None,
         commit_lead: CommitLeadOpt = 0.0,
+        run_ahead: RunAheadOpt = 0.0,
         max_events: MaxSimEventsOpt = DEFAULT_MAX_EVENTS,
         streams: StreamsOpt = None,
         pools: PoolsOpt = None,
@@ -325,6 +329,8 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         batch: BatchOpt = None,
         start: StartOpt = None,
         discard: DiscardOpt = None,
+        in_flight: InFlightOpt = None,
+        in_flight_policy: InFlightPolicyOpt = None,
         cold_start: ColdStartOpt = None,
         dit_degree: DitDegreeOpt = None,
         serving: ServingFileOpt = None,
@@ -343,7 +349,8 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
             serving, streams=streams, pools=pools, schedule=schedule, decode=decode,
             deliver=deliver, uplink=uplink, playout_delay=playout_delay,
             replan_cost=replan_cost, batch=batch, start=start, discard=discard,
-            cold_start=cold_start, dit_degree=dit_degree)
+            in_flight=in_flight, in_flight_policy=in_flight_policy, cold_start=cold_start,
+            dit_degree=dit_degree)
         if C is None and cost is None:
             cost = file_cost
         experiment = Experiment(
@@ -351,7 +358,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
             cost=FixedCost(C) if C is not None else cost or DEFAULT_COST, lead=lead, q=q,
             policies=tuple(policy_names(policy)), updates=updates, duration=duration,
             seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
-            max_events=max_events, serving=serving_config,
+            run_ahead=run_ahead, max_events=max_events, serving=serving_config,
         )
         with scheduler_context(scheduler, jobs):
             _run(experiment, as_json, out, jobs)

@@ -20,6 +20,8 @@ from latsim.cli.options import (
     DitDegreeOpt,
     DurationOpt,
     FpsOpt,
+    InFlightOpt,
+    InFlightPolicyOpt,
     JobsOpt,
     JsonOpt,
     LeadOpt,
@@ -67,6 +69,8 @@ def capacity(
     start: Annotated[str, typer.Option(
         help="stream join times: random (default), staggered or together")] = "random",
     discard: DiscardOpt = None,
+    in_flight: InFlightOpt = None,
+    in_flight_policy: InFlightPolicyOpt = None,
     cold_start: ColdStartOpt = None,
     dit_degree: DitDegreeOpt = None,
     serving: ServingFileOpt = None,
@@ -103,7 +107,8 @@ def capacity(
     serving_config, file_cost = serving_from_flags(
         serving, streams=1, pools=pools, schedule=schedule, decode=decode, deliver=deliver,
         uplink=uplink, playout_delay=playout_delay, replan_cost=replan_cost, batch=batch,
-        start=start, discard=discard, cold_start=cold_start, dit_degree=dit_degree)
+        start=start, discard=discard, in_flight=in_flight, in_flight_policy=in_flight_policy,
+        cold_start=cold_start, dit_degree=dit_degree)
     experiment = Experiment(
         Ks=(K,), r=r, fps=fps,
         cost=FixedCost(C) if C is not None else cost or file_cost or DEFAULT_COST,

@@ -47,6 +47,10 @@ CommitOpt = Annotated[
 CommitLeadOpt = Annotated[
     float, typer.Option(help="lazy commit locks a latent this many seconds before it plays")
 ]
+RunAheadOpt = Annotated[
+    float, typer.Option(help="refills start this many seconds beyond the lead (a deeper "
+                        "buffer; replans still branch one lead ahead)")
+]
 _SERVING = "Serving model (DESIGN §6)"
 StreamsOpt = Annotated[int | None, typer.Option(
     help="viewers sharing the pools (default 1)", rich_help_panel=_SERVING)]
@@ -76,6 +80,12 @@ StartOpt = Annotated[str | None, typer.Option(
     rich_help_panel=_SERVING)]
 DiscardOpt = Annotated[str | None, typer.Option(
     help="a replan discards the old future on-start (default) or on-ready",
+    rich_help_panel=_SERVING)]
+InFlightOpt = Annotated[int | None, typer.Option(
+    help="chunks one stream may have in flight at once (default 1)", rich_help_panel=_SERVING)]
+InFlightPolicyOpt = Annotated[str | None, typer.Option(
+    help="what a new condition does to chunks in flight: let-play (default: they play, it "
+    "shows from the next chunk) or flush (a replan now; their outputs are discarded)",
     rich_help_panel=_SERVING)]
 ColdStartOpt = Annotated[bool | None, typer.Option(
     "--cold-start/--no-cold-start",

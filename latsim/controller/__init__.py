@@ -8,6 +8,8 @@ Controller, StartJob``).
 from latsim.controller.machine import (
     DISCARD_MODES,
     EPS,
+    IN_FLIGHT_POLICIES,
+    MAX_IN_FLIGHT,
     TRANSITIONS,
     Command,
     ConditionArrived,
@@ -28,7 +30,8 @@ from latsim.controller.machine import (
 )
 
 __all__ = [
-    "DISCARD_MODES", "EPS", "TRANSITIONS", "Command", "ConditionArrived", "Controller",
+    "DISCARD_MODES", "EPS", "IN_FLIGHT_POLICIES", "MAX_IN_FLIGHT", "TRANSITIONS", "Command",
+    "ConditionArrived", "Controller",
     "ControllerConfig", "Decide", "Event", "JobDone", "JobStarted", "PlaySlot",
     "ScheduleWakeUp", "SlotDue", "StartJob", "State", "Transition", "WakeUp",
     "mermaid_diagram",

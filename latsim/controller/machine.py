@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -165,23 +165,35 @@ class Transition:
 P, C_ = State.PRODUCE, State.CONSUME
 TRANSITIONS: tuple[Transition, ...] = (
     Transition(None, ConditionArrived, None, None, "register_condition",
-               "new version pending; a running job is never aborted"),
+               "new version pending; a running job is never aborted (a flush drops its "
+               "output when it lands)"),
     Transition(None, SlotDue, None, None, "play_or_stall",
                "play the cached slot, or stall; stale ticks are ignored"),
     Transition(None, WakeUp, None, None, "forget_due_refill",
                "forget the armed refill once due, so decide re-checks it "
-               "(stale in Produce: no refill is armed while a job runs)"),
+               "(in Produce one is armed only with room for another chunk in flight)"),
     Transition(P, JobStarted, None, None, "note_job_start",
                "a device took the queued job: its wait counts in R"),
-    Transition(P, JobDone, None, C_, "finish_job",
-               "cache K predictions (on-ready: replacing the old future now); eager commit "
-               "locks them; end a stall"),
+    Transition(P, JobDone, "last_job", C_, "finish_job",
+               "cache K predictions (on-ready: replacing the old future now; flushed: "
+               "discard them); eager commit locks them; end a stall"),
+    Transition(P, JobDone, None, None, "finish_job",
+               "the same, with another chunk still in flight"),
     Transition(C_, Decide, "replan_feasible", P, "start_replan",
                "pending version and a branch before the cache end: sample K from it "
                "(on-start: discard the future now)"),
     Transition(C_, Decide, "refill_due", P, "start_refill",
                "cache end due within lead: sample the next K"),
     Transition(C_, Decide, None, C_, "arm_refill", "wake up when the refill is due"),
+    Transition(P, Decide, "flush_replan_feasible", None, "start_flush_replan",
+               "flush policy, pending version and a branch before the planned end: drop the "
+               "cached future from it and flush the chunks in flight behind it; sample K"),
+    Transition(P, Decide, "refill_due_in_flight", None, "start_refill",
+               "room for another chunk in flight and the planned end due within lead"),
+    Transition(P, Decide, "room_in_flight", None, "arm_refill",
+               "room in flight: wake up when the next refill is due"),
+    Transition(P, Decide, None, None, "hold",
+               "no room in flight (with one chunk, always): wait for a job to end"),
 )
 
 
@@ -221,17 +233,31 @@ def mermaid_diagram() -> str:
 #: positions from the branch on are discarded when the replan starts, so a late replan
 #: stalls the player) or ``on-ready`` (they stay playable until the replacement is ready).
 DISCARD_MODES = ("on-start", "on-ready")
+#: What a new condition does to chunks in flight (generated under an older one):
+#: ``let-play`` (they play; the condition shows from the next chunk started, like chunk
+#: commitment) or ``flush`` (a replan branches at once and the chunks in flight behind its
+#: branch are dropped when they land, counted as discarded; like latent commitment).
+IN_FLIGHT_POLICIES = ("let-play", "flush")
+#: The most chunks one stream may have in flight.
+MAX_IN_FLIGHT = 64
 
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    """What the controller needs to know: timing, policy, the planning lead (seconds) and
-    when a replan discards the old future (:data:`DISCARD_MODES`)."""
+    """What the controller needs to know: timing, policy, the planning lead (seconds), when
+    a replan discards the old future (:data:`DISCARD_MODES`), how many chunks one stream
+    may have in flight and what a new condition does to them (:data:`IN_FLIGHT_POLICIES`),
+    and ``run_ahead``: seconds beyond the lead that refills start early (a deeper buffer, as
+    a pipeline that runs ahead keeps; replans still branch one lead ahead).
+    """
 
     timing: Timing
     policy: Policy
     lead: float
     discard: str = "on-start"
+    in_flight: int = 1
+    in_flight_policy: str = "let-play"
+    run_ahead: float = 0.0
 
     def __post_init__(self) -> None:
         self.policy.commit_unit(self.timing.K)
@@ -240,6 +266,25 @@ class ControllerConfig:
         if self.discard not in DISCARD_MODES:
             raise LatsimError(f"discard mode must be on-start or on-ready, got "
                               f"{self.discard!r}")
+        if (isinstance(self.in_flight, bool) or not isinstance(self.in_flight, int)
+                or not 1 <= self.in_flight <= MAX_IN_FLIGHT):
+            raise LatsimError(f"chunks in flight must be a whole number in 1..{MAX_IN_FLIGHT}, "
+                              f"got {self.in_flight!r}")
+        if not (math.isfinite(self.run_ahead) and self.run_ahead >= 0):
+            raise LatsimError(f"run-ahead must be >= 0 seconds, got {self.run_ahead!r}")
+        if self.in_flight_policy not in IN_FLIGHT_POLICIES:
+            raise LatsimError(f"in-flight policy must be let-play or flush, got "
+                              f"{self.in_flight_policy!r}")
+        if self.discard == "on-ready" and (self.in_flight > 1
+                                           or self.in_flight_policy == "flush"):
+            raise LatsimError("discard on-ready keeps the old future playing while one replan "
+                              "runs: it needs one chunk in flight and the let-play policy")
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether jobs may overlap (several in flight, or a flush starting a replan while
+        the flushed job still runs): a driver must then queue or pool them."""
+        return self.in_flight > 1 or self.in_flight_policy == "flush"
 
 
 @dataclass(slots=True)
@@ -250,6 +295,7 @@ class _RunningJob:
     version: int
     t_start: float
     context: int
+    flushed_by: int | None = None  # the version whose replan flushed it: output dropped
 
 
 @dataclass(slots=True)
@@ -277,8 +323,8 @@ class Controller:
     #: :data:`TRANSITIONS` compiled by :func:`_compile`: state -> trigger -> rows.
     _dispatch: ClassVar[_Dispatch]
     #: Per state, what :meth:`play_ahead` checks after a play: ``"none"`` (no decide row),
-    #: ``"consume"`` (the rows of :data:`_QUIET_DECIDE_ACTIONS`) or None (rows it does not
-    #: know: no skipping).
+    #: ``"consume"`` or ``"produce"`` (the rows of :data:`_QUIET_DECIDE_ACTIONS`) or None
+    #: (rows it does not know: no skipping).
     _quiet_decide: ClassVar[dict[State, str | None]]
 
     def __init__(
@@ -289,23 +335,27 @@ class Controller:
         self._delta = config.timing.delta
         self._q = config.policy.commit_unit(self._K)
         self._eager = config.policy.commit == "eager"
-        self._lead = config.lead
+        self._refill_lead = config.lead + config.run_ahead  # the lead itself when 0
         self._branch_lead = max(config.lead, config.policy.commit_lead)
         self._discard_on_ready = config.discard == "on-ready"
+        self._max_in_flight = config.in_flight
+        self._flush = config.in_flight_policy == "flush"
         self._on_record = on_record
 
         self.state = State.CONSUME
         self._rows = self._dispatch[self.state]  # the rows of self.state, by trigger
         self._started = False
         self._cache: dict[int, tuple[int, int]] = {}  # position -> (version, job_id), ready
-        self._cache_end = 0  # first position not in the cache (nor in the running job)
+        self._cache_end = 0  # first position not ready: the end of the playable cache
+        self._planned_end = 0  # first position neither cached nor in a live job in flight
         self._locked_end = 0  # positions below are committed: never replaced
         self._next_pos = 0  # next position to play
         self._next_due = 0.0  # when it is due (if not stalled)
         self._stalled_since: float | None = None
         self._latest_version = 0
         self._planned_version = 0
-        self._job: _RunningJob | None = None
+        self._running: list[_RunningJob] = []  # jobs in flight, in start order
+        self._live = 0  # of them, not flushed
         self._next_job_id = 1
         self._armed_refill: float | None = None
         self._open: list[_OpenCondition] = []
@@ -333,7 +383,7 @@ class Controller:
         self._next_due = now
         for pos in range(self._K):
             self._cache[pos] = (0, 0)
-        self._cache_end = self._K
+        self._cache_end = self._planned_end = self._K
         if self._eager:
             self._locked_end = self._K
         self._emit(JobRecord(0, "prebuffer", 0, self._K, 0, 0, now, now))
@@ -366,12 +416,14 @@ class Controller:
         property generators).
 
         A tick is *quiet* when its slot is cached (else the tick starts a stall) and the
-        decide step after it commands nothing. In Produce there is no decide row. In
-        Consume the rows are tried in order: ``replan_feasible`` cannot hold without a
-        pending version, and with one its branch is computed from the state the play would
-        leave; ``refill_due`` and ``arm_refill`` read the refill's due time, computed from
-        that state too. Both by the methods the guards use, so the floats are the same. A
-        table with other decide rows is not skipped (:data:`_QUIET_DECIDE_ACTIONS`).
+        decide step after it commands nothing. In Consume the rows are tried in order:
+        ``replan_feasible`` cannot hold without a pending version, and with one its branch
+        is computed from the state the play would leave; ``refill_due`` and ``arm_refill``
+        read the refill's due time, computed from that state too. Both by the methods the
+        guards use, so the floats are the same. In Produce only ``hold`` fires without room
+        for another chunk in flight (with one chunk, always); with room the refill rows are
+        checked as in Consume, and a pending version under the flush policy ends the skip.
+        A table with other decide rows is not skipped (:data:`_QUIET_DECIDE_ACTIONS`).
         """
         if self._stalled_since is not None or self._next_due >= horizon:
             return 0
@@ -386,9 +438,13 @@ class Controller:
         check = self._quiet_decide[self.state]
         if check is None:
             return []
-        decide = check == "consume"
-        cache, delta, q, eager = self._cache, self._delta, self._q, self._eager
         pending = self._latest_version > self._planned_version
+        decide = check == "consume"
+        if check == "produce":
+            if self._flush and pending:
+                return []  # the flush replan's guard is not mirrored: tick by tick
+            decide, pending = self._live < self._max_in_flight, False
+        cache, delta, q, eager = self._cache, self._delta, self._q, self._eager
         armed = self._armed_refill
         position, locked, t = self._next_pos, self._locked_end, self._next_due
         times: list[float] = []
@@ -397,7 +453,8 @@ class Controller:
                 after = t + delta
                 if not eager:
                     locked = max(locked, (position // q + 1) * q)
-                if pending and self._replan_branch(t, position + 1, after, locked) is not None:
+                if pending and self._replan_branch(t, position + 1, after, locked,
+                                                   self._cache_end) is not None:
                     break
                 due = self._refill_due_from(position + 1, after)
                 if due <= t + EPS or armed is None or abs(armed - due) > EPS:
@@ -474,7 +531,19 @@ class Controller:
 
     @property
     def running_job(self) -> int | None:
-        return None if self._job is None else self._job.job_id
+        """The oldest job in flight (the only one, with one chunk in flight)."""
+        return self._running[0].job_id if self._running else None
+
+    @property
+    def jobs_in_flight(self) -> tuple[int, ...]:
+        """Every job running, flushed ones included, oldest first."""
+        return tuple(job.job_id for job in self._running)
+
+    @property
+    def planned_end(self) -> int:
+        """The first position neither cached nor due from a live job in flight: where the
+        next refill branches."""
+        return self._planned_end
 
     @property
     def open_conditions(self) -> int:
@@ -504,8 +573,9 @@ class Controller:
 
     def _refill_due_from(self, next_pos: int, next_due: float) -> float:
         """When the refill is due, with the playhead at ``next_pos`` due at ``next_due``
-        (the same sums as :meth:`_slot_start`, so :meth:`play_ahead` gets the same bits)."""
-        return next_due + (self._cache_end - next_pos) * self._delta - self._lead
+        (the same sums as :meth:`_slot_start`, so :meth:`play_ahead` gets the same bits).
+        The refill branches at the planned end: the cache end when nothing is in flight."""
+        return next_due + (self._planned_end - next_pos) * self._delta - self._refill_lead
 
     # ------------------------------------------------------------ actions on events
 
@@ -525,24 +595,36 @@ class Controller:
         if self._armed_refill is not None and self._armed_refill <= now + EPS:
             self._armed_refill = None
 
+    def _find_job(self, job_id: int, what: str) -> _RunningJob:
+        for job in self._running:
+            if job.job_id == job_id:
+                return job
+        raise RuntimeError(f"{what} for job {job_id}, but it is not running")
+
     def _act_note_job_start(self, event: JobStarted, now: float, out: list) -> None:
-        job = self._job
-        if job is None or job.job_id != event.job_id:
-            raise RuntimeError(f"job_started for job {event.job_id}, but it is not running")
-        job.t_start = now
+        self._find_job(event.job_id, "job_started").t_start = now
+
+    def _guard_last_job(self, event: JobDone, now: float) -> JobDone | None:
+        return event if len(self._running) == 1 else None
 
     def _act_finish_job(self, event: JobDone, now: float, out: list) -> None:
-        job = self._job
-        if job is None or job.job_id != event.job_id:
-            raise RuntimeError(f"job_done for job {event.job_id}, but it is not running")
-        self._job = None
+        job = self._find_job(event.job_id, "job_done")
+        self._running.remove(job)
+        self.jobs_done += 1
+        if job.flushed_by is not None:  # its positions were given up when it was flushed
+            self.discarded += self._K
+            self._emit(DiscardRecord(job.job_id, job.branch, self._K, now, job.flushed_by))
+            self._emit(JobRecord(job.job_id, job.kind, job.branch, self._K, job.version,
+                                 job.context, job.t_start, now))
+            return
+        self._live -= 1
         first = job.branch
         end = job.branch + self._K
         if self._discard_on_ready and job.kind == "replan":
             # the old future played on while the replan ran (and got locked as it played):
             # the replacement takes over from the first position still replaceable
             keep = max(job.branch, self._locked_end, self._next_pos)
-            self._discard(keep, self._cache_end, now, job.version)
+            self._discard(range(keep, self._cache_end), now, job.version)
             first = min(keep, end)
             if first > job.branch:  # positions the old content filled meanwhile
                 self.discarded += first - job.branch
@@ -551,10 +633,16 @@ class Controller:
             end = max(end, keep)
         for pos in range(first, job.branch + self._K):
             self._cache[pos] = (job.version, job.job_id)
-        self._cache_end = end
+        if self._discard_on_ready:
+            self._cache_end = end
+        elif first <= self._cache_end:  # the chunk next in line (jobs may end out of order)
+            self._cache_end = end
+            while self._cache_end in self._cache:  # chunks behind it that ended first
+                self._cache_end += 1
+        if not self._live:
+            self._planned_end = self._cache_end
         if self._eager:
             self._locked_end = max(self._locked_end, self._cache_end)
-        self.jobs_done += 1
         self._emit(
             JobRecord(job.job_id, job.kind, job.branch, self._K, job.version, job.context,
                       job.t_start, now)
@@ -634,9 +722,16 @@ class Controller:
         raise RuntimeError(f"no transition for {trigger} in {self.state.value}{held}: {event!r}")
 
     def _decide(self, now: float, out: list) -> None:
-        rows = self._rows.get(Decide)
-        if rows is not None:
+        """The decide step; again after each job it starts, while another may start at
+        once (several chunks in flight fill in one instant: each start is one row)."""
+        while True:
+            rows = self._rows.get(Decide)
+            if rows is None:
+                return
+            started = self.jobs_started
             self._fire(rows, None, now, out)
+            if self.jobs_started == started or self._live >= self._max_in_flight:
+                return
 
     # ------------------------------------------------------------ the decision step
 
@@ -656,30 +751,68 @@ class Controller:
             return None
         if self._stalled_since is not None:
             return None  # the cache is empty at the playhead: only a refill helps
-        return self._replan_branch(now, self._next_pos, self._next_due, self._locked_end)
+        return self._replan_branch(now, self._next_pos, self._next_due, self._locked_end,
+                                   self._cache_end)
 
-    def _replan_branch(self, now: float, next_pos: int, next_due: float, locked_end: int
-                       ) -> int | None:
-        """The replan guard's branch for a playhead at ``next_pos`` due at ``next_due``."""
+    def _replan_branch(self, now: float, next_pos: int, next_due: float, locked_end: int,
+                       end: int) -> int | None:
+        """The replan guard's branch for a playhead at ``next_pos`` due at ``next_due``, if
+        it falls before ``end`` (there is a future there to replace)."""
         ahead = (now + self._branch_lead - next_due) / self._delta
         position = next_pos + max(0, math.ceil(ahead - EPS))
         position = max(position, locked_end, next_pos)
         position = -(-position // self._q) * self._q
-        return position if position < self._cache_end else None
+        return position if position < end else None
 
     def _guard_refill_due(self, event: None, now: float) -> int | None:
-        return self._cache_end if self._refill_due_at(now) <= now + EPS else None
+        return self._planned_end if self._refill_due_at(now) <= now + EPS else None
 
     def _act_start_replan(self, branch: int, now: float, out: list) -> None:
         if not self._discard_on_ready:
-            self._discard(branch, self._cache_end, now, self._latest_version)
+            self._discard(range(branch, self._cache_end), now, self._latest_version)
             self._cache_end = branch
         self._start_job("replan", branch, now, out)
 
-    def _discard(self, first: int, end: int, now: float, by_version: int) -> None:
-        """Drop cached positions ``first .. end-1``: one record per job they came from."""
+    def _guard_flush_replan_feasible(self, event: None, now: float) -> int | None:
+        """The flush policy's replan in Produce: the replan guard's branch, moved past any
+        live chunk in flight it falls inside (a chunk is flushed whole or plays whole), and
+        before the planned end."""
+        if (not self._flush or self._latest_version <= self._planned_version
+                or self._stalled_since is not None):
+            return None
+        branch = self._replan_branch(now, self._next_pos, self._next_due, self._locked_end,
+                                     self._planned_end)
+        if branch is None:
+            return None
+        for job in self._running:
+            if job.flushed_by is None and job.branch < branch < job.branch + self._K:
+                branch = job.branch + self._K
+        return branch if branch < self._planned_end else None
+
+    def _act_start_flush_replan(self, branch: int, now: float, out: list) -> None:
+        version = self._latest_version
+        # the cached future from the branch on, a chunk that ended out of order included
+        self._discard(sorted(p for p in self._cache if p >= branch), now, version)
+        self._cache_end = min(self._cache_end, branch)
+        for job in self._running:
+            if job.flushed_by is None and job.branch >= branch:
+                job.flushed_by = version
+                self._live -= 1
+        self._start_job("replan", branch, now, out)
+
+    def _guard_refill_due_in_flight(self, event: None, now: float) -> int | None:
+        return self._guard_refill_due(event, now) if self._live < self._max_in_flight else None
+
+    def _guard_room_in_flight(self, event: None, now: float) -> bool | None:
+        return True if self._live < self._max_in_flight else None
+
+    def _act_hold(self, value: None, now: float, out: list) -> None:
+        pass
+
+    def _discard(self, positions: Iterable[int], now: float, by_version: int) -> None:
+        """Drop the cached ``positions`` (in order): one record per job they came from."""
         dropped: dict[int, list[int]] = {}
-        for pos in range(first, end):
+        for pos in positions:
             _, job_id = self._cache.pop(pos)
             dropped.setdefault(job_id, []).append(pos)
         for job_id, positions in dropped.items():
@@ -700,7 +833,10 @@ class Controller:
         self._next_job_id += 1
         self._planned_version = self._latest_version
         self._armed_refill = None
-        self._job = _RunningJob(job_id, kind, branch, self._latest_version, now, branch)
+        self._running.append(_RunningJob(job_id, kind, branch, self._latest_version, now,
+                                         branch))
+        self._live += 1
+        self._planned_end = branch + self._K
         self.jobs_started += 1
         out.append(StartJob(job_id, kind, branch, self._K, self._latest_version, branch))
 
@@ -720,8 +856,12 @@ class Controller:
             self._on_record(record)
 
 
-#: The Consume decide rows :meth:`Controller.play_ahead` knows how to keep quiet, in order.
-_QUIET_DECIDE_ACTIONS = ("start_replan", "start_refill", "arm_refill")
+#: The decide rows :meth:`Controller.play_ahead` knows how to keep quiet, in order, by the
+#: check it makes for them.
+_QUIET_DECIDE_ACTIONS = {
+    ("start_replan", "start_refill", "arm_refill"): "consume",
+    ("start_flush_replan", "start_refill", "arm_refill", "hold"): "produce",
+}
 
 # A compiled row: (row, guard, action, target state, target state's rows by trigger). The
 # methods are resolved once here, so handle() does no name lookups and allocates nothing.
@@ -747,8 +887,7 @@ def _compile(table: Sequence[Transition], cls: type[Controller]) -> _Dispatch:
 
 Controller._dispatch = _compile(TRANSITIONS, Controller)
 Controller._quiet_decide = {
-    state: "none" if Decide not in rows else (
-        "consume" if tuple(r[0].action for r in rows[Decide]) == _QUIET_DECIDE_ACTIONS
-        else None)
+    state: "none" if Decide not in rows else _QUIET_DECIDE_ACTIONS.get(
+        tuple(r[0].action for r in rows[Decide]))
     for state, rows in Controller._dispatch.items()
 }

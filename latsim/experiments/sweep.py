@@ -96,6 +96,7 @@ class Experiment:
     seed: int = DEFAULT_SEED
     commit: str | None = None  # override the presets' commit mode (ablations)
     commit_lead: float = 0.0
+    run_ahead: float = 0.0  # refills start this much beyond the lead (ControllerConfig)
     max_events: int = DEFAULT_MAX_EVENTS  # the work bound (see plan_events)
     serving: ServingConfig | None = None  # None: one stream on one worker (DESIGN §2)
 
@@ -119,6 +120,7 @@ class Experiment:
             check_int("--seeds", self.seeds, 1, MAX_SEEDS)
         check_int("--seed", self.seed, 0, MAX_SEED)
         check_number("commit lead", self.commit_lead, 0, MAX_SECONDS, unit="s")
+        check_number("--run-ahead", self.run_ahead, 0, MAX_SECONDS, unit="s")
         check_int("--max-events", self.max_events, 1, 10**15)
         for name in self.policies:
             if name not in PRESETS:
@@ -137,10 +139,14 @@ class Cell:
     policy: Policy
     lead: float
     discard: str = "on-start"
+    in_flight: int = 1
+    in_flight_policy: str = "let-play"
+    run_ahead: float = 0.0
 
     @property
     def config(self) -> ControllerConfig:
-        return ControllerConfig(self.timing, self.policy, self.lead, self.discard)
+        return ControllerConfig(self.timing, self.policy, self.lead, self.discard,
+                                self.in_flight, self.in_flight_policy, self.run_ahead)
 
 
 @dataclass(frozen=True)
@@ -233,7 +239,10 @@ def plan(experiment: Experiment) -> Plan:
             names.insert(0, "baseline")  # the twin that A is measured against
         for name in names:
             cells.append(Cell(timing, _policy(experiment, name), lead,
-                              "on-start" if serving is None else serving.discard))
+                              run_ahead=experiment.run_ahead) if serving is None
+                         else Cell(timing, _policy(experiment, name), lead, serving.discard,
+                                   serving.in_flight, serving.in_flight_policy,
+                                   experiment.run_ahead))
             cells[-1].config  # noqa: B018 - validates q against K
     p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
              tuple(cells), serving)
@@ -400,6 +409,8 @@ def _theory_mean(p: Plan, cell: Cell) -> float | None:
     ``commit_lead`` beyond the lead moves them further.
     """
     timing, K = cell.timing, cell.timing.K  # noqa: N806
+    if p.experiment.run_ahead:  # refills start earlier than the closed forms assume
+        return None
     if not p.cost.deterministic or not (p.experiment.serving is None
                                         or p.experiment.serving.trivial):
         return None
@@ -449,6 +460,7 @@ def experiment_config(result: ExperimentResult) -> dict:
         "policies": list(experiment.policies), "updates": p.arrivals.spec,
         "duration": p.duration, "replications": p.replications, "seed": experiment.seed,
         "commit": experiment.commit, "commit_lead": experiment.commit_lead,
+        **({"run_ahead": experiment.run_ahead} if experiment.run_ahead else {}),
         **({} if p.serving is None else {"serving": p.serving.describe()}),
     }
 

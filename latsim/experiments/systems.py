@@ -32,7 +32,9 @@ every value marked *stated* (the seed says it), *derived* (computed from stated 
     its end-to-end FPS and speedup.
 
 Wave Forcing's interactive rows use its own fitted timing (one stream, and as many streams
-as its FPS covers), 1F1C on its 8 GPUs against NF1C on one.
+as its FPS covers), 1F1C on its 8 GPUs against NF1C on one; and the 14B model, whose chunk
+outlasts its video, with one chunk in flight, with three, and with a deeper buffer under
+each in-flight policy (let-play, flush).
 """
 
 from __future__ import annotations
@@ -269,11 +271,23 @@ def _generators(speed: float) -> list[tuple[str, str, object, ServingConfig]]:
     ]
 
 
-def _wave_forcing_generators() -> list[tuple[str, str, object, ServingConfig]]:
+def _wave_forcing_generators() -> list[tuple]:
     """Wave Forcing at its own fitted timing: 1F1C on 5 DiT + 3 VAE GPUs against NF1C on
-    one GPU, for one stream and for as many as 1F1C's throughput covers at 16 fps."""
+    one GPU, for one stream and for as many as 1F1C's throughput covers at 16 fps. Then
+    14B, whose chunk outlasts its video (C = 2.9 T): one stream with one chunk in flight,
+    with enough in flight to keep up (3), and with a buffer one chunk deeper (run-ahead
+    T, 4 in flight) under each in-flight policy (the 5th element: the run-ahead)."""
     one = wave_forcing_model(4)
     served = int(system_file(WAVE_FILE)["seed"]["dit_fps_4"] // FPS)
+    big = system_file(WAVE_FILE)["wave_forcing_14b"]
+    large = WaveForcingCost(big["round_time"], big["denoise"], big["vae"])
+    layout = (("dit", big["dit_gpus"]), ("vae", big["vae_gpus"]))
+    chunk = Timing(K, R, FPS).T
+
+    def stream_14b(in_flight: int, policy: str = "let-play") -> ServingConfig:
+        return ServingConfig(pools=layout, cold_start=True, in_flight=in_flight,
+                             in_flight_policy=policy)
+
     return [
         ("Wave Forcing 1F1C", "one stream, 8 GPUs", one,
          ServingConfig(pools=(("dit", 5), ("vae", 3)), cold_start=True)),
@@ -282,6 +296,13 @@ def _wave_forcing_generators() -> list[tuple[str, str, object, ServingConfig]]:
         (f"Wave Forcing 1F1C x{served}", f"{served} streams, 8 GPUs", one,
          ServingConfig(streams=served, pools=(("dit", 5), ("vae", 3)), start="random",
                        cold_start=True)),
+        ("Wave Forcing 14B", "one stream, 8 GPUs, 1 chunk in flight", large, stream_14b(1)),
+        ("Wave Forcing 14B 3 in flight", "one stream, 8 GPUs, 3 chunks in flight", large,
+         stream_14b(3)),
+        ("Wave Forcing 14B let-play", "4 in flight, run-ahead T: a new condition lets them "
+         "play", large, stream_14b(4), chunk),
+        ("Wave Forcing 14B flush", "4 in flight, run-ahead T: a new condition flushes "
+         "them", large, stream_14b(4, "flush"), chunk),
     ]
 
 
@@ -292,11 +313,12 @@ def interactive_rows(root: Path, jobs: int | None = None,
     rows = []
     generators = [(s, generator) for s in SPEEDS for generator in _generators(s)]
     generators += [(1.0, generator) for generator in _wave_forcing_generators()]
-    for speed, (system, variant, cost, serving) in generators:
+    for speed, (system, variant, cost, serving, *rest) in generators:
+        run_ahead = rest[0] if rest else 0.0
         for load in ("low", "high"):
             result = run_experiment(Experiment(
                 Ks=(K,), r=R, fps=FPS, cost=cost, updates=f"traces:{root / load}",
-                max_events=max_events, serving=serving), jobs=jobs)
+                run_ahead=run_ahead, max_events=max_events, serving=serving), jobs=jobs)
             c_values = {policy: np.array([c.C for run in runs for s in run.streams
                                           for c in s.conditions if c.displayed])
                         for (_, policy), runs in result.runs.items()}

@@ -20,6 +20,8 @@ A TOML file holds the same settings (every key optional; flags override it)::
     start = "random"              # staggered | random | together
     schedule = "least-slack"      # fifo | least-slack | replan-first
     discard = "on-ready"          # on-start | on-ready
+    in_flight = 3                 # chunks one stream may have in flight (default 1)
+    in_flight_policy = "flush"    # a new condition and chunks in flight: let-play | flush
     playout_delay = 0.08          # seconds; default: deliver's 0.99 quantile
     cold_start = true             # each stream's first chunk is generated on the pools
 
@@ -53,7 +55,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from latsim.controller import DISCARD_MODES
+from latsim.controller import DISCARD_MODES, IN_FLIGHT_POLICIES, MAX_IN_FLIGHT
 from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_number
 from latsim.model.costs import CostModel, parse_cost
 from latsim.model.traces import read_input_file
@@ -100,6 +102,8 @@ class ServingConfig:
     schedule: str = "fifo"
     start: str = "staggered"
     discard: str = "on-start"
+    in_flight: int = 1
+    in_flight_policy: str = "let-play"
     playout_delay: float | None = None
     cold_start: bool = False
     dit_degree: int | None = None  # devices one DiT task occupies (USP); None: the cost's
@@ -127,10 +131,16 @@ class ServingConfig:
             raise LatsimError(f"stage decode runs on pool {self.decode_pool!r}, which the "
                               f"pools ({','.join(names)}) do not define")
         for name, allowed in (("schedule", SCHEDULES), ("start", STARTS),
-                              ("discard", DISCARD_MODES)):
+                              ("discard", DISCARD_MODES),
+                              ("in_flight_policy", IN_FLIGHT_POLICIES)):
             if getattr(self, name) not in allowed:
-                raise LatsimError(f"--{name} must be one of {', '.join(allowed)}, got "
-                                  f"{getattr(self, name)!r}")
+                raise LatsimError(f"--{name.replace('_', '-')} must be one of "
+                                  f"{', '.join(allowed)}, got {getattr(self, name)!r}")
+        check_int("--in-flight", self.in_flight, 1, MAX_IN_FLIGHT)
+        if self.discard == "on-ready" and (self.in_flight > 1
+                                           or self.in_flight_policy == "flush"):
+            raise LatsimError("--discard on-ready needs --in-flight 1 and --in-flight-policy "
+                              "let-play (the old future plays while one replan runs)")
         if self.playout_delay is not None:
             check_number("--playout-delay", self.playout_delay, 0, MAX_SECONDS, unit="s")
 
@@ -147,6 +157,7 @@ class ServingConfig:
         """One stream on a dedicated device, every other stage absent or free, default
         scheduling: the single-worker model, whose closed forms then apply."""
         return (self.streams == 1 and self.batch is None and self.discard == "on-start"
+                and self.in_flight == 1 and self.in_flight_policy == "let-play"
                 and not self.cold_start and not self.playout_delay
                 and all(_free(stage) for stage in (self.decode, self.deliver, self.uplink,
                                                    self.replan_cost)))
@@ -194,6 +205,7 @@ class ServingConfig:
         return {
             "streams": self.streams, "pools": dict(self.pools), "schedule": self.schedule,
             "start": self.start, "discard": self.discard, "cold_start": self.cold_start,
+            "in_flight": self.in_flight, "in_flight_policy": self.in_flight_policy,
             "decode": spec(self.decode), "decode_pool": self.decode_pool,
             "deliver": spec(self.deliver), "uplink": spec(self.uplink),
             "replan_cost": spec(self.replan_cost),
@@ -242,7 +254,8 @@ def parse_batch(spec: str, max_size: int | None = None) -> Batching:
 
 #: TOML keys and what they hold (sections are checked separately).
 _TOP_KEYS = {"streams": int, "start": str, "schedule": str, "discard": str,
-             "playout_delay": (int, float), "cold_start": bool}
+             "playout_delay": (int, float), "cold_start": bool, "in_flight": int,
+             "in_flight_policy": str}
 _SECTIONS = {"pools", "stages", "replan", "batch"}
 _STAGES = {"dit": {"cost", "pool", "degree"}, "decode": {"cost", "pool"}, "deliver": {"cost"},
            "uplink": {"cost"}}

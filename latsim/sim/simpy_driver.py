@@ -28,6 +28,7 @@ from latsim.controller import (
     StartJob,
     WakeUp,
 )
+from latsim.errors import LatsimError
 from latsim.model.costs import CostModel
 from latsim.model.traces import Trace
 from latsim.run.stream import RunRecords, RunWindow, StreamRun
@@ -178,6 +179,10 @@ def simulate_trace(
     letting the controller play the quiet ones ahead (:meth:`Controller.play_ahead`): the
     records are the same, bit for bit; it is there to check that, and to measure the gain.
     """
+    if config.pipelined:
+        raise LatsimError("one worker runs one job at a time: several chunks in flight, or "
+                          "the flush policy, need the serving model (--pools; one stream on "
+                          "one dedicated device is this model)")
     window = RunWindow.for_config(config, duration, drain)
     env = _Environment()
     port = _SimPyPort(env, cost, config.timing.K, rng, config.timing.delta)

@@ -278,7 +278,7 @@ def plot_systems(tables: dict[str, list[dict]], path: Path) -> Path:
             ax.scatter(x + (i - 0.5) * 0.38, [sel[s]["L95"] for s in systems], marker="_",
                        s=300, color="k", label="L95" if i == 0 else None)
         ax.set_xticks(x, [name.replace("Wave Forcing ", "WF ") for name in systems],
-                      fontsize=7)
+                      fontsize=7, rotation=35, ha="right")
         ax.set_ylabel("latency (s)")
         ax.set_title(f"device speed x{speed:g} (high-frequency traces)", fontsize=9)
         ax.legend(fontsize=7)
