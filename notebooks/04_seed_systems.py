@@ -21,6 +21,8 @@
 #    acceptance length tau.
 # 3. Wave Forcing: end-to-end FPS against the number of VAE GPUs (back-pressure), and why
 #    one viewer gains nothing from the pipeline.
+# 4. Wave Forcing 14B: a chunk slower than its video needs several chunks in flight, and a
+#    new condition either lets them play or flushes them.
 #
 # Runs as `python notebooks/04_seed_systems.py`; writes into
 # `results/notebooks/04_seed_systems/`.
@@ -141,6 +143,39 @@ print(wave_table.to_string(index=False))
 for name, result in (("1F1C, 8 GPUs", single), ("NF1C, 1 GPU", nf1c)):
     row = next(r for r in result.rows if r["policy"] == "speculative")
     print(f"{name}: L50 {row['L50']:.3f} s, L95 {row['L95']:.3f} s")
+
+# %% [markdown]
+# ## 4. Wave Forcing 14B: chunks in flight, let-play or flush
+#
+# The 14B round time is fitted on its one-GPU FPS; a chunk takes 5 rounds and a decode,
+# 2.18 s for 0.75 s of video. With one chunk in flight a stream cannot keep up on any
+# number of GPUs; the pipeline keeps up once enough chunks are in flight, and latency stays
+# bounded below by one chunk's trip. With a deeper buffer (run-ahead T), a new condition
+# either waits behind it (let-play) or discards it (flush, counted in w).
+
+# %%
+from latsim.experiments.systems import WAVE_FILE, system_file  # noqa: E402
+from latsim.model.generators import WaveForcingCost  # noqa: E402
+
+big = system_file(WAVE_FILE)["wave_forcing_14b"]
+large = WaveForcingCost(big["round_time"], big["denoise"], big["vae"])
+in_flight_rows = []
+for in_flight, policy, run_ahead in ((1, "let-play", 0.0), (2, "let-play", 0.0),
+                                     (3, "let-play", 0.0), (4, "let-play", 0.75),
+                                     (4, "flush", 0.75)):
+    serving = ServingConfig(pools=(("dit", 5), ("vae", 3)), cold_start=True,
+                            in_flight=in_flight, in_flight_policy=policy)
+    result = run_experiment(Experiment(Ks=(K,), r=4, fps=16.0, cost=large,
+                                       updates="poisson:0.5", duration=60.0, seeds=2,
+                                       run_ahead=run_ahead, policies=("baseline",),
+                                       serving=serving), jobs=1)
+    row = result.rows[0]
+    in_flight_rows.append({"in_flight": in_flight, "policy": policy, "run_ahead": run_ahead,
+                           "L50": row["L50"], "viewer_stall_pct": row["viewer_stall_pct"],
+                           "w": row["w"]})
+in_flight_table = pd.DataFrame(in_flight_rows)
+in_flight_table.to_csv(OUT / "wave_forcing_14b_in_flight.csv", index=False)
+print(in_flight_table.round(3).to_string(index=False))
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
