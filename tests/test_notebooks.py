@@ -20,7 +20,7 @@ EXPECTED = {
                                    "timeline_run/jobs.csv"],
     "03_limits": ["limits.csv", "limits.png"],
     "04_seed_systems": ["sdvg_c.csv", "draft_verify_gain.csv", "wave_forcing_vae.csv",
-                        "seed_systems.png"],
+                        "wave_forcing_14b_in_flight.csv", "seed_systems.png"],
 }
 # every notebook on disk and every one we expect: a notebook without an EXPECTED entry, or an
 # entry whose notebook is gone, fails its own case below instead of being silently skipped
