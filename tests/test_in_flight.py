@@ -250,3 +250,27 @@ def test_the_command_line_runs_chunks_in_flight_and_rejects_bad_values():
         result = CliRunner().invoke(app, [*args, *bad])
         assert result.exit_code == 2 and words in result.output
         assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_flushed_job_that_waited_for_a_device_is_recorded_from_its_device_start():
+    from latsim.controller import JobStarted
+
+    ctrl = make(in_flight=3, policy="flush", run_ahead=1.0)
+    ctrl.start(0.0)  # jobs 1, 2, 3 for [2, 4), [4, 6), [6, 8)
+    ctrl.handle(SlotDue(0), 0.0)
+    ctrl.handle(ConditionArrived(), 0.1)  # flushes job 3
+    ctrl.handle(JobStarted(3), 0.4)  # it still runs: a device takes it late
+    ctrl.handle(JobDone(3), 1.3)
+    record = next(j for j in ctrl.jobs if j.job_id == 3)
+    assert (record.t_start, record.t_ready) == (0.4, 1.3)
+    assert [(d.job_id, d.count) for d in ctrl.discards] == [(3, 2)]
+
+
+def test_a_stalled_player_is_not_flushed():
+    ctrl = make(in_flight=1, policy="flush")
+    ctrl.start(0.0)  # job 1 for [2, 4), due at 0.5 but C = 1 s: the player stalls at 2
+    for position in range(3):
+        ctrl.handle(SlotDue(position), position * DELTA)
+    assert ctrl.stalled
+    assert not starts(ctrl.handle(ConditionArrived(), 0.6))  # only the job in flight helps
+    assert ctrl.jobs_in_flight == (1,)
