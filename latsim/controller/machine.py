@@ -540,6 +540,11 @@ class Controller:
         return tuple(job.job_id for job in self._running)
 
     @property
+    def live_jobs(self) -> tuple[int, ...]:
+        """The jobs in flight whose output will be kept (not flushed), oldest first."""
+        return tuple(job.job_id for job in self._running if job.flushed_by is None)
+
+    @property
     def planned_end(self) -> int:
         """The first position neither cached nor due from a live job in flight: where the
         next refill branches."""
