@@ -431,6 +431,11 @@ class LiveDriver:
                                             job_timeout))
                             interrupted = True
                             break
+                # what is not posted yet, read *before* draining the queue: a timer posted
+                # in between is then drained with the rest, while one read after the drain
+                # could be posted and missed in between (a late tick handled after a job
+                # that finished after it was due, rarely, under load)
+                due = earliest_unposted()
                 if not pending:
                     horizon = window.duration if rel < window.duration else window.limit
                     wait = min(cfg.progress_every_s, horizon - rel, job_deadline - rel)
@@ -440,7 +445,6 @@ class LiveDriver:
                 else:
                     pull(0.0)
                 when, _, item = pending[0]
-                due = earliest_unposted()
                 if due is not None and due < when and clock() - due < cfg.hold_s:
                     # an event due earlier is late to be posted (its thread has not run):
                     # wait for it, so events are handled in the order they were due
