@@ -154,11 +154,9 @@ for name, result in (("1F1C, 8 GPUs", single), ("NF1C, 1 GPU", nf1c)):
 # either waits behind it (let-play) or discards it (flush, counted in w).
 
 # %%
-from latsim.experiments.systems import WAVE_FILE, system_file  # noqa: E402
-from latsim.model.generators import WaveForcingCost  # noqa: E402
+from latsim.experiments.systems import wave_forcing_14b_model  # noqa: E402
 
-big = system_file(WAVE_FILE)["wave_forcing_14b"]
-large = WaveForcingCost(big["round_time"], big["denoise"], big["vae"])
+large = wave_forcing_14b_model()
 in_flight_rows = []
 for in_flight, policy, run_ahead in ((1, "let-play", 0.0), (2, "let-play", 0.0),
                                      (3, "let-play", 0.0), (4, "let-play", 0.75),

@@ -122,6 +122,36 @@ class _Timer:
     event: SlotDue | WakeUp
 
 
+class TimerQueue:
+    """The fuzz driver's timers: delivered in the order of the times asked (ties in the
+    order asked). A machine using it sets ``timers``, ``seq`` and ``now`` and defines
+    ``_handle(event, at)``."""
+
+    timers: list[_Timer]
+    seq: int
+    now: float
+
+    def _push_timer(self, at: float, event: SlotDue | WakeUp) -> None:
+        self.timers.append(_Timer(at, self.seq, event))
+        self.seq += 1
+
+    def _pop_timer(self) -> _Timer:
+        timer = min(self.timers, key=lambda t: (t.at, t.seq))
+        self.timers.remove(timer)
+        return timer
+
+    def _pass_until(self, until: float) -> None:
+        """Every timer due by ``until`` fires on time, in order; then the clock is there."""
+        for _ in range(10_000):
+            if not self.timers or min(t.at for t in self.timers) > until:
+                break
+            timer = self._pop_timer()
+            self._handle(timer.event, max(self.now, timer.at))  # type: ignore[attr-defined]
+        else:  # pragma: no cover - the controller asked for timers faster than time passes
+            raise AssertionError("timers never stop coming due: a timer loop at one time")
+        self.now = max(self.now, until)
+
+
 @dataclass
 class _Running:
     job: StartJob
@@ -141,7 +171,7 @@ class _Before:
     n_conditions: int
 
 
-class ControllerMachine(RuleBasedStateMachine):
+class ControllerMachine(TimerQueue, RuleBasedStateMachine):
     """The driver: a forward-only clock, a timer queue, one generator worker."""
 
     def __init__(self) -> None:
@@ -228,16 +258,6 @@ class ControllerMachine(RuleBasedStateMachine):
         STEP_COUNT["steps"] += 1
         self._pass_until(self.now + self._dt(data, "dt"))
 
-    def _pass_until(self, until: float) -> None:
-        for _ in range(10_000):
-            if not self.timers or min(t.at for t in self.timers) > until:
-                break
-            timer = self._pop_timer()
-            self._handle(timer.event, max(self.now, timer.at))
-        else:  # pragma: no cover - the controller asked for timers faster than time passes
-            raise AssertionError("timers never stop coming due: a timer loop at one time")
-        self.now = max(self.now, until)
-
     @precondition(lambda self: self.ctrl is not None and self.running is not None
                   and self.on_ready and self.running.job.kind == "replan")
     @rule(data=st.data())
@@ -293,11 +313,6 @@ class ControllerMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ the driver
 
-    def _pop_timer(self) -> _Timer:
-        timer = min(self.timers, key=lambda t: (t.at, t.seq))
-        self.timers.remove(timer)
-        return timer
-
     def _snapshot(self) -> _Before:
         c = self.ctrl
         return _Before(c.locked_end, c.next_position, c.cached_positions, len(c.slots),
@@ -339,8 +354,7 @@ class ControllerMachine(RuleBasedStateMachine):
         for command in commands:
             if isinstance(command, ScheduleWakeUp):
                 assert command.at >= now - tol(now), f"a timer in the past: {command} at {now}"
-                self.timers.append(_Timer(command.at, self.seq, command.event))
-                self.seq += 1
+                self._push_timer(command.at, command.event)
         # ---- playback: once each, in order, at now, what the cache held, at least delta apart
         new_slots = ctrl.slots[before.n_slots:]
         assert [(s.position, s.version, s.job_id, s.t_start) for s in new_slots] == [

@@ -27,7 +27,6 @@ After every event it checks, from the commands and the public views:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -54,21 +53,14 @@ from latsim.controller import (
 )
 from latsim.controller.policies import Policy
 from latsim.controller.timing import Timing
-from tests.test_controller_fuzz import tol
+from tests.test_controller_fuzz import TimerQueue, _Timer, tol
 
 STEPS_PER_RUN = 40
 STEPS = int(os.environ.get("LATSIM_IN_FLIGHT_FUZZ_STEPS", "2000"))
 COUNT = {"steps": 0, "flushed": 0, "out of order": 0}
 
 
-@dataclass(frozen=True)
-class _Timer:
-    at: float
-    seq: int
-    event: SlotDue | WakeUp
-
-
-class InFlightMachine(RuleBasedStateMachine):
+class InFlightMachine(TimerQueue, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.ctrl: Controller | None = None
@@ -127,13 +119,7 @@ class InFlightMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.ctrl is not None)
     @rule(data=st.data())
     def time_passes(self, data):
-        until = self.now + self._dt(data)
-        for _ in range(10_000):
-            if not self.timers or min(t.at for t in self.timers) > until:
-                break
-            timer = self._pop_timer()
-            self._handle(timer.event, max(self.now, timer.at))
-        self.now = max(self.now, until)
+        self._pass_until(self.now + self._dt(data))
 
     @precondition(lambda self: self.ctrl is not None and self.running)
     @rule(data=st.data())
@@ -166,11 +152,6 @@ class InFlightMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ the driver and checks
 
-    def _pop_timer(self) -> _Timer:
-        timer = min(self.timers, key=lambda t: (t.at, t.seq))
-        self.timers.remove(timer)
-        return timer
-
     def _snapshot(self) -> tuple[int, dict, int, int]:
         c = self.ctrl
         return c.locked_end, c.cached_positions, len(c.slots), len(c.discards)
@@ -202,8 +183,7 @@ class InFlightMachine(RuleBasedStateMachine):
                 self.running[command.job_id] = self.now
             elif isinstance(command, ScheduleWakeUp):
                 assert command.at >= self.now - tol(self.now)
-                self.timers.append(_Timer(command.at, self.seq, command.event))
-                self.seq += 1
+                self._push_timer(command.at, command.event)
             else:
                 assert isinstance(command, PlaySlot)
         # 1. playback

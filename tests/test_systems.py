@@ -283,8 +283,7 @@ def test_the_wave_forcing_files_fitted_times_are_their_formulas():
     """Every fitted value in the Wave Forcing file solves its own reported figure (1.3B:
     the round on the 4-step DiT FPS, the VAE on the one-GPU FPS; 14B: the round on its
     one-GPU FPS, with the 1.3B's VAE)."""
-    from latsim.experiments.systems import WAVE_FILE, system_file
-    from latsim.model.generators import WaveForcingCost
+    from latsim.experiments.systems import WAVE_FILE, system_file, wave_forcing_14b_model
 
     seed, wave = system_file(WAVE_FILE)["seed"], system_file(WAVE_FILE)["wave_forcing"]
     big = system_file(WAVE_FILE)["wave_forcing_14b"]
@@ -297,5 +296,5 @@ def test_the_wave_forcing_files_fitted_times_are_their_formulas():
     assert big["round_time"] == pytest.approx(
         (frames / seed["single_gpu_fps_14b"] - big["vae"]) / (big["denoise"] + 1), **close)
     # a 14B chunk outlasts its video (C > T): one chunk in flight cannot keep up
-    model = WaveForcingCost(big["round_time"], big["denoise"], big["vae"])
-    assert model.mean(3) > 3 * 4 / seed["fps_video"]
+    model = wave_forcing_14b_model()
+    assert model.denoise == big["denoise"] and model.mean(3) > 3 * 4 / seed["fps_video"]

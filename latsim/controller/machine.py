@@ -616,11 +616,12 @@ class Controller:
         job = self._find_job(event.job_id, "job_done")
         self._running.remove(job)
         self.jobs_done += 1
+        record = JobRecord(job.job_id, job.kind, job.branch, self._K, job.version,
+                           job.context, job.t_start, now)
         if job.flushed_by is not None:  # its positions were given up when it was flushed
             self.discarded += self._K
             self._emit(DiscardRecord(job.job_id, job.branch, self._K, now, job.flushed_by))
-            self._emit(JobRecord(job.job_id, job.kind, job.branch, self._K, job.version,
-                                 job.context, job.t_start, now))
+            self._emit(record)
             return
         self._live -= 1
         first = job.branch
@@ -648,10 +649,7 @@ class Controller:
             self._planned_end = self._cache_end
         if self._eager:
             self._locked_end = max(self._locked_end, self._cache_end)
-        self._emit(
-            JobRecord(job.job_id, job.kind, job.branch, self._K, job.version, job.context,
-                      job.t_start, now)
-        )
+        self._emit(record)
         if self._stalled_since is not None and self._next_pos in self._cache:
             if now - self._stalled_since > EPS:  # shorter ones are float rounding, not stalls
                 self._emit(StallRecord(self._next_pos, self._stalled_since, now, False))

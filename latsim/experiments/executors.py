@@ -56,6 +56,14 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def strided_chunks(n: int, workers: int) -> list[range]:
+    """Items ``0..n-1`` in work units for ``workers``: one item each in process (so progress
+    can be reported item by item), else up to 8 strided units per worker (big enough that
+    scheduling overhead stays small, several per worker so they finish close together)."""
+    count = n if workers <= 1 else max(1, min(n, 8 * workers))
+    return [range(i, n, count) for i in range(count)]
+
+
 class LocalPool:
     """In process (``jobs`` <= 1), or ``jobs`` forked worker processes.
 

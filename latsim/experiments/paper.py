@@ -33,7 +33,7 @@ from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing
 from latsim.errors import DEFAULT_MAX_EVENTS, LatsimError, check_work
-from latsim.experiments.executors import LocalPool, active_pool
+from latsim.experiments.executors import LocalPool, active_pool, strided_chunks
 from latsim.experiments.sweep import (
     Experiment,
     ExperimentResult,
@@ -282,8 +282,8 @@ def phase_grid_runs(K: int, r: int, fps: float, C: float, policy: str,  # noqa: 
     Returns (condition record, whether the generator was busy when it arrived), in phase
     order; the runs go to the active work pool in chunks (else in process)."""
     pool = active_pool() or LocalPool(1)
-    chunks = max(1, min(n, 8 * pool.workers)) if pool.workers > 1 else 1
-    work = [(K, r, fps, C, policy, n, range(c, n, chunks)) for c in range(chunks)]
+    work = [(K, r, fps, C, policy, n, phases)
+            for phases in strided_chunks(n, pool.workers)]
     out: list[tuple | None] = [None] * n
     for index, results in pool.map_unordered(_phase_runs, work):
         for i, result in zip(work[index][-1], results, strict=True):

@@ -44,7 +44,7 @@ from latsim.errors import (
     check_number,
     check_work,
 )
-from latsim.experiments.executors import LocalPool, active_pool
+from latsim.experiments.executors import LocalPool, active_pool, strided_chunks
 from latsim.model.arrivals import ArrivalSource, parse_updates
 from latsim.model.costs import CostModel, parse_cost
 from latsim.model.lead import SIMULATED
@@ -218,6 +218,7 @@ def plan(experiment: Experiment) -> Plan:
     if check is not None:
         check(duration, experiment.duration is not None)
     cells = []
+    stream = serving or ServingConfig()  # its defaults are the single worker's settings
     for K in experiment.Ks:  # noqa: N806
         timing = Timing(K, experiment.r, experiment.fps)
         if duration < timing.T:
@@ -238,11 +239,9 @@ def plan(experiment: Experiment) -> Plan:
         if "speculative" in names and "baseline" not in names:
             names.insert(0, "baseline")  # the twin that A is measured against
         for name in names:
-            cells.append(Cell(timing, _policy(experiment, name), lead,
-                              run_ahead=experiment.run_ahead) if serving is None
-                         else Cell(timing, _policy(experiment, name), lead, serving.discard,
-                                   serving.in_flight, serving.in_flight_policy,
-                                   experiment.run_ahead))
+            cells.append(Cell(timing, _policy(experiment, name), lead, stream.discard,
+                              stream.in_flight, stream.in_flight_policy,
+                              experiment.run_ahead))
             cells[-1].config  # noqa: B018 - validates q against K
     p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
              tuple(cells), serving)
@@ -379,8 +378,7 @@ def run_experiment(
     tasks = [(c, rep) for c in range(len(p.cells)) for rep in range(p.replications)]
     results: list[RunRecords | ServingRecords | None] = [None] * len(tasks)
     pool = active_pool() or LocalPool(jobs if len(tasks) >= 8 else 1)
-    n_chunks = len(tasks) if pool.workers <= 1 else max(1, min(len(tasks), 8 * pool.workers))
-    chunks = [list(range(i, len(tasks), n_chunks)) for i in range(n_chunks)]
+    chunks = strided_chunks(len(tasks), pool.workers)
     done = 0
     work = [(experiment, [tasks[i] for i in chunk]) for chunk in chunks]
     for index, chunk_results in pool.map_unordered(_run_chunk, work):

@@ -162,6 +162,12 @@ def wave_forcing_model(steps: int = 4, mode: str = "1f1c") -> WaveForcingCost:
     return WaveForcingCost(wave["round_time"], steps, wave["vae"], mode)
 
 
+def wave_forcing_14b_model() -> WaveForcingCost:
+    """14B Wave Forcing (1F1C) from the file's ``[wave_forcing_14b]`` table."""
+    big = system_file(WAVE_FILE)["wave_forcing_14b"]
+    return WaveForcingCost(big["round_time"], big["denoise"], big["vae"])
+
+
 def measured_fps(model: WaveForcingCost, pools: tuple[tuple[str, int], ...]
                  ) -> tuple[float, float]:
     """(DiT FPS, end-to-end FPS) of ``model`` on ``pools``, simulated saturated (enough
@@ -226,7 +232,7 @@ def _wave_forcing_14b_rows(small: WaveForcingCost) -> list[dict]:
     its pipeline on the 1.3B layout predicts the end-to-end FPS and the speedup."""
     seed, big = system_file(WAVE_FILE)["seed"], system_file(WAVE_FILE)["wave_forcing_14b"]
     pools = (("dit", big["dit_gpus"]), ("vae", big["vae_gpus"]))
-    pipeline = WaveForcingCost(big["round_time"], big["denoise"], big["vae"])
+    pipeline = wave_forcing_14b_model()
     _, e2e = measured_fps(pipeline, pools)
     _, single = measured_fps(replace(pipeline, mode="nf1c"), (("dit", 1),))
     flops = system_file(SDVG_FILE)["sdvg"]["target_over_draft"]
@@ -280,7 +286,7 @@ def _wave_forcing_generators() -> list[tuple]:
     one = wave_forcing_model(4)
     served = int(system_file(WAVE_FILE)["seed"]["dit_fps_4"] // FPS)
     big = system_file(WAVE_FILE)["wave_forcing_14b"]
-    large = WaveForcingCost(big["round_time"], big["denoise"], big["vae"])
+    large = wave_forcing_14b_model()
     layout = (("dit", big["dit_gpus"]), ("vae", big["vae_gpus"]))
     chunk = Timing(K, R, FPS).T
 
