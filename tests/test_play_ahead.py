@@ -1,7 +1,8 @@
 """Event skipping (:meth:`Controller.play_ahead`) gives the tick-by-tick records, bit for bit.
 
-The simulator lets the controller play quiet slots without a SimPy event each. Every record
-of every table must come out the same as when each tick is its own event: the same rows,
+The simulator lets the controller play quiet slots without a SimPy event each, and delivers
+the stream's own timers in batches between SimPy's other events. Every record of every table
+must come out the same as when each tick and timer is its own SimPy event: the same rows,
 the same floats (compared by ``repr``), over the property generators of
 ``tests/test_properties.py`` plus inputs built to tie: costs and arrivals on whole slots,
 leads of zero and of whole slots, stalls (C > T), both discard modes and lazy commit groups.

@@ -446,18 +446,23 @@ class Controller:
             decide, pending = self._live < self._max_in_flight, False
         cache, delta, q, eager = self._cache, self._delta, self._q, self._eager
         armed = self._armed_refill
+        if decide and armed is None:
+            return []  # the decide step would arm a refill
+        planned_end, lead = self._planned_end, self._refill_lead
         position, locked, t = self._next_pos, self._locked_end, self._next_due
         times: list[float] = []
         while t < horizon and position in cache:
             if decide:  # the decide step from the state this play would leave
                 after = t + delta
-                if not eager:
-                    locked = max(locked, (position // q + 1) * q)
-                if pending and self._replan_branch(t, position + 1, after, locked,
-                                                   self._cache_end) is not None:
-                    break
-                due = self._refill_due_from(position + 1, after)
-                if due <= t + EPS or armed is None or abs(armed - due) > EPS:
+                if pending:
+                    if not eager:
+                        locked = max(locked, (position // q + 1) * q)
+                    if self._replan_branch(t, position + 1, after, locked,
+                                           self._cache_end) is not None:
+                        break
+                # _refill_due_from(position + 1, after), inline: the same sums
+                due = after + (planned_end - (position + 1)) * delta - lead
+                if due <= t + EPS or abs(armed - due) > EPS:
                     break
             times.append(t)
             position += 1

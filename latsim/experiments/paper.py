@@ -33,13 +33,14 @@ from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing
 from latsim.errors import DEFAULT_MAX_EVENTS, LatsimError, check_work
-from latsim.experiments.executors import LocalPool, active_pool, strided_chunks
+from latsim.experiments.executors import LocalPool, active_pool, gc_paused, strided_chunks
 from latsim.experiments.sweep import (
     Experiment,
     ExperimentResult,
     check_jobs,
     plan,
     plan_events,
+    prefetched,
     run_experiment,
 )
 from latsim.model.costs import FixedCost
@@ -298,12 +299,14 @@ def _phase_runs(work: tuple) -> list[tuple]:
     cost = FixedCost(C)
     T = timing.T  # noqa: N806
     out = []
-    for i in phases:
-        t = T + (i + 0.5) / n * T
-        trace = Trace(f"phase-{i}", (t,), 4 * T)
-        records, _ = simulate_trace(config, cost, trace, 4 * T, np.random.default_rng(0))
-        busy = any(j.t_start < t < j.t_ready for j in records.jobs if j.kind != "prebuffer")
-        out.append((records.conditions[0], busy))
+    with gc_paused():
+        for i in phases:
+            t = T + (i + 0.5) / n * T
+            trace = Trace(f"phase-{i}", (t,), 4 * T)
+            records, _ = simulate_trace(config, cost, trace, 4 * T, np.random.default_rng(0))
+            busy = any(j.t_start < t < j.t_ready for j in records.jobs
+                       if j.kind != "prebuffer")
+            out.append((records.conditions[0], busy))
     return out
 
 
@@ -473,14 +476,16 @@ class Reproduction:
     l50: list[dict]
 
 
-def reproduction_experiments(root: Path) -> list[Experiment]:
-    """Every experiment :func:`reproduce` runs, for its up-front work bound."""
-    experiments = [_setting_experiment(s, infer_C(s), root / kind)
+def reproduction_experiments(root: Path, max_events: int = DEFAULT_MAX_EVENTS
+                             ) -> list[Experiment]:
+    """Every experiment :func:`reproduce` runs (for its up-front work bound, and to run
+    them as one batch); the eq. (6) phase grid runs apart."""
+    experiments = [_setting_experiment(s, infer_C(s), root / kind, max_events)
                    for s in SETTINGS for kind in TRACE_SETS]
-    experiments += [_setting_experiment(SETTINGS[4], infer_C(SETTINGS[4]), root / kind)
-                    for kind in TRACE_SETS]
-    experiments += [_stall_experiment(ratio) for ratio in STALL_RATIOS]
-    experiments += [_amplification_experiment(p) for p in AMP_PS]
+    experiments += [_setting_experiment(SETTINGS[4], infer_C(SETTINGS[4]), root / kind,
+                                        max_events) for kind in TRACE_SETS]
+    experiments += [_stall_experiment(ratio, max_events) for ratio in STALL_RATIOS]
+    experiments += [_amplification_experiment(p, max_events) for p in AMP_PS]
     return experiments
 
 
@@ -511,10 +516,11 @@ def reproduce(traces_root: Path | None = None, jobs: int | None = None,
         check_work(reproduction_events(root), max_events, "--max-events",
                    "the reproduction's simulations come to about {n} events (latent slots "
                    "and conditions)")
-        settings = settings_table(root, jobs, max_events)
-        stall = stall_table(root, jobs, max_events)
-    return Reproduction(settings, eq6_table(), amplification_table(jobs, max_events), stall,
-                        l50_table(settings))
+        with prefetched(reproduction_experiments(root, max_events), jobs):
+            settings = settings_table(root, jobs, max_events)
+            stall = stall_table(root, jobs, max_events)
+            amplification = amplification_table(jobs, max_events)
+    return Reproduction(settings, eq6_table(), amplification, stall, l50_table(settings))
 
 
 def as_json(result: Reproduction) -> dict:

@@ -13,9 +13,11 @@ whose work, the latent slots its runs may cover plus their conditions
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -44,7 +46,7 @@ from latsim.errors import (
     check_number,
     check_work,
 )
-from latsim.experiments.executors import LocalPool, active_pool, strided_chunks
+from latsim.experiments.executors import LocalPool, active_pool, gc_paused, strided_chunks
 from latsim.model.arrivals import ArrivalSource, parse_updates
 from latsim.model.costs import CostModel, parse_cost
 from latsim.model.lead import SIMULATED
@@ -319,10 +321,11 @@ def _stream_inputs(p: Plan, cell: Cell, replication: int) -> list[StreamInput]:
     return inputs
 
 
-def run_cell(experiment: Experiment, cell_index: int, replication: int
-             ) -> RunRecords | ServingRecords:
-    """One replication of one cell (top-level so worker processes can run it)."""
-    p = plan(experiment)
+def run_cell(experiment: Experiment, cell_index: int, replication: int,
+             p: Plan | None = None) -> RunRecords | ServingRecords:
+    """One replication of one cell (top-level so worker processes can run it); ``p`` is
+    ``plan(experiment)`` when the caller has it already."""
+    p = p or plan(experiment)
     cell = p.cells[cell_index]
     if p.serving is not None:
         from latsim.sim.serving import simulate_serving
@@ -343,25 +346,48 @@ def run_replications(experiment: Experiment, cell_index: int, replications: rang
                      ) -> list[RunRecords | ServingRecords]:
     """Replications of one cell, in order, on the active work pool (else in process)."""
     pool = active_pool() or LocalPool(1)
-    work = [(experiment, [(cell_index, rep)]) for rep in replications]
+    p = plan(experiment)
+    work = [[(p, [(cell_index, rep)])] for rep in replications]
     results: list = [None] * len(work)
     for index, (records,) in pool.map_unordered(_run_chunk, work):
         results[index] = records
     return results
 
 
-def _run_chunk(work: tuple[Experiment, list[tuple[int, int]]]) -> list[RunRecords]:
-    experiment, tasks = work
-    return [run_cell(experiment, cell, rep) for cell, rep in tasks]
+#: A work unit: runs of one or several experiments, as (plan, [(cell, replication)]) (the
+#: plan, not the experiment: a worker need not read trace folders and plan again).
+_Unit = list[tuple[Plan, list[tuple[int, int]]]]
 
 
-def default_jobs() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
+def _run_chunk(unit: _Unit) -> list[RunRecords | ServingRecords]:
+    with gc_paused():
+        return [run_cell(p.experiment, cell, rep, p) for p, tasks in unit for cell, rep in tasks]
 
 
-def check_jobs(jobs: int | None) -> int:
-    """``--jobs`` resolved (``None``: :func:`default_jobs`) and range-checked."""
-    return default_jobs() if jobs is None else check_int("--jobs", jobs, 1, MAX_JOBS)
+_PREFETCHED: ContextVar[dict[Experiment, ExperimentResult] | None] = ContextVar(
+    "latsim_prefetched", default=None)
+
+
+@contextlib.contextmanager
+def prefetched(experiments: Sequence[Experiment], jobs: int | None = None
+               ) -> Iterator[None]:
+    """Run ``experiments`` now, as one batch of work (:func:`run_experiments`), and have
+    :func:`run_experiment` hand back their results within the block.
+
+    A command that runs dozens of experiments one after another (``latsim reproduce``)
+    otherwise leaves the workers idle at the end of each, while the slowest unit finishes
+    and while its tables are built. An experiment's result depends on the experiment alone
+    (never on the pool, the number of workers or the order work finished in), so handing
+    back a result computed earlier changes nothing; one listed twice runs once. The same
+    result object is handed to every caller that asks for that experiment."""
+    unique = list(dict.fromkeys(experiments))
+    done = dict(zip(unique, run_experiments(unique, jobs), strict=True))
+    outer = _PREFETCHED.get()
+    token = _PREFETCHED.set(done if outer is None else {**outer, **done})
+    try:
+        yield
+    finally:
+        _PREFETCHED.reset(token)
 
 
 def run_experiment(
@@ -372,27 +398,70 @@ def run_experiment(
     """Run every (cell, replication): on the active work pool
     (:func:`latsim.experiments.executors.using`), else ``jobs`` local worker processes
     (default: up to 2). Results are placed by task, so the output does not depend on
-    where or in which order the work ran."""
+    where or in which order the work ran. Within :func:`prefetched`, an experiment it ran
+    is not run again."""
+    done = _PREFETCHED.get()
+    if done is not None and experiment in done:
+        check_jobs(jobs)
+        if progress:
+            p = done[experiment].plan
+            progress(len(p.cells) * p.replications, len(p.cells) * p.replications)
+        return done[experiment]
+    return run_experiments([experiment], jobs, progress)[0]
+
+
+def run_experiments(
+    experiments: Sequence[Experiment],
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[ExperimentResult]:
+    """Several experiments as one batch of work (see :func:`run_experiment`): every run of
+    every experiment goes into the same work units, so the pool is busy until the last."""
     jobs = check_jobs(jobs)
-    p = plan(experiment)
-    tasks = [(c, rep) for c in range(len(p.cells)) for rep in range(p.replications)]
+    plans = [plan(experiment) for experiment in experiments]
+    tasks = [(e, c, rep) for e, p in enumerate(plans)
+             for c in range(len(p.cells)) for rep in range(p.replications)]
     results: list[RunRecords | ServingRecords | None] = [None] * len(tasks)
     pool = active_pool() or LocalPool(jobs if len(tasks) >= 8 else 1)
     chunks = strided_chunks(len(tasks), pool.workers)
+    work: list[_Unit] = []
+    for chunk in chunks:
+        unit: dict[int, list[tuple[int, int]]] = {}
+        for i in chunk:
+            e, cell, rep = tasks[i]
+            unit.setdefault(e, []).append((cell, rep))
+        work.append([(plans[e], runs) for e, runs in unit.items()])
     done = 0
-    work = [(experiment, [tasks[i] for i in chunk]) for chunk in chunks]
-    for index, chunk_results in pool.map_unordered(_run_chunk, work):
-        for i, records in zip(chunks[index], chunk_results, strict=True):
-            results[i] = records
-        done += len(chunks[index])
-        if progress:
-            progress(done, len(tasks))
-    runs: dict[tuple[int, str], list[RunRecords | ServingRecords]] = {}
-    for (cell_index, _), records in zip(tasks, results, strict=True):
-        cell = p.cells[cell_index]
-        runs.setdefault((cell.timing.K, cell.policy.name), []).append(records)  # type: ignore
-    rows = [_row(p, cell, runs) for cell in p.cells if cell.policy.name in experiment.policies]
-    return ExperimentResult(p, rows, runs)
+    with gc_paused():  # while results are unpickled
+        for index, unit_results in pool.map_unordered(_run_chunk, work):
+            # a unit's results come grouped by experiment, in the unit's order
+            order = sorted(chunks[index], key=lambda i: tasks[i][0])
+            for i, records in zip(order, unit_results, strict=True):
+                results[i] = records
+            done += len(chunks[index])
+            if progress:
+                progress(done, len(tasks))
+    out = []
+    start = 0  # tasks run experiment by experiment, cell by cell
+    for p in plans:
+        runs: dict[tuple[int, str], list[RunRecords | ServingRecords]] = {}
+        for cell in p.cells:
+            key = (cell.timing.K, cell.policy.name)
+            runs.setdefault(key, []).extend(results[start:start + p.replications])  # type: ignore[arg-type]
+            start += p.replications
+        rows = [_row(p, cell, runs) for cell in p.cells
+                if cell.policy.name in p.experiment.policies]
+        out.append(ExperimentResult(p, rows, runs))
+    return out
+
+
+def default_jobs() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def check_jobs(jobs: int | None) -> int:
+    """``--jobs`` resolved (``None``: :func:`default_jobs`) and range-checked."""
+    return default_jobs() if jobs is None else check_int("--jobs", jobs, 1, MAX_JOBS)
 
 
 def _theory_mean(p: Plan, cell: Cell) -> float | None:

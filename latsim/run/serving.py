@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from latsim.controller.records import record
 from latsim.model.serving import DIT_POOL
 from latsim.run.stream import COMPLETE, RunRecords, window_overlap
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TaskRecord:
     """Stage ``stage`` of job ``job_id`` of ``stream`` on ``device`` of ``pool`` (for a DiT
     task on ``g`` devices at once, ``device`` is its group: devices ``g·device .. g·device +
@@ -43,7 +44,7 @@ class TaskRecord:
         return self.t_start - self.t_enqueue
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ViewerRecord:
     """One condition end to end (stream time). NaN times for a censored condition."""
 
@@ -63,7 +64,7 @@ class ViewerRecord:
         return self.t_arrival - self.t_send
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ClientStallRecord:
     """The client showed ``position`` at ``t_end`` instead of ``t_start`` (stream time)."""
 
@@ -73,7 +74,7 @@ class ClientStallRecord:
     t_end: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StreamStart:
     """Stream ``stream`` joined at ``t_join`` and started playback at ``t_origin`` (global
     time; its own time 0); its first frame showed ``ttff`` seconds after it joined."""

@@ -39,6 +39,7 @@ from latsim.controller.records import (
     JobRecord,
     SlotRecord,
     StallRecord,
+    record,
 )
 from latsim.errors import LatsimError
 
@@ -53,7 +54,7 @@ def window_overlap(t_start: float, t_end: float, end: float) -> float:
     return max(0.0, min(t_end, end) - max(t_start, 0.0))
 
 
-@dataclass(frozen=True)
+@record
 class BusyInterval:
     """Generator time of one job: ``[t_start, t_end]`` (``t_end`` of a job still running at
     the end of the run is the end of the run)."""

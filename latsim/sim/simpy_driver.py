@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from heapq import heapify, heappush
+from heapq import heapify, heappop, heappush
+from itertools import count
 
 import numpy as np
 import simpy
@@ -37,13 +38,13 @@ from latsim.run.stream import RunRecords, RunWindow, StreamRun
 class _Environment(simpy.Environment):
     """SimPy's environment, plus scheduling at an absolute time and moving a timer.
 
-    SimPy schedules by delay (``now + delay``), and after a skip no delay may land on the
-    tick's time exactly; :meth:`timeout_at` pushes onto the same queue the way
-    :meth:`simpy.Environment.schedule` does (time, priority, event id), so ties still
-    resolve in scheduling order. :meth:`reschedule` moves a timer that has not fired, and
-    :meth:`peek_besides` is the next event time but for one. These read SimPy 4's queue
-    layout (``simpy<5`` is pinned); the queue stays a handful of entries long (the arrivals
-    are scheduled one at a time), so a linear search is cheap.
+    SimPy schedules by delay (``now + delay``); :meth:`timeout_at` pushes an exact time onto
+    the same queue the way :meth:`simpy.Environment.schedule` does (time, priority, event
+    id), so ties still resolve in scheduling order. :meth:`reschedule` moves a timer that
+    has not fired, and :meth:`peek_besides` is the next event time but for one. These read
+    SimPy 4's queue layout (``simpy<5`` is pinned); the queue stays a handful of entries
+    long (the arrivals are scheduled one at a time, the stream's timers share one), so a
+    linear search is cheap.
     """
 
     def timeout_at(self, at: float, priority: int = NORMAL) -> simpy.Event:
@@ -81,13 +82,24 @@ class _Environment(simpy.Environment):
 class _SimPyPort:
     """Carries out commands on SimPy's clock; job durations are drawn from ``cost``.
 
+    **The stream's own timers** (its ticks, wake-ups and job ends) wait in the port's heap,
+    and SimPy holds one timer for the earliest of them. When it fires, the port delivers
+    its timers in order for as long as they fall strictly before SimPy's next other event
+    (an arrival, or the end of the window) and before ``batch_until``, without a SimPy
+    event for each. Every other event SimPy holds is ``URGENT`` (arrivals, ``run``'s
+    stop), so it comes before a stream timer at the same time either way, and the stream's
+    timers keep their scheduling order among themselves: the order of events, and every
+    time (``now + delay``, as SimPy sums it), are those of one SimPy timer per command.
+    Past ``batch_until`` (the drain) the port delivers one timer per SimPy step, so the
+    driver can stop between any two.
+
     It lets the controller skip ticks (a :class:`~latsim.run.stream.SkippingPort`) before
-    ``skip_until``. The pending tick is the one timer it may take back: SimPy's next other
-    event bounds the skip. SimPy schedules by delay, ``now + (at - now)``; a tick asked for
-    one slot ahead from ``now >= delta`` lands on ``at`` exactly (Sterbenz: ``at <= 2
-    now``), which is what :meth:`Controller.play_ahead` assumes of every skipped tick, so the
-    port offers the pending tick only from ``delta`` on, and only when it lands where the
-    controller expects it.
+    ``skip_until``. The pending tick is the one timer it may take back: the next other
+    event bounds the skip. A tick asked for one slot ahead from ``now >= delta`` lands on
+    ``at`` exactly (``now + (at - now)``; Sterbenz: ``at <= 2 now``), which is what
+    :meth:`Controller.play_ahead` assumes of every skipped tick, so the port offers the
+    pending tick only from ``delta`` on, and only when it lands where the controller
+    expects it.
     """
 
     def __init__(self, env: _Environment, cost: CostModel, K: int,  # noqa: N803
@@ -98,48 +110,85 @@ class _SimPyPort:
         self.rng = rng
         self.delta = delta
         self.skip_until = -math.inf
+        self.batch_until = -math.inf
         self.run: StreamRun | None = None
-        self._tick: simpy.Event | None = None  # the pending tick's timer
-        self._tick_position = 0
-        self._tick_at = 0.0  # where SimPy will deliver it
+        self.now = 0.0  # the time of the event being delivered (SimPy's or the port's)
+        # [time, order, event]: the event is None once the timer is taken back
+        self._timers: list[list] = []
+        self._order = count()
+        self._wake: simpy.Event | None = None  # SimPy's timer for the earliest of them
+        self._wake_at = math.inf
+        self._tick: list | None = None  # the pending tick's entry in _timers
 
-    def deliver(self, event: Event) -> None:
-        self.run.deliver(event, self.env.now)  # type: ignore[union-attr]
+    def _push(self, at: float, event: Event) -> list:
+        entry = [at, next(self._order), event]
+        heappush(self._timers, entry)
+        if at < self._wake_at:
+            self._wake_at = at
+            if self._wake is None:
+                self._wake = self.env.timeout_at(at)
+                self._wake.callbacks.append(self._on_wake)
+            else:
+                self.env.reschedule(self._wake, at)
+        return entry
 
-    def _on_tick(self, timer: simpy.Event) -> None:
-        if timer is not self._tick:  # the controller asks for one tick at a time
-            raise AssertionError("a tick fired that is not the pending one")
-        self._tick = None
-        self.run.deliver(SlotDue(self._tick_position), self.env.now)  # type: ignore[union-attr]
+    def _on_wake(self, _: simpy.Event) -> None:
+        """Deliver the timer due now, then the ones before SimPy's next event (see the
+        class docstring); then hand SimPy a timer for the earliest left."""
+        timers, env, run = self._timers, self.env, self.run
+        self._wake, self._wake_at = None, -math.inf  # pushes while delivering: no timer
+        now = env.now
+        limit = min(self.batch_until, env.peek())
+        while timers:
+            at, _, event = timers[0]
+            if event is None:  # taken back
+                heappop(timers)
+                continue
+            if at > now and not at < limit:
+                break
+            heappop(timers)
+            if type(event) is SlotDue:
+                self._tick = None
+            self.now = at
+            run.deliver(event, at)  # type: ignore[union-attr]
+            if not at < limit:
+                break
+        self._wake_at = math.inf
+        if timers:
+            self._wake_at = timers[0][0]
+            self._wake = env.timeout_at(self._wake_at)
+            self._wake.callbacks.append(self._on_wake)
 
     def pending_tick(self) -> tuple[int, float] | None:
-        if self._tick is None or self._tick_at < self.delta or self._tick_at >= self.skip_until:
+        tick = self._tick
+        if tick is None or tick[0] < self.delta or tick[0] >= self.skip_until:
             return None
-        return self._tick_position, self._tick_at
+        return tick[2].position, tick[0]
 
     def horizon(self) -> float:
-        return min(self.env.peek_besides(self._tick), self.skip_until)
+        tick, timers = self._tick, self._timers
+        besides = math.inf
+        for entry in timers:  # a handful: the tick, a wake-up or two, a job's end
+            if entry[0] < besides and entry is not tick and entry[2] is not None:
+                besides = entry[0]
+        return min(besides, self.env.peek_besides(self._wake), self.skip_until)
 
     def move_tick(self, at: float, position: int) -> None:
-        self.env.reschedule(self._tick, at)  # type: ignore[arg-type]
-        self._tick_position = position
-        self._tick_at = at
+        self._tick[2] = None  # type: ignore[index]
+        self._tick = self._push(at, SlotDue(position))
 
     def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
-        now = self.env.now
-        delay = max(0.0, at - now)
-        timer = self.env.timeout(delay)
+        now = self.now
+        entry = self._push(now + max(0.0, at - now), event)
         if type(event) is SlotDue:
-            timer.callbacks.append(self._on_tick)
-            self._tick, self._tick_position, self._tick_at = timer, event.position, now + delay
-        else:
-            timer.callbacks.append(lambda _, e=event: self.deliver(e))
+            if self._tick is not None:  # the controller asks for one tick at a time
+                raise AssertionError("a tick asked for while another is pending")
+            self._tick = entry
 
     def start_job(self, job: StartJob, now: float) -> None:
         took = self.cost.sample(self.K, self.rng, job.kind)
         self.run.job_ran(job.job_id, now, now + took)  # type: ignore[union-attr]
-        done = self.env.timeout(took)
-        done.callbacks.append(lambda _, j=job.job_id: self.deliver(JobDone(j)))
+        self._push(now + took, JobDone(job.job_id))
 
     def play(self, slot: PlaySlot) -> None:
         pass  # nothing to show in simulation: the slot record is the output
@@ -153,7 +202,8 @@ class _SimPyPort:
         pending = iter(times)
 
         def arrive(_: object) -> None:
-            self.deliver(ConditionArrived())
+            self.now = self.env.now
+            self.run.deliver(ConditionArrived(), self.now)  # type: ignore[union-attr]
             following = next(pending, None)
             if following is not None:
                 self.env.timeout_at(following, URGENT).callbacks.append(arrive)
@@ -175,9 +225,11 @@ def simulate_trace(
 
     ``drain`` bounds the time past ``duration`` spent letting open conditions show (default:
     :func:`latsim.run.stream.default_drain`); ``on_record`` receives every record as it is
-    made. ``skip_ticks=False`` delivers every slot's tick as a SimPy event instead of
-    letting the controller play the quiet ones ahead (:meth:`Controller.play_ahead`): the
-    records are the same, bit for bit; it is there to check that, and to measure the gain.
+    made. ``skip_ticks=False`` is the reference path: every timer (every slot's tick
+    included) is one SimPy step, instead of the controller playing the quiet ticks ahead
+    (:meth:`Controller.play_ahead`) and the port delivering its timers in batches between
+    SimPy's other events. The records are the same, bit for bit; it is there to check
+    that, and to measure the gain.
     """
     if config.pipelined:
         raise LatsimError("one worker runs one job at a time: several chunks in flight, or "
@@ -189,11 +241,13 @@ def simulate_trace(
     run = port.run = StreamRun(config, window, port, on_record)
 
     port.arrivals(sorted(t for t in trace.times if t < window.duration))
-    if skip_ticks:  # only within the window: the drain stops as soon as nothing is open,
-        port.skip_until = window.duration  # between two events, which a skip would overrun
+    # Only within the window: the drain stops between two events as soon as nothing is
+    # open, which a skip or a batch of the stream's timers would overrun.
+    if skip_ticks:
+        port.skip_until = port.batch_until = window.duration
     run.start(env.now)
     env.run(until=window.duration)
-    port.skip_until = -math.inf
+    port.skip_until = port.batch_until = -math.inf
     while run.controller.open_conditions and env.peek() <= window.limit:
         env.step()
     return run.finish(env.now), run.controller

@@ -1,0 +1,119 @@
+"""Several experiments as one batch of work (``run_experiments``, ``prefetched``), and what
+keeps sending their results back cheap (records pickled as field values, the collector
+paused while records are made)."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+
+import pytest
+
+import latsim.experiments.sweep as sweep
+from latsim.controller.records import RECORD_TYPES, record
+from latsim.experiments.executors import LocalPool, gc_paused, using
+from latsim.experiments.sweep import Experiment, prefetched, run_experiment, run_experiments
+from latsim.run.stream import BusyInterval
+from tests.test_play_ahead import fingerprint
+
+EXPERIMENTS = [
+    Experiment(Ks=(4, 8), cost="fixed:0.4", updates="poisson:0.3", duration=20.0, seeds=3),
+    Experiment(Ks=(3,), cost="lognormal:0.5,0.3", updates="bernoulli:0.05", duration=15.0,
+               seeds=4, seed=7),
+    Experiment(Ks=(6,), cost="fixed:0.2", updates="poisson:1", duration=10.0, seeds=2,
+               policies=("baseline",)),
+]
+
+
+def _same(a: sweep.ExperimentResult, b: sweep.ExperimentResult) -> None:
+    assert a.rows == b.rows
+    assert a.runs.keys() == b.runs.keys()
+    for key, runs in a.runs.items():
+        assert [fingerprint(r) for r in runs] == [fingerprint(r) for r in b.runs[key]]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_batch_gives_each_experiment_what_it_gives_alone(jobs):
+    alone = [run_experiment(e, jobs=1) for e in EXPERIMENTS]
+    with using("local", jobs):
+        batch = run_experiments(EXPERIMENTS, jobs=jobs)
+    assert len(batch) == len(EXPERIMENTS)
+    for a, b in zip(alone, batch, strict=True):
+        _same(a, b)
+
+
+def test_prefetched_runs_each_experiment_once_and_hands_back_its_result(monkeypatch):
+    calls: list[int] = []
+    real = sweep.run_cell
+
+    def counting(experiment, cell, rep, p=None):  # noqa: ANN001, ANN202
+        calls.append(cell)
+        return real(experiment, cell, rep, p)
+
+    monkeypatch.setattr(sweep, "run_cell", counting)
+    first, second, third = EXPERIMENTS
+    with prefetched([first, second, first], jobs=1):
+        runs_in_batch = len(calls)
+        assert runs_in_batch == 2 * 3 * 2 + 2 * 4  # cells x replications, first once
+        got = run_experiment(first, jobs=1)
+        assert got is run_experiment(first, jobs=1)  # the same object, not run again
+        assert len(calls) == runs_in_batch
+        calls.clear()
+        run_experiment(third, jobs=1)  # not prefetched: runs
+        assert len(calls) == 2
+    calls.clear()
+    _same(got, run_experiment(first, jobs=1))  # outside the block: runs again, the same
+    assert len(calls) == 2 * 3 * 2
+
+
+def test_the_collector_is_paused_in_the_block_and_restored_after():
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner block leaves it as it found it
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_records_pickle_as_their_fields_and_come_back_equal():
+    result = run_experiment(EXPERIMENTS[1], jobs=1)
+    runs = [r for runs in result.runs.values() for r in runs]
+    for table in RECORD_TYPES:
+        records = [rec for run in runs for rec in getattr(run, table)]
+        assert records or table == "stalls"
+        for rec in records[:50]:
+            cls, args = rec.__reduce__()
+            assert cls is type(rec) and cls(*args) == rec
+        assert pickle.loads(pickle.dumps(records)) == records
+    busy = [b for run in runs for b in run.busy]
+    assert busy and pickle.loads(pickle.dumps(busy)) == busy
+    assert isinstance(busy[0], BusyInterval)
+    # through a forked worker, as the pool sends them
+    pool = LocalPool(2)
+    back = dict(pool.map_unordered(_identity, runs))
+    assert [fingerprint(back[i]) for i in range(len(runs))] == [fingerprint(r) for r in runs]
+
+
+def _identity(x):  # noqa: ANN001, ANN202
+    return x
+
+
+def test_a_record_type_needs_every_field_in_its_constructor():
+    from dataclasses import field
+
+    with pytest.raises(TypeError, match="all in __init__"):
+        @record
+        class Bad:
+            a: int
+            b: int = field(init=False, default=0)
