@@ -146,7 +146,7 @@ def reproduce(
     from latsim.experiments import paper
     from latsim.viz.paper import plot_reproduction, print_report
 
-    with scheduler_context(scheduler, jobs):
+    with scheduler_context(scheduler, jobs, local_pool=True):
         result = paper.reproduce(traces_root=traces, jobs=jobs, max_events=max_events)
     written = paper.write_results(result, out)
     written.append(plot_reproduction(result, out / "reproduce.png"))
@@ -183,7 +183,7 @@ def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: st
             max_events: int, figure: str, plot, report, as_json: bool) -> None:  # noqa: ANN001
     """Run a reproduction on ``scheduler``, draw ``figure`` into ``out`` and print the
     tables (or their JSON)."""
-    with scheduler_context(scheduler, jobs):
+    with scheduler_context(scheduler, jobs, local_pool=True):
         tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
     plot(tables, out / figure)
     if as_json:

@@ -366,6 +366,9 @@ class Controller:
         self.slots = SlotLog()
         self.stalls: list[StallRecord] = []
         self.discards: list[DiscardRecord] = []
+        self._tables: dict[type, Any] = {  # where _emit puts each record type
+            ConditionRecord: self.conditions, JobRecord: self.jobs, SlotRecord: self.slots,
+            StallRecord: self.stalls, DiscardRecord: self.discards}
         self.played = 0
         self.discarded = 0
         self.jobs_started = 0
@@ -642,8 +645,8 @@ class Controller:
                 self._emit(DiscardRecord(job.job_id, job.branch, first - job.branch, now,
                                          job.version))
             end = max(end, keep)
-        for pos in range(first, job.branch + self._K):
-            self._cache[pos] = (job.version, job.job_id)
+        self._cache.update(dict.fromkeys(range(first, job.branch + self._K),
+                                         (job.version, job.job_id)))
         if self._discard_on_ready:
             self._cache_end = end
         elif first <= self._cache_end:  # the chunk next in line (jobs may end out of order)
@@ -849,17 +852,7 @@ class Controller:
         out.append(StartJob(job_id, kind, branch, self._K, self._latest_version, branch))
 
     def _emit(self, record: object) -> None:
-        match record:
-            case ConditionRecord():
-                self.conditions.append(record)
-            case JobRecord():
-                self.jobs.append(record)
-            case SlotRecord():
-                self.slots.append(record)
-            case StallRecord():
-                self.stalls.append(record)
-            case DiscardRecord():
-                self.discards.append(record)
+        self._tables[type(record)].append(record)
         if self._on_record is not None:
             self._on_record(record)
 

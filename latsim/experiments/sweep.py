@@ -432,7 +432,7 @@ def run_experiments(
             unit.setdefault(e, []).append((cell, rep))
         work.append([(plans[e], runs) for e, runs in unit.items()])
     done = 0
-    with gc_paused():  # while results are unpickled
+    with gc_paused():  # while results are unpickled and summarized
         for index, unit_results in pool.map_unordered(_run_chunk, work):
             # a unit's results come grouped by experiment, in the unit's order
             order = sorted(chunks[index], key=lambda i: tasks[i][0])
@@ -441,17 +441,17 @@ def run_experiments(
             done += len(chunks[index])
             if progress:
                 progress(done, len(tasks))
-    out = []
-    start = 0  # tasks run experiment by experiment, cell by cell
-    for p in plans:
-        runs: dict[tuple[int, str], list[RunRecords | ServingRecords]] = {}
-        for cell in p.cells:
-            key = (cell.timing.K, cell.policy.name)
-            runs.setdefault(key, []).extend(results[start:start + p.replications])  # type: ignore[arg-type]
-            start += p.replications
-        rows = [_row(p, cell, runs) for cell in p.cells
-                if cell.policy.name in p.experiment.policies]
-        out.append(ExperimentResult(p, rows, runs))
+        out = []
+        start = 0  # tasks run experiment by experiment, cell by cell
+        for p in plans:
+            runs: dict[tuple[int, str], list[RunRecords | ServingRecords]] = {}
+            for cell in p.cells:
+                key = (cell.timing.K, cell.policy.name)
+                runs.setdefault(key, []).extend(results[start:start + p.replications])  # type: ignore[arg-type]
+                start += p.replications
+            rows = [_row(p, cell, runs) for cell in p.cells
+                    if cell.policy.name in p.experiment.policies]
+            out.append(ExperimentResult(p, rows, runs))
     return out
 
 
