@@ -38,7 +38,6 @@ from latsim.controller import (
     WakeUp,
 )
 from latsim.controller.playout import ClientPlayout
-from latsim.controller.records import ConditionRecord
 from latsim.model.costs import CostModel
 from latsim.model.generators import StagedGenerator, Step, StepStreams
 from latsim.model.serving import ServingConfig
@@ -316,9 +315,9 @@ class _StreamPort:
         self.generator = engine.generator
         self.origin = inputs.join
         self.playout = ClientPlayout(playout_delay)
-        self.run = StreamRun(config, window, self, on_record=self._on_record)
+        self.run = StreamRun(config, window, self)
         self.sent: list[float] = []  # client send time of each version, in version order
-        self._shown: list[ConditionRecord] = []  # resolved at the slot being played
+        self._conditions_seen = 0  # the controller's condition records already shown
         self.viewer: list[ViewerRecord] = []
         self.client_stalls: list[ClientStallRecord] = []
         self.first_display: float | None = None
@@ -392,10 +391,6 @@ class _StreamPort:
 
     # ---------------------------------------------------------------- client
 
-    def _on_record(self, record: object) -> None:
-        if type(record) is ConditionRecord and record.displayed:
-            self._shown.append(record)
-
     def play(self, slot: PlaySlot) -> None:
         """The server plays ``slot``: it goes to the client, which shows it after the
         playout delay, or when it arrives if that is later (a client stall)."""
@@ -409,12 +404,15 @@ class _StreamPort:
                 ClientStallRecord(self.index, slot.position, placed.due, shown))
         if self.first_display is None:
             self.first_display = shown
-        for cond in self._shown:
+        # the conditions this slot resolved: the controller records them as it plays it
+        conditions = self.run.controller.conditions
+        resolved = conditions[self._conditions_seen:]
+        self._conditions_seen = len(conditions)
+        for cond in resolved:
             sent = self.sent[cond.version - 1]
             self.viewer.append(ViewerRecord(
                 self.index, cond.version, sent, cond.t_arrival, cond.t_play, shown, cond.L,
                 shown - sent, cond.superseded, True))
-        self._shown.clear()
 
     def censored(self) -> list[ViewerRecord]:
         nan = math.nan
