@@ -6,6 +6,8 @@ must come out the same as when each tick and timer is its own SimPy event: the s
 the same floats (compared by ``repr``), over the property generators of
 ``tests/test_properties.py`` plus inputs built to tie: costs and arrivals on whole slots,
 leads of zero and of whole slots, stalls (C > T), both discard modes and lazy commit groups.
+With several chunks in flight (let-play and flush, refills run ahead) a bare event loop of
+this file's own stands in for a driver: no simulator runs overlapping jobs and skips.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from latsim.controller import ControllerConfig
+from latsim.controller import (
+    ConditionArrived,
+    Controller,
+    ControllerConfig,
+    JobDone,
+    ScheduleWakeUp,
+    SlotDue,
+    StartJob,
+    State,
+)
 from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
 from latsim.controller.records import RECORD_TYPES, column_names
 from latsim.controller.timing import Timing
@@ -122,3 +133,124 @@ def test_play_ahead_knows_the_decide_rows_it_keeps_quiet():
                      if row.trigger is Decide and row.source in (None, state))
         assert rows in _QUIET_DECIDE_ACTIONS
         assert Controller._quiet_decide[state] == _QUIET_DECIDE_ACTIONS[rows]
+
+
+# ---------------------------------------------------------------- several chunks in flight
+
+
+class _EventLoop:
+    """A bare discrete-event driver for one controller whose jobs may overlap (each takes
+    its own duration, none waits for a device): a heap of (time, priority, order, event),
+    conditions first at a shared time. With ``skip`` it lets the controller play quiet
+    ticks ahead on the contract of :class:`~latsim.run.stream.SkippingPort`: the pending
+    tick is taken back and asked for again after everything scheduled so far. Neither
+    single-worker driver runs overlapping jobs, and the serving simulator does not skip,
+    so this is how the Produce rows of :meth:`Controller.play_ahead` get checked."""
+
+    def __init__(self, config: ControllerConfig, durations: list[float], skip: bool) -> None:
+        self.ctrl = Controller(config)
+        self.durations = iter(durations)
+        self.skip = skip
+        self.heap: list[list] = []
+        self.order = 0
+        self.tick: list | None = None
+        self.ahead_with_room = 0  # slots played ahead in Produce with room for a chunk
+
+    def _push(self, at: float, priority: int, event: object) -> list:
+        import heapq
+
+        self.order += 1
+        entry = [at, priority, self.order, event]
+        heapq.heappush(self.heap, entry)
+        return entry
+
+    def _execute(self, commands: list, now: float) -> None:
+        for command in commands:
+            if isinstance(command, ScheduleWakeUp):
+                entry = self._push(command.at, 1, command.event)
+                if isinstance(command.event, SlotDue):
+                    self.tick = entry
+            elif isinstance(command, StartJob):
+                self._push(now + next(self.durations), 1, JobDone(command.job_id))
+        if self.skip:
+            self._play_ahead()
+
+    def _play_ahead(self) -> None:
+        ctrl, tick = self.ctrl, self.tick
+        if tick is None or (tick[3].position, tick[0]) != (ctrl.next_position, ctrl.next_due):
+            return
+        horizon = min((e[0] for e in self.heap if e is not tick and e[3] is not None),
+                      default=self.duration)
+        room = (ctrl.state is State.PRODUCE
+                and len(ctrl.live_jobs) < ctrl.config.in_flight)
+        played = ctrl.play_ahead(min(horizon, self.duration))
+        if played:
+            self.ahead_with_room += played if room else 0
+            tick[3] = None  # taken back
+            self.tick = self._push(ctrl.next_due, 1, SlotDue(ctrl.next_position))
+
+    def run(self, arrivals: list[float], duration: float) -> Controller:
+        import heapq
+
+        self.duration = duration
+        for t in arrivals:
+            self._push(t, 0, ConditionArrived())
+        self._execute(self.ctrl.start(0.0), 0.0)
+        while self.heap and self.heap[0][0] < duration:
+            at, _, _, event = heapq.heappop(self.heap)
+            if event is None:
+                continue
+            if event is (self.tick[3] if self.tick else None):
+                self.tick = None
+            self._execute(self.ctrl.handle(event, at), at)
+        self.ctrl.finish(duration)
+        return self.ctrl
+
+
+def _controller_tables(ctrl: Controller) -> dict:
+    return {table: [tuple(repr(getattr(r, name)) for name in column_names(record_type))
+                    for r in getattr(ctrl, table)]
+            for table, record_type in RECORD_TYPES.items()} | {
+        "counters": (ctrl.jobs_started, ctrl.jobs_done, ctrl.discarded)}
+
+
+@SETTINGS
+@given(data=st.data(), seed=st.integers(0, 2**16))
+def test_skipping_with_chunks_in_flight_gives_the_tick_by_tick_records(data, seed):
+    from latsim.controller import IN_FLIGHT_POLICIES
+
+    timing = Timing(K=data.draw(st.integers(1, 6)), r=data.draw(st.integers(1, 4)),
+                    fps=data.draw(st.sampled_from([8.0, 16.0, 24.0])))
+    whole = data.draw(st.booleans())  # job ends on slot boundaries: ties with ticks
+    C = (timing.delta * data.draw(st.integers(1, 4 * timing.K)) if whole  # noqa: N806
+         else data.draw(st.floats(0.05, 3.0)) * timing.T)
+    config = ControllerConfig(
+        timing, data.draw(st.sampled_from([BASELINE, SPECULATIVE])),
+        data.draw(st.sampled_from([C, 0.0, timing.delta * data.draw(st.integers(0, 8))])),
+        in_flight=data.draw(st.integers(1, 4)),
+        in_flight_policy=data.draw(st.sampled_from(sorted(IN_FLIGHT_POLICIES))),
+        run_ahead=data.draw(st.sampled_from([0.0, timing.delta, timing.T])))
+    duration = timing.T * data.draw(st.floats(2.0, 12.0))
+    rng = np.random.default_rng(seed)
+    durations = list(C * rng.lognormal(0.0, data.draw(st.sampled_from([0.0, 0.3])), 4000))
+    arrivals = data.draw(arrival_times(timing, duration))
+    ticked = _EventLoop(config, durations, skip=False).run(arrivals, duration)
+    loop = _EventLoop(config, durations, skip=True)
+    skipped = loop.run(arrivals, duration)
+    assert ticked.slots_played_ahead == 0
+    assert _controller_tables(skipped) == _controller_tables(ticked)
+
+
+def test_the_produce_rows_are_skipped_with_room_in_flight_and_keep_the_records():
+    """Three chunks in flight, refills started a chunk early: the controller spends most of
+    its time in Produce with room for another chunk, and plays those ticks ahead too."""
+    timing = Timing(K=4, r=4, fps=16.0)  # T = 1 s
+    config = ControllerConfig(timing, SPECULATIVE, 1.5, in_flight=3, run_ahead=timing.T)
+    durations = list(1.5 * np.random.default_rng(2).lognormal(0.0, 0.2, 4000))
+    arrivals = list(np.cumsum(np.random.default_rng(4).exponential(8.0, size=20)))
+    duration = float(arrivals[-1]) + 5
+    ticked = _EventLoop(config, durations, skip=False).run(arrivals, duration)
+    loop = _EventLoop(config, durations, skip=True)
+    skipped = loop.run(arrivals, duration)
+    assert _controller_tables(skipped) == _controller_tables(ticked)
+    assert loop.ahead_with_room > 0.2 * len(ticked.slots)
