@@ -361,25 +361,7 @@ class _StreamPort:
 
     def run_steps(self, job_id: int, kind: str, ready: Callable[[], None]) -> None:
         """Run the job's steps one after the other on their pools, then call ``ready``."""
-        steps = self.generator.steps(self.K, kind, self.streams)
-        started: list[float] = []
-
-        def next_step(first: bool) -> None:
-            step = next(steps, None)
-            if step is None:
-                if job_id:
-                    self.run.job_ran(job_id, started[0] - self.origin, self.now)
-                ready()
-                return
-
-            def done(start: float, _end: float) -> None:
-                if first:
-                    started.append(start)
-                next_step(False)
-
-            self.engine.submit(self, job_id, kind, step, first, done)
-
-        next_step(True)
+        _JobSteps(self, job_id, kind, ready).next_step(first=True)
 
     def job_started(self, job_id: int, now: float, took: float, waited: bool) -> None:
         """A device took the job's first step: tell the controller if it waited, and note
@@ -419,6 +401,41 @@ class _StreamPort:
         return [ViewerRecord(self.index, c.version, self.sent[c.version - 1], c.t_arrival,
                              nan, nan, nan, nan, False, False)
                 for c in self.run.controller.conditions if not c.displayed]
+
+
+class _JobSteps:
+    """One job's steps, each submitted when the one before is done (an object rather than
+    closures that call themselves: those are reference cycles, which only the garbage
+    collector frees, some twenty objects a job)."""
+
+    __slots__ = ("port", "job_id", "kind", "steps", "ready", "started")
+
+    def __init__(self, port: _StreamPort, job_id: int, kind: str,
+                 ready: Callable[[], None]) -> None:
+        self.port = port
+        self.job_id = job_id
+        self.kind = kind
+        self.steps = port.generator.steps(port.K, kind, port.streams)
+        self.ready = ready
+        self.started = 0.0  # when its first step started (global time)
+
+    def next_step(self, first: bool = False) -> None:
+        port = self.port
+        step = next(self.steps, None)
+        if step is None:
+            if self.job_id:
+                port.run.job_ran(self.job_id, self.started - port.origin, port.now)
+            self.ready()
+            return
+        port.engine.submit(port, self.job_id, self.kind, step, first,
+                           self._first_done if first else self._done)
+
+    def _first_done(self, start: float, _end: float) -> None:
+        self.started = start
+        self.next_step()
+
+    def _done(self, _start: float, _end: float) -> None:
+        self.next_step()
 
 
 def simulate_serving(
