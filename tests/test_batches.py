@@ -117,3 +117,29 @@ def test_a_record_type_needs_every_field_in_its_constructor():
         class Bad:
             a: int
             b: int = field(init=False, default=0)
+
+
+@pytest.mark.parametrize("streams", [None, 8])
+def test_a_run_leaves_no_cyclic_garbage_per_job(streams):
+    """Work units run with the collector paused (``gc_paused``), so what a run leaves for
+    it must stay small: the run's own books, which become garbage together when it ends
+    (about one object a job: the driver's job intervals), and no cycles made per job as it
+    goes (a job's steps once were closures calling themselves, some twenty objects a
+    job)."""
+    from latsim.experiments.sweep import plan, run_cell
+    from latsim.model.serving import ServingConfig
+
+    serving = None if streams is None else ServingConfig(streams=streams, start="random")
+    left, jobs = [], []
+    for duration in (30.0, 240.0):
+        experiment = Experiment(Ks=(8,), cost="lognormal:0.4,0.3", updates="poisson:0.2",
+                                duration=duration, seeds=1, serving=serving)
+        p = plan(experiment)
+        gc.collect()
+        with gc_paused():
+            records = run_cell(experiment, 1, 0, p)
+            left.append(gc.collect())
+        runs = records.streams if streams else (records,)
+        jobs.append(sum(len(run.jobs) for run in runs))
+    assert jobs[1] > 4 * jobs[0]
+    assert left[1] - left[0] < 2 * (jobs[1] - jobs[0])
