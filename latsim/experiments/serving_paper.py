@@ -42,7 +42,7 @@ import numpy as np
 from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
 from latsim.experiments.paper import SETTINGS, Setting, _trace_root, infer_C, paper_data
-from latsim.experiments.sweep import Experiment, run_experiment
+from latsim.experiments.sweep import Experiment, prefetched, run_experiment
 from latsim.model.costs import FixedCost, LognormalCost
 from latsim.model.serving import SCHEDULES, ServingConfig
 from latsim.run.files import write_rows_csv
@@ -94,30 +94,49 @@ def _row_of(result, policy: str) -> dict:
 def e2e_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS
               ) -> tuple[list[dict], float]:
     """The Sol-H3 L50 and stall cells end to end, once per calibration cell
-    (:data:`CALIBRATIONS`); returns the rows and the D of the first calibration."""
+    (:data:`CALIBRATIONS`); returns the rows and the D of the first calibration.
+
+    Its experiments run in two batches of work: the calibration cells with the LTX-2.3
+    stall cells (:func:`_ltx_stall_rows`), then the cells each calibration predicts."""
     short, long = _setting("Sol-H3 short"), _setting("Sol-H3 long")
     lead = family_lead("Sol-H3")
     cells = [(short, "baseline", "L50", "baseline_L50_s"),
              (long, "speculative", "L50", "speculative_L50_s"),
              (long, "speculative", "viewer_stall_pct", "speculative_stall_pct")]
+    servers = [_experiment(_setting(name), fitted_policy, root / fitted_load, lead, 0.0,
+                           max_events) for name, fitted_policy, fitted_load in CALIBRATIONS]
+    with prefetched(servers + _ltx_experiments(root, max_events), jobs):
+        playouts = []
+        for (name, fitted_policy, fitted_load), server in zip(CALIBRATIONS, servers,
+                                                              strict=True):
+            row = _row_of(run_experiment(server, jobs=jobs), fitted_policy)
+            playouts.append(paper_data()["settings"][name]["baseline_L50_s"][fitted_load]
+                            - row["L50"])
+        predicted = [_experiment(setting, policy, root / load, lead, playout, max_events)
+                     for playout in playouts for setting, policy, _, _ in cells
+                     for load in LOADS]
+        with prefetched(predicted, jobs):
+            rows = _e2e_rows(root, jobs, max_events, lead, cells, playouts)
+        rows += _ltx_stall_rows(root, jobs, max_events)
+    return rows, playouts[0]
+
+
+LOADS = ("low", "high")
+
+
+def _e2e_rows(root: Path, jobs: int | None, max_events: int, lead: float, cells: list,
+              playouts: list[float]) -> list[dict]:
     rows: list[dict] = []
-    playouts = []
-    for calibration in CALIBRATIONS:
-        name, fitted_policy, fitted_load = calibration
-        server = _row_of(run_experiment(_experiment(_setting(name), fitted_policy,
-                                                    root / fitted_load, lead, 0.0, max_events),
-                                        jobs=jobs), fitted_policy)
-        playout = paper_data()["settings"][name]["baseline_L50_s"][fitted_load] - server["L50"]
-        playouts.append(playout)
+    for calibration, playout in zip(CALIBRATIONS, playouts, strict=True):
         for setting, policy, metric, key in cells:
-            for load in ("low", "high"):
+            for load in LOADS:
                 row = _row_of(run_experiment(_experiment(setting, policy, root / load, lead,
                                                          playout, max_events), jobs=jobs),
                               policy)
                 ours = row[metric]
                 paper = paper_data()["settings"][setting.name][key][load]
                 rows.append({
-                    "calibrated_on": f"{name} {fitted_policy} L50 {fitted_load}",
+                    "calibrated_on": f"{calibration[0]} {calibration[1]} L50 {calibration[2]}",
                     "setting": setting.name, "policy": policy, "metric": metric,
                     "load": load, "paper": paper, "ours": round(ours, 6),
                     "server_side": round(row["L_server50" if metric == "L50"
@@ -130,8 +149,19 @@ def e2e_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS
                     "C": round(infer_C(setting), 6), "lead": round(lead, 6),
                     "playout_delay": round(playout, 6),
                 })
-    rows += _ltx_stall_rows(root, jobs, max_events)
-    return rows, playouts[0]
+    return rows
+
+
+#: LTX-2.3's stall cells: (setting, policy, the paper's key, role).
+LTX_CELLS = (("LTX-2.3 short", "baseline", "baseline_stall_pct", "fitted"),
+             ("LTX-2.3 long", "baseline", "baseline_stall_pct", "predicted"),
+             ("LTX-2.3 long", "speculative", "speculative_stall_pct", "predicted"))
+
+
+def _ltx_experiments(root: Path, max_events: int) -> list[Experiment]:
+    lead = family_lead("LTX-2.3")
+    return [_experiment(_setting(name), policy, root / load, lead, 0.0, max_events)
+            for name, policy, _, _ in LTX_CELLS for load in LOADS]
 
 
 def _ltx_stall_rows(root: Path, jobs: int | None, max_events: int) -> list[dict]:
@@ -139,13 +169,10 @@ def _ltx_stall_rows(root: Path, jobs: int | None, max_events: int) -> list[dict]
     The short setting's C was inferred from its own stall cells, so those are marked
     ``fitted``; the long setting's (C from its mean-latency reduction) are predictions."""
     lead = family_lead("LTX-2.3")
-    cells = [("LTX-2.3 short", "baseline", "baseline_stall_pct", "fitted"),
-             ("LTX-2.3 long", "baseline", "baseline_stall_pct", "predicted"),
-             ("LTX-2.3 long", "speculative", "speculative_stall_pct", "predicted")]
     rows = []
-    for name, policy, key, role in cells:
+    for name, policy, key, role in LTX_CELLS:
         setting = _setting(name)
-        for load in ("low", "high"):
+        for load in LOADS:
             row = _row_of(run_experiment(_experiment(setting, policy, root / load, lead, 0.0,
                                                      max_events), jobs=jobs), policy)
             paper = paper_data()["settings"][name][key][load]
@@ -212,14 +239,27 @@ def headroom_table(root: Path, playout_by_family: dict[str, float],
 SHARED_K, SHARED_COST = 8, (0.4, 0.3)
 
 
-def _shared_device_row(root: Path, jobs: int | None, max_events: int, streams: int,
-                       **serving: str) -> dict:
-    """One row of speculative streams sharing one device (the same arrivals and costs
-    whatever the serving options)."""
-    experiment = Experiment(
+def _shared_device_experiment(root: Path, max_events: int, streams: int,
+                              **serving: str) -> Experiment:
+    """Speculative streams sharing one device (the same arrivals and costs whatever the
+    serving options)."""
+    return Experiment(
         Ks=(SHARED_K,), r=4, fps=16.0, cost=LognormalCost(*SHARED_COST),
         policies=("speculative",), updates=f"traces:{root / 'high'}", max_events=max_events,
         serving=ServingConfig(streams=streams, start="random", **serving))
+
+
+#: The shared-device rows of the discard and schedule tables: (streams, serving options).
+SHARED_ROWS = ([(streams, {"discard": discard}) for streams in (1, 2, 3, 4)
+                for discard in ("on-start", "on-ready")]
+               + [(streams, {"schedule": schedule}) for streams in (2, 3, 4)
+                  for schedule in SCHEDULES])
+
+
+def _shared_device_row(root: Path, jobs: int | None, max_events: int, streams: int,
+                       **serving: str) -> dict:
+    """One row of :func:`_shared_device_experiment`."""
+    experiment = _shared_device_experiment(root, max_events, streams, **serving)
     row = _row_of(run_experiment(experiment, jobs=jobs), "speculative")
     return {"streams": streams, **serving,
             **{key: (None if row[key] is None else round(float(row[key]), 6))
@@ -232,16 +272,16 @@ def discard_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EV
                   ) -> list[dict]:
     """on-start vs on-ready for 1-4 speculative streams sharing one device
     (:data:`SHARED_COST`)."""
-    return [_shared_device_row(root, jobs, max_events, streams, discard=discard)
-            for streams in (1, 2, 3, 4) for discard in ("on-start", "on-ready")]
+    return [_shared_device_row(root, jobs, max_events, streams, **options)
+            for streams, options in SHARED_ROWS if "discard" in options]
 
 
 def schedule_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS
                    ) -> list[dict]:
     """fifo vs least-slack vs replan-first for 2-4 speculative streams sharing one device
     (:data:`SHARED_COST`)."""
-    return [_shared_device_row(root, jobs, max_events, streams, schedule=schedule)
-            for streams in (2, 3, 4) for schedule in SCHEDULES]
+    return [_shared_device_row(root, jobs, max_events, streams, **options)
+            for streams, options in SHARED_ROWS if "schedule" in options]
 
 
 def reproduce_serving(out: Path, traces_root: Path | None = None, jobs: int | None = None,
@@ -253,12 +293,13 @@ def reproduce_serving(out: Path, traces_root: Path | None = None, jobs: int | No
     with tempfile.TemporaryDirectory() as tmp:
         root = _trace_root(traces_root, Path(tmp))
         e2e, playout = e2e_table(root, jobs, max_events)
-        tables = {
-            "e2e": e2e,
-            "headroom": headroom_table(root, {"Sol-H3": playout}, max_events),
-            "discard": discard_table(root, jobs, max_events),
-            "schedule": schedule_table(root, jobs, max_events),
-        }
+        headroom = headroom_table(root, {"Sol-H3": playout}, max_events)
+        # the shared-device rows are independent experiments: one batch of work
+        with prefetched([_shared_device_experiment(root, max_events, streams, **options)
+                         for streams, options in SHARED_ROWS], jobs):
+            tables = {"e2e": e2e, "headroom": headroom,
+                      "discard": discard_table(root, jobs, max_events),
+                      "schedule": schedule_table(root, jobs, max_events)}
     for name, rows in tables.items():
         write_rows_csv(out / f"{name}.csv", rows)
     return tables

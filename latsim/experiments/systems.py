@@ -53,7 +53,7 @@ from latsim.controller.policies import BASELINE
 from latsim.controller.timing import Timing
 from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.experiments.paper import _trace_root
-from latsim.experiments.sweep import Experiment, run_experiment
+from latsim.experiments.sweep import Experiment, prefetched, run_experiment
 from latsim.model.costs import FixedCost, parse_cost
 from latsim.model.generators import DraftVerifyCost, SdvgCost, WaveForcingCost
 from latsim.model.serving import ServingConfig
@@ -319,12 +319,15 @@ def interactive_rows(root: Path, jobs: int | None = None,
     rows = []
     generators = [(s, generator) for s in SPEEDS for generator in _generators(s)]
     generators += [(1.0, generator) for generator in _wave_forcing_generators()]
-    for speed, (system, variant, cost, serving, *rest) in generators:
-        run_ahead = rest[0] if rest else 0.0
-        for load in ("low", "high"):
-            result = run_experiment(Experiment(
-                Ks=(K,), r=R, fps=FPS, cost=cost, updates=f"traces:{root / load}",
-                run_ahead=run_ahead, max_events=max_events, serving=serving), jobs=jobs)
+    cases = [(speed, system, variant, cost, serving, load, Experiment(
+                 Ks=(K,), r=R, fps=FPS, cost=cost, updates=f"traces:{root / load}",
+                 run_ahead=rest[0] if rest else 0.0, max_events=max_events,
+                 serving=serving))
+             for speed, (system, variant, cost, serving, *rest) in generators
+             for load in ("low", "high")]
+    with prefetched([case[-1] for case in cases], jobs):  # one batch of work
+        for speed, system, variant, cost, serving, load, experiment in cases:
+            result = run_experiment(experiment, jobs=jobs)
             c_values = {policy: np.array([c.C for run in runs for s in run.streams
                                           for c in s.conditions if c.displayed])
                         for (_, policy), runs in result.runs.items()}
