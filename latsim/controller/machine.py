@@ -451,7 +451,6 @@ class Controller:
         armed = self._armed_refill
         if decide and armed is None:
             return []  # the decide step would arm a refill
-        planned_end, lead = self._planned_end, self._refill_lead
         position, locked, t = self._next_pos, self._locked_end, self._next_due
         times: list[float] = []
         while t < horizon and position in cache:
@@ -463,8 +462,7 @@ class Controller:
                     if self._replan_branch(t, position + 1, after, locked,
                                            self._cache_end) is not None:
                         break
-                # _refill_due_from(position + 1, after), inline: the same sums
-                due = after + (planned_end - (position + 1)) * delta - lead
+                due = self._refill_due_from(position + 1, after)
                 if due <= t + EPS or abs(armed - due) > EPS:
                     break
             times.append(t)
