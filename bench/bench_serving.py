@@ -20,8 +20,9 @@ from latsim.controller.timing import Timing
 from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
 from latsim.experiments.sweep import DEFAULT_FPS, DEFAULT_R, Experiment
 from latsim.model.arrivals import PoissonArrivals
-from latsim.model.costs import AffineCost, parse_cost
+from latsim.model.costs import AffineCost
 from latsim.model.serving import ServingConfig
+from latsim.plugins import load_cost
 from latsim.sim.serving import StreamInput, simulate_serving
 
 
@@ -32,7 +33,7 @@ def streams_throughput(streams: int, duration: float = 60.0) -> tuple[float, int
     cost = AffineCost(0.14725, 0.16275)
     devices = max(1, round(streams * cost.mean(8) / timing.T / 0.6))
     serving = ServingConfig(streams=streams, pools=(("dit", devices), ("vae", 1 + devices // 4)),
-                            decode=parse_cost("fixed:0.02"), deliver=parse_cost("fixed:0.01"),
+                            decode=load_cost("fixed:0.02"), deliver=load_cost("fixed:0.01"),
                             start="random")
     lead = cost.mean(8) + 0.02 + 0.5
     rng = np.random.default_rng(0)

@@ -47,13 +47,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from harness.driver import DriverConfig, DriverResult, LiveDriver
-from harness.generator import JobTiming, WanGenerator
 from latsim.controller import ControllerConfig, StartJob
 from latsim.controller.policies import BASELINE
 from latsim.controller.timing import Timing
 from latsim.errors import Interrupted, LatsimError
 from latsim.model.lead import LeadRule
 from latsim.model.traces import Trace
+from latsim.plugins import JobTiming, LiveGenerator
 
 #: The environment variable of the fault-injection hook.
 FAULT_ENV = "LATSIM_FAULT"
@@ -126,7 +126,7 @@ class GeneratorExecutor:
     applies ``LATSIM_FAULT`` faults (read when the executor is made) to the jobs of the pass
     named ``label``."""
 
-    def __init__(self, generator: WanGenerator, decode_group: int, label: str = "",
+    def __init__(self, generator: LiveGenerator, decode_group: int, label: str = "",
                  faults: Sequence[Fault] | None = None) -> None:
         self.generator = generator
         self.decode_group = decode_group
@@ -226,7 +226,7 @@ def default_job_timeout(lead: float) -> float:
     return max(10.0 * lead, lead + 5.0)
 
 
-def calibrate(generator: WanGenerator, timing: Timing, lead: float, jobs: int, max_s: float,
+def calibrate(generator: LiveGenerator, timing: Timing, lead: float, jobs: int, max_s: float,
               decode_group: int, drain: float | None = None,
               job_timeout: float | None = None) -> Calibration:
     """Job times as the controller sees them in a live run (``t_ready - t_start``: timer

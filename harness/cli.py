@@ -24,23 +24,36 @@ from latsim.errors import LatsimError
 from latsim.formatting import StatusLine, fmt
 
 
-def require_live_extra(command: str, packages: tuple[str, ...] = ("torch", "diffusers")
-                       ) -> None:
+def require_live_extra(command: str, packages: tuple[str, ...]) -> None:
     """One line instead of a traceback when the live harness's packages are missing."""
-    import importlib.util
+    from harness.generators.device import require_packages
 
-    missing = [name for name in packages if importlib.util.find_spec(name) is None]
-    if missing:
-        raise LatsimError(f"latsim {command} needs {' and '.join(missing)}: install the live "
-                          "extra, pip install -e '.[live]'")
+    require_packages(f"latsim {command}", packages)
 
 
-commands = typer.Typer(help="Live measurement with a real Wan DiT (random weights).")
+commands = typer.Typer(help="Live measurement with a real generator (latsim plugins).")
 
-# Generator options shared by profile and measure.
-PresetOpt = Annotated[str, typer.Option(help="model preset: tiny or wan-1.3b")]
+# Generator options shared by profile, measure and serve.
+GeneratorOpt = Annotated[
+    str, typer.Option(help="live generator (latsim plugins lists them): wan, ltx, sleep or "
+                      "a plug-in's")
+]
+PresetOpt = Annotated[
+    str | None, typer.Option(help="the generator's model preset (wan, ltx: tiny (default) or "
+                             "full size: wan-1.3b, ltx-2)")
+]
 ResolutionOpt = Annotated[
-    str, typer.Option(help="latent resolution: tiny, small, 240p, 480p, 720p")
+    str | None, typer.Option(help="the generator's latent resolution (wan: tiny (default), "
+                             "small, 240p, 480p, 720p)")
+]
+CostOpt = Annotated[
+    str | None, typer.Option(help="sleep generator: the job time, any cost spec (e.g. "
+                             "fixed:0.2, table:profile.json)")
+]
+GeneratorOptionOpt = Annotated[
+    list[str] | None,
+    typer.Option("--generator-option", help="KEY=VALUE for the generator alone (sleep: "
+                 "payload_bytes=N); repeat for several"),
 ]
 StepsOpt = Annotated[int, typer.Option(help="denoising steps per job (Euler)")]
 DeviceOpt = Annotated[str, typer.Option(help="cpu or cuda")]
@@ -64,17 +77,31 @@ KsOpt = Annotated[
 ]
 
 
-def _generator_config(preset: str, resolution: str, steps: int, context: int, decode: bool,
-                      device: str, seed: int, threads: int | None):  # noqa: ANN202
+def generator_options(given: list[str] | None) -> tuple[tuple[str, str], ...]:
+    """``--generator-option KEY=VALUE`` values as pairs; a one-line error for another form."""
+    pairs = []
+    for item in given or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise LatsimError(f"--generator-option takes KEY=VALUE, got {item!r}")
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
+
+
+def _generator_config(preset: str | None, resolution: str | None, steps: int, context: int,
+                      decode: bool, device: str, seed: int, threads: int | None,
+                      cost: str | None = None,
+                      options: list[str] | None = None):  # noqa: ANN202
     """The generator options of profile and serve, range-checked, as a GeneratorConfig."""
-    from harness.generator import GeneratorConfig
     from harness.run import check_option
+    from latsim.plugins import GeneratorConfig
 
     for option, value in (("--steps", steps), ("--seed", seed), ("--context", context),
                           ("--threads", threads)):
         check_option(option, value)
     return GeneratorConfig(preset=preset, resolution=resolution, steps=steps, context=context,
-                           decode=decode, device=device, seed=seed, threads=threads)
+                           decode=decode, device=device, seed=seed, threads=threads,
+                           cost=cost, options=generator_options(options))
 
 
 @commands.command("profile")
@@ -83,8 +110,9 @@ def profile(
     out: Annotated[Path, typer.Option(help="profile file to write (JSON)")] = Path(
         "profile.json"
     ),
-    preset: PresetOpt = "tiny",
-    resolution: ResolutionOpt = "tiny",
+    generator: GeneratorOpt = "wan",
+    preset: PresetOpt = None,
+    resolution: ResolutionOpt = None,
     steps: StepsOpt = 4,
     jobs: Annotated[int, typer.Option(help="timed jobs per K and job kind (1-5000)")] = 20,
     gap: Annotated[
@@ -95,15 +123,17 @@ def profile(
     context: ContextOpt = 0,
     seed: SeedOpt = 0,
     threads: ThreadsOpt = None,
+    cost: CostOpt = None,
+    generator_option: GeneratorOptionOpt = None,
 ) -> None:
     """Measure C per K and job kind (refill, replan); write a --cost table:PATH file."""
-    require_live_extra("profile")
-    from harness.generator import require_device
+    from harness.generators.device import require_device
     from harness.profile import ProfileConfig, run_profile
 
-    generator = _generator_config(preset, resolution, steps, context, decode, device, seed,
-                                  threads)
-    config = ProfileConfig(generator, tuple(K), jobs_per_kind=jobs, gap_s=gap)
+    built = _generator_config(preset, resolution, steps, context, decode, device, seed,
+                              threads, cost, generator_option)
+    config = ProfileConfig(built, tuple(K), jobs_per_kind=jobs, gap_s=gap,
+                           generator_name=generator)
     require_device(device)
     with StatusLine(width=40) as status:
         document = run_profile(config, out, progress=status)
@@ -117,8 +147,9 @@ def profile(
 @commands.command("measure")
 def measure(
     K: KsOpt = [4],  # noqa: B006, N803
-    preset: PresetOpt = "tiny",
-    resolution: ResolutionOpt = "tiny",
+    generator: GeneratorOpt = "wan",
+    preset: PresetOpt = None,
+    resolution: ResolutionOpt = None,
     steps: StepsOpt = 4,
     policy: Annotated[str, typer.Option(help="baseline, speculative or both")] = "both",
     trace: TraceOpt = None,
@@ -142,7 +173,10 @@ def measure(
                      help="a job running this long (s) has hung: the run fails and the "
                      "measurement stops; default max(10 x lead, lead + 5 s)"),
     ] = None,
-    r: Annotated[int, typer.Option("--r", help="pixel frames per latent frame")] = 4,
+    r: Annotated[
+        int | None, typer.Option("--r", help="pixel frames per latent frame; default: the "
+                                 "generator's VAE (wan 4, ltx 8), else 4")
+    ] = None,
     fps: Annotated[float, typer.Option("--fps", help="video frames per second")] = 16.0,
     seed: SeedOpt = 0,
     decode: DecodeOpt = False,
@@ -153,29 +187,27 @@ def measure(
                           "(0: warm-up only)")
     ] = 8,
     threads: ThreadsOpt = None,
+    cost: CostOpt = None,
+    generator_option: GeneratorOptionOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
 ) -> None:
-    """Live run: a Wan DiT (random weights) under latsim's controller on the wall clock."""
-    require_live_extra("measure")
-
+    """Live run: a real generator (wan, ltx, sleep, ...) under latsim's controller on the
+    wall clock."""
     from latsim.controller.policies import policy_names
     from latsim.errors import LatsimError
 
     if trace is not None and not trace.is_file():
         raise LatsimError(f"--trace {trace}: no such file")
-
-    from harness.presets import model_preset
-    from harness.presets import resolution as resolution_preset
-
-    model_preset(preset)
-    resolution_preset(resolution)
     if device not in ("cpu", "cuda"):
         raise LatsimError(f"unknown device {device!r}; choose cpu or cuda")
 
     from harness.run import MeasureConfig
     from harness.run import measure as run_measure
+    from latsim.plugins import load_generator
 
+    load_generator(generator)  # an unknown or broken plug-in fails before any work
     config = MeasureConfig(
+        generator=generator, cost=cost, generator_options=generator_options(generator_option),
         preset=preset, resolution=resolution, Ks=tuple(K), steps=steps,
         policies=tuple(policy_names(policy)), trace=None if trace is None else str(trace),
         rate=rate, duration=duration, device=device, out=None if out is None else str(out),
@@ -215,19 +247,22 @@ LossOpt = Annotated[float, typer.Option(help="shaped message loss probability (0
 @commands.command("serve")
 def serve(
     K: KsOpt = [4],  # noqa: B006, N803
-    preset: PresetOpt = "tiny",
-    resolution: ResolutionOpt = "tiny",
+    generator: GeneratorOpt = "wan",
+    preset: PresetOpt = None,
+    resolution: ResolutionOpt = None,
     steps: StepsOpt = 4,
     device: DeviceOpt = "cpu",
     decode: DecodeOpt = False,
     context: ContextOpt = 0,
     seed: SeedOpt = 0,
     threads: ThreadsOpt = None,
+    cost: CostOpt = None,
+    generator_option: GeneratorOptionOpt = None,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 8765,
     schedule: Annotated[
         str, typer.Option(help="order of waiting jobs on the shared device: fifo, "
-                          "least-slack, replan-first")
+                          "least-slack, replan-first or a plug-in's (latsim plugins)")
     ] = "fifo",
     max_sessions: Annotated[int, typer.Option(help="viewer sessions at once (1-64)")] = 8,
     max_duration: Annotated[
@@ -238,21 +273,25 @@ def serve(
     jitter: JitterOpt = 0.0,
     loss: LossOpt = 0.0,
 ) -> None:
-    """Live server: the Wan DiT and the controller behind a WebSocket endpoint.
+    """Live server: a generator and the controller behind a WebSocket endpoint.
 
     One session per viewer (latsim client), all sharing the device; runs until Ctrl-C.
     """
-    require_live_extra("serve", ("torch", "diffusers", "websockets"))
+    require_live_extra("serve", ("websockets",))
     import logging
 
-    from harness.generator import require_device
+    from harness.generators.device import require_device
     from harness.netclock import Shaper
     from harness.server import ServerConfig, StreamServer
+    from latsim.plugins import load_generator
 
+    load_generator(generator)
     config = ServerConfig(
-        _generator_config(preset, resolution, steps, context, decode, device, seed, threads),
-        Ks=tuple(K), host=host, port=port, schedule=schedule, max_sessions=max_sessions,
-        max_duration=max_duration, warmup=warmup, downlink=Shaper(delay, jitter, loss))
+        _generator_config(preset, resolution, steps, context, decode, device, seed, threads,
+                          cost, generator_option),
+        generator_name=generator, Ks=tuple(K), host=host, port=port, schedule=schedule,
+        max_sessions=max_sessions, max_duration=max_duration, warmup=warmup,
+        downlink=Shaper(delay, jitter, loss))
     require_device(device)
     logging.basicConfig(level=logging.WARNING, format="latsim serve: %(message)s")
     logging.getLogger("latsim.serve").setLevel(logging.INFO)  # sessions starting, ending
@@ -266,7 +305,7 @@ def serve(
     from harness.driver import sigterm_as_interrupt
 
     def listening(bound: int) -> None:
-        typer.echo(f"serving {preset}@{resolution} on ws://{host}:{bound} "
+        typer.echo(f"serving {server.info.name}:{server.info.label} on ws://{host}:{bound} "
                    f"(schedule {schedule}; Ctrl-C stops)")
 
     try:

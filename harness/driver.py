@@ -56,7 +56,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from harness.generator import JobTiming
 from harness.player import SPIN_S, ConditionInjector, PlayerClock, sleep_until
 from latsim.controller import (
     ConditionArrived,
@@ -71,6 +70,7 @@ from latsim.controller import (
 )
 from latsim.errors import LatsimError
 from latsim.model.traces import Trace
+from latsim.plugins import JobTiming
 from latsim.run.stream import COMPLETE, INTERRUPTED, RunRecords, RunWindow, StreamRun
 
 #: Stop reasons of a run ended by the user (Ctrl-C, SIGTERM).

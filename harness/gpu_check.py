@@ -5,7 +5,7 @@
 1. ``forward``: per-forward time of ``wan-1.3b`` at 480p (bf16, SDPA) for K in
    {1, 3, 7, 21}, no context: one transformer forward on K noisy latents, CUDA-event timed,
    median of ``--reps`` (>= 20) after warm-up; analytic FLOPs
-   (:func:`harness.presets.forward_flops`) and achieved TFLOP/s per K.
+   (:func:`harness.generators.presets.forward_flops`) and achieved TFLOP/s per K.
 2. ``paper``: the paper's Table 2(a) workload, like for like, at 480p and 720p for K = 1
    and 3 (``--paper-Ks``): a *cached* forward, the K chunk latents attending over a KV cache
    of the clean history, timed as the paper did (median of 30 after 10 warm-ups), with
@@ -35,7 +35,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.presets import ModelPreset, Resolution, forward_flops, model_preset, resolution
+from harness.generators.presets import (
+    ModelPreset,
+    Resolution,
+    forward_flops,
+    model_preset,
+    resolution,
+)
 from latsim.errors import LatsimError
 from latsim.run.folder import write_json
 
@@ -440,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    from harness.generator import GeneratorConfig, WanGenerator, device_name
+    from harness.generators.device import device_name
+    from harness.generators.wan import WanConfig, WanGenerator
     from harness.measured import versions
 
     preset, res = model_preset(args.preset), resolution(args.resolution)
@@ -458,8 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     state: dict = {}
 
     def build() -> dict:
-        built = WanGenerator(GeneratorConfig(args.preset, args.resolution, args.steps, 0,
-                                             args.decode, args.device))
+        built = WanGenerator(WanConfig(args.preset, args.resolution, args.steps, 0,
+                                       args.decode, args.device))
         state["generator"] = built
         return {"n_params": built.n_params, "dtype": str(built.dtype)}
 

@@ -37,17 +37,25 @@ def save_json(path: Path, payload: object) -> Path:
 
 
 def versions() -> dict:
-    """Versions of everything that shapes a measurement."""
-    import diffusers
-    import torch
+    """Versions of everything that shapes a measurement (``None``: not installed; torch's
+    CUDA version only where a generator has imported torch)."""
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
 
     import latsim
 
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    torch = sys.modules.get("torch")
     return {
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "diffusers": diffusers.__version__,
+        "torch": torch.__version__ if torch is not None else installed("torch"),
+        "torch_cuda": torch.version.cuda if torch is not None else None,
+        "diffusers": installed("diffusers"),
         "numpy": np.__version__,
         "latsim": getattr(latsim, "__version__", "0.1.0"),
         "platform": platform.platform(),

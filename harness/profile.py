@@ -28,11 +28,12 @@ import numpy as np
 
 from harness.calibration import GeneratorExecutor, faults_from_env
 from harness.driver import SIGTERM, Terminated, sigterm_as_interrupt
-from harness.generator import GeneratorConfig, WanGenerator, device_name
+from harness.generators.device import device_name
 from harness.recorder import check_writable, writing
 from harness.run import check_ks, check_option
 from latsim.controller import StartJob
 from latsim.errors import Interrupted, LatsimError
+from latsim.plugins import GeneratorConfig, LiveGenerator, build_generator
 from latsim.run.folder import write_json
 
 #: The profile's idle gaps (2 x jobs x K values x gap) may take at most this long, seconds.
@@ -48,6 +49,7 @@ class ProfileConfig:
     jobs_per_kind: int = 20
     gap_s: float = 0.3
     untimed: int = 2
+    generator_name: str = "wan"  # a registered live generator
 
     def __post_init__(self) -> None:
         check_ks(self.Ks)
@@ -73,10 +75,10 @@ def _stats(values: list[float]) -> dict:
 
 def _time_jobs(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
                progress: Callable[[str], None] | None,
-               generator: WanGenerator | None = None) -> None:
+               generator: LiveGenerator | None = None) -> None:
     """Time the jobs into ``costs`` (K -> kind -> seconds) as they finish."""
     if generator is None:
-        generator = WanGenerator(config.generator)
+        generator = build_generator(config.generator_name, config.generator)
     for K in config.Ks:  # noqa: N806
         generator.warmup(K, untimed=config.untimed, timed=0)
         generator.reset_stream(K)
@@ -113,7 +115,7 @@ def _document(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
 
 
 def profile(config: ProfileConfig, progress: Callable[[str], None] | None = None,
-            generator: WanGenerator | None = None) -> dict:
+            generator: LiveGenerator | None = None) -> dict:
     """Time ``jobs_per_kind`` refill and replan jobs per K; returns the profile document."""
     costs: dict[str, dict[str, list[float]]] = {}
     _time_jobs(config, costs, progress, generator)
@@ -128,7 +130,7 @@ def partial_path(out: Path) -> Path:
 
 def run_profile(config: ProfileConfig, out: Path,
                 progress: Callable[[str], None] | None = None,
-                generator: WanGenerator | None = None) -> dict:
+                generator: LiveGenerator | None = None) -> dict:
     """Profile and write ``out`` (what ``latsim profile`` does); see the module docstring
     for the checks before any work and what an interruption keeps."""
     faults_from_env()  # a malformed LATSIM_FAULT fails before any work

@@ -62,7 +62,7 @@ from harness.driver import (
     Terminated,
     sigterm_as_interrupt,
 )
-from harness.generator import GeneratorConfig, WanGenerator, device_name, require_device
+from harness.generators.device import require_device
 from harness.measured import (
     measured_summary,
     save_json,
@@ -70,7 +70,6 @@ from harness.measured import (
     wall_latencies,
     write_telemetry,
 )
-from harness.presets import model_preset, resolution
 from harness.recorder import RecordWriter, check_writable, writing
 from harness.telemetry import NvmlSampler, unavailable
 from latsim.controller import ControllerConfig
@@ -80,6 +79,7 @@ from latsim.errors import Interrupted, LatsimError
 from latsim.model.arrivals import PoissonArrivals
 from latsim.model.lead import LIVE, LeadRule
 from latsim.model.traces import Trace, load_trace, write_trace
+from latsim.plugins import GeneratorConfig, GeneratorInfo, LiveGenerator, build_generator
 from latsim.run.folder import run_config
 
 #: Default results folder when ``--out`` is not given (one folder per run inside).
@@ -159,8 +159,9 @@ def check_ks(Ks: tuple[int, ...]) -> None:  # noqa: N803
 class MeasureConfig:
     """Everything ``latsim measure`` needs; ``None`` means the documented default."""
 
-    preset: str = "tiny"
-    resolution: str = "tiny"
+    generator: str = "wan"  # a registered live generator (latsim plugins)
+    preset: str | None = None  # the generator's own preset names; None: its default
+    resolution: str | None = None
     Ks: tuple[int, ...] = (4,)
     steps: int = 4
     policies: tuple[str, ...] = ("baseline", "speculative")
@@ -170,7 +171,7 @@ class MeasureConfig:
     device: str = "cpu"
     out: str | None = None  # parent folder of the run folders
     lead: float | None = None  # default: latsim.model.lead.LIVE on warm-up/calibration jobs
-    r: int = 4
+    r: int | None = None  # default: what the generator's model implies, else 4
     fps: float = 16.0
     seed: int = 0
     decode: bool = False
@@ -186,10 +187,10 @@ class MeasureConfig:
     # a job still running this long after it started has hung: the run fails and the
     # measurement stops; default max(10 x lead, lead + 5 s) (calibration.default_job_timeout)
     job_timeout: float | None = None
+    cost: str | None = None  # the sleep generator's job time (a cost spec)
+    generator_options: tuple[tuple[str, str], ...] = ()  # --generator-option KEY=VALUE
 
     def __post_init__(self) -> None:
-        model_preset(self.preset)
-        resolution(self.resolution)
         check_ks(self.Ks)
         for option, value in (
             ("--steps", self.steps), ("--rate", self.rate), ("--duration", self.duration),
@@ -202,18 +203,17 @@ class MeasureConfig:
         ):
             check_option(option, value)
         for K in self.Ks:  # noqa: N806
-            Timing(K, self.r, self.fps)
+            Timing(K, self.r or 4, self.fps)
         if not self.policies:
             raise LatsimError("give at least one --policy")
         for name in self.policies:
             if name not in PRESETS:
                 raise LatsimError(f"unknown policy {name!r}; choose baseline or speculative")
-        GeneratorConfig(self.preset, self.resolution, self.steps, self.context, self.decode,
-                        self.device, self.seed, self.threads)
 
     def generator_config(self) -> GeneratorConfig:
         return GeneratorConfig(self.preset, self.resolution, self.steps, self.context,
-                               self.decode, self.device, self.seed, self.threads)
+                               self.decode, self.device, self.seed, self.threads, self.cost,
+                               self.generator_options)
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,9 @@ class _Session:
     """What every run of one measurement shares."""
 
     config: MeasureConfig
-    generator: WanGenerator
+    generator: LiveGenerator
+    info: GeneratorInfo
+    r: int  # pixel frames per latent frame of every run
     trace: Trace
     duration: float
     env: dict
@@ -257,7 +259,7 @@ class _RunPlan:
 def load_or_make_trace(config: MeasureConfig) -> tuple[Trace, float]:
     """The trace to replay and the window length."""
     return trace_and_window(config.trace, config.rate, config.duration, config.seed,
-                            config.r, config.fps)
+                            config.r or 4, config.fps)
 
 
 def trace_and_window(path: str | Path | None, rate: float, duration: float | None, seed: int,
@@ -344,7 +346,7 @@ def _stop_reason_of(exc: BaseException) -> str:
 def measure(
     config: MeasureConfig,
     progress: Callable[[str], None] | None = None,
-    generator: WanGenerator | None = None,
+    generator: LiveGenerator | None = None,
     on_driver: Callable[[LiveDriver], None] | None = None,
 ) -> list[RunResult]:
     """Run every (K, policy) of ``config`` live; returns one result per run folder.
@@ -361,9 +363,54 @@ def measure(
     require_device(config.device)
     trace, duration = load_or_make_trace(config)
     check_option("--duration", duration)
-    timings = {K: Timing(K, config.r, config.fps) for K in config.Ks}
     policies = [PRESETS[name] for name in config.policies]
-    for timing in timings.values():
+    _check_runs(config, config.r or 4, trace, duration, policies)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    root = Path(config.out) if config.out is not None else RESULTS_RUNS
+    prefix = "" if config.out is not None else f"{stamp}-{config.preset or config.generator}-"
+    check_writable(root)  # before the model is built, warmed up and calibrated
+
+    kept = _Kept(root)
+    results: list[RunResult] = []
+    try:
+        with sigterm_as_interrupt():
+            kept.stage = "start-up (building the model)"
+            if generator is None:
+                generator = build_generator(config.generator, config.generator_config())
+            info = generator.describe()
+            r = run_r(config.r, info)
+            _check_runs(config, r, trace, duration, policies)
+            timings = {K: Timing(K, r, config.fps) for K in config.Ks}
+            env = {"versions": versions(), "device_name": info.device_name,
+                   "torch_threads": info.threads, "n_params": info.parameters.get("n_params"),
+                   "generator": info.as_dict()}
+            session = _Session(config, generator, info, r, trace, duration, env, progress,
+                               on_driver)
+            _measure_all(session, timings, policies, root, prefix, kept, results)
+    except KeyboardInterrupt as exc:
+        _write_index(root, config, results, interrupted=True, quiet=True)
+        raise Interrupted(kept.message(_stop_reason_of(exc))) from None
+    except LatsimError:
+        _write_index(root, config, results, interrupted=True, quiet=True)
+        raise
+    _write_index(root, config, results, interrupted=False)
+    return results
+
+
+def run_r(given: int | None, info: GeneratorInfo) -> int:
+    """Pixel frames per latent frame: ``--r`` if given, else the generator's (else 4); a
+    one-line error if ``--r`` contradicts the generator's model."""
+    if given is not None and info.r is not None and given != info.r:
+        raise LatsimError(f"--r {given}, but generator {info.name}'s model makes {info.r} "
+                          f"pixel frames per latent frame; drop --r or give --r {info.r}")
+    return given or info.r or 4
+
+
+def _check_runs(config: MeasureConfig, r: int, trace: Trace, duration: float,
+                policies: list[Policy]) -> None:
+    """Every run's window, commit unit and work, at ``r`` pixel frames per latent frame."""
+    timings = [Timing(K, r, config.fps) for K in config.Ks]
+    for timing in timings:
         for policy in policies:  # validates the window and q against K before any work
             ControllerConfig(timing, policy, 0.0)
         if duration < timing.T:
@@ -378,30 +425,6 @@ def measure(
         raise LatsimError(f"{n_runs} runs of {duration:g} s exceed the "
                           f"{MAX_TOTAL_WINDOW_S / 3600:g} h a measurement may take; "
                           "use fewer --K values or a shorter --duration")
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    root = Path(config.out) if config.out is not None else RESULTS_RUNS
-    prefix = "" if config.out is not None else f"{stamp}-{config.preset}-"
-    check_writable(root)  # before the model is built, warmed up and calibrated
-
-    kept = _Kept(root)
-    results: list[RunResult] = []
-    try:
-        with sigterm_as_interrupt():
-            kept.stage = "start-up (building the model)"
-            if generator is None:
-                generator = WanGenerator(config.generator_config())
-            env = {"versions": versions(), "device_name": device_name(config.device),
-                   "torch_threads": generator.threads, "n_params": generator.n_params}
-            session = _Session(config, generator, trace, duration, env, progress, on_driver)
-            _measure_all(session, timings, policies, root, prefix, kept, results)
-    except KeyboardInterrupt as exc:
-        _write_index(root, config, results, interrupted=True, quiet=True)
-        raise Interrupted(kept.message(_stop_reason_of(exc))) from None
-    except LatsimError:
-        _write_index(root, config, results, interrupted=True, quiet=True)
-        raise
-    _write_index(root, config, results, interrupted=False)
-    return results
 
 
 def _measure_all(session: _Session, timings: dict[int, Timing], policies: list[Policy],
@@ -528,13 +551,14 @@ def _run_one(session: _Session, plan: _RunPlan) -> RunResult:
         )
     display = wall_latencies(result)
     summary = measured_summary(
-        ctrl_config, f"live:{config.preset}@{config.resolution},steps={config.steps}",
+        ctrl_config, f"live:{session.info.label}",
         f"trace:{config.trace}" if config.trace else f"poisson:{config.rate!r}", config.seed,
         result, result.records if policy.name == "baseline" else (
             None if plan.baseline is None else plan.baseline.records), display,
         plan.warmup, activity,
         run_id=run_id, device=config.device, device_name=session.env["device_name"],
-        preset=config.preset, resolution=config.resolution, steps=config.steps,
+        generator=session.info.name, preset=session.info.parameters.get("preset"),
+        resolution=session.info.parameters.get("resolution"), steps=config.steps,
         context=config.context, decode=config.decode,
     )
     # the summary first: small and essential; then the telemetry files; config.json says
@@ -550,9 +574,13 @@ def _run_one(session: _Session, plan: _RunPlan) -> RunResult:
 
 def command_line(config: MeasureConfig, K: int, policy: str,  # noqa: N803
                   lead: float | None) -> str:
-    parts = ["latsim measure", f"--preset {config.preset}", f"--resolution {config.resolution}",
-             f"--K {K}", f"--steps {config.steps}", f"--policy {policy}",
-             f"--device {config.device}", f"--r {config.r}", f"--fps {config.fps:g}",
+    parts = ["latsim measure", f"--generator {config.generator}"]
+    parts += [f"--{name} {value}" for name, value in (
+        ("preset", config.preset), ("resolution", config.resolution), ("cost", config.cost),
+        ("r", config.r)) if value is not None]
+    parts += [f"--generator-option {key}={value}" for key, value in config.generator_options]
+    parts += [f"--K {K}", f"--steps {config.steps}", f"--policy {policy}",
+             f"--device {config.device}", f"--fps {config.fps:g}",
              f"--seed {config.seed}", f"--context {config.context}",
              "--decode" if config.decode else "--no-decode"]
     if config.trace:

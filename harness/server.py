@@ -39,7 +39,6 @@ import numpy as np
 
 from harness.calibration import Warmup, choose_lead
 from harness.driver import DriverConfig, LiveDriver
-from harness.generator import GeneratorConfig, JobTiming, StreamState, WanGenerator
 from harness.netclock import Shaper
 from harness.wire import (
     ProtocolError,
@@ -56,17 +55,25 @@ from latsim.controller.records import ConditionRecord, JobRecord
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError, check_number
 from latsim.model.lead import LIVE
+from latsim.plugins import (
+    GeneratorConfig,
+    JobTiming,
+    LiveGenerator,
+    Schedule,
+    available,
+    build_generator,
+    load_schedule,
+    schedule_failed,
+)
 
 log = logging.getLogger("latsim.serve")
-
-SCHEDULES = ("fifo", "least-slack", "replan-first")
-
 
 @dataclass(frozen=True)
 class ServerConfig:
     """What ``latsim serve`` builds and how it serves."""
 
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    generator_name: str = "wan"  # a registered live generator
     Ks: tuple[int, ...] = (4,)  # chunk sizes a session may ask for (warmed up at start)
     host: str = "127.0.0.1"
     port: int = 8765  # 0: any free port
@@ -78,9 +85,9 @@ class ServerConfig:
     clock_offset: float = 0.0  # added to the server clock (tests of the viewer's alignment)
 
     def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise LatsimError(f"--schedule must be one of {', '.join(SCHEDULES)}, "
-                              f"got {self.schedule!r}")
+        if self.schedule not in available("schedules"):
+            raise LatsimError(f"--schedule must be one of {', '.join(available('schedules'))}"
+                              f", got {self.schedule!r}")
         if not self.Ks or len(self.Ks) > 16:
             raise LatsimError("--K takes 1 to 16 chunk sizes")
         for name, values, lo, hi in (("--K", self.Ks, 1, 1000), ("--port", (self.port,), 0, 65535),
@@ -96,29 +103,48 @@ class ServerConfig:
 # ---------------------------------------------------------------- the shared device
 
 
-@dataclass
+@dataclass(eq=False)
 class _Request:
+    """One job waiting for (or running on) the device; the schedule sees it as a
+    :class:`latsim.plugins.WaitingTask`."""
+
     session: _Session
     job: StartJob
-    playable_until: float
+    playable_until: float  # perf_counter time its stream's buffer runs out
     seq: int
     waited: bool
     started: Callable[[float], None]
+    t_enqueue: float = 0.0
+    picked_at: float = 0.0  # the time of the pick it is being considered in
     done: threading.Event = field(default_factory=threading.Event)
     timing: JobTiming | None = None
     error: BaseException | None = None
+
+    @property
+    def stream(self) -> int:
+        return self.session.index
+
+    @property
+    def kind(self) -> str:
+        return self.job.kind
+
+    @property
+    def stage(self) -> str:
+        return "dit"  # the whole job (its decode too) runs on the one device
+
+    @property
+    def slack(self) -> float:
+        return self.playable_until - self.picked_at
 
 
 class SharedDevice:
     """One generator shared by the sessions: a thread runs their jobs one at a time, the
     waiting job that ``schedule`` names first (ties: submission order)."""
 
-    def __init__(self, generator: WanGenerator, schedule: str = "fifo",
+    def __init__(self, generator: LiveGenerator, schedule: str = "fifo",
                  decode_group: int = 1) -> None:
-        if schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {schedule!r}")
         self.generator = generator
-        self.schedule = schedule
+        self.schedule: Schedule = load_schedule(schedule)
         self.decode_group = decode_group
         self._cond = threading.Condition()
         self._waiting: list[_Request] = []
@@ -139,7 +165,8 @@ class SharedDevice:
             if self._stopped:
                 raise RuntimeError("the server's device has stopped")
             request = _Request(session, job, playable_until, next(self._seq),
-                               self._busy or bool(self._waiting), started)
+                               self._busy or bool(self._waiting), started,
+                               time.perf_counter())
             self._waiting.append(request)
             self._cond.notify_all()
         request.done.wait()
@@ -159,15 +186,23 @@ class SharedDevice:
         self._thread.join(timeout=30)
 
     def _pick(self) -> _Request:
+        """The waiting job the schedule names (the one implementation the simulator uses
+        too); a schedule that fails stops the device with that error for every job."""
         waiting = self._waiting
-        if self.schedule == "replan-first":
-            best = min(waiting, key=lambda r: (r.job.kind != "replan", r.seq))
-        elif self.schedule == "least-slack":
-            best = min(waiting, key=lambda r: (r.playable_until, r.seq))
-        else:
-            best = min(waiting, key=lambda r: r.seq)
-        waiting.remove(best)
-        return best
+        if len(waiting) == 1:
+            return waiting.pop()
+        now = time.perf_counter()
+        for request in waiting:
+            request.picked_at = now
+        try:
+            best = self.schedule(waiting, now)
+        except Exception as exc:  # noqa: BLE001 - a plug-in's failure is one line
+            raise schedule_failed(self.schedule, exc) from None
+        try:
+            waiting.remove(best)  # type: ignore[arg-type]
+        except ValueError:
+            raise schedule_failed(self.schedule, None) from None
+        return best  # type: ignore[return-value]
 
     def _loop(self) -> None:
         while True:
@@ -176,7 +211,15 @@ class SharedDevice:
                     self._cond.wait()
                 if self._stopped:
                     return
-                request = self._pick()
+                try:
+                    request = self._pick()
+                except LatsimError as exc:  # the schedule failed: so does every job
+                    for waiting in self._waiting:
+                        waiting.error = exc
+                        waiting.done.set()
+                    self._waiting.clear()
+                    self._stopped = True
+                    return
                 self._busy = True
             try:
                 with self.lock:
@@ -220,6 +263,7 @@ class _Session:
                  send: Callable[[bytes | str, float], None], downlink: Shaper) -> None:
         self.server = server
         self.id = session_id
+        self.index = int(session_id.lstrip("s") or 0)  # the stream a schedule sees
         self.send = send  # (message, server perf time it leaves) -> queued in order
         self.downlink = downlink
         config = server.config
@@ -231,7 +275,11 @@ class _Session:
         if policy not in PRESETS:
             raise ProtocolError(f"'policy' must be one of {', '.join(PRESETS)}, got {policy!r}")
         self.duration = number(hello, "duration", 1.0, config.max_duration)
-        r = integer(hello, "r", 1, 64, 4)
+        model_r = server.info.r
+        r = integer(hello, "r", 1, 64, model_r or 4)
+        if model_r is not None and r != model_r:
+            raise ProtocolError(f"'r' is {r}, but this server's generator makes {model_r} "
+                                "pixel frames per latent frame")
         fps = number(hello, "fps", 1.0, 240.0, 16.0)
         self.timing = Timing(K, r, fps)
         choice = server.leads[K]
@@ -244,7 +292,7 @@ class _Session:
         self.policy = policy
         assert server.device is not None
         with server.device.lock:  # the generator (and its VAE's decode state) is shared
-            self.stream: StreamState = server.generator.new_stream(
+            self.stream = server.generator.new_stream(
                 K, keep_frames=config.generator.decode)
             # (job id, position) -> what its slot sends; the prebuffer (job 0) is there now
             self.payloads: dict[tuple[int, int], tuple[str, tuple[int, ...], bytes]] = {
@@ -306,7 +354,7 @@ class _Session:
                 "lead": self.lead, "lead_source": self.lead_source,
                 "duration": self.duration, "start": self.server_time(self.driver.t0),
                 "schedule": server.config.schedule, "server_run": server.run_id,
-                "generator": _generator_description(server.config.generator),
+                "generator": server.info.as_dict(),
                 "downlink": {"delay": self.downlink.delay, "jitter": self.downlink.jitter,
                              "loss": self.downlink.loss},
             }), time.perf_counter())
@@ -377,7 +425,7 @@ class _Session:
 class StreamServer:
     """Builds the generator, warms it up per K (the default leads), serves sessions."""
 
-    def __init__(self, config: ServerConfig, generator: WanGenerator | None = None,
+    def __init__(self, config: ServerConfig, generator: LiveGenerator | None = None,
                  leads: dict[int, Any] | None = None) -> None:
         self.config = config
         self.generator = generator
@@ -397,7 +445,9 @@ class StreamServer:
     def prepare(self, progress: Callable[[str], None] | None = None) -> None:
         """Build the generator (unless given) and warm it up for every K without a lead."""
         if self.generator is None:
-            self.generator = WanGenerator(self.config.generator)
+            self.generator = build_generator(self.config.generator_name,
+                                             self.config.generator)
+        self.info = self.generator.describe()
         decode_group = 1 if self.config.generator.decode else 0
         for K in self.config.Ks:  # noqa: N806
             if K in self.leads:
@@ -553,12 +603,6 @@ class StreamServer:
             raise
         except Exception as exc:  # noqa: BLE001 - the viewer went away
             log.info("send failed: %s", exc)
-
-
-def _generator_description(config: GeneratorConfig) -> dict[str, Any]:
-    return {"preset": config.preset, "resolution": config.resolution, "steps": config.steps,
-            "device": config.device, "decode": config.decode, "context": config.context,
-            "seed": config.seed}
 
 
 class ServerThread:

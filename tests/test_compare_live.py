@@ -21,7 +21,7 @@ pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
 from harness.driver import LiveDriver  # noqa: E402
-from harness.generator import GeneratorConfig, WanGenerator  # noqa: E402
+from harness.generators.wan import WanConfig, WanGenerator  # noqa: E402
 from harness.run import MeasureConfig, measure  # noqa: E402
 from tests.helpers import HookedGenerator  # noqa: E402
 
@@ -30,7 +30,7 @@ def test_a_stopped_live_run_is_compared_over_what_it_recorded(tmp_path):
     times = [0.3, 0.9, 1.5, 2.2, 6.0, 8.0]
     trace = tmp_path / "trace.jsonl"
     write_trace(trace, times, {"duration": 10.0})
-    hooked = HookedGenerator(WanGenerator(GeneratorConfig("tiny", "tiny", steps=8)))
+    hooked = HookedGenerator(WanGenerator(WanConfig("tiny", "tiny", steps=8)))
     stopped: list[float] = []
 
     def arm(driver: LiveDriver) -> None:

@@ -15,17 +15,17 @@ from latsim.model.costs import (
     FixedCost,
     LognormalCost,
     load_table,
-    parse_cost,
 )
 from latsim.model.lead import SIMULATED
+from latsim.plugins import load_cost
 
 Z = 4.0
 
 
 def test_specs_parse_to_the_right_models():
-    assert parse_cost("fixed:1.5") == FixedCost(1.5)
-    assert parse_cost("affine:0.1,0.2").mean(4) == pytest.approx(0.9)
-    assert parse_cost("lognormal:1,0.5") == LognormalCost(1.0, 0.5)
+    assert load_cost("fixed:1.5") == FixedCost(1.5)
+    assert load_cost("affine:0.1,0.2").mean(4) == pytest.approx(0.9)
+    assert load_cost("lognormal:1,0.5") == LognormalCost(1.0, 0.5)
     assert SIMULATED.from_cost(FixedCost(0.7), 8) == 0.7
     assert SIMULATED.from_cost(AffineCost(0.1, 0.2), 4) == pytest.approx(0.9)
 
@@ -101,7 +101,7 @@ def test_table_k_without_refill_rows_is_an_error(tmp_path):
 def test_csv_table(tmp_path):
     path = tmp_path / "costs.csv"
     path.write_text("K,C,kind\n4,0.30,refill\n4,0.34,refill\n4,0.5,replan\n")
-    table = parse_cost(f"table:{path}")
+    table = load_cost(f"table:{path}")
     assert table.mean(4) == pytest.approx(0.32)
     bad = tmp_path / "bad.csv"
     bad.write_text("K,C\n4,abc\n")
@@ -112,7 +112,7 @@ def test_csv_table(tmp_path):
 @pytest.mark.parametrize("spec", ["fixed:-1", "lognormal:0,1", "lognormal:1,-1", "fixed:nan"])
 def test_invalid_cost_values(spec):
     with pytest.raises(LatsimError):
-        parse_cost(spec)
+        load_cost(spec)
 
 
 def test_bernoulli_and_poisson_counts_match_their_rates():
@@ -163,7 +163,7 @@ def test_trace_folder_replays_every_file(tmp_path):
 ])
 def test_cost_values_are_bounded(spec, message):
     with pytest.raises(LatsimError, match=message) as info:
-        parse_cost(spec)
+        load_cost(spec)
     assert len(str(info.value)) < 200  # a long spec is cut in the message
 
 

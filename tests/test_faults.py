@@ -35,7 +35,6 @@ from harness.calibration import (
     parse_faults,
 )
 from harness.driver import DriverConfig, LiveDriver
-from harness.generator import JobTiming
 from harness.recorder import RecordWriter, writing
 from harness.run import MeasureConfig, measure
 from latsim.cli import app
@@ -45,6 +44,7 @@ from latsim.controller.timing import Timing
 from latsim.errors import Interrupted, LatsimError
 from latsim.model.lead import LIVE
 from latsim.model.traces import Trace
+from latsim.plugins import GeneratorInfo, JobTiming
 from latsim.run.folder import read_run_folder
 
 C = 0.01  # the stand-in generator's job time (s)
@@ -60,6 +60,10 @@ class FakeGenerator:
         self.c = c
         self.hook = None
         self.threads_seen: set[str] = set()
+
+    def describe(self) -> GeneratorInfo:
+        return GeneratorInfo("fake", f"fake:{self.c}", "cpu", "cpu: stand-in", "none", None,
+                             {"n_params": 0}, 1)
 
     def reset_stream(self, K: int) -> None:  # noqa: N803
         pass
@@ -94,7 +98,7 @@ def _no_torch(monkeypatch):
     def no_model(*args, **kwargs):
         raise AssertionError("the real model must not be built here")
 
-    monkeypatch.setattr(harness.run, "WanGenerator", no_model)
+    monkeypatch.setattr(harness.run, "build_generator", no_model)
     monkeypatch.delenv(FAULT_ENV, raising=False)
 
 
@@ -485,7 +489,7 @@ def test_records_that_cannot_be_written_fail_the_run_with_the_path(tmp_path, mon
 
 
 def test_the_cli_error_for_a_full_disk_names_the_file(tmp_path, monkeypatch, full_disk_at_summary):
-    monkeypatch.setattr(harness.run, "WanGenerator", lambda config: FakeGenerator())
+    monkeypatch.setattr(harness.run, "build_generator", lambda name, config: FakeGenerator())
     out = tmp_path / "runs"
     result = CliRunner().invoke(app, ["measure", "--K", "2", "--fps", "32", "--duration", "0.6",
                                       "--rate", "0", "--policy", "baseline", "--lead", "0.05",
@@ -506,7 +510,7 @@ def test_an_unwritable_out_fails_before_any_work(tmp_path, monkeypatch):
 
     import harness.profile
 
-    monkeypatch.setattr(harness.profile, "WanGenerator", lambda *a: pytest.fail("built"))
+    monkeypatch.setattr(harness.profile, "build_generator", lambda *a: pytest.fail("built"))
     runner = CliRunner()
     for out, message in ((blocker / "p.json", "cannot write there"),
                          (tmp_path, "is a folder")):
@@ -519,8 +523,8 @@ def test_an_unwritable_out_fails_before_any_work(tmp_path, monkeypatch):
 
 
 def _profile_config(**kw):
-    from harness.generator import GeneratorConfig
     from harness.profile import ProfileConfig
+    from latsim.plugins import GeneratorConfig
 
     return ProfileConfig(GeneratorConfig(), (1, 3), **{"jobs_per_kind": 2, "gap_s": 0.0, **kw})
 

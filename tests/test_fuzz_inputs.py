@@ -2,7 +2,7 @@
 
 Properties (issue "Reliability", "Bounded inputs"):
 
-- ``parse_cost`` / ``parse_updates`` return a model or raise :class:`LatsimError`, nothing
+- ``load_cost`` / ``parse_updates`` return a model or raise :class:`LatsimError`, nothing
   else, and a model they return gives finite numbers;
 - ``validate_trace`` / ``load_trace`` on random text and random bytes agree (no problems iff
   the trace loads), every problem is one line, and a loaded trace is sorted, finite, >= 0
@@ -41,8 +41,8 @@ from typer.testing import CliRunner
 from latsim.cli.app import app
 from latsim.errors import LatsimError
 from latsim.model.arrivals import parse_updates
-from latsim.model.costs import parse_cost
 from latsim.model.traces import load_trace, validate_trace
+from latsim.plugins import load_cost
 
 runner = CliRunner()
 
@@ -212,7 +212,7 @@ def test_spec_parsers_return_a_model_or_one_latsim_error(n):
     def check(cost: str, updates: str) -> None:
         with bounded(hang_bound()):
             try:
-                _check_model_numbers(parse_cost(cost))
+                _check_model_numbers(load_cost(cost))
             except LatsimError as exc:
                 assert str(exc)
             try:

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from harness.presets import MODEL_PRESETS, RESOLUTIONS, forward_flops
+from harness.generators.presets import MODEL_PRESETS, RESOLUTIONS, forward_flops
 
 torch = pytest.importorskip("torch")
 
 from harness import gpu_check  # noqa: E402
-from harness.generator import GeneratorConfig, WanGenerator  # noqa: E402
+from harness.generators.wan import WanConfig, WanGenerator  # noqa: E402
 from latsim.controller import StartJob  # noqa: E402
 
 CPU_ARGS = ["--device", "cpu", "--preset", "tiny", "--resolution", "tiny", "--Ks", "1", "2",
@@ -24,7 +24,7 @@ CPU_ARGS = ["--device", "cpu", "--preset", "tiny", "--resolution", "tiny", "--Ks
 
 @pytest.fixture(scope="module")
 def generator():
-    return WanGenerator(GeneratorConfig("tiny", "tiny", steps=2))
+    return WanGenerator(WanConfig("tiny", "tiny", steps=2))
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
 from harness.driver import LiveDriver  # noqa: E402
-from harness.generator import GeneratorConfig, WanGenerator  # noqa: E402
+from harness.generators.wan import WanConfig, WanGenerator  # noqa: E402
 from harness.run import MeasureConfig, measure  # noqa: E402
 
 SUMMARY_KEYS = {
@@ -46,7 +46,7 @@ STEPS = 8
 
 @pytest.fixture(scope="module")
 def generator() -> WanGenerator:
-    return WanGenerator(GeneratorConfig("tiny", "tiny", steps=STEPS))
+    return WanGenerator(WanConfig("tiny", "tiny", steps=STEPS))
 
 
 def _config(tmp: Path, trace: Path, **kw) -> MeasureConfig:

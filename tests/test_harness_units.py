@@ -10,7 +10,13 @@ import types
 import pytest
 from typer.testing import CliRunner
 
-from harness.presets import MODEL_PRESETS, RESOLUTIONS, forward_flops, model_preset, resolution
+from harness.generators.presets import (
+    MODEL_PRESETS,
+    RESOLUTIONS,
+    forward_flops,
+    model_preset,
+    resolution,
+)
 from harness.telemetry import NvmlSampler, UtilSample, time_weighted_activity
 from latsim.cli import app
 from latsim.controller import ControllerConfig, StartJob
@@ -63,9 +69,9 @@ def test_analytic_flops_match_torchs_flop_counter_on_the_tiny_model():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from harness.generator import GeneratorConfig, WanGenerator
+    from harness.generators.wan import WanConfig, WanGenerator
 
-    gen = WanGenerator(GeneratorConfig("tiny", "small"))
+    gen = WanGenerator(WanConfig("tiny", "small"))
     K = 3  # noqa: N806
     x = gen._randn(gen.latent_shape(K), 1)
     with torch.inference_mode(), sdpa_kernel(SDPBackend.MATH), \
@@ -82,9 +88,9 @@ def test_analytic_flops_match_torchs_flop_counter_on_the_tiny_model():
 @pytest.fixture(scope="module")
 def decoding_generator():
     pytest.importorskip("diffusers")
-    from harness.generator import GeneratorConfig, WanGenerator
+    from harness.generators.wan import WanConfig, WanGenerator
 
-    return WanGenerator(GeneratorConfig("tiny", "tiny", steps=2, context=2, decode=True))
+    return WanGenerator(WanConfig("tiny", "tiny", steps=2, context=2, decode=True))
 
 
 def test_a_job_uses_context_and_carries_the_vae_cache(decoding_generator):
@@ -111,10 +117,10 @@ def test_cuda_without_a_gpu_is_a_one_line_error():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from harness.generator import GeneratorConfig, WanGenerator
+    from harness.generators.wan import WanConfig, WanGenerator
 
     with pytest.raises(LatsimError, match="no CUDA GPU"):
-        WanGenerator(GeneratorConfig(device="cuda"))
+        WanGenerator(WanConfig(device="cuda"))
 
 
 # ---------------------------------------------------------------- telemetry
@@ -213,10 +219,10 @@ def test_gpu_check_table_has_the_paper_reference_beside_ours():
 
 def test_gpu_check_times_forwards_on_the_tiny_preset_and_refuses_without_cuda(capsys):
     torch = pytest.importorskip("torch")
-    from harness.generator import GeneratorConfig, WanGenerator
+    from harness.generators.wan import WanConfig, WanGenerator
     from harness.gpu_check import forward_rows, main
 
-    rows = forward_rows(WanGenerator(GeneratorConfig("tiny", "tiny")), (1, 3), reps=3)
+    rows = forward_rows(WanGenerator(WanConfig("tiny", "tiny")), (1, 3), reps=3)
     assert [r.K for r in rows] == [1, 3] and all(r.median_ms > 0 for r in rows)
     if not torch.cuda.is_available():
         assert main([]) == 2

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Layers bottom-up; a module may import from its own layer and the ones before it.
-LAYERS = ("errors", "formatting", "controller", "model", "run", "sim", "analysis",
+LAYERS = ("errors", "formatting", "controller", "plugins", "model", "run", "sim", "analysis",
           "experiments", "viz", "cli")
 
 

@@ -20,7 +20,6 @@ pytest.importorskip("torch")
 pytest.importorskip("websockets")
 
 from harness.client import ClientConfig, run_client  # noqa: E402
-from harness.generator import GeneratorConfig, JobTiming  # noqa: E402
 from harness.netclock import Shaper  # noqa: E402
 from harness.server import ServerConfig, ServerThread, SharedDevice, StreamServer  # noqa: E402
 from harness.wire import ProtocolError, decode_frame, encode_frame, parse_text  # noqa: E402
@@ -29,6 +28,7 @@ from latsim.controller import StartJob  # noqa: E402
 from latsim.controller.playout import ClientPlayout  # noqa: E402
 from latsim.errors import LatsimError  # noqa: E402
 from latsim.model.traces import Trace  # noqa: E402
+from latsim.plugins import GeneratorConfig, JobTiming  # noqa: E402
 from latsim.run.folder import read_run_folder  # noqa: E402
 from latsim.run.viewer import read_viewer_records  # noqa: E402
 from latsim.viz.perfetto import perfetto_trace  # noqa: E402

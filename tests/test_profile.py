@@ -67,5 +67,5 @@ def test_live_commands_say_which_extra_is_missing(monkeypatch):
     for command in ("measure", "profile"):
         result = CliRunner().invoke(app, [command, "--K", "2"])
         assert result.exit_code == 2
-        assert result.stderr.strip() == (f"latsim: error: latsim {command} needs torch: "
+        assert result.stderr.strip() == ("latsim: error: generator wan needs torch: "
                                          "install the live extra, pip install -e '.[live]'")

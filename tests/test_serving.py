@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -359,6 +360,7 @@ class _FakeStream:
     def __init__(self, index: int, slack: float) -> None:
         self.index = index
         self._slack = slack
+        self.env = SimpleNamespace(now=0.0)
 
     def slack(self, now: float) -> float:
         return self._slack
@@ -384,7 +386,7 @@ def test_a_free_device_takes_the_task_its_schedule_names(schedule, expected):
     for i in range(3):
         pool.waiting.append(_Task(_FakeStream(i, slacks[i]), i + 1, kinds[i], "dit", 8, 1.0,
                                   0.0, i, lambda s, e: None))
-    assert [pool._next(0.0).stream.index for _ in range(3)] == expected
+    assert [pool._next(0.0).stream for _ in range(3)] == expected
 
 
 def test_waiting_dit_tasks_run_as_one_batch_at_the_batch_cost():

@@ -17,10 +17,10 @@ from latsim.controller.policies import BASELINE, SPECULATIVE
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
 from latsim.experiments.systems import SDVG_FILE, implied_acceptance, sdvg_model, system_file
-from latsim.model.costs import parse_cost
 from latsim.model.generators import DraftVerifyCost, SdvgCost, StepStreams
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
+from latsim.plugins import load_cost
 from latsim.sim.serving import StreamInput, simulate_serving
 from latsim.sim.simpy_driver import simulate_trace
 
@@ -97,18 +97,18 @@ def test_draft_verify_without_drafts_is_plain_decoding_at_the_verify_cost():
 
 
 def test_system_specs_parse_and_bad_ones_are_one_line_errors(tmp_path):
-    model = parse_cost(f"sdvg:{SDVG_FILE}")
+    model = load_cost(f"sdvg:{SDVG_FILE}")
     assert isinstance(model, SdvgCost) and model.spec == f"sdvg:{SDVG_FILE}"
-    assert isinstance(parse_cost("draftverify:0.2,1.3,3.46"), DraftVerifyCost)
+    assert isinstance(load_cost("draftverify:0.2,1.3,3.46"), DraftVerifyCost)
     for spec, message in (("draftverify:0.2,1.3", "UNIT,CV,TAU"),
                           ("draftverify:0.2,1.3,0.5", "acceptance length"),
                           (f"sdvg:{tmp_path / 'none.toml'}", "cannot read system file")):
         with pytest.raises(LatsimError, match=message):
-            parse_cost(spec)
+            load_cost(spec)
     bad = tmp_path / "bad.toml"
     bad.write_text("[sdvg]\ndraft = 0.1\n")
     with pytest.raises(LatsimError, match="lacks"):
-        parse_cost(f"sdvg:{bad}")
+        load_cost(f"sdvg:{bad}")
 
 
 def test_the_system_files_acceptance_is_the_one_its_default_speedup_implies():
@@ -269,10 +269,10 @@ def test_one_wave_forcing_stream_sees_the_same_latency_on_the_pipeline_as_on_one
 def test_wave_forcing_specs_and_pools_are_checked():
     from latsim.model.generators import WaveForcingCost
 
-    assert isinstance(parse_cost("waveforcing:0.08,4,0.2"), WaveForcingCost)
-    assert parse_cost("waveforcing:0.08,4,0.2,nf1c").mode == "nf1c"
+    assert isinstance(load_cost("waveforcing:0.08,4,0.2"), WaveForcingCost)
+    assert load_cost("waveforcing:0.08,4,0.2,nf1c").mode == "nf1c"
     with pytest.raises(LatsimError, match="ROUND,STEPS,VAE"):
-        parse_cost("waveforcing:0.08,4")
+        load_cost("waveforcing:0.08,4")
     result = CliRunner().invoke(app, ["simulate", "--K", "3", "--cost",
                                       "waveforcing:0.08,4,0.2", "--pools", "dit=4,vae=1",
                                       "--duration", "10"])

@@ -412,6 +412,36 @@ def theory_cmd(
 
 
 @app.command()
+def plugins(
+    kind: Annotated[
+        str | None, typer.Argument(help="costs, schedules or generators (default: all three)")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the registered cost models, schedules and live generators, and who provides
+    each (entry points; README "Extending latsim")."""
+    from latsim.plugins import registry
+
+    kinds = list(registry.GROUPS) if kind is None else [kind]
+    found = [p for k in kinds for p in registry.plugins(k)]
+    if as_json:
+        from latsim.run.files import dumps
+
+        typer.echo(dumps([{"kind": p.kind, "name": p.name, "target": p.target,
+                           "distribution": p.distribution} for p in found]))
+        return
+    heading = {"costs": "cost models (--cost PREFIX:ARGS, --decode, --deliver, ...)",
+               "schedules": "schedules (--schedule NAME)",
+               "generators": "live generators (--generator NAME)"}
+    names = [(p.kind, p.name) for p in found]
+    for k in kinds:
+        typer.echo(heading[k])
+        for p in (p for p in found if p.kind == k):
+            clash = "  (registered twice)" if names.count((k, p.name)) > 1 else ""
+            typer.echo(f"  {p.name:<13} {p.distribution:<14} {p.target}{clash}")
+
+
+@app.command()
 def controller(
     diagram: Annotated[bool, typer.Option("--diagram", help="print a Mermaid diagram")] = False,
 ) -> None:

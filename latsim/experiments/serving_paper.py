@@ -44,7 +44,7 @@ from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
 from latsim.experiments.paper import SETTINGS, Setting, _trace_root, infer_C, paper_data
 from latsim.experiments.sweep import Experiment, prefetched, run_experiment
 from latsim.model.costs import FixedCost, LognormalCost
-from latsim.model.serving import SCHEDULES, ServingConfig
+from latsim.model.serving import ServingConfig
 from latsim.run.files import write_rows_csv
 
 FAMILIES = ("Wan1.3B", "Sol-H3", "LTX-2.3")
@@ -249,6 +249,8 @@ def _shared_device_experiment(root: Path, max_events: int, streams: int,
         serving=ServingConfig(streams=streams, start="random", **serving))
 
 
+#: The schedules the reproduction compares (latsim's built-ins, whatever else is installed).
+SCHEDULES = ("fifo", "least-slack", "replan-first")
 #: The shared-device rows of the discard and schedule tables: (streams, serving options).
 SHARED_ROWS = ([(streams, {"discard": discard}) for streams in (1, 2, 3, 4)
                 for discard in ("on-start", "on-ready")]

@@ -48,9 +48,10 @@ from latsim.errors import (
 )
 from latsim.experiments.executors import LocalPool, active_pool, gc_paused, strided_chunks
 from latsim.model.arrivals import ArrivalSource, parse_updates
-from latsim.model.costs import CostModel, parse_cost
+from latsim.model.costs import CostModel
 from latsim.model.lead import SIMULATED
 from latsim.model.serving import ServingConfig
+from latsim.plugins import ArrivalChecks, CountsConditions, load_cost
 from latsim.run.files import write_rows_csv
 from latsim.run.folder import (
     FORMAT_VERSION,
@@ -173,7 +174,7 @@ class ExperimentResult:
 
 @lru_cache(maxsize=8)
 def _parse_cost(spec: str) -> CostModel:
-    return parse_cost(spec)
+    return load_cost(spec)
 
 
 @lru_cache(maxsize=8)
@@ -216,9 +217,8 @@ def plan(experiment: Experiment) -> Plan:
     if duration is None:
         duration = arrivals.default_duration() or DEFAULT_DURATION
     check_number("duration", duration, 0, MAX_DURATION, positive=True, unit="s")
-    check = getattr(arrivals, "check", None)
-    if check is not None:
-        check(duration, experiment.duration is not None)
+    if isinstance(arrivals, ArrivalChecks):
+        arrivals.check(duration, experiment.duration is not None)
     cells = []
     stream = serving or ServingConfig()  # its defaults are the single worker's settings
     for K in experiment.Ks:  # noqa: N806
@@ -269,9 +269,9 @@ def plan_events(p: Plan) -> float:
     """The work of a plan, checked against its bound: latent slots (:func:`cell_slots`) plus
     the arrival source's expected conditions per run (``mean_conditions``, where the source
     has one), summed over cells and replications."""
-    mean_conditions = getattr(p.arrivals, "mean_conditions", None)
-    per_run = [cell_slots(p, cell) + (mean_conditions(p.duration, cell.timing)
-                                      if mean_conditions is not None else 0.0)
+    counts = isinstance(p.arrivals, CountsConditions)
+    per_run = [cell_slots(p, cell) + (p.arrivals.mean_conditions(p.duration, cell.timing)
+                                      if counts else 0.0)
                for cell in p.cells]
     streams = 1 if p.experiment.serving is None else p.experiment.serving.streams
     return sum(per_run) * p.replications * streams

@@ -54,10 +54,11 @@ from latsim.controller.timing import Timing
 from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.experiments.paper import _trace_root
 from latsim.experiments.sweep import Experiment, prefetched, run_experiment
-from latsim.model.costs import FixedCost, parse_cost
+from latsim.model.costs import FixedCost
 from latsim.model.generators import DraftVerifyCost, SdvgCost, WaveForcingCost
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
+from latsim.plugins import load_cost
 from latsim.run.files import write_rows_csv
 from latsim.sim.serving import StreamInput, simulate_serving
 
@@ -90,7 +91,7 @@ def system_file(path: Path) -> dict:
 
 
 def sdvg_model() -> SdvgCost:
-    return parse_cost(f"sdvg:{SDVG_FILE}")  # type: ignore[return-value]
+    return load_cost(f"sdvg:{SDVG_FILE}")  # type: ignore[return-value]
 
 
 def implied_acceptance(speedup: float, target: float, draft: float, vae: float,

@@ -1,6 +1,10 @@
 """Cost models: how long a generation job of K latents takes (the execution-time seam).
 
-The controller never sees a duration; drivers ask a cost model. Specs (``--cost``):
+The controller never sees a duration; drivers ask a cost model
+(:class:`latsim.plugins.CostModel`), built from a spec by
+:func:`latsim.plugins.load_cost`. The built-in prefixes (each registered in the
+``latsim.costs`` entry-point group, as a third party's would be; their ``parse_*``
+functions take the text after ``PREFIX:``):
 
 - ``fixed:C``            every job takes C seconds
 - ``affine:A,B``         C = A + B*K
@@ -24,39 +28,17 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import Protocol
 
 import numpy as np
 
 from latsim.errors import MAX_CV, MAX_K, MAX_SECONDS, LatsimError
 from latsim.model.traces import read_input_file
+from latsim.plugins.protocols import CostModel
+
+__all__ = ["JOB_KINDS", "AffineCost", "CostModel", "FixedCost", "LognormalCost",
+           "ParallelTableCost", "TableCost", "load_parallel_table", "load_table"]
 
 JOB_KINDS = ("refill", "replan")
-
-
-class CostModel(Protocol):
-    """Generation time of one job of ``K`` latents."""
-
-    spec: str
-
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
-        """Draw one job duration (seconds)."""
-        ...
-
-    def mean(self, K: int) -> float:  # noqa: N803
-        """Expected job duration (seconds); a refill's where the job kinds differ."""
-        ...
-
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
-        """The ``level`` quantile of the job duration (seconds), for every job kind: the
-        planning lead is set from it and covers refills and replans alike."""
-        ...
-
-    @property
-    def deterministic(self) -> bool:
-        """True if every draw, of every job kind, equals ``mean`` (so closed forms that
-        assume one fixed C for every job apply)."""
-        ...
 
 
 def _check_seconds(name: str, value: float) -> float:
@@ -391,34 +373,30 @@ def _short(text: str) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "...'"
 
 
-def parse_cost(spec: str) -> CostModel:
-    """Build a cost model from a ``--cost`` spec (see the module docstring)."""
-    prefix, sep, body = spec.partition(":")
-    if not sep:
-        raise LatsimError(f"cost spec {_short(spec)} needs the form KIND:ARGS, e.g. fixed:1.6")
-    if prefix == "fixed":
-        return FixedCost(*_numbers(spec, body, 1))
-    if prefix == "affine":
-        return AffineCost(*_numbers(spec, body, 2))
-    if prefix == "lognormal":
-        return LognormalCost(*_numbers(spec, body, 2))
-    if prefix == "table":
-        return load_table(body)
-    if prefix == "usp":
-        path, _, degree = body.rpartition("@") if "@" in body else (body, "", "1")
-        if not degree.isdigit():
-            raise LatsimError(f"cost spec {_short(spec)}: the degree after @ must be a "
-                              "whole number")
-        return load_parallel_table(path, int(degree))
-    if prefix in ("sdvg", "draftverify", "waveforcing"):  # the seed systems
-        from latsim.model import generators
+def parse_fixed(args: str) -> FixedCost:
+    """``fixed:C``: every job takes C seconds."""
+    return FixedCost(*_numbers(f"fixed:{args}", args, 1))
 
-        if prefix == "sdvg":
-            return generators.load_sdvg(body)
-        if prefix == "waveforcing":
-            return generators.parse_waveforcing(spec, body)
-        return generators.parse_draftverify(spec, body)
-    raise LatsimError(
-        f"unknown cost spec prefix {_short(prefix)}; use fixed:, affine:, table:, "
-        "lognormal:, usp:, sdvg:, draftverify: or waveforcing:"
-    )
+
+def parse_affine(args: str) -> AffineCost:
+    """``affine:A,B``: C = A + B*K."""
+    return AffineCost(*_numbers(f"affine:{args}", args, 2))
+
+
+def parse_lognormal(args: str) -> LognormalCost:
+    """``lognormal:MEAN,CV``."""
+    return LognormalCost(*_numbers(f"lognormal:{args}", args, 2))
+
+
+def parse_table(args: str) -> TableCost:
+    """``table:PATH`` (:func:`load_table`)."""
+    return load_table(args)
+
+
+def parse_usp(args: str) -> ParallelTableCost:
+    """``usp:PATH[@G]`` (:func:`load_parallel_table`, degree G, default 1)."""
+    path, _, degree = args.rpartition("@") if "@" in args else (args, "", "1")
+    if not degree.isdigit():
+        raise LatsimError(f"cost spec {_short('usp:' + args)}: the degree after @ must be a "
+                          "whole number")
+    return load_parallel_table(path, int(degree))

@@ -1,8 +1,9 @@
 """Generator models: what one job of K latents does on which device (DESIGN §6–7).
 
-A generator model is a cost model (:class:`latsim.model.costs.CostModel`: a job's total time
+A generator model is a cost model (:class:`latsim.plugins.CostModel`: a job's total time
 on dedicated devices, so the single-worker simulator and the closed forms can use it) that
-can also say, step by step, which pool each part of the job runs on (:meth:`steps`), so the
+can also say, step by step, which pool each part of the job runs on (:meth:`steps`, the
+:class:`latsim.plugins.Staged` capability), so the
 serving model can put the parts on shared pools. The steps are drawn lazily, in the order the
 job runs them, from the same random stream :meth:`sample` uses and in the same order: one
 stream on dedicated pools gives exactly the single-worker numbers.
@@ -37,13 +38,13 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
 from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_number
 from latsim.model.costs import JOB_KINDS, CostModel
 from latsim.model.traces import read_input_file
+from latsim.plugins.protocols import Pipelined
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +65,6 @@ class StepStreams:
     cost: np.random.Generator
     decode: np.random.Generator
     replan: np.random.Generator
-
-
-class GeneratorModel(Protocol):
-    """A cost model whose jobs run as :class:`Step` s on named pools."""
-
-    spec: str
-
-    def steps(self, K: int, kind: str, streams: StepStreams) -> Iterator[Step]:  # noqa: N803
-        """The steps of one job of ``kind`` (``prebuffer``, ``refill`` or ``replan``)."""
-        ...
-
-    def pools(self) -> tuple[str, ...]:
-        """The pools its steps run on."""
-        ...
 
 
 def _cost_kind(kind: str) -> str:
@@ -108,7 +95,7 @@ class StagedGenerator:
 
     def pipelines(self) -> dict[str, tuple[int, float, str | None]]:
         """The DiT model's pipeline pools, if it has any (Wave Forcing's 1F1C)."""
-        return getattr(self.dit, "pipelines", dict)()
+        return self.dit.pipelines() if isinstance(self.dit, Pipelined) else {}
 
 
 # ---------------------------------------------------------------- SDVG
@@ -215,6 +202,11 @@ class SdvgCost:
         return self.blocks(K) * self._rejected()
 
 
+def parse_sdvg(body: str) -> SdvgCost:
+    """``sdvg:PATH``."""
+    return load_sdvg(body)
+
+
 def load_sdvg(path: str | Path, **overrides: object) -> SdvgCost:
     """An SDVG system file (TOML, ``[sdvg]`` table; every value cites its seed section)."""
     text = read_input_file(path, "system file")
@@ -300,7 +292,9 @@ class DraftVerifyCost:
         return self.mean(K) / (K * self.unit)
 
 
-def parse_draftverify(spec: str, body: str) -> DraftVerifyCost:
+def parse_draftverify(body: str) -> DraftVerifyCost:
+    """``draftverify:UNIT,CV,TAU``."""
+    spec = f"draftverify:{body}"
     parts = body.split(",")
     if len(parts) != 3:
         raise LatsimError(f"cost spec {spec!r} needs UNIT,CV,TAU (three numbers)")
@@ -382,7 +376,9 @@ class WaveForcingCost:
         return 1.0 / (self.depth * self.round_time + self.vae)
 
 
-def parse_waveforcing(spec: str, body: str) -> WaveForcingCost:
+def parse_waveforcing(body: str) -> WaveForcingCost:
+    """``waveforcing:ROUND,STEPS,VAE[,nf1c]``."""
+    spec = f"waveforcing:{body}"
     parts = body.split(",")
     mode = "1f1c"
     if len(parts) == 4:

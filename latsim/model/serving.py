@@ -12,7 +12,7 @@ into fixed groups of that many devices; a ``usp:`` cost spec gives the time per 
 controller, when both are done (DESIGN §1: C includes the decode it needs).
 ``uplink`` (a condition's trip to the server) and ``deliver`` (a played slot's trip to the
 client) are network delays, not devices. Every stage's cost is a cost spec
-(:func:`latsim.model.costs.parse_cost`; ``deliver`` draws with K = 1, one latent's frames).
+(:func:`latsim.model.costs.load_cost`; ``deliver`` draws with K = 1, one latent's frames).
 
 A TOML file holds the same settings (every key optional; flags override it)::
 
@@ -57,10 +57,10 @@ from typing import Any
 
 from latsim.controller import DISCARD_MODES, IN_FLIGHT_POLICIES, MAX_IN_FLIGHT
 from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_number
-from latsim.model.costs import CostModel, parse_cost
+from latsim.model.costs import CostModel
 from latsim.model.traces import read_input_file
+from latsim.plugins import Parallel, Pipelined, Staged, available, load_cost, load_schedule
 
-SCHEDULES = ("fifo", "least-slack", "replan-first")
 #: The pool DiT tasks run on (in groups of ``dit_degree`` devices).
 DIT_POOL = "dit"
 STARTS = ("staggered", "random", "together")
@@ -130,7 +130,11 @@ class ServingConfig:
         if self.decode is not None and self.decode_pool not in names:
             raise LatsimError(f"stage decode runs on pool {self.decode_pool!r}, which the "
                               f"pools ({','.join(names)}) do not define")
-        for name, allowed in (("schedule", SCHEDULES), ("start", STARTS),
+        if not isinstance(self.schedule, str) or self.schedule not in available("schedules"):
+            raise LatsimError(f"--schedule must be one of {', '.join(available('schedules'))}"
+                              f", got {self.schedule!r}")
+        load_schedule(self.schedule)  # a plug-in that fails to import fails here
+        for name, allowed in (("start", STARTS),
                               ("discard", DISCARD_MODES),
                               ("in_flight_policy", IN_FLIGHT_POLICIES)):
             if getattr(self, name) not in allowed:
@@ -166,16 +170,17 @@ class ServingConfig:
         """This configuration and ``cost`` made consistent: a per-degree cost table at the
         degree the DiT tasks run on (``--dit-degree``, else the table's), and every pool a
         generator model steps on defined (a pipeline's with one device per rank)."""
-        at = getattr(cost, "at", None)
-        if at is not None and self.dit_degree is not None:
-            cost = at(self.dit_degree)
-        resolved = replace(self, dit_degree=getattr(cost, "degree", self.degree))
+        if isinstance(cost, Parallel) and self.dit_degree is not None:
+            cost = cost.at(self.dit_degree)
+        resolved = replace(self, dit_degree=cost.degree if isinstance(cost, Parallel)
+                           else self.degree)
         pools = dict(resolved.pools)
-        for pool in getattr(cost, "pools", tuple)():
+        for pool in cost.pools() if isinstance(cost, Staged) else ():
             if pool not in pools:
                 raise LatsimError(f"cost {cost.spec} runs steps on pool {pool!r}, which the "
                                   f"pools ({','.join(pools)}) do not define; add it to --pools")
-        for pool, (depth, *_) in getattr(cost, "pipelines", dict)().items():
+        for pool, (depth, *_) in (cost.pipelines() if isinstance(cost, Pipelined)
+                                  else {}).items():
             if pools[pool] != depth:
                 raise LatsimError(f"cost {cost.spec} runs a pipeline of {depth} ranks, one "
                                   f"device each, on pool {pool}: give it {depth} devices, "
@@ -249,7 +254,7 @@ def parse_batch(spec: str, max_size: int | None = None) -> Batching:
             size = int(value)
         except ValueError:
             raise LatsimError(f"--batch {spec!r}: max must be a whole number") from None
-    return Batching(parse_cost(cost_spec), size if max_size is None else max_size)
+    return Batching(load_cost(cost_spec), size if max_size is None else max_size)
 
 
 #: TOML keys and what they hold (sections are checked separately).
@@ -317,22 +322,22 @@ def load_serving_file(path: str | Path) -> tuple[dict[str, Any], str | None]:
                 values["dit_degree"] = _typed(f"{path}: stages.dit.degree", body["degree"], int)
         elif stage == "decode":
             if cost is not None:
-                values["decode"] = parse_cost(cost)
+                values["decode"] = load_cost(cost)
             if pool is not None:
                 values["decode_pool"] = pool
         elif cost is not None:
-            values[stage] = parse_cost(cost)
+            values[stage] = load_cost(cost)
     replan = data.get("replan", {})
     if set(replan) - {"cost"}:
         raise LatsimError(f"{path}: [replan] takes only cost")
     if "cost" in replan:
-        values["replan_cost"] = parse_cost(_typed(f"{path}: replan.cost", replan["cost"], str))
+        values["replan_cost"] = load_cost(_typed(f"{path}: replan.cost", replan["cost"], str))
     batch = data.get("batch")
     if batch is not None:
         if set(batch) - {"cost", "max"} or "cost" not in batch:
             raise LatsimError(f"{path}: [batch] takes cost (required) and max")
         values["batch"] = Batching(
-            parse_cost(_typed(f"{path}: batch.cost", batch["cost"], str)),
+            load_cost(_typed(f"{path}: batch.cost", batch["cost"], str)),
             _typed(f"{path}: batch.max", batch.get("max", 8), int))
     return values, dit_cost
 
@@ -354,7 +359,7 @@ def build_serving(path: str | Path | None = None, **flags: Any) -> tuple[Serving
         elif name == "batch" and isinstance(value, str):
             value = parse_batch(value)
         elif name in ("decode", "deliver", "uplink", "replan_cost") and isinstance(value, str):
-            value = parse_cost(value)
+            value = load_cost(value)
         values[name] = value
     if "pools" not in values and values.get("decode") is not None:
         # the default pools: one DiT device and, for a decode on the default pool, one VAE

@@ -42,6 +42,7 @@ from latsim.model.costs import CostModel
 from latsim.model.generators import StagedGenerator, Step, StepStreams
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
+from latsim.plugins import Schedule, load_schedule, schedule_failed
 from latsim.run.serving import (
     ClientStallRecord,
     ServingRecords,
@@ -65,16 +66,17 @@ class StreamInput:
 
 
 class _Task:
-    """One stage of one job waiting for, or running on, a device."""
+    """One stage of one job waiting for, or running on, a device; a scheduling policy sees
+    it as a :class:`latsim.plugins.WaitingTask`."""
 
-    __slots__ = ("stream", "job_id", "kind", "stage", "latents", "duration", "t_enqueue",
+    __slots__ = ("port", "job_id", "kind", "stage", "latents", "duration", "t_enqueue",
                  "seq", "then", "first")
 
-    def __init__(self, stream: _StreamPort, job_id: int, kind: str, stage: str, latents: int,
+    def __init__(self, port: _StreamPort, job_id: int, kind: str, stage: str, latents: int,
                  duration: float, t_enqueue: float, seq: int,
                  then: Callable[[float, float], None], first: bool = False) -> None:
         self.first = first  # the job's first step: its start is the job's start
-        self.stream = stream
+        self.port = port
         self.job_id = job_id
         self.kind = kind
         self.stage = stage
@@ -84,18 +86,28 @@ class _Task:
         self.seq = seq
         self.then = then  # called with (t_start, t_end) once the task is done
 
+    @property
+    def stream(self) -> int:
+        return self.port.index
 
-def _pick(waiting: deque[_Task], schedule: str, now: float) -> _Task:
+    @property
+    def slack(self) -> float:
+        return self.port.slack(self.port.env.now)
+
+
+def _pick(waiting: deque[_Task], schedule: Schedule, now: float) -> _Task:
     """Take the waiting task ``schedule`` serves next."""
-    if schedule == "fifo" or len(waiting) == 1:
+    if len(waiting) == 1:
         return waiting.popleft()
-    if schedule == "replan-first":
-        key = lambda t: (t.kind != "replan", t.seq)  # noqa: E731
-    else:  # least-slack: the stream with the least buffered playable time first
-        key = lambda t: (t.stream.slack(now), t.seq)  # noqa: E731
-    best = min(waiting, key=key)
-    waiting.remove(best)
-    return best
+    try:
+        best = schedule(waiting, now)
+    except Exception as exc:  # noqa: BLE001 - a plug-in's failure is one line
+        raise schedule_failed(schedule, exc) from None
+    try:
+        waiting.remove(best)  # type: ignore[arg-type]
+    except ValueError:
+        raise schedule_failed(schedule, None) from None
+    return best  # type: ignore[return-value]
 
 
 class _PipelinePool:
@@ -148,7 +160,7 @@ class _PipelinePool:
         batch_id = engine.new_batch()
         self.in_flight[batch_id] = (task, now)
         if task.first and task.job_id:
-            task.stream.job_started(task.job_id, now, task.duration, now > task.t_enqueue)
+            task.port.job_started(task.job_id, now, task.duration, now > task.t_enqueue)
         engine.env.timeout(task.duration).callbacks.append(
             lambda _, b=batch_id: self._leave(b))
         self._plan()
@@ -168,7 +180,7 @@ class _PipelinePool:
             start = entry + rank * self.round
             if start < end:
                 self.engine.tasks.append(TaskRecord(
-                    task.stream.index, task.job_id, task.stage, task.kind, self.name, rank,
+                    task.stream, task.job_id, task.stage, task.kind, self.name, rank,
                     batch_id, task.t_enqueue, start, min(end, start + self.round)))
 
 
@@ -226,7 +238,7 @@ class _Engine:
         self.env = env
         self.config = config
         self.generator = generator
-        self.schedule = config.schedule
+        self.schedule = load_schedule(config.schedule)
         # a DiT task occupies a fixed group of ``degree`` devices: the pool has size/degree
         self.pools: dict[str, _Pool | _PipelinePool] = {
             name: _Pool(self, name, size // (config.degree if name == config.dit_pool else 1))
@@ -267,7 +279,7 @@ class _Engine:
         running then, as :class:`~latsim.run.stream.BusyInterval` does)."""
         pool, device, batch, start = self.running.pop(batch_id)
         for task in batch:
-            self.tasks.append(TaskRecord(task.stream.index, task.job_id, task.stage, task.kind,
+            self.tasks.append(TaskRecord(task.stream, task.job_id, task.stage, task.kind,
                                          pool.name, device, batch_id, task.t_enqueue, start,
                                          end))
 
@@ -282,7 +294,7 @@ class _Engine:
                 sum(t.latents for t in batch), self._batch_rng, "refill")
         for task in batch:
             if task.first and task.job_id:
-                task.stream.job_started(task.job_id, now, took, now > task.t_enqueue)
+                task.port.job_started(task.job_id, now, took, now > task.t_enqueue)
 
         self.running[batch_id] = (pool, device, batch, now)
 

@@ -30,13 +30,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.presets import ModelPreset, Resolution, model_preset, resolution
+from harness.generators.device import (
+    default_threads,
+    device_name,
+    require_device,
+    require_packages,
+)
+from harness.generators.presets import ModelPreset, Resolution, model_preset, resolution
 from latsim.controller import StartJob
 from latsim.errors import LatsimError
+from latsim.plugins import GeneratorConfig, GeneratorInfo, JobTiming
 
 
 @dataclass(frozen=True)
-class GeneratorConfig:
+class WanConfig:
     """What to build and how a job runs."""
 
     preset: str = "tiny"
@@ -62,27 +69,6 @@ class GeneratorConfig:
             raise LatsimError(f"threads must be a positive integer, got {self.threads}")
 
 
-@dataclass(frozen=True)
-class JobTiming:
-    """The generator's own measurement of one job (``perf_counter`` seconds)."""
-
-    job_id: int
-    kind: str
-    K: int
-    branch: int
-    version: int
-    context: int  # context latents actually fed
-    t_start: float
-    t_end: float
-    device_s: float | None  # CUDA-event time of the job (None on CPU)
-    decoded_latents: int
-    decoded_frames: int
-
-    @property
-    def wall_s(self) -> float:
-        return self.t_end - self.t_start
-
-
 @dataclass
 class StreamState:
     """One stream's state in the generator: its latents by position (the context of later
@@ -96,43 +82,6 @@ class StreamState:
     frames: dict[int, Any] = field(default_factory=dict)  # position -> decoded (1, 3, f, H, W)
 
 
-def default_threads() -> int:
-    """CPU threads for torch: all cores but one (the driver's), at least one."""
-    return max(1, (os.cpu_count() or 1) - 1)
-
-
-def require_device(device: str) -> None:
-    """Raise a one-line :class:`LatsimError` if ``device`` cannot be used."""
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise LatsimError(
-                f"--device cuda: no CUDA GPU is available (torch {torch.__version__}, "
-                f"CUDA build: {torch.version.cuda or 'none'})"
-            )
-    elif device != "cpu":
-        raise LatsimError(f"unknown device {device!r}; choose cpu or cuda")
-
-
-def device_name(device: str) -> str:
-    """A human-readable name of the device (GPU name, or the CPU model)."""
-    if device == "cuda":
-        import torch
-
-        return torch.cuda.get_device_name(0)
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return f"cpu: {line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    import platform
-
-    return f"cpu: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
-
-
 class WanGenerator:
     """Random-weight Wan DiT (+ optional VAE) executing one job at a time.
 
@@ -140,7 +89,7 @@ class WanGenerator:
     :meth:`warmup` are called before the worker starts.
     """
 
-    def __init__(self, config: GeneratorConfig) -> None:
+    def __init__(self, config: WanConfig) -> None:
         import torch
         from diffusers import (
             AutoencoderKLWan,
@@ -316,6 +265,17 @@ class WanGenerator:
         latent = stream.store[position][0, :, 0].float().contiguous().cpu().numpy()
         return "latent", tuple(latent.shape), latent.tobytes()
 
+    def describe(self) -> GeneratorInfo:
+        c = self.config
+        return GeneratorInfo(
+            "wan", f"{c.preset}@{c.resolution},steps={c.steps}", c.device,
+            device_name(c.device), str(self.dtype).removeprefix("torch."),
+            self.preset.vae.temporal_scale,
+            {"preset": c.preset, "resolution": c.resolution, "steps": c.steps,
+             "context": c.context, "decode": c.decode, "seed": c.seed,
+             "flow_shift": c.flow_shift, "n_params": self.n_params},
+            self.threads)
+
     def _sync(self) -> None:
         if self.device.type == "cuda":
             self._torch.cuda.synchronize()
@@ -379,6 +339,26 @@ class WanGenerator:
                 f"{self.preset.name} at {self.res.name}, more than the {free / 2**30:.1f} GiB "
                 f"free on {self.config.device}; use a smaller --K or --resolution"
             )
+
+
+def wan_config(config: GeneratorConfig) -> WanConfig:
+    """The Wan configuration of the shared generator options (``--generator wan``)."""
+    if config.cost is not None:
+        raise LatsimError("generator wan measures its job time: --cost is for the sleep "
+                          "generator")
+    if config.options:
+        raise LatsimError(f"generator wan takes no --generator-option, got "
+                          f"{', '.join(key for key, _ in config.options)}")
+    return WanConfig(config.preset or "tiny", config.resolution or "tiny", config.steps,
+                     config.context, config.decode, config.device, config.seed,
+                     config.threads)
+
+
+def build(config: GeneratorConfig) -> WanGenerator:
+    """The ``wan`` entry of the ``latsim.generators`` group."""
+    wan = wan_config(config)
+    require_packages("generator wan")
+    return WanGenerator(wan)
 
 
 def _cast(module: Any, dtype: Any, keep_fp32: Any) -> Any:

@@ -1,0 +1,111 @@
+"""Extension points: cost models, scheduling policies and live generators (DESIGN §9).
+
+Each is a typed protocol (:mod:`latsim.plugins.protocols`) and a registry filled from entry
+points (:mod:`latsim.plugins.registry`). latsim's own built-ins are registered in its
+``pyproject.toml`` the way a third-party package registers its own:
+
+=====================  ===========================  ==========================================
+group                  entry name                   the object it points at
+=====================  ===========================  ==========================================
+``latsim.costs``       a spec prefix (``fixed``)    ``(args: str) -> CostModel``; ``args`` is
+                                                    the text after ``PREFIX:``
+``latsim.schedules``   a policy name (``fifo``)     ``(waiting, now) -> WaitingTask``
+``latsim.generators``  a generator name (``wan``)   ``(GeneratorConfig) -> LiveGenerator``
+=====================  ===========================  ==========================================
+
+``latsim plugins`` lists what is registered and by which distribution.
+"""
+
+from __future__ import annotations
+
+from latsim.errors import LatsimError
+from latsim.plugins.protocols import (
+    ArrivalChecks,
+    CostFactory,
+    CostModel,
+    CountsConditions,
+    GeneratorConfig,
+    GeneratorFactory,
+    GeneratorInfo,
+    JobTiming,
+    LiveGenerator,
+    Parallel,
+    Pipelined,
+    Schedule,
+    Staged,
+    TimesForwards,
+    WaitingTask,
+)
+from latsim.plugins.registry import Plugin, available, call, load, plugins, refresh, wrong_type
+
+__all__ = [
+    "ArrivalChecks", "CostFactory", "CostModel", "CountsConditions", "GeneratorConfig",
+    "GeneratorFactory", "GeneratorInfo", "JobTiming", "LiveGenerator", "Parallel",
+    "Pipelined", "Plugin", "Schedule", "Staged", "TimesForwards", "WaitingTask", "available",
+    "build_generator", "load_cost", "load_generator", "load_schedule", "plugins", "refresh",
+    "schedule_failed",
+]
+
+
+def _short(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "...'"
+
+
+def load_cost(spec: str) -> CostModel:
+    """The cost model of a ``PREFIX:ARGS`` spec (``--cost``, ``--decode``, ... and the
+    serving and grid TOML files)."""
+    if not isinstance(spec, str):
+        raise LatsimError(f"a cost spec is text like fixed:1.6, got {type(spec).__name__}")
+    prefix, sep, args = spec.partition(":")
+    if not sep:
+        raise LatsimError(f"cost spec {_short(spec)} needs the form KIND:ARGS, e.g. fixed:1.6")
+    if prefix not in available("costs"):
+        raise LatsimError(f"unknown cost spec prefix {_short(prefix)}; registered: "
+                          f"{', '.join(p + ':' for p in available('costs'))}")
+    model = call("costs", prefix, args)
+    if not isinstance(model, CostModel):
+        raise wrong_type("costs", prefix, model, "a cost model (spec, sample, mean, quantile, "
+                         "deterministic)")
+    return model
+
+
+def load_schedule(name: str) -> Schedule:
+    """The scheduling policy registered as ``name`` (``--schedule``)."""
+    if not isinstance(name, str) or name not in available("schedules"):
+        raise LatsimError(f"unknown schedule {_short(str(name))}; registered: "
+                          f"{', '.join(available('schedules'))}")
+    return load("schedules", name)
+
+
+def schedule_failed(schedule: Schedule, exc: Exception | None) -> LatsimError:
+    """The error for a schedule that raised ``exc``, or (``None``) returned something that
+    is not one of the waiting tasks."""
+    name = (f"{getattr(schedule, '__module__', '?')}:"
+            f"{getattr(schedule, '__qualname__', type(schedule).__name__)}")
+    if exc is None:
+        return LatsimError(f"schedule {name} returned something that is not a waiting task")
+    if isinstance(exc, LatsimError):
+        return exc
+    lines = str(exc).strip().splitlines()
+    return LatsimError(f"schedule {name} failed: {type(exc).__name__}: "
+                       f"{lines[0] if lines else '(no message)'}")
+
+
+def load_generator(name: str) -> GeneratorFactory:
+    """The factory of the live generator registered as ``name`` (``--generator``)."""
+    if not isinstance(name, str) or name not in available("generators"):
+        raise LatsimError(f"unknown generator {_short(str(name))}; registered: "
+                          f"{', '.join(available('generators'))}")
+    return load("generators", name)
+
+
+def build_generator(name: str, config: GeneratorConfig) -> LiveGenerator:
+    """Build generator ``name`` from ``config``, checking that it is a live generator."""
+    load_generator(name)
+    generator = call("generators", name, config)
+    if not isinstance(generator, LiveGenerator):
+        raise wrong_type("generators", name, generator,
+                         "a live generator (describe, check_fits, warmup, new_stream, "
+                         "reset_stream, run_job, payload)")
+    return generator
