@@ -93,7 +93,7 @@ def _stats_us(values: list[float]) -> dict:
 def fixed_cost_agreement(duration: float, C: float = 0.05, lead: float = 0.08,  # noqa: N803
                          rate: float = 2.0, seed: int = 0) -> dict:
     """The live driver with a generator that sleeps ``C`` against ``fixed:C`` simulated."""
-    from harness.driver import DriverConfig, LiveDriver, SleepExecutor
+    from harness.live.driver import DriverConfig, LiveDriver, SleepExecutor
     from latsim.analysis.metrics import summarize
     from latsim.model.arrivals import PoissonArrivals
     from latsim.model.costs import FixedCost
@@ -132,7 +132,7 @@ def _stats_ms(values: list[float]) -> dict:
 
 
 def live(duration: float) -> dict:
-    from harness.run import MeasureConfig, measure
+    from harness.measure.run import MeasureConfig, measure
 
     with tempfile.TemporaryDirectory() as tmp:
         config = MeasureConfig(preset="tiny", resolution="tiny", Ks=(4,), steps=8,

@@ -18,7 +18,7 @@ from latsim.controller import ControllerConfig
 from latsim.controller.policies import SPECULATIVE
 from latsim.controller.timing import Timing
 from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
-from latsim.experiments.sweep import DEFAULT_FPS, DEFAULT_R, Experiment
+from latsim.experiments.engine import DEFAULT_FPS, DEFAULT_R, Experiment
 from latsim.model.arrivals import PoissonArrivals
 from latsim.model.costs import AffineCost
 from latsim.model.serving import ServingConfig

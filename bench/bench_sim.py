@@ -24,7 +24,7 @@ import simpy
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import BASELINE, SPECULATIVE
 from latsim.controller.timing import Timing
-from latsim.experiments.sweep import (
+from latsim.experiments.engine import (
     DEFAULT_COST,
     DEFAULT_FPS,
     DEFAULT_R,

@@ -6,7 +6,7 @@ folders ``<out>/{speculative,baseline}``.
                               [--K 3 --steps 4 --duration 20 --delay 0.02 --jitter 0.005]
 
 The server runs in its own process (as ``latsim serve`` would, ``--port 0``); the viewers
-are :func:`harness.client.run_client` in two threads, one speculative and one baseline, each
+are :func:`harness.viewer.client.run_client` in two threads, one speculative and one baseline, each
 with a deterministic trace of conditions every 1.2-1.9 s. On a CPU with ``--preset tiny
 --resolution tiny --device cpu`` it is the same check, in seconds.
 """
@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.client import ClientConfig, run_client  # noqa: E402
-from harness.netclock import Shaper  # noqa: E402
+from harness.net.netclock import Shaper  # noqa: E402
+from harness.viewer.client import ClientConfig, run_client  # noqa: E402
 from latsim.analysis.viewer_compare import compare_client_runs  # noqa: E402
 from latsim.model.traces import Trace  # noqa: E402
 

@@ -7,7 +7,7 @@ They join the ``latsim`` command line as a plugin (entry point group ``latsim.co
 transformer (random weights; :mod:`harness`). Only typer is imported at module level so
 ``latsim --help`` stays fast; the harness (and torch) load inside the command.
 
-Every option is range-checked before any work (:data:`harness.run.LIMITS`), as is the output
+Every option is range-checked before any work (:data:`harness.measure.run.LIMITS`), as is the output
 (written and removed probe file). Ctrl-C or SIGTERM raise :class:`latsim.errors.Interrupted`
 saying what was kept and where (the command line prints it and exits 130); a failed run
 (generator error, a job hung past ``--job-timeout``, a failed write) is a one-line error.
@@ -93,7 +93,7 @@ def _generator_config(preset: str | None, resolution: str | None, steps: int, co
                       cost: str | None = None,
                       options: list[str] | None = None):  # noqa: ANN202
     """The generator options of profile and serve, range-checked, as a GeneratorConfig."""
-    from harness.run import check_option
+    from harness.measure.run import check_option
     from latsim.plugins import GeneratorConfig
 
     for option, value in (("--steps", steps), ("--seed", seed), ("--context", context),
@@ -128,7 +128,7 @@ def profile(
 ) -> None:
     """Measure C per K and job kind (refill, replan); write a --cost table:PATH file."""
     from harness.generators.device import require_device
-    from harness.profile import ProfileConfig, run_profile
+    from harness.measure.profile import ProfileConfig, run_profile
 
     built = _generator_config(preset, resolution, steps, context, decode, device, seed,
                               threads, cost, generator_option)
@@ -201,8 +201,8 @@ def measure(
     if device not in ("cpu", "cuda"):
         raise LatsimError(f"unknown device {device!r}; choose cpu or cuda")
 
-    from harness.run import MeasureConfig
-    from harness.run import measure as run_measure
+    from harness.measure.run import MeasureConfig
+    from harness.measure.run import measure as run_measure
     from latsim.plugins import load_generator
 
     load_generator(generator)  # an unknown or broken plug-in fails before any work
@@ -281,8 +281,8 @@ def serve(
     import logging
 
     from harness.generators.device import require_device
-    from harness.netclock import Shaper
-    from harness.server import ServerConfig, StreamServer
+    from harness.net.netclock import Shaper
+    from harness.serve.server import ServerConfig, StreamServer
     from latsim.plugins import load_generator
 
     load_generator(generator)
@@ -302,7 +302,7 @@ def serve(
         typer.echo(f"K={k}: lead {choice.lead:.4f} s ({choice.source})")
     import asyncio
 
-    from harness.driver import sigterm_as_interrupt
+    from harness.live.driver import sigterm_as_interrupt
 
     def listening(bound: int) -> None:
         typer.echo(f"serving {server.info.name}:{server.info.label} on ws://{host}:{bound} "
@@ -360,9 +360,9 @@ def client(
         raise LatsimError(f"--K must be in [1, 1000], got {K}")
     if trace is not None and not trace.is_file():
         raise LatsimError(f"--trace {trace}: no such file")
-    from harness.client import ClientConfig, run_client
-    from harness.netclock import Shaper
-    from harness.run import check_option, trace_and_window
+    from harness.measure.run import check_option, trace_and_window
+    from harness.net.netclock import Shaper
+    from harness.viewer.client import ClientConfig, run_client
 
     for option, value in (("--rate", rate), ("--duration", duration), ("--seed", seed),
                           ("--r", r), ("--fps", fps), ("--lead", lead), ("--drain", drain)):

@@ -27,8 +27,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from latsim.analysis import theory  # noqa: E402
+from latsim.experiments.engine import Experiment, run_experiment  # noqa: E402
 from latsim.experiments.paper import phase_grid_conditions  # noqa: E402
-from latsim.experiments.sweep import Experiment, run_experiment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
 RESULTS = Path(os.environ.get("LATSIM_RESULTS", ROOT / "results"))  # tests redirect this

@@ -28,7 +28,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from latsim.experiments.sweep import (  # noqa: E402
+from latsim.experiments.engine import (  # noqa: E402
     DEFAULT_COST,
     Experiment,
     run_experiment,

@@ -38,7 +38,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from latsim.experiments.sweep import Experiment, run_experiment  # noqa: E402
+from latsim.experiments.engine import Experiment, run_experiment  # noqa: E402
 from latsim.experiments.systems import (  # noqa: E402
     measured_fps,
     sdvg_model,

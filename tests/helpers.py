@@ -132,7 +132,7 @@ def _before(records: RunRecords, starts: dict[int, float], horizon: float) -> di
 
 
 def assert_live_run_matches_simulation(driver, result) -> float:
-    """A live run (``harness.driver.LiveDriver`` and its result) against the simulator fed the
+    """A live run (``harness.live.driver.LiveDriver`` and its result) against the simulator fed the
     job times the run measured: every record before :func:`comparable_horizon` must agree
     (to 1e-9 s). Also checks that each job's generator interval lies inside the controller's
     ``[t_start, t_ready]``. Returns the horizon."""

@@ -9,10 +9,10 @@ import pickle
 
 import pytest
 
-import latsim.experiments.sweep as sweep
+import latsim.experiments.engine as sweep
 from latsim.controller.records import RECORD_TYPES, record
+from latsim.experiments.engine import Experiment, prefetched, run_experiment, run_experiments
 from latsim.experiments.executors import LocalPool, gc_paused, using
-from latsim.experiments.sweep import Experiment, prefetched, run_experiment, run_experiments
 from latsim.run.stream import BusyInterval
 from tests.test_play_ahead import fingerprint
 
@@ -126,7 +126,7 @@ def test_a_run_leaves_no_cyclic_garbage_per_job(streams):
     (about one object a job: the driver's job intervals), and no cycles made per job as it
     goes (a job's steps once were closures calling themselves, some twenty objects a
     job)."""
-    from latsim.experiments.sweep import plan, run_cell
+    from latsim.experiments.engine import plan, run_cell
     from latsim.model.serving import ServingConfig
 
     serving = None if streams is None else ServingConfig(streams=streams, start="random")

@@ -351,7 +351,7 @@ def test_beyond_the_run_in_a_folder_names_the_file(tmp_path):
 
 
 def test_work_bound_is_checked_before_any_simulation(monkeypatch):
-    import latsim.experiments.sweep as sweep
+    import latsim.experiments.engine as sweep
 
     def never(*args, **kwargs):
         raise AssertionError("simulated before checking the work bound")
@@ -362,7 +362,7 @@ def test_work_bound_is_checked_before_any_simulation(monkeypatch):
 
 
 def test_work_bound_counts_slots_and_conditions_and_the_flag_raises_it():
-    from latsim.experiments.sweep import Experiment, cell_slots, plan, plan_events
+    from latsim.experiments.engine import Experiment, cell_slots, plan, plan_events
 
     quiet = plan(Experiment(Ks=(4,), cost="fixed:0.3", updates="poisson:0", duration=20,
                             seeds=3))
@@ -379,7 +379,7 @@ def test_work_bound_counts_slots_and_conditions_and_the_flag_raises_it():
 
 def test_default_work_bound_admits_every_documented_run():
     from latsim.experiments import paper
-    from latsim.experiments.sweep import Experiment, plan, plan_events
+    from latsim.experiments.engine import Experiment, plan, plan_events
 
     readme = Experiment(Ks=(4, 8, 21))
     assert plan_events(plan(readme)) < DEFAULT_MAX_EVENTS / 100

@@ -219,7 +219,7 @@ def test_a_run_with_no_finished_job_or_under_a_chunk_is_skipped_with_the_reason(
 
 
 def test_mixed_folder_compares_what_it_can_and_lists_what_it_skipped(tmp_path):
-    from latsim.experiments.sweep import Experiment, run_experiment, write_experiment
+    from latsim.experiments.engine import Experiment, run_experiment, write_experiment
 
     root = tmp_path / "mixed"
     run_folders.complete_run(root / "K8-speculative")

@@ -20,9 +20,9 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from harness.driver import LiveDriver  # noqa: E402
 from harness.generators.wan import WanConfig, WanGenerator  # noqa: E402
-from harness.run import MeasureConfig, measure  # noqa: E402
+from harness.live.driver import LiveDriver  # noqa: E402
+from harness.measure.run import MeasureConfig, measure  # noqa: E402
 from tests.helpers import HookedGenerator  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Interrupted and failed live runs: Ctrl-C, SIGTERM, SIGKILL, generator errors, hung jobs,
 full disks, unwritable output, bounded inputs.
 
-Faults are injected the documented way (``LATSIM_FAULT``, :mod:`harness.calibration`) into
+Faults are injected the documented way (``LATSIM_FAULT``, :mod:`harness.live.faults`) into
 a stand-in generator that sleeps a fixed C per job (no torch; each test a few seconds of
 wall clock, K = 2 at 32 fps: delta = 0.125 s, T = 0.25 s); the subprocess tests at the end
 run the real command line on the tiny preset (slow tier).
@@ -23,20 +23,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import harness.run
-from harness.calibration import (
-    FAULT_ENV,
-    Calibration,
-    Fault,
-    GeneratorExecutor,
-    calibrate,
-    choose_lead,
-    default_job_timeout,
-    parse_faults,
-)
-from harness.driver import DriverConfig, LiveDriver
-from harness.recorder import RecordWriter, writing
-from harness.run import MeasureConfig, measure
+import harness.measure.run
+from harness.live.driver import DriverConfig, LiveDriver
+from harness.live.executor import GeneratorExecutor
+from harness.live.faults import FAULT_ENV, Fault, parse_faults
+from harness.live.lead import Calibration, choose_lead, default_job_timeout
+from harness.live.recorder import RecordWriter, writing
+from harness.measure.calibration import calibrate
+from harness.measure.run import MeasureConfig, measure
 from latsim.cli import app
 from latsim.controller import ControllerConfig, StartJob
 from latsim.controller.policies import BASELINE
@@ -90,15 +84,15 @@ class FakeGenerator:
 def _no_torch(monkeypatch):
     """measure() records library versions (torch, diffusers); the stand-in needs neither,
     and no test here may build the real model."""
-    import harness.measured
+    import harness.measure.folder
 
-    monkeypatch.setattr(harness.run, "versions", lambda: {"stand-in": "1"})
-    monkeypatch.setattr(harness.measured, "versions", lambda: {"stand-in": "1"})
+    monkeypatch.setattr(harness.measure.run, "versions", lambda: {"stand-in": "1"})
+    monkeypatch.setattr(harness.measure.folder, "versions", lambda: {"stand-in": "1"})
 
     def no_model(*args, **kwargs):
         raise AssertionError("the real model must not be built here")
 
-    monkeypatch.setattr(harness.run, "build_generator", no_model)
+    monkeypatch.setattr(harness.measure.run, "build_generator", no_model)
     monkeypatch.delenv(FAULT_ENV, raising=False)
 
 
@@ -373,7 +367,7 @@ def test_the_live_lead_margin_covers_the_measured_jitter():
 
 
 def test_choose_lead_takes_the_margin_from_the_calibration_pass():
-    from harness.calibration import Warmup
+    from harness.live.lead import Warmup
 
     warm = Warmup(2, 0, tuple(JobTiming(-i, "refill", 2, 2, 0, 0, 0.0, 0.03, None, 0, 0)
                               for i in range(1, 4)))
@@ -405,7 +399,7 @@ def _enospc(*args, **kwargs):
 
 
 def test_every_harness_write_names_its_path(tmp_path, monkeypatch):
-    from harness.measured import save_json, write_rows
+    from harness.measure.folder import save_json, write_rows
 
     target = tmp_path / "gen_jobs.csv"
     monkeypatch.setattr(Path, "open", _enospc)
@@ -461,16 +455,16 @@ def test_the_summary_is_written_before_the_telemetry_files(tmp_path, monkeypatch
 
 
 def test_records_that_cannot_be_written_fail_the_run_with_the_path(tmp_path, monkeypatch):
-    import harness.recorder
+    import harness.live.recorder
 
-    real = harness.recorder.write_csv
+    real = harness.live.recorder.write_csv
 
     def write_csv(path, record_type, records, **kw):
         if records:  # the headers are written; the first rows hit a full disk
             _enospc()
         return real(path, record_type, records, **kw)
 
-    monkeypatch.setattr(harness.recorder, "write_csv", write_csv)
+    monkeypatch.setattr(harness.live.recorder, "write_csv", write_csv)
     errors: list[str] = []
     writer = RecordWriter(tmp_path, (), flush_every_s=0.01, on_error=errors.append)
     writer.start()
@@ -489,7 +483,8 @@ def test_records_that_cannot_be_written_fail_the_run_with_the_path(tmp_path, mon
 
 
 def test_the_cli_error_for_a_full_disk_names_the_file(tmp_path, monkeypatch, full_disk_at_summary):
-    monkeypatch.setattr(harness.run, "build_generator", lambda name, config: FakeGenerator())
+    monkeypatch.setattr(harness.measure.run, "build_generator",
+                        lambda name, config: FakeGenerator())
     out = tmp_path / "runs"
     result = CliRunner().invoke(app, ["measure", "--K", "2", "--fps", "32", "--duration", "0.6",
                                       "--rate", "0", "--policy", "baseline", "--lead", "0.05",
@@ -508,9 +503,9 @@ def test_an_unwritable_out_fails_before_any_work(tmp_path, monkeypatch):
         measure(_config(blocker / "runs"), generator=gen)
     assert not gen.threads_seen  # no warm-up, no calibration
 
-    import harness.profile
+    import harness.measure.profile
 
-    monkeypatch.setattr(harness.profile, "build_generator", lambda *a: pytest.fail("built"))
+    monkeypatch.setattr(harness.measure.profile, "build_generator", lambda *a: pytest.fail("built"))
     runner = CliRunner()
     for out, message in ((blocker / "p.json", "cannot write there"),
                          (tmp_path, "is a folder")):
@@ -523,14 +518,14 @@ def test_an_unwritable_out_fails_before_any_work(tmp_path, monkeypatch):
 
 
 def _profile_config(**kw):
-    from harness.profile import ProfileConfig
+    from harness.measure.profile import ProfileConfig
     from latsim.plugins import GeneratorConfig
 
     return ProfileConfig(GeneratorConfig(), (1, 3), **{"jobs_per_kind": 2, "gap_s": 0.0, **kw})
 
 
 def test_an_interrupted_profile_keeps_its_jobs_beside_the_output(tmp_path, monkeypatch):
-    from harness.profile import run_profile
+    from harness.measure.profile import run_profile
 
     out = tmp_path / "profile.json"
     monkeypatch.setenv(FAULT_ENV, "sigint@3/profile-K3")

@@ -13,8 +13,8 @@ from harness.generators.presets import MODEL_PRESETS, RESOLUTIONS, forward_flops
 
 torch = pytest.importorskip("torch")
 
-from harness import gpu_check  # noqa: E402
 from harness.generators.wan import WanConfig, WanGenerator  # noqa: E402
+from harness.tools import gpu_check  # noqa: E402
 from latsim.controller import StartJob  # noqa: E402
 
 CPU_ARGS = ["--device", "cpu", "--preset", "tiny", "--resolution", "tiny", "--Ks", "1", "2",
@@ -222,4 +222,4 @@ def test_main_refuses_without_cuda(capsys):
     assert gpu_check.main([]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "CUDA is not available" in err[0]
-    assert "harness.gpu_check" in sys.modules
+    assert "harness.tools.gpu_check" in sys.modules

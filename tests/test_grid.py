@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from latsim.errors import LatsimError
+from latsim.experiments.engine import Experiment, run_experiment
 from latsim.experiments.executors import check_scheduler, using
 from latsim.experiments.grid import PARTIAL, load_grid, parse_grid, run_grid
-from latsim.experiments.sweep import Experiment, run_experiment
 
 distributed = pytest.importorskip("distributed")
 

@@ -17,7 +17,8 @@ from harness.generators.presets import (
     model_preset,
     resolution,
 )
-from harness.telemetry import NvmlSampler, UtilSample, time_weighted_activity
+from harness.telemetry.nvml import NvmlSampler
+from harness.telemetry.reduce import UtilSample, time_weighted_activity
 from latsim.cli import app
 from latsim.controller import ControllerConfig, StartJob
 from latsim.controller.policies import BASELINE, SPECULATIVE
@@ -207,7 +208,7 @@ def test_nvml_samples_are_collected_and_reduced(monkeypatch):
 
 
 def test_gpu_check_table_has_the_paper_reference_beside_ours():
-    from harness.gpu_check import PAPER_H200_MS, format_table, make_row
+    from harness.tools.gpu_check import PAPER_H200_MS, format_table, make_row
 
     wan, r480 = MODEL_PRESETS["wan-1.3b"], RESOLUTIONS["480p"]
     rows = [make_row(wan, r480, 1, [70.0] * 19 + [90.0]), make_row(wan, r480, 3, [150.0] * 20)]
@@ -220,7 +221,7 @@ def test_gpu_check_table_has_the_paper_reference_beside_ours():
 def test_gpu_check_times_forwards_on_the_tiny_preset_and_refuses_without_cuda(capsys):
     torch = pytest.importorskip("torch")
     from harness.generators.wan import WanConfig, WanGenerator
-    from harness.gpu_check import forward_rows, main
+    from harness.tools.gpu_check import forward_rows, main
 
     rows = forward_rows(WanGenerator(WanConfig("tiny", "tiny")), (1, 3), reps=3)
     assert [r.K for r in rows] == [1, 3] and all(r.median_ms > 0 for r in rows)
@@ -248,7 +249,7 @@ def test_wall_clock_driver_reproduces_the_simulator_given_its_job_times(policy):
     run measured), the one at 2.9 s replans at once, and 1.30 and 1.32 s are served by the
     refill due at 1.42 s; under chunk commitment 1.30 and 2.45 s are superseded.
     """
-    from harness.driver import DriverConfig, LiveDriver, SleepExecutor
+    from harness.live.driver import DriverConfig, LiveDriver, SleepExecutor
 
     C, duration = 0.05, 4.0  # noqa: N806
     trace = Trace("t", (0.4, 1.3, 1.32, 2.45, 2.9), duration)
@@ -279,9 +280,9 @@ def test_a_late_slot_tick_is_handled_before_a_job_that_finished_after_it_was_due
     driver used to handle the job first and start the slot late with no stall recorded, so
     the playback grid drifted; now it waits for the due tick: the stall starts when the slot
     was due and every late slot has its stall."""
-    import harness.driver
-    from harness.driver import DriverConfig, LiveDriver, SleepExecutor
-    from harness.player import PlayerClock
+    import harness.live.driver
+    from harness.live.driver import DriverConfig, LiveDriver, SleepExecutor
+    from harness.live.player import PlayerClock
     from latsim.controller import SlotDue
 
     late = 0.03
@@ -299,7 +300,7 @@ def test_a_late_slot_tick_is_handled_before_a_job_that_finished_after_it_was_due
             with self._cond:
                 return min((item[1] for _, _, item in self._heap), default=None)
 
-    monkeypatch.setattr(harness.driver, "PlayerClock", LatePlayer)
+    monkeypatch.setattr(harness.live.driver, "PlayerClock", LatePlayer)
     config = ControllerConfig(Timing(2, 4, 16.0), BASELINE, 0.05)
     result = LiveDriver(config, SleepExecutor(0.055), Trace("t", (), 2.0),
                         DriverConfig(2.0)).run()

@@ -71,10 +71,11 @@ def test_latsim_never_imports_the_harness_at_module_level():
     assert not offenders
 
 
-def test_no_import_cycles_among_latsim_modules():
+def test_no_import_cycles_among_latsim_modules_even_through_lazy_imports():
     modules = {_module_name(p): p for p in _sources("latsim")}
+    # imports inside functions count: a lazy import still makes a cycle of layers
     graph = {
-        name: {m for m in _imports(path, module_level_only=True) if m in modules and m != name}
+        name: {m for m in _imports(path, module_level_only=False) if m in modules and m != name}
         for name, path in modules.items()
     }
     # a package's __init__ re-exporting its own submodules is not a cycle of layers
@@ -106,7 +107,35 @@ def _loaded_after_import(module: str) -> set[str]:
 @pytest.mark.parametrize(("module", "absent"), [
     ("latsim.controller", {"simpy", "numpy", "torch"}),
     ("latsim.cli", {"numpy", "simpy", "pandas", "matplotlib", "torch", "harness"}),
-    ("harness.driver", {"simpy", "torch", "matplotlib"}),
+    ("harness.live.driver", {"simpy", "torch", "matplotlib"}),
 ])
 def test_light_entry_points_stay_light(module, absent):
     assert not (_loaded_after_import(module) & absent)
+
+
+#: The harness's parts and their rank: a part may import its own modules and those of
+#: lower ranks, never a sibling's (measure and serve share live, not each other).
+HARNESS_PARTS = {"generators": 0, "telemetry": 0, "net": 0, "live": 1, "measure": 2,
+                 "serve": 2, "viewer": 3, "tools": 3, "cli": 4}
+
+
+def _part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "harness" and len(parts) > 1 else None
+
+
+def test_every_harness_module_belongs_to_a_part():
+    stray = [_module_name(p) for p in _sources("harness")
+             if _module_name(p) != "harness" and _part(_module_name(p)) not in HARNESS_PARTS]
+    assert not stray
+
+
+@pytest.mark.parametrize("path", _sources("harness"), ids=lambda p: _module_name(p))
+def test_harness_imports_run_generators_then_live_then_measure_and_serve(path):
+    own = _part(_module_name(path))
+    if own not in HARNESS_PARTS:
+        return
+    wrong = sorted(m for m in _imports(path, module_level_only=False)
+                   if (part := _part(m)) in HARNESS_PARTS and part != own
+                   and HARNESS_PARTS[part] >= HARNESS_PARTS[own])
+    assert not wrong, f"{_module_name(path)} ({own}) imports {wrong}"

@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("websockets")
 
-from harness.client import ClientConfig, run_client  # noqa: E402
-from harness.netclock import Shaper  # noqa: E402
+from harness.net.netclock import Shaper  # noqa: E402
+from harness.viewer.client import ClientConfig, run_client  # noqa: E402
 from latsim.analysis.viewer_compare import compare_client_runs  # noqa: E402
 from latsim.model.traces import Trace  # noqa: E402
 from latsim.run.folder import read_run_folder  # noqa: E402

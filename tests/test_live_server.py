@@ -19,10 +19,11 @@ from typer.testing import CliRunner
 pytest.importorskip("torch")
 pytest.importorskip("websockets")
 
-from harness.client import ClientConfig, run_client  # noqa: E402
-from harness.netclock import Shaper  # noqa: E402
-from harness.server import ServerConfig, ServerThread, SharedDevice, StreamServer  # noqa: E402
-from harness.wire import ProtocolError, decode_frame, encode_frame, parse_text  # noqa: E402
+from harness.net.netclock import Shaper  # noqa: E402
+from harness.net.wire import ProtocolError, decode_frame, encode_frame, parse_text  # noqa: E402
+from harness.serve.device import SharedDevice
+from harness.serve.server import ServerConfig, ServerThread, StreamServer  # noqa: E402
+from harness.viewer.client import ClientConfig, run_client  # noqa: E402
 from latsim.cli import app  # noqa: E402
 from latsim.controller import StartJob  # noqa: E402
 from latsim.controller.playout import ClientPlayout  # noqa: E402

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from latsim.analysis.metrics import paired_jackknife_se, summarize, work_calls, work_ratio
+from latsim.experiments.engine import Experiment, run_experiment
 from latsim.experiments.paper import _se_diff
-from latsim.experiments.sweep import Experiment, run_experiment
 from latsim.model.costs import FixedCost
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.netclock import Probe, Shaper, estimate_drift, estimate_offset
+from harness.net.netclock import Probe, Shaper, estimate_drift, estimate_offset
 from latsim.errors import LatsimError
 
 

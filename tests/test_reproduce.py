@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from latsim.analysis import theory
 from latsim.cli import app
 from latsim.experiments import paper
-from latsim.experiments.sweep import Experiment, run_experiment
+from latsim.experiments.engine import Experiment, run_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from latsim.cli.app import app
 from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
-from latsim.experiments.sweep import Experiment
+from latsim.experiments.engine import Experiment
 from latsim.model.costs import FixedCost
 from latsim.model.serving import ServingConfig, build_serving
 

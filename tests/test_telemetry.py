@@ -18,12 +18,11 @@ from collections.abc import Callable
 
 import pytest
 
-from harness.telemetry import (
+from harness.telemetry.nvml import NvmlSampler, resolve_device
+from harness.telemetry.reduce import (
     KernelActivity,
-    NvmlSampler,
     UtilSample,
     coverage,
-    resolve_device,
     time_weighted_activity,
     unavailable,
 )

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from latsim.cli import app
-from latsim.experiments.sweep import Experiment, run_experiment, write_experiment
+from latsim.experiments.engine import Experiment, run_experiment, write_experiment
 from latsim.viz.timeline import default_window, select_run
 from tests import run_folders
 

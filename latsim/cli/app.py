@@ -211,7 +211,7 @@ app = typer.Typer(
 
 
 def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
-    from latsim.experiments.sweep import run_experiment, write_experiment
+    from latsim.experiments.engine import run_experiment, write_experiment
     from latsim.run.files import dumps
 
     started = time.perf_counter()
@@ -342,7 +342,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         if C is not None and cost is not None:
             raise LatsimError("give either --C or --cost, not both")
         from latsim.controller.policies import policy_names
-        from latsim.experiments.sweep import DEFAULT_COST, Experiment
+        from latsim.experiments.engine import DEFAULT_COST, Experiment
         from latsim.model.costs import FixedCost
 
         serving_config, file_cost = serving_from_flags(

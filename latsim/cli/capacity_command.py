@@ -96,7 +96,7 @@ def capacity(
         capacity_payload,
         search_capacity,
     )
-    from latsim.experiments.sweep import DEFAULT_COST, Experiment
+    from latsim.experiments.engine import DEFAULT_COST, Experiment
     from latsim.model.costs import FixedCost
     from latsim.run.files import dumps, write_rows_csv
 

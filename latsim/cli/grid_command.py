@@ -27,9 +27,9 @@ def grid(
     One row per cell goes to cells.csv and cells.parquet; an interrupted grid resumes
     where it stopped when the same command runs again.
     """
+    from latsim.experiments.engine import check_jobs
     from latsim.experiments.executors import check_scheduler
     from latsim.experiments.grid import load_grid, run_grid
-    from latsim.experiments.sweep import check_jobs
 
     check_scheduler(scheduler)
     workers = check_jobs(jobs)

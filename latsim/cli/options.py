@@ -124,7 +124,7 @@ def scheduler_context(scheduler: str, jobs: int | None, local_pool: bool = False
     if scheduler == LOCAL and not local_pool:
         yield
         return
-    from latsim.experiments.sweep import check_jobs
+    from latsim.experiments.engine import check_jobs
 
     with using(scheduler, check_jobs(jobs)):
         yield

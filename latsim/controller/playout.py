@@ -1,7 +1,7 @@
 """The viewer client's playout rule: when a slot the server played is shown.
 
 Pure logic, one rule for both clocks: the serving model's simulated client
-(:mod:`latsim.sim.serving`) and the live viewer client (``harness.client``) feed it each
+(:mod:`latsim.sim.serving`) and the live viewer client (``harness.viewer.client``) feed it each
 slot's server play time and its arrival at the client, in slot order, on one clock (the
 live client converts server times with its clock-offset estimate first).
 

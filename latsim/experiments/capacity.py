@@ -30,7 +30,7 @@ import numpy as np
 
 from latsim.analysis.serving import serving_metrics, viewer_stall_pct
 from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number, check_work
-from latsim.experiments.sweep import Experiment, cell_slots, plan, run_replications
+from latsim.experiments.engine import Experiment, cell_slots, plan, run_replications
 from latsim.model.serving import MAX_STREAMS, ServingConfig
 from latsim.run.serving import ServingRecords
 

@@ -14,7 +14,7 @@ cell and replication), never from the worker.
 
 :func:`using` makes a pool the active one for a block, so experiments deep inside a command
 (``latsim reproduce`` runs dozens) use it without every signature carrying it:
-:func:`latsim.experiments.sweep.run_experiment` takes the active pool when there is one.
+:func:`latsim.experiments.engine.run_experiment` takes the active pool when there is one.
 """
 
 from __future__ import annotations
@@ -156,8 +156,10 @@ class DaskPool:
 
 
 def _warm_up() -> None:
-    """Import what every task needs (numpy, SimPy, the simulator) on a worker."""
-    import latsim.experiments.sweep  # noqa: F401
+    """Import what every task needs (numpy, SimPy, the simulators) on a worker; the
+    experiment engine on top of them is light."""
+    import latsim.sim.serving  # noqa: F401
+    import latsim.sim.simpy_driver  # noqa: F401
 
 
 def _require_dask() -> None:

@@ -23,7 +23,7 @@ Settings (:data:`SETTINGS`) are those of ``latsim simulate``: ``K``, ``policy``,
 ``uplink``, ``replan_cost``, ``batch``, ``start``, ``dit_degree``. A cell is one point of
 the axes' product (in file order, the last axis fastest); it runs ``seeds`` replications of
 one (K, policy) and gives one row: the cell's settings, then the metrics of its summary
-row (:func:`latsim.experiments.sweep.run_experiment`).
+row (:func:`latsim.experiments.engine.run_experiment`).
 
 **Output.** ``DIR/grid.json`` (the grid, its hash, status), ``DIR/cells.jsonl`` (one line
 per finished cell, appended as results stream back), and ``DIR/cells.csv`` and
@@ -180,8 +180,8 @@ def load_grid(path: str | Path) -> GridSpec:
 
 
 def experiment(spec: GridSpec, index: int):  # noqa: ANN201 - Experiment (lazy import)
-    """The :class:`~latsim.experiments.sweep.Experiment` of cell ``index``."""
-    from latsim.experiments.sweep import Experiment
+    """The :class:`~latsim.experiments.engine.Experiment` of cell ``index``."""
+    from latsim.experiments.engine import Experiment
     from latsim.model.serving import build_serving
 
     settings = {**dict(spec.fixed), **spec.cell(index)}
@@ -199,7 +199,7 @@ def experiment(spec: GridSpec, index: int):  # noqa: ANN201 - Experiment (lazy i
 
 def run_cells(work: tuple[GridSpec, tuple[int, ...]]) -> list[tuple[int, dict]]:
     """Worker side: the summary rows of a batch of cells (top-level: picklable)."""
-    from latsim.experiments.sweep import run_experiment
+    from latsim.experiments.engine import run_experiment
 
     spec, cells = work
     out = []

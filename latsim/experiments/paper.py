@@ -33,8 +33,7 @@ from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing
 from latsim.errors import DEFAULT_MAX_EVENTS, LatsimError, check_work
-from latsim.experiments.executors import LocalPool, active_pool, gc_paused, strided_chunks
-from latsim.experiments.sweep import (
+from latsim.experiments.engine import (
     Experiment,
     ExperimentResult,
     check_jobs,
@@ -43,6 +42,7 @@ from latsim.experiments.sweep import (
     prefetched,
     run_experiment,
 )
+from latsim.experiments.executors import LocalPool, active_pool, gc_paused, strided_chunks
 from latsim.model.costs import FixedCost
 from latsim.model.traces import Trace
 from latsim.run.stream import RunRecords, default_drain
@@ -499,7 +499,7 @@ def phase_grid_events(K: int, r: int, fps: float, C: float, n: int) -> float:  #
 
 def reproduction_events(root: Path) -> float:
     """The work of :func:`reproduce`, checked against its bound: events (latent slots and
-    conditions, :func:`latsim.experiments.sweep.plan_events`) over every simulation."""
+    conditions, :func:`latsim.experiments.engine.plan_events`) over every simulation."""
     total = sum(plan_events(plan(exp)) for exp in reproduction_experiments(root))
     return total + 2 * phase_grid_events(*EQ6_TIMING, EQ6_C, EQ6_PHASES)
 

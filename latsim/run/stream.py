@@ -1,6 +1,6 @@
 """One stream's run, independent of the clock that drives it.
 
-Both drivers (SimPy in :mod:`latsim.sim.simpy_driver`, the wall clock in ``harness.driver``)
+Both drivers (SimPy in :mod:`latsim.sim.simpy_driver`, the wall clock in ``harness.live.driver``)
 own a :class:`StreamRun` and supply only their clock, the way SimPy's ``rt.py`` overrides one
 method of the core. The run owns what they used to repeat:
 

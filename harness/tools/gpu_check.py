@@ -1,6 +1,6 @@
 """The GPU check: one script a lent GPU (an H200) finishes in minutes.
 
-    python -m harness.gpu_check [--out DIR] [--duration 60] [--short-K 3] [--long-K 21]
+    python -m harness.tools.gpu_check [--out DIR] [--duration 60] [--short-K 3] [--long-K 21]
 
 1. ``forward``: per-forward time of ``wan-1.3b`` at 480p (bf16, SDPA) for K in
    {1, 3, 7, 21}, no context: one transformer forward on K noisy latents, CUDA-event timed,
@@ -12,7 +12,7 @@
    the context-free time of the same K beside it. ours/paper is reported only for this
    workload. See :data:`PAPER_CONTEXT` for where the history length comes from.
 3. ``live``: a ``--duration``-second live run per policy at a short and a long K
-   (:func:`harness.run.measure`, Poisson conditions at 0.1/s, seeded).
+   (:func:`harness.measure.run.measure`, Poisson conditions at 0.1/s, seeded).
 
 Everything goes to ``<out>/gpu_check.json`` (run folders under ``<out>/live``), rewritten
 atomically (temp file + rename) as each section starts and ends: a run that is cut short
@@ -394,7 +394,7 @@ class Report:
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m harness.gpu_check", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.tools.gpu_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("results/gpu_check"))
     parser.add_argument("--preset", default="wan-1.3b")
@@ -448,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness.generators.device import device_name
     from harness.generators.wan import WanConfig, WanGenerator
-    from harness.measured import versions
+    from harness.measure.folder import versions
 
     preset, res = model_preset(args.preset), resolution(args.resolution)
     device = device_name(args.device)
@@ -511,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _live(args: argparse.Namespace, generator, res: Resolution) -> list[dict]:
-    from harness.run import MeasureConfig, measure
+    from harness.measure.run import MeasureConfig, measure
     from latsim.formatting import StatusLine
 
     config = MeasureConfig(

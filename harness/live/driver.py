@@ -5,7 +5,7 @@ The second driver of the one controller (DESIGN §3; the first is
 dispatch, drain, busy accounting, records) and supply only their clock; here SimPy's timeouts
 are replaced by threads that post into **one event queue**:
 
-- the **player clock** (:class:`~harness.player.PlayerClock`) posts ``SlotDue`` and
+- the **player clock** (:class:`~harness.live.player.PlayerClock`) posts ``SlotDue`` and
   ``WakeUp`` at the times the controller asked for;
 - the **condition injector** posts ``ConditionArrived`` at the trace's times;
 - the **generator worker** executes ``StartJob`` commands one at a time and posts ``JobDone``.
@@ -56,7 +56,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from harness.player import SPIN_S, ConditionInjector, PlayerClock, sleep_until
+from harness.live.player import SPIN_S, ConditionInjector, PlayerClock, sleep_until
 from latsim.controller import (
     ConditionArrived,
     Controller,

@@ -15,7 +15,7 @@ the driver's queue; the controller itself is fed by the driver thread alone.
 Both say, with ``next_due()``, when their next event is due: a timer stays in the clock
 until it is posted (pop and post happen under one lock), so the driver can tell an event
 that is due but not yet posted (a late timer) from one that is not due yet, and hold back
-an event that happened later (:mod:`harness.driver`).
+an event that happened later (:mod:`harness.live.driver`).
 """
 
 from __future__ import annotations

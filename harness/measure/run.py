@@ -1,12 +1,12 @@
 """One live measurement: build the generator, warm up, set the lead, run each (K, policy).
 
 :func:`measure` is what ``latsim measure`` calls. For every K it runs warm-up jobs and an
-in-run calibration pass (:mod:`harness.calibration`), sets the lead by
+in-run calibration pass (:mod:`harness.measure.calibration`), sets the lead by
 :data:`latsim.model.lead.LIVE` unless one is given, then drives one live run per policy on the
 same trace and writes one run folder per run (:mod:`latsim.run.folder`, kind ``measured``):
 the controller's record CSVs, appended while the run goes; ``trace.jsonl``; ``config.json``
 (everything needed to re-run: versions, device, lead and its source, status); ``summary.json``
-and the telemetry files of :mod:`harness.measured`. Summary metrics come from
+and the telemetry files of :mod:`harness.measure.folder`. Summary metrics come from
 :func:`latsim.analysis.metrics.summarize` on the run's records, the same code as simulation.
 
 **Interrupted and failed runs.** ``config.json`` says ``running`` until a run's files are
@@ -20,7 +20,7 @@ A generator exception, or a job still running ``job_timeout`` after the controll
 it, marks the run ``failed`` (``stop_reason`` names the job and how long it ran) and stops
 the measurement with a one-line :class:`~latsim.errors.LatsimError`: the generator is not
 thread-safe, so no further run may share it with a thread that is still stuck in a job.
-The default job timeout is :func:`harness.calibration.default_job_timeout`,
+The default job timeout is :func:`harness.live.lead.default_job_timeout`,
 ``max(10 × lead, lead + 5 s)``. An unwritable ``--out`` fails before the model is built,
 and every file write names its path when it fails (``cannot write PATH: REASON``).
 
@@ -29,7 +29,7 @@ the range) and the work is bounded: at most 16 values of ``--K``, a window of at
 run and 6 h over all runs.
 
 **Fault injection.** ``LATSIM_FAULT`` makes jobs raise, stall, run slow or send a signal on
-purpose (syntax in :mod:`harness.calibration`; e.g. ``LATSIM_FAULT=stall@2:60``), so the
+purpose (syntax in :mod:`harness.live.faults`; e.g. ``LATSIM_FAULT=stall@2:60``), so the
 paths above are tested in CI on the tiny preset.
 """
 
@@ -43,17 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.calibration import (
-    Calibration,
-    GeneratorExecutor,
-    LeadChoice,
-    Warmup,
-    calibrate,
-    choose_lead,
-    default_job_timeout,
-    faults_from_env,
-)
-from harness.driver import (
+from harness.generators.device import require_device
+from harness.live.driver import (
     KEYBOARD_INTERRUPT,
     SIGTERM,
     DriverConfig,
@@ -62,16 +53,20 @@ from harness.driver import (
     Terminated,
     sigterm_as_interrupt,
 )
-from harness.generators.device import require_device
-from harness.measured import (
+from harness.live.executor import GeneratorExecutor
+from harness.live.faults import faults_from_env
+from harness.live.lead import Calibration, LeadChoice, Warmup, choose_lead, default_job_timeout
+from harness.live.recorder import RecordWriter, check_writable, writing
+from harness.measure.calibration import calibrate
+from harness.measure.folder import (
     measured_summary,
     save_json,
     versions,
     wall_latencies,
     write_telemetry,
 )
-from harness.recorder import RecordWriter, check_writable, writing
-from harness.telemetry import NvmlSampler, unavailable
+from harness.telemetry.nvml import NvmlSampler
+from harness.telemetry.reduce import unavailable
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
 from latsim.controller.timing import Timing
@@ -185,7 +180,7 @@ class MeasureConfig:
     drain: float | None = None
     threads: int | None = None
     # a job still running this long after it started has hung: the run fails and the
-    # measurement stops; default max(10 x lead, lead + 5 s) (calibration.default_job_timeout)
+    # measurement stops; default max(10 x lead, lead + 5 s) (harness.live.lead.default_job_timeout)
     job_timeout: float | None = None
     cost: str | None = None  # the sleep generator's job time (a cost spec)
     generator_options: tuple[tuple[str, str], ...] = ()  # --generator-option KEY=VALUE

@@ -9,11 +9,11 @@ simulator resamples the empirical distribution.
 
 :func:`run_profile` is what ``latsim profile`` calls: it checks that the output can be
 written before building the model, bounds the work (``--jobs``, ``--gap`` and the total idle
-time, :data:`harness.run.LIMITS`), handles SIGTERM like Ctrl-C and, when stopped early,
+time, :data:`harness.measure.run.LIMITS`), handles SIGTERM like Ctrl-C and, when stopped early,
 keeps the jobs timed so far in ``<out stem>.partial.json`` (status ``interrupted``; the
 profile file itself is written only when every job has run) and raises
 :class:`~latsim.errors.Interrupted` saying so. Jobs run through
-:class:`harness.calibration.GeneratorExecutor` (label ``profile-K<K>``), so ``LATSIM_FAULT``
+:class:`harness.live.executor.GeneratorExecutor` (label ``profile-K<K>``), so ``LATSIM_FAULT``
 applies.
 """
 
@@ -26,11 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.calibration import GeneratorExecutor, faults_from_env
-from harness.driver import SIGTERM, Terminated, sigterm_as_interrupt
 from harness.generators.device import device_name
-from harness.recorder import check_writable, writing
-from harness.run import check_ks, check_option
+from harness.live.driver import SIGTERM, Terminated, sigterm_as_interrupt
+from harness.live.executor import GeneratorExecutor
+from harness.live.faults import faults_from_env
+from harness.live.recorder import check_writable, writing
+from harness.measure.run import check_ks, check_option
 from latsim.controller import StartJob
 from latsim.errors import Interrupted, LatsimError
 from latsim.plugins import GeneratorConfig, LiveGenerator, build_generator
@@ -100,7 +101,7 @@ def _time_jobs(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
 
 def _document(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
               status: str = "complete") -> dict:
-    from harness.measured import versions
+    from harness.measure.folder import versions
 
     return {
         "costs": costs,

@@ -7,7 +7,7 @@ telemetry files (the format is :mod:`latsim.run.folder`, kind ``measured``)::
     nvml_samples.csv  raw GPU utilisation samples (when NVML is available)
     cost_samples.json every measured job duration, in latsim.model.costs.load_table's format
 
-Every write goes through :func:`harness.recorder.writing`: a failure is a one-line error
+Every write goes through :func:`harness.live.recorder.writing`: a failure is a one-line error
 naming the file. ``summary.json`` is written (atomically) before these files.
 """
 
@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.calibration import Warmup
-from harness.driver import DriverResult
-from harness.recorder import writing
-from harness.telemetry import KernelActivity, NvmlSampler
+from harness.live.driver import DriverResult
+from harness.live.lead import Warmup
+from harness.live.recorder import writing
+from harness.telemetry.nvml import NvmlSampler
+from harness.telemetry.reduce import KernelActivity
 from latsim.analysis.metrics import summarize, work_ratio
 from latsim.controller import ControllerConfig
 from latsim.model.lead import LIVE

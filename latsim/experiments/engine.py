@@ -1,4 +1,9 @@
-"""Experiments: one row per (K, policy), pooled over replications, run on all cores.
+"""The experiment engine: one row per (K, policy), pooled over replications, on all cores.
+
+What ``simulate``, ``sweep``, ``capacity``, ``grid`` and the reproductions run through:
+planning and validating an :class:`Experiment`, cutting its replications into units of
+work (batches of several experiments share them), running them on an executor
+(:mod:`latsim.experiments.executors`) and summarising and writing the rows.
 
 An :class:`Experiment` names the timing, cost model, arrival process and policies. Every
 replication draws its arrivals and its job costs from child streams of one

@@ -1,7 +1,7 @@
 """``latsim client``: a viewer that measures L end to end against ``latsim serve``.
 
 It connects, aligns its clock with the server's by the minimum-RTT method
-(:mod:`harness.netclock`: a burst of probes before the session, one probe every
+(:mod:`harness.net.netclock`: a burst of probes before the session, one probe every
 ``probe_every`` seconds during it; the offset of the probe with the smallest round trip is
 the estimate, ``rtt_min / 2`` its bound, the drift a fit over the run's probes), starts a
 session, sends the trace's conditions at their times on its own clock, and plays what the
@@ -11,7 +11,7 @@ server streams through the playout rule of the serving model
 when it arrives if that is later (a client stall). Each slot's display is a timer on the
 client's clock; its actual time is recorded beside the scheduled one.
 
-What it sends is shaped (a seeded :class:`~harness.netclock.Shaper`: the uplink), and it
+What it sends is shaped (a seeded :class:`~harness.net.netclock.Shaper`: the uplink), and it
 asks the server to shape the downlink the same way unless told otherwise. The offset used
 for the run is the one estimated before the session starts, so the playout and every
 converted server time agree; the final estimate and the drift are reported beside it.
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.netclock import Probe, Shaper, estimate_drift, estimate_offset
-from harness.wire import decode_frame, dumps, parse_text
+from harness.net.netclock import Probe, Shaper, estimate_drift, estimate_offset
+from harness.net.wire import decode_frame, dumps, parse_text
 from latsim.analysis.serving import viewer_metrics
 from latsim.controller.playout import ClientPlayout
 from latsim.errors import LatsimError, check_number

@@ -1,0 +1,303 @@
+"""``latsim serve``: the live generator and latsim's controller behind a WebSocket endpoint.
+
+Each connection is one viewer session (:mod:`harness.net.wire` has the messages): after its
+``hello`` the session gets its own controller and playback clock, a
+:class:`~harness.live.driver.LiveDriver` on its own thread whose conditions are the viewer's
+(:meth:`~harness.live.driver.LiveDriver.post_condition` at the moment each arrives). Its jobs go
+to one :class:`SharedDevice`, a thread that runs the generator's jobs one at a time for every
+session in the serving model's schedule order (``fifo``, ``least-slack``, ``replan-first``,
+as :mod:`latsim.sim.serving` picks); a job that waited tells its controller when the device
+took it, so the wait counts in R as simulated. Every slot the controller plays goes to the
+viewer as a binary frame with its payload: the decoded pixels where ``--decode`` decoded them,
+else the latent, so the bytes on the wire are real.
+
+What the server sends is shaped per connection (a seeded :class:`~harness.net.netclock.Shaper`:
+delay, jitter, loss; the viewer's ``shape`` message may set it), in order: a probe reply
+queues behind the frames sent before it, as on one connection. Server times in messages are
+``perf_counter()`` plus ``clock_offset`` (0 unless a test moves the server's clock).
+
+**Faults.** A malformed message gets an ``error`` reply and a log line, never an exception;
+a condition naming another session is refused the same way; a viewer that disconnects ends
+its own session only (its job, if running, finishes; its later jobs are never run); a
+session ends at its window plus drain, or on ``bye``; the server stops with Ctrl-C/SIGTERM,
+ending every session (the viewers get ``end`` with status ``interrupted``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.live.lead import Warmup, choose_lead
+from harness.net.netclock import Shaper
+from harness.net.wire import ProtocolError, dumps, integer, number, parse_text
+from harness.serve.device import SharedDevice
+from harness.serve.session import Session
+from latsim.errors import LatsimError, check_number
+from latsim.model.lead import LIVE
+from latsim.plugins import (
+    GeneratorConfig,
+    LiveGenerator,
+    available,
+    build_generator,
+)
+
+log = logging.getLogger("latsim.serve")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What ``latsim serve`` builds and how it serves."""
+
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    generator_name: str = "wan"  # a registered live generator
+    Ks: tuple[int, ...] = (4,)  # chunk sizes a session may ask for (warmed up at start)
+    host: str = "127.0.0.1"
+    port: int = 8765  # 0: any free port
+    schedule: str = "fifo"
+    max_sessions: int = 8
+    max_duration: float = 3600.0  # longest session window a viewer may ask for (s)
+    warmup: int = 10  # timed warm-up jobs per K (they set the default lead)
+    downlink: Shaper = field(default_factory=Shaper)  # default shaping of what it sends
+    clock_offset: float = 0.0  # added to the server clock (tests of the viewer's alignment)
+
+    def __post_init__(self) -> None:
+        if self.schedule not in available("schedules"):
+            raise LatsimError(f"--schedule must be one of {', '.join(available('schedules'))}"
+                              f", got {self.schedule!r}")
+        if not self.Ks or len(self.Ks) > 16:
+            raise LatsimError("--K takes 1 to 16 chunk sizes")
+        for name, values, lo, hi in (("--K", self.Ks, 1, 1000), ("--port", (self.port,), 0, 65535),
+                                     ("--max-sessions", (self.max_sessions,), 1, 64),
+                                     ("--warmup", (self.warmup,), 1, 1000)):
+            for value in values:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise LatsimError(f"{name} must be an integer, got {value!r}")
+                check_number(name, value, lo, hi)
+        check_number("--max-duration", self.max_duration, 1, 86400, unit="s")
+
+
+class StreamServer:
+    """Builds the generator, warms it up per K (the default leads), serves sessions."""
+
+    def __init__(self, config: ServerConfig, generator: LiveGenerator | None = None,
+                 leads: dict[int, Any] | None = None) -> None:
+        self.config = config
+        self.generator = generator
+        self.leads: dict[int, Any] = dict(leads or {})
+        self.device: SharedDevice | None = None
+        self.sessions: dict[str, Session] = {}
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self.errors = 0  # malformed or refused messages answered with ``error``
+        self.port: int | None = None
+        # names this server run in every ready: viewers of one run shared its device
+        self.run_id = uuid.uuid4().hex[:12]
+
+    # ------------------------------------------------------------ set-up
+
+    def prepare(self, progress: Callable[[str], None] | None = None) -> None:
+        """Build the generator (unless given) and warm it up for every K without a lead."""
+        if self.generator is None:
+            self.generator = build_generator(self.config.generator_name,
+                                             self.config.generator)
+        self.info = self.generator.describe()
+        decode_group = 1 if self.config.generator.decode else 0
+        for K in self.config.Ks:  # noqa: N806
+            if K in self.leads:
+                continue
+            if progress is not None:
+                progress(f"warming up K={K}")
+            jobs = self.generator.warmup(K, 2, self.config.warmup, max(decode_group, 1),
+                                         gap_s=0.1)
+            self.leads[K] = choose_lead(LIVE, [Warmup(K, decode_group, tuple(jobs))])
+        self.device = SharedDevice(self.generator, self.config.schedule, decode_group)
+
+    def clock(self) -> float:
+        return time.perf_counter() + self.config.clock_offset
+
+    # ------------------------------------------------------------ serving
+
+    async def serve(self, on_listening: Callable[[int], None] | None = None) -> None:
+        """Serve until :meth:`stop` (or the task is cancelled)."""
+        from websockets.asyncio.server import serve
+
+        if self.device is None:
+            self.prepare()
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with serve(self._connection, self.config.host, self.config.port,
+                         max_size=2**16, compression=None) as server:
+            self.port = next(iter(server.sockets)).getsockname()[1]
+            if on_listening is not None:
+                on_listening(self.port)
+            try:
+                await self._stop.wait()
+            finally:
+                for session in list(self.sessions.values()):
+                    session.driver.stop("the server stopped")
+                for session in list(self.sessions.values()):
+                    await asyncio.to_thread(session.thread.join, 30)
+                await asyncio.sleep(0.05)  # let the end messages go out
+
+    def stop(self) -> None:
+        """Stop serving (from any thread)."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    def close(self) -> None:
+        if self.device is not None:
+            self.device.stop()
+
+    def session_ended(self, session: Session) -> None:
+        """On the session's thread, after its driver returned."""
+        result = session.result
+        log.info("session %s ended: %s (%s), %d conditions, %d jobs", session.id,
+                 result.status if result else "failed",
+                 result.stop_reason if result else "no result", session.accepted,
+                 len(result.jobs) if result else 0)
+        try:
+            session.send(session.end_message(), time.perf_counter())
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self.sessions.pop, session.id, None)
+        except RuntimeError:  # the event loop has closed: nobody is listening
+            self.sessions.pop(session.id, None)
+
+    async def _connection(self, websocket) -> None:
+        loop = asyncio.get_running_loop()
+        outbox: asyncio.Queue = asyncio.Queue()
+        state: dict[str, Any] = {"shaper": self.config.downlink, "channel":
+                                 self.config.downlink.channel(np.random.default_rng(0))}
+
+        def send(message: bytes | str, perf: float) -> None:  # any thread
+            loop.call_soon_threadsafe(outbox.put_nowait, (message, perf))
+
+        sender = asyncio.create_task(self._sender(websocket, outbox, state))
+        session: Session | None = None
+        try:
+            async for raw in websocket:
+                received = time.perf_counter()
+                message: dict[str, Any] = {}
+                try:
+                    message = parse_text(raw)
+                    kind = message["type"]
+                    if kind == "probe":
+                        t0 = number(message, "t0", -1e12, 1e12)
+                        send(dumps({"type": "probe", "t0": t0,
+                                    "t1": received + self.config.clock_offset,
+                                    "t2": self.clock()}), time.perf_counter())
+                    elif kind == "hello":
+                        if session is not None:
+                            raise ProtocolError("this connection already has a session")
+                        if len(self.sessions) >= self.config.max_sessions:
+                            raise ProtocolError(f"server full ({self.config.max_sessions} "
+                                                "sessions)")
+                        session = await asyncio.to_thread(
+                            Session, self, f"s{next(self._ids)}", message, send,
+                            state["shaper"])
+                        self.sessions[session.id] = session
+                        session.start()
+                        log.info("session %s: K=%d %s, %g s, lead %.4f s, from %s",
+                                 session.id, session.timing.K, session.policy,
+                                 session.duration, session.lead, websocket.remote_address)
+                        while session.driver.t0 == 0.0:
+                            await asyncio.sleep(0.001)
+                        session.send_ready()
+                    elif kind == "shape":
+                        if session is not None:
+                            raise ProtocolError("shape the connection before hello")
+                        try:
+                            shaper = Shaper(number(message, "delay", 0, 60, 0.0),
+                                            number(message, "jitter", 0, 60, 0.0),
+                                            number(message, "loss", 0, 1, 0.0))
+                        except LatsimError as exc:
+                            raise ProtocolError(str(exc)) from None
+                        seed = integer(message, "seed", 0, 2**63 - 1, 0)
+                        state["shaper"] = shaper
+                        state["channel"] = shaper.channel(np.random.default_rng(seed))
+                    elif kind == "condition":
+                        if session is None:
+                            raise ProtocolError("condition before hello: no session")
+                        send(dumps(session.condition(message)), time.perf_counter())
+                    elif kind == "bye":
+                        if session is not None:
+                            session.driver.stop("the viewer said bye")
+                    else:
+                        raise ProtocolError(f"unknown message type {kind!r}")
+                except (ProtocolError, LatsimError) as exc:
+                    self.errors += 1
+                    log.warning("session %s: %s", session.id if session else "-", exc)
+                    reply = {"type": "error", "error": str(exc)}
+                    cid = message.get("cid")
+                    if message.get("type") == "condition" and isinstance(cid, int):
+                        reply["cid"] = cid  # which condition was refused
+                    send(dumps(reply), time.perf_counter())
+        except Exception as exc:  # noqa: BLE001 - a broken connection ends its session only
+            log.info("connection closed: %s", exc)
+        finally:
+            if session is not None and session.thread.is_alive():
+                session.driver.stop("the viewer disconnected")
+                await asyncio.to_thread(session.thread.join, 30)
+            await asyncio.sleep(0)
+            sender.cancel()
+
+    async def _sender(self, websocket, outbox: asyncio.Queue, state: dict[str, Any]) -> None:
+        """Send queued messages in order, each when its shaped delay has passed."""
+        try:
+            while True:
+                message, perf = await outbox.get()
+                arrives = state["channel"].deliver_at(perf)
+                if arrives is None:
+                    continue  # lost on the (shaped) network
+                wait = arrives - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                await websocket.send(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the viewer went away
+            log.info("send failed: %s", exc)
+
+
+class ServerThread:
+    """A :class:`StreamServer` on its own thread and event loop (tests, notebooks):
+    ``with ServerThread(server) as port: ...``."""
+
+    def __init__(self, server: StreamServer) -> None:
+        self.server = server
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="latsim-server", daemon=True)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self.server.serve(lambda port: self._ready.set()))
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            self._error = exc
+            self._ready.set()
+
+    def __enter__(self) -> int:
+        self._thread.start()
+        self._ready.wait(60)
+        if self._error is not None or self.server.port is None:
+            raise RuntimeError(f"the server did not start: {self._error}")
+        return self.server.port
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.server.close()
+
+    def stop(self) -> None:
+        """Stop serving (sessions end, viewers get ``end``) and join the thread."""
+        self.server.stop()
+        self._thread.join(60)
