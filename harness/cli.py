@@ -7,10 +7,11 @@ They join the ``latsim`` command line as a plugin (entry point group ``latsim.co
 transformer (random weights; :mod:`harness`). Only typer is imported at module level so
 ``latsim --help`` stays fast; the harness (and torch) load inside the command.
 
-Every option is range-checked before any work (:data:`harness.measure.run.LIMITS`), as is the output
-(written and removed probe file). Ctrl-C or SIGTERM raise :class:`latsim.errors.Interrupted`
-saying what was kept and where (the command line prints it and exits 130); a failed run
-(generator error, a job hung past ``--job-timeout``, a failed write) is a one-line error.
+Every option is range-checked before any work (:data:`latsim.errors.OPTION_BOUNDS`), as is
+the output (written and removed probe file). Ctrl-C or SIGTERM raise
+:class:`latsim.errors.Interrupted` saying what was kept and where (the command line prints
+it and exits 130); a failed run (generator error, a job hung past ``--job-timeout``, a
+failed write) is a one-line error.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def _generator_config(preset: str | None, resolution: str | None, steps: int, co
                       cost: str | None = None,
                       options: list[str] | None = None):  # noqa: ANN202
     """The generator options of profile and serve, range-checked, as a GeneratorConfig."""
-    from harness.measure.run import check_option
+    from latsim.errors import check_option
     from latsim.plugins import GeneratorConfig
 
     for option, value in (("--steps", steps), ("--seed", seed), ("--context", context),
@@ -353,14 +354,14 @@ def client(
     """
     require_live_extra("client", ("websockets",))
     from latsim.controller.policies import PRESETS
+    from latsim.errors import check_option
 
     if policy not in PRESETS:
         raise LatsimError(f"--policy must be one of {', '.join(PRESETS)}, got {policy!r}")
-    if not 1 <= K <= 1000:
-        raise LatsimError(f"--K must be in [1, 1000], got {K}")
+    check_option("--K", K)
     if trace is not None and not trace.is_file():
         raise LatsimError(f"--trace {trace}: no such file")
-    from harness.measure.run import check_option, trace_and_window
+    from harness.measure.run import trace_and_window
     from harness.net.netclock import Shaper
     from harness.viewer.client import ClientConfig, run_client
 

@@ -12,6 +12,7 @@ help without importing numpy.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 
@@ -121,6 +122,76 @@ def check_number(name: str, value: object, lo: float, hi: float, *,
     else:
         what = f">= {lo:g} and <= {hi:g}{suffix}"
     raise LatsimError(f"{name} must be {what}, got {_shown(value)}")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The accepted range of one option: ``[low, high]`` (``positive``: above 0 too), an
+    integer where ``integer``; checked by :func:`check_int` or :func:`check_number`."""
+
+    low: float
+    high: float
+    unit: str = ""
+    integer: bool = False
+    positive: bool = False
+
+    def check(self, name: str, value: object) -> float:
+        if self.integer:
+            return check_int(name, value, int(self.low), int(self.high))
+        return check_number(name, value, self.low, self.high, positive=self.positive,
+                            unit=self.unit)
+
+
+#: The ranges of the live harness's options (``measure``, ``profile``, ``serve``,
+#: ``client``), by option; a wire message's field of the same name (``K`` for ``--K``,
+#: ``playout_delay`` for ``--playout-delay``) has the same range.
+OPTION_BOUNDS: dict[str, Bound] = {
+    "--K": Bound(1, MAX_K, integer=True),  # a generator's own positions bound it too
+    "--steps": Bound(1, 1000, integer=True),
+    "--rate": Bound(0, 100, "conditions per second"),
+    "--duration": Bound(0, 86400, "s", positive=True),  # measure: at most 1 h (below)
+    "--lead": Bound(0, 600, "s"),
+    "--job-timeout": Bound(0, 3600, "s", positive=True),
+    "--r": Bound(1, 64, integer=True),
+    "--fps": Bound(1, 240, "frames per second"),
+    "--seed": Bound(0, 2**32 - 1, integer=True),
+    "--context": Bound(0, 1024, integer=True),
+    "--warmup": Bound(1, 1000, integer=True),
+    "--warmup-untimed": Bound(0, 1000, integer=True),
+    "--warmup-gap": Bound(0, 10, "s"),
+    "--calibrate": Bound(0, 1000, integer=True),
+    "--calibrate-max": Bound(0, 600, "s", positive=True),
+    "--drain": Bound(0, 3600, "s"),
+    "--threads": Bound(1, 1024, integer=True),
+    "--jobs": Bound(1, 5000, integer=True),
+    "--gap": Bound(0, 10, "s"),
+    "--port": Bound(0, 65535, integer=True),
+    "--max-sessions": Bound(1, 64, integer=True),
+    "--max-duration": Bound(1, 86400, "s"),
+    "--playout-delay": Bound(0, 60, "s"),
+    "--delay": Bound(0, 60, "s"),
+    "--jitter": Bound(0, 60, "s"),
+    "--loss": Bound(0, 1),
+    "--probes": Bound(1, 1000, integer=True),
+    "--probe-every": Bound(0.01, 60, "s"),
+    "--connect-timeout": Bound(0.1, 600, "s"),
+}
+#: The ranges of the wire protocol's fields that no option sets (``latsim serve`` and
+#: ``latsim client``; :mod:`harness.net.wire`).
+WIRE_BOUNDS: dict[str, Bound] = {
+    "t0": Bound(-1e12, 1e12, "s"), "t1": Bound(-1e12, 1e12, "s"),
+    "t2": Bound(-1e12, 1e12, "s"), "sent": Bound(-1e12, 1e12, "s"),
+    "cid": Bound(0, 2**53, integer=True),
+}
+#: A measurement's window per run (``measure --duration``), seconds.
+MAX_LIVE_WINDOW_S = 3600.0
+
+
+def check_option(option: str, value: object) -> None:
+    """A one-line :class:`LatsimError` unless ``value`` is in ``option``'s range
+    (:data:`OPTION_BOUNDS`; ``None``, a documented default, passes)."""
+    if value is not None:
+        OPTION_BOUNDS[option].check(option, value)
 
 
 def check_work(amount: float, limit: int, flag: str, what: str, hint: str = "") -> None:

@@ -551,9 +551,9 @@ def test_an_interrupted_profile_keeps_its_jobs_beside_the_output(tmp_path, monke
 
 
 def test_profile_bounds_its_work():
-    for kw, message in (({"gap_s": float("nan")}, "--gap must be in [0, 10]"),
-                        ({"gap_s": 1e9}, "--gap must be in [0, 10]"),
-                        ({"jobs_per_kind": 10**9}, "--jobs must be in [1, 5000]"),
+    for kw, message in (({"gap_s": float("nan")}, "--gap must be >= 0 and <= 10 s"),
+                        ({"gap_s": 1e9}, "--gap must be >= 0 and <= 10 s"),
+                        ({"jobs_per_kind": 10**9}, "--jobs must be a positive integer <= 5000"),
                         ({"jobs_per_kind": 5000, "gap_s": 1.0}, "idle gaps")):
         with pytest.raises(LatsimError, match=message.replace("[", r"\[")):
             _profile_config(**kw)

@@ -223,3 +223,21 @@ def test_main_refuses_without_cuda(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "CUDA is not available" in err[0]
     assert "harness.tools.gpu_check" in sys.modules
+
+
+def test_the_ltx_check_times_forwards_and_sets_k45_beside_the_paper(tmp_path, capsys):
+    """``--generator ltx`` on the CPU at the tiny preset: per-forward medians, and the
+    Table 2(b) K = 45 workload (one clean latent of cached context) beside 2016.2 ms."""
+    args = ["--device", "cpu", "--generator", "ltx", "--preset", "tiny", "--resolution",
+            "tiny", "--Ks", "1", "3", "--reps", "2", "--paper-reps", "2", "--paper-warmup",
+            "0", "--skip-live", "--out", str(tmp_path)]
+    assert gpu_check.main(args) == 0
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert report["status"] == "complete" and report["generator"] == "ltx"
+    assert report["model"]["r"] == 8 and report["model"]["name"] == "ltx"
+    assert [row["K"] for row in report["forward"]["rows"]] == [1, 3]
+    (row,) = report["paper"]["rows"]
+    assert (row["K"], row["context"], row["paper_ms"]) == (45, 1, 2016.2)
+    assert row["ours_over_paper"] == pytest.approx(row["median_ms"] / 2016.2)
+    assert report["sections"]["live"] == "skipped: --skip-live"
+    assert "Table 2(b)" in capsys.readouterr().out

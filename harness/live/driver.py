@@ -291,7 +291,8 @@ class LiveDriver:
         self._failed = False
         self._timings: list[JobTiming] = []
         self._errors: list[str] = []
-        self.t0 = 0.0
+        self.t0 = 0.0  # perf_counter time of stream time 0, once the run has started
+        self.started = threading.Event()  # set when ``t0`` is
 
     # ------------------------------------------------------------ thread-safe inputs
 
@@ -361,115 +362,30 @@ class LiveDriver:
         """Run the stream to the end of the window (plus drain); Ctrl-C, SIGTERM,
         :meth:`stop`, a generator failure or a hung job end it early."""
         cfg = self.driver_config
-        window = self.window
         old_switch = sys.getswitchinterval()
         sys.setswitchinterval(cfg.switch_interval_s)
         player = PlayerClock(self._post, cfg.spin_s)
         worker = threading.Thread(target=self._worker, name="latsim-generator", daemon=True)
-        events: list[EventTiming] = []
-        interrupted = False
-        worker_alive = False
-        last_now = 0.0
         clock = time.perf_counter
-        # queued events by the time they stand for (due, or happened), then arrival order
-        pending: list[tuple[float, int, _Item]] = []
-        arrival = itertools.count()
-        get, get_nowait = self._events.get, self._events.get_nowait
-
-        def pull(block_s: float) -> None:
-            """Move queued events into ``pending``, waiting up to ``block_s`` for one."""
-            try:
-                item = get(timeout=block_s) if block_s > 0 else get_nowait()
-            except queue.Empty:
-                return
-            while True:
-                when = item.happened if item.scheduled is None else item.scheduled
-                heapq.heappush(pending, (when, next(arrival), item))
-                try:
-                    item = get_nowait()
-                except queue.Empty:
-                    return
-
         t0 = clock()
         self.t0 = t0
+        self.started.set()
         t0_unix = time.time()
         port = _WallClockPort(player, self._jobs_in, t0, self._on_play)
-        run = StreamRun(self.config, window, port, on_record=self._on_record)
-        ctrl = self.controller = port.controller = run.controller
+        run = StreamRun(self.config, self.window, port, on_record=self._on_record)
+        self.controller = port.controller = run.controller
         times = [] if self.trace is None else [t for t in self.trace.times
-                                               if t < window.duration]
+                                               if t < self.window.duration]
         injector = ConditionInjector(self._post, t0, times, cfg.spin_s)
-
-        def earliest_unposted() -> float | None:
-            dues = [d for d in (player.next_due(), injector.next_due()) if d is not None]
-            return min(dues) if dues else None
-
+        pump = _EventPump(self._events, player, injector, cfg.hold_s)
+        events: list[EventTiming] = []
+        interrupted = worker_alive = False
         previous_handlers = self._install_signal_handlers()
         worker.start()
         player.start()
         injector.start()
-        next_progress = 0.0
-        job_timeout = cfg.job_timeout_s
         try:
-            run.start(0.0)
-            while True:
-                rel = clock() - t0
-                if run.should_end(rel):
-                    break
-                if self._progress is not None and rel >= next_progress:
-                    self._progress(rel, ctrl)
-                    next_progress = rel + cfg.progress_every_s
-                running = ctrl.running_job
-                job_deadline = math.inf
-                if running is not None and job_timeout is not None:
-                    job_deadline = run.job_starts[running] + job_timeout
-                    if rel >= job_deadline:
-                        pull(0.0)  # a job that finished but is not handled yet has not hung
-                        if not any(type(it.event) is JobDone and it.event.job_id == running
-                                   for _, _, it in pending):
-                            self.fail(_hung(running, rel - run.job_starts[running],
-                                            job_timeout))
-                            interrupted = True
-                            break
-                # what is not posted yet, read *before* draining the queue: a timer posted
-                # in between is then drained with the rest, while one read after the drain
-                # could be posted and missed in between (a late tick handled after a job
-                # that finished after it was due, rarely, under load)
-                due = earliest_unposted()
-                if not pending:
-                    horizon = window.duration if rel < window.duration else window.limit
-                    wait = min(cfg.progress_every_s, horizon - rel, job_deadline - rel)
-                    pull(max(wait, 1e-4))
-                    if not pending:
-                        continue
-                else:
-                    pull(0.0)
-                when, _, item = pending[0]
-                if due is not None and due < when and clock() - due < cfg.hold_s:
-                    # an event due earlier is late to be posted (its thread has not run):
-                    # wait for it, so events are handled in the order they were due
-                    pull(min(1e-3, cfg.hold_s))
-                    continue
-                heapq.heappop(pending)
-                if item.event is _STOP:
-                    interrupted = True
-                    break
-                handled = clock() - t0
-                happened = item.happened - t0
-                # timers and arrivals: the time they were due (the display clock does not
-                # drift by timer lateness, which is recorded); jobs: when they finished
-                now = max(when - t0, last_now)
-                last_now = now
-                h0 = clock()
-                run.deliver(item.event, now)
-                decision = clock() - h0
-                event = item.event
-                events.append(EventTiming(
-                    kind=event.kind,  # type: ignore[attr-defined]
-                    position=event.position if type(event) is SlotDue else None,
-                    scheduled=None if item.scheduled is None else item.scheduled - t0,
-                    happened=happened, handled=handled, now=now, decision_s=decision,
-                ))
+            interrupted = self._pump_events(run, pump, t0, events)
         except KeyboardInterrupt as exc:  # off the main thread, or a second signal
             interrupted = True
             self._stop_reason = self._stop_reason or (
@@ -478,30 +394,94 @@ class LiveDriver:
             try:
                 injector.stop()
                 player.stop()
-                self._jobs_in.put(None)
-                running = ctrl.running_job
-                if running is None:
-                    join_s = 1.0
-                elif job_timeout is None:
-                    join_s = cfg.join_timeout_s
-                else:  # a running job may take until its timeout, then it has hung
-                    join_s = max(0.1, run.job_starts[running] + job_timeout - (clock() - t0))
-                worker.join(join_s)
-                worker_alive = worker.is_alive()
-                if worker_alive:
-                    ran = clock() - t0 - run.job_starts.get(running, 0.0)
-                    self.fail(_hung(running, ran, job_timeout) if job_timeout is not None
-                              else f"job {running} still running {ran:.3g} s after it "
-                              f"started, {join_s:g} s after the run ended")
-                    close = getattr(self.executor, "close", None)
-                    if close is not None:
-                        close()
+                worker_alive = self._join_worker(worker, run, t0)
             finally:
                 sys.setswitchinterval(old_switch)
                 for sig, handler in previous_handlers.items():
                     signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        end_time = max(clock() - t0, pump.last_now)
+        return self._result(run, port, events, t0, t0_unix, end_time, interrupted,
+                            worker_alive)
 
-        end_time = max(clock() - t0, last_now)
+    def _pump_events(self, run: StreamRun, pump: _EventPump, t0: float,
+                     events: list[EventTiming]) -> bool:
+        """Hand the controller its events in the order they were due, until the window
+        ends (False) or the run is stopped or a job hangs (True)."""
+        cfg, window, ctrl = self.driver_config, self.window, run.controller
+        clock = time.perf_counter
+        next_progress = 0.0
+        run.start(0.0)
+        while True:
+            rel = clock() - t0
+            if run.should_end(rel):
+                return False
+            if self._progress is not None and rel >= next_progress:
+                self._progress(rel, ctrl)
+                next_progress = rel + cfg.progress_every_s
+            job_deadline = self._job_deadline(run)
+            if rel >= job_deadline and not pump.finished(ctrl.running_job):
+                running = ctrl.running_job
+                self.fail(_hung(running, rel - run.job_starts[running], cfg.job_timeout_s))
+                return True
+            horizon = window.duration if rel < window.duration else window.limit
+            got = pump.next(min(cfg.progress_every_s, horizon - rel, job_deadline - rel))
+            if got is None:
+                continue
+            when, item = got
+            if item.event is _STOP:
+                return True
+            handled = clock() - t0
+            # timers and arrivals: the time they were due (the display clock does not drift
+            # by timer lateness, which is recorded); jobs: when they finished
+            now = pump.last_now = max(when - t0, pump.last_now)
+            h0 = clock()
+            run.deliver(item.event, now)
+            decision = clock() - h0
+            event = item.event
+            events.append(EventTiming(
+                kind=event.kind,  # type: ignore[attr-defined]
+                position=event.position if type(event) is SlotDue else None,
+                scheduled=None if item.scheduled is None else item.scheduled - t0,
+                happened=item.happened - t0, handled=handled, now=now, decision_s=decision,
+            ))
+
+    def _job_deadline(self, run: StreamRun) -> float:
+        """When the running job has hung (stream time; infinite without one or a timeout)."""
+        running = run.controller.running_job
+        timeout = self.driver_config.job_timeout_s
+        if running is None or timeout is None:
+            return math.inf
+        return run.job_starts[running] + timeout
+
+    def _join_worker(self, worker: threading.Thread, run: StreamRun, t0: float) -> bool:
+        """Stop the generator worker and wait for its job as long as it may take; a worker
+        still in a job then has hung (the run fails, the executor is closed). Returns
+        whether the worker is still alive."""
+        cfg = self.driver_config
+        self._jobs_in.put(None)
+        running = run.controller.running_job
+        if running is None:
+            join_s = 1.0
+        elif cfg.job_timeout_s is None:
+            join_s = cfg.join_timeout_s
+        else:  # a running job may take until its timeout, then it has hung
+            join_s = max(0.1, self._job_deadline(run) - (time.perf_counter() - t0))
+        worker.join(join_s)
+        if not worker.is_alive():
+            return False
+        ran = time.perf_counter() - t0 - run.job_starts.get(running, 0.0)
+        self.fail(_hung(running, ran, cfg.job_timeout_s) if cfg.job_timeout_s is not None
+                  else f"job {running} still running {ran:.3g} s after it started, "
+                  f"{join_s:g} s after the run ended")
+        close = getattr(self.executor, "close", None)
+        if close is not None:
+            close()
+        return True
+
+    def _result(self, run: StreamRun, port: _WallClockPort, events: list[EventTiming],
+                t0: float, t0_unix: float, end_time: float, interrupted: bool,
+                worker_alive: bool) -> DriverResult:
+        """The run's records and timings, times relative to ``t0``."""
         rel_timings = tuple(
             JobTiming(j.job_id, j.kind, j.K, j.branch, j.version, j.context, j.t_start - t0,
                       j.t_end - t0, j.device_s, j.decoded_latents, j.decoded_frames)
@@ -515,12 +495,75 @@ class LiveDriver:
             reason = self._stop_reason if self._failed and self._stop_reason else COMPLETE
         records = run.finish(end_time, INTERRUPTED if interrupted else COMPLETE)
         return DriverResult(
-            records=records, controller=ctrl, jobs=rel_timings, job_starts=dict(run.job_starts),
-            events=tuple(events), t0_perf=t0, t0_unix=t0_unix, end_time=end_time,
-            interrupted=interrupted, stop_reason=reason,
+            records=records, controller=run.controller, jobs=rel_timings,
+            job_starts=dict(run.job_starts), events=tuple(events), t0_perf=t0,
+            t0_unix=t0_unix, end_time=end_time, interrupted=interrupted, stop_reason=reason,
             errors=tuple(self._errors), display_times=port.display_times,
             failed=self._failed, worker_alive=worker_alive,
         )
+
+
+class _EventPump:
+    """The driver's queue of events, handed out in the order they were due: queued events
+    by the time they stand for (due, or happened), then arrival order; an event that is due
+    earlier than the first queued one but not posted yet (its thread has not run) is waited
+    for, up to ``hold_s``."""
+
+    def __init__(self, events: queue.SimpleQueue, player: PlayerClock,
+                 injector: ConditionInjector, hold_s: float) -> None:
+        self._get, self._get_nowait = events.get, events.get_nowait
+        self._player, self._injector = player, injector
+        self._hold_s = hold_s
+        self._pending: list[tuple[float, int, _Item]] = []
+        self._arrival = itertools.count()
+        self.last_now = 0.0  # the last ``now`` handed to the controller
+
+    def pull(self, block_s: float) -> None:
+        """Move queued events into the pending heap, waiting up to ``block_s`` for one."""
+        try:
+            item = self._get(timeout=block_s) if block_s > 0 else self._get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            when = item.happened if item.scheduled is None else item.scheduled
+            heapq.heappush(self._pending, (when, next(self._arrival), item))
+            try:
+                item = self._get_nowait()
+            except queue.Empty:
+                return
+
+    def finished(self, job_id: int | None) -> bool:
+        """Whether job ``job_id`` finished (its ``JobDone`` is queued, not handled yet): a
+        job past its deadline that did has not hung."""
+        self.pull(0.0)
+        return any(type(it.event) is JobDone and it.event.job_id == job_id
+                   for _, _, it in self._pending)
+
+    def _earliest_unposted(self) -> float | None:
+        dues = [d for d in (self._player.next_due(), self._injector.next_due())
+                if d is not None]
+        return min(dues) if dues else None
+
+    def next(self, wait_s: float) -> tuple[float, _Item] | None:
+        """The next event and the time it stands for; ``None`` if none came within
+        ``wait_s`` or one due earlier is still to be posted."""
+        # what is not posted yet, read *before* draining the queue: a timer posted in
+        # between is then drained with the rest, while one read after the drain could be
+        # posted and missed in between (a late tick handled after a job that finished after
+        # it was due, rarely, under load)
+        due = self._earliest_unposted()
+        if not self._pending:
+            self.pull(max(wait_s, 1e-4))
+            if not self._pending:
+                return None
+        else:
+            self.pull(0.0)
+        when, _, item = self._pending[0]
+        if due is not None and due < when and time.perf_counter() - due < self._hold_s:
+            self.pull(min(1e-3, self._hold_s))
+            return None
+        heapq.heappop(self._pending)
+        return when, item
 
 
 def _hung(job_id: int | None, ran_s: float, timeout_s: float | None) -> str:

@@ -9,7 +9,7 @@ simulator resamples the empirical distribution.
 
 :func:`run_profile` is what ``latsim profile`` calls: it checks that the output can be
 written before building the model, bounds the work (``--jobs``, ``--gap`` and the total idle
-time, :data:`harness.measure.run.LIMITS`), handles SIGTERM like Ctrl-C and, when stopped early,
+time, :data:`latsim.errors.OPTION_BOUNDS`), handles SIGTERM like Ctrl-C and, when stopped early,
 keeps the jobs timed so far in ``<out stem>.partial.json`` (status ``interrupted``; the
 profile file itself is written only when every job has run) and raises
 :class:`~latsim.errors.Interrupted` saying so. Jobs run through
@@ -31,9 +31,9 @@ from harness.live.driver import SIGTERM, Terminated, sigterm_as_interrupt
 from harness.live.executor import GeneratorExecutor
 from harness.live.faults import faults_from_env
 from harness.live.recorder import check_writable, writing
-from harness.measure.run import check_ks, check_option
+from harness.measure.run import check_ks
 from latsim.controller import StartJob
-from latsim.errors import Interrupted, LatsimError
+from latsim.errors import Interrupted, LatsimError, check_option
 from latsim.plugins import GeneratorConfig, LiveGenerator, build_generator
 from latsim.run.folder import write_json
 

@@ -24,9 +24,9 @@ The default job timeout is :func:`harness.live.lead.default_job_timeout`,
 ``max(10 × lead, lead + 5 s)``. An unwritable ``--out`` fails before the model is built,
 and every file write names its path when it fails (``cannot write PATH: REASON``).
 
-**Bounds.** Every option has a range (:data:`LIMITS`; a one-line error names the option and
-the range) and the work is bounded: at most 16 values of ``--K``, a window of at most 1 h per
-run and 6 h over all runs.
+**Bounds.** Every option has a range (:data:`latsim.errors.OPTION_BOUNDS`; a one-line error
+names the option and the range) and the work is bounded: at most 16 values of ``--K``, a
+window of at most 1 h per run and 6 h over all runs.
 
 **Fault injection.** ``LATSIM_FAULT`` makes jobs raise, stall, run slow or send a signal on
 purpose (syntax in :mod:`harness.live.faults`; e.g. ``LATSIM_FAULT=stall@2:60``), so the
@@ -36,7 +36,6 @@ paths above are tested in CI on the tiny preset.
 from __future__ import annotations
 
 import datetime as _dt
-import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -70,7 +69,14 @@ from harness.telemetry.reduce import unavailable
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
 from latsim.controller.timing import Timing
-from latsim.errors import Interrupted, LatsimError
+from latsim.errors import (
+    MAX_LIVE_WINDOW_S,
+    OPTION_BOUNDS,
+    Interrupted,
+    LatsimError,
+    check_number,
+    check_option,
+)
 from latsim.model.arrivals import PoissonArrivals
 from latsim.model.lead import LIVE, LeadRule
 from latsim.model.traces import Trace, load_trace, write_trace
@@ -81,64 +87,10 @@ from latsim.run.folder import run_config
 RESULTS_RUNS = Path("results/runs")
 
 
-@dataclass(frozen=True)
-class Limit:
-    """The accepted range of one option: ``[low, high]`` (``(low, high]`` if ``open_low``)."""
-
-    low: float
-    high: float
-    unit: str = ""
-    open_low: bool = False
-
-    def check(self, option: str, value: float) -> None:
-        ok = isinstance(value, int | float) and math.isfinite(value) and (
-            value > self.low if self.open_low else value >= self.low) and value <= self.high
-        if not ok:
-            bracket = "(" if self.open_low else "["
-            unit = f" {self.unit}" if self.unit else ""
-            raise LatsimError(f"{option} must be in {bracket}{_num(self.low)}, "
-                              f"{_num(self.high)}]{unit}, got {_num(value)}")
-
-
-def _num(value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return repr(value)
-    return str(value) if isinstance(value, int) else f"{value:g}"
-
-
-#: The ranges of ``latsim measure`` and ``latsim profile`` options.
-LIMITS: dict[str, Limit] = {
-    "--K": Limit(1, 1024, "latent frames"),  # the model's frame positions bound it too
-    "--steps": Limit(1, 1000),
-    "--rate": Limit(0, 100, "conditions per second"),
-    "--duration": Limit(0, 3600, "s", open_low=True),
-    "--lead": Limit(0, 600, "s"),
-    "--job-timeout": Limit(0, 3600, "s", open_low=True),
-    "--r": Limit(1, 64, "pixel frames per latent frame"),
-    "--fps": Limit(1, 240, "frames per second"),
-    "--seed": Limit(0, 2**32 - 1),
-    "--context": Limit(0, 1024, "latents"),
-    "--warmup": Limit(1, 1000, "jobs"),
-    "--warmup-untimed": Limit(0, 1000, "jobs"),
-    "--warmup-gap": Limit(0, 10, "s"),
-    "--calibrate": Limit(0, 1000, "jobs"),
-    "--calibrate-max": Limit(0, 600, "s", open_low=True),
-    "--drain": Limit(0, 3600, "s"),
-    "--threads": Limit(1, 1024),
-    "--jobs": Limit(1, 5000, "jobs"),
-    "--gap": Limit(0, 10, "s"),
-}
 #: At most this many values of ``--K`` in one command.
 MAX_KS = 16
 #: The window over all runs of one measurement (runs x duration), seconds.
 MAX_TOTAL_WINDOW_S = 6 * 3600.0
-
-
-def check_option(option: str, value: float | None) -> None:
-    """A one-line :class:`LatsimError` unless ``value`` is in ``option``'s range (``None``,
-    a documented default, passes)."""
-    if value is not None:
-        LIMITS[option].check(option, value)
 
 
 def check_ks(Ks: tuple[int, ...]) -> None:  # noqa: N803
@@ -188,7 +140,7 @@ class MeasureConfig:
     def __post_init__(self) -> None:
         check_ks(self.Ks)
         for option, value in (
-            ("--steps", self.steps), ("--rate", self.rate), ("--duration", self.duration),
+            ("--steps", self.steps), ("--rate", self.rate),
             ("--lead", self.lead), ("--job-timeout", self.job_timeout), ("--r", self.r),
             ("--fps", self.fps), ("--seed", self.seed), ("--context", self.context),
             ("--warmup", self.warmup_timed), ("--warmup-untimed", self.warmup_untimed),
@@ -197,6 +149,9 @@ class MeasureConfig:
             ("--threads", self.threads),
         ):
             check_option(option, value)
+        if self.duration is not None:
+            check_number("--duration", self.duration, 0, MAX_LIVE_WINDOW_S, positive=True,
+                         unit="s")
         for K in self.Ks:  # noqa: N806
             Timing(K, self.r or 4, self.fps)
         if not self.policies:
@@ -221,7 +176,7 @@ class RunResult:
 
 
 @dataclass(frozen=True)
-class _Session:
+class _Measurement:
     """What every run of one measurement shares."""
 
     config: MeasureConfig
@@ -271,7 +226,7 @@ def trace_and_window(path: str | Path | None, rate: float, duration: float | Non
     return Trace(drawn.name, drawn.times, window, meta), window
 
 
-def _warm_up(session: _Session, timing: Timing, policies: list[Policy]) -> dict[int, Warmup]:
+def _warm_up(session: _Measurement, timing: Timing, policies: list[Policy]) -> dict[int, Warmup]:
     """Warm-up jobs per decode group (the commit unit when decoding, else 0)."""
     config = session.config
     warmups: dict[int, Warmup] = {}
@@ -286,7 +241,7 @@ def _warm_up(session: _Session, timing: Timing, policies: list[Policy]) -> dict[
     return warmups
 
 
-def _lead(session: _Session, timing: Timing, warmups: dict[int, Warmup]
+def _lead(session: _Measurement, timing: Timing, warmups: dict[int, Warmup]
           ) -> tuple[LeadChoice, dict[int, Warmup]]:
     """``--lead``, or the rule on warm-up jobs, raised by the in-run calibration pass (which
     also measures the jitter that sets the margin)."""
@@ -357,7 +312,7 @@ def measure(
     faults_from_env()  # a malformed LATSIM_FAULT fails before any work
     require_device(config.device)
     trace, duration = load_or_make_trace(config)
-    check_option("--duration", duration)
+    check_number("--duration", duration, 0, MAX_LIVE_WINDOW_S, positive=True, unit="s")
     policies = [PRESETS[name] for name in config.policies]
     _check_runs(config, config.r or 4, trace, duration, policies)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -379,7 +334,7 @@ def measure(
             env = {"versions": versions(), "device_name": info.device_name,
                    "torch_threads": info.threads, "n_params": info.parameters.get("n_params"),
                    "generator": info.as_dict()}
-            session = _Session(config, generator, info, r, trace, duration, env, progress,
+            session = _Measurement(config, generator, info, r, trace, duration, env, progress,
                                on_driver)
             _measure_all(session, timings, policies, root, prefix, kept, results)
     except KeyboardInterrupt as exc:
@@ -412,9 +367,10 @@ def _check_runs(config: MeasureConfig, r: int, trace: Trace, duration: float,
             raise LatsimError(f"duration {duration:g} s is shorter than one chunk "
                               f"(K={timing.K}: T = {timing.T:g} s)")
     n_conditions = sum(1 for t in trace.times if t < duration)
-    if n_conditions > LIMITS["--rate"].high * duration:
+    most = OPTION_BOUNDS["--rate"].high
+    if n_conditions > most * duration:
         raise LatsimError(f"--trace {config.trace}: {n_conditions} conditions in {duration:g} s, "
-                          f"more than {_num(LIMITS['--rate'].high)} per second")
+                          f"more than {most:g} per second")
     n_runs = len(timings) * len(policies)
     if n_runs * duration > MAX_TOTAL_WINDOW_S:
         raise LatsimError(f"{n_runs} runs of {duration:g} s exceed the "
@@ -422,7 +378,7 @@ def _check_runs(config: MeasureConfig, r: int, trace: Trace, duration: float,
                           "use fewer --K values or a shorter --duration")
 
 
-def _measure_all(session: _Session, timings: dict[int, Timing], policies: list[Policy],
+def _measure_all(session: _Measurement, timings: dict[int, Timing], policies: list[Policy],
                  root: Path, prefix: str, kept: _Kept, results: list[RunResult]) -> None:
     config = session.config
     for K, timing in timings.items():  # noqa: N806
@@ -474,7 +430,7 @@ def _write_index(root: Path, config: MeasureConfig, results: list[RunResult],
             raise
 
 
-def _run_one(session: _Session, plan: _RunPlan) -> RunResult:
+def _run_one(session: _Measurement, plan: _RunPlan) -> RunResult:
     config, timing, policy = session.config, plan.timing, plan.policy
     K, run_dir, run_id = timing.K, plan.run_dir, plan.run_dir.name  # noqa: N806
     duration = session.duration

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from latsim.errors import LatsimError, check_number
+from latsim.errors import OPTION_BOUNDS, LatsimError
 
 
 @dataclass(frozen=True)
@@ -109,9 +109,9 @@ class Shaper:
     loss: float = 0.0
 
     def __post_init__(self) -> None:
-        check_number("shaped delay", self.delay, 0, 60, unit="s")
-        check_number("shaped jitter", self.jitter, 0, 60, unit="s")
-        check_number("shaped loss", self.loss, 0, 1)
+        for name, value in (("delay", self.delay), ("jitter", self.jitter),
+                            ("loss", self.loss)):
+            OPTION_BOUNDS[f"--{name}"].check(f"shaped {name}", value)
         if self.jitter > self.delay:
             raise LatsimError(f"shaped jitter {self.jitter:g} s exceeds the delay "
                               f"{self.delay:g} s (a message cannot arrive before it is sent)")

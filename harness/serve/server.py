@@ -39,10 +39,23 @@ import numpy as np
 
 from harness.live.lead import Warmup, choose_lead
 from harness.net.netclock import Shaper
-from harness.net.wire import ProtocolError, dumps, integer, number, parse_text
+from harness.net.wire import (
+    FROM_CLIENT,
+    Bye,
+    Condition,
+    Error,
+    Hello,
+    Message,
+    Probe,
+    ProbeReply,
+    ProtocolError,
+    Shape,
+    parse_message,
+    parse_text,
+)
 from harness.serve.device import SharedDevice
 from harness.serve.session import Session
-from latsim.errors import LatsimError, check_number
+from latsim.errors import LatsimError, check_option
 from latsim.model.lead import LIVE
 from latsim.plugins import (
     GeneratorConfig,
@@ -76,14 +89,11 @@ class ServerConfig:
                               f", got {self.schedule!r}")
         if not self.Ks or len(self.Ks) > 16:
             raise LatsimError("--K takes 1 to 16 chunk sizes")
-        for name, values, lo, hi in (("--K", self.Ks, 1, 1000), ("--port", (self.port,), 0, 65535),
-                                     ("--max-sessions", (self.max_sessions,), 1, 64),
-                                     ("--warmup", (self.warmup,), 1, 1000)):
-            for value in values:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise LatsimError(f"{name} must be an integer, got {value!r}")
-                check_number(name, value, lo, hi)
-        check_number("--max-duration", self.max_duration, 1, 86400, unit="s")
+        for K in self.Ks:  # noqa: N806
+            check_option("--K", K)
+        for option, value in (("--port", self.port), ("--max-sessions", self.max_sessions),
+                              ("--warmup", self.warmup), ("--max-duration", self.max_duration)):
+            check_option(option, value)
 
 
 class StreamServer:
@@ -187,16 +197,13 @@ class StreamServer:
         try:
             async for raw in websocket:
                 received = time.perf_counter()
-                message: dict[str, Any] = {}
+                message: Message | None = None
                 try:
-                    message = parse_text(raw)
-                    kind = message["type"]
-                    if kind == "probe":
-                        t0 = number(message, "t0", -1e12, 1e12)
-                        send(dumps({"type": "probe", "t0": t0,
-                                    "t1": received + self.config.clock_offset,
-                                    "t2": self.clock()}), time.perf_counter())
-                    elif kind == "hello":
+                    message = parse_message(raw, FROM_CLIENT)
+                    if isinstance(message, Probe):
+                        send(ProbeReply(message.t0, received + self.config.clock_offset,
+                                        self.clock()).to_json(), time.perf_counter())
+                    elif isinstance(message, Hello):
                         if session is not None:
                             raise ProtocolError("this connection already has a session")
                         if len(self.sessions) >= self.config.max_sessions:
@@ -210,38 +217,26 @@ class StreamServer:
                         log.info("session %s: K=%d %s, %g s, lead %.4f s, from %s",
                                  session.id, session.timing.K, session.policy,
                                  session.duration, session.lead, websocket.remote_address)
-                        while session.driver.t0 == 0.0:
-                            await asyncio.sleep(0.001)
+                        await asyncio.to_thread(session.driver.started.wait)
                         session.send_ready()
-                    elif kind == "shape":
+                    elif isinstance(message, Shape):
                         if session is not None:
                             raise ProtocolError("shape the connection before hello")
-                        try:
-                            shaper = Shaper(number(message, "delay", 0, 60, 0.0),
-                                            number(message, "jitter", 0, 60, 0.0),
-                                            number(message, "loss", 0, 1, 0.0))
-                        except LatsimError as exc:
-                            raise ProtocolError(str(exc)) from None
-                        seed = integer(message, "seed", 0, 2**63 - 1, 0)
+                        shaper = Shaper(message.delay, message.jitter, message.loss)
                         state["shaper"] = shaper
-                        state["channel"] = shaper.channel(np.random.default_rng(seed))
-                    elif kind == "condition":
+                        state["channel"] = shaper.channel(np.random.default_rng(message.seed))
+                    elif isinstance(message, Condition):
                         if session is None:
                             raise ProtocolError("condition before hello: no session")
-                        send(dumps(session.condition(message)), time.perf_counter())
-                    elif kind == "bye":
-                        if session is not None:
-                            session.driver.stop("the viewer said bye")
-                    else:
-                        raise ProtocolError(f"unknown message type {kind!r}")
+                        send(session.condition(message).to_json(), time.perf_counter())
+                    elif isinstance(message, Bye) and session is not None:
+                        session.driver.stop("the viewer said bye")
                 except (ProtocolError, LatsimError) as exc:
                     self.errors += 1
                     log.warning("session %s: %s", session.id if session else "-", exc)
-                    reply = {"type": "error", "error": str(exc)}
-                    cid = message.get("cid")
-                    if message.get("type") == "condition" and isinstance(cid, int):
-                        reply["cid"] = cid  # which condition was refused
-                    send(dumps(reply), time.perf_counter())
+                    refused = _refused_cid(raw) if message is None else (
+                        message.cid if isinstance(message, Condition) else None)
+                    send(Error(str(exc), refused).to_json(), time.perf_counter())
         except Exception as exc:  # noqa: BLE001 - a broken connection ends its session only
             log.info("connection closed: %s", exc)
         finally:
@@ -267,6 +262,18 @@ class StreamServer:
             raise
         except Exception as exc:  # noqa: BLE001 - the viewer went away
             log.info("send failed: %s", exc)
+
+
+def _refused_cid(raw: str | bytes) -> int | None:
+    """The ``cid`` of a condition the server could not parse, where it has a usable one (the
+    viewer learns which of its conditions was refused)."""
+    try:
+        data = parse_text(raw)
+    except ProtocolError:
+        return None
+    cid = data.get("cid")
+    usable = data["type"] == "condition" and isinstance(cid, int) and not isinstance(cid, bool)
+    return cid if usable and 0 <= cid <= 2**53 else None
 
 
 class ServerThread:

@@ -7,11 +7,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.live.driver import DriverConfig, LiveDriver
 from harness.net.netclock import Shaper
-from harness.net.wire import ProtocolError, dumps, encode_frame, integer, number
+from harness.net.wire import (
+    Ack,
+    Condition,
+    End,
+    Hello,
+    JobDone,
+    ProtocolError,
+    Ready,
+    SlotHeader,
+    encode_slot,
+)
 from harness.serve.device import SharedDevice
 from latsim.analysis.metrics import summarize
 from latsim.controller import ControllerConfig, PlaySlot, StartJob
@@ -41,7 +51,7 @@ class Session:
     """One viewer's stream: controller (in a live driver on its own thread), generator
     stream state, and the shaped, ordered outbox of its connection."""
 
-    def __init__(self, server: StreamServer, session_id: str, hello: dict[str, Any],
+    def __init__(self, server: StreamServer, session_id: str, hello: Hello,
                  send: Callable[[bytes | str, float], None], downlink: Shaper) -> None:
         self.server = server
         self.id = session_id
@@ -49,29 +59,26 @@ class Session:
         self.send = send  # (message, server perf time it leaves) -> queued in order
         self.downlink = downlink
         config = server.config
-        K = integer(hello, "K", 1, 1000)  # noqa: N806
+        K = hello.K  # noqa: N806
         if K not in server.leads:
             raise ProtocolError(f"K={K} is not served here; choose one of "
                                 f"{', '.join(map(str, sorted(server.leads)))}")
-        policy = hello.get("policy", "speculative")
-        if policy not in PRESETS:
-            raise ProtocolError(f"'policy' must be one of {', '.join(PRESETS)}, got {policy!r}")
-        self.duration = number(hello, "duration", 1.0, config.max_duration)
+        if hello.duration > config.max_duration:
+            raise ProtocolError(f"'duration' is {hello.duration:g} s, longer than this "
+                                f"server's --max-duration {config.max_duration:g} s")
+        self.duration = hello.duration
         model_r = server.info.r
-        r = integer(hello, "r", 1, 64, model_r or 4)
+        r = hello.r or model_r or 4
         if model_r is not None and r != model_r:
             raise ProtocolError(f"'r' is {r}, but this server's generator makes {model_r} "
                                 "pixel frames per latent frame")
-        fps = number(hello, "fps", 1.0, 240.0, 16.0)
-        self.timing = Timing(K, r, fps)
+        self.timing = Timing(K, r, hello.fps)
         choice = server.leads[K]
-        lead = hello.get("lead")
-        self.lead = choice.lead if lead is None else number(hello, "lead", 0.0, 3600.0)
-        self.lead_source = choice.source if lead is None else "the viewer's hello"
-        drain = hello.get("drain")
-        drain = None if drain is None else number(hello, "drain", 0.0, 3600.0)
-        self.controller_config = ControllerConfig(self.timing, PRESETS[policy], self.lead)
-        self.policy = policy
+        self.lead = choice.lead if hello.lead is None else hello.lead
+        self.lead_source = choice.source if hello.lead is None else "the viewer's hello"
+        drain = hello.drain
+        self.controller_config = ControllerConfig(self.timing, PRESETS[hello.policy], self.lead)
+        self.policy = hello.policy
         assert server.device is not None
         with server.device.lock:  # the generator (and its VAE's decode state) is shared
             self.stream = server.generator.new_stream(
@@ -110,14 +117,13 @@ class Session:
         elif kind is JobRecord:
             job: JobRecord = record  # type: ignore[assignment]
             gen = self._gen.pop(job.job_id, None)
-            self.send(dumps({
-                "type": "job", "job_id": job.job_id, "kind": job.kind, "branch": job.branch,
-                "length": job.length, "version": job.version,
-                "start": self.stream_to_server(job.t_start),
-                "ready": self.stream_to_server(job.t_ready),
-                "gen_start": None if gen is None else self.server_time(gen.t_start),
-                "gen_end": None if gen is None else self.server_time(gen.t_end),
-            }), time.perf_counter())
+            self.send_ready()  # nothing of the session goes before its ready
+            self.send(JobDone(
+                job.job_id, job.kind, job.branch, job.length, job.version,
+                self.stream_to_server(job.t_start), self.stream_to_server(job.t_ready),
+                None if gen is None else self.server_time(gen.t_start),
+                None if gen is None else self.server_time(gen.t_end),
+            ).to_json(), time.perf_counter())
 
     def _on_job(self, timing: JobTiming) -> None:
         self._gen[timing.job_id] = timing
@@ -130,16 +136,14 @@ class Session:
                 return
             self._ready_sent = True
             timing, server = self.timing, self.server
-            self.send(dumps({
-                "type": "ready", "session": self.id, "K": timing.K, "policy": self.policy,
-                "T": timing.T, "delta": timing.delta, "r": timing.r, "fps": timing.fps,
-                "lead": self.lead, "lead_source": self.lead_source,
-                "duration": self.duration, "start": self.server_time(self.driver.t0),
-                "schedule": server.config.schedule, "server_run": server.run_id,
-                "generator": server.info.as_dict(),
-                "downlink": {"delay": self.downlink.delay, "jitter": self.downlink.jitter,
-                             "loss": self.downlink.loss},
-            }), time.perf_counter())
+            self.send(Ready(
+                self.id, timing.K, self.policy, timing.T, timing.delta, timing.r, timing.fps,
+                self.lead, self.lead_source, self.duration,
+                self.server_time(self.driver.t0), server.config.schedule, server.run_id,
+                server.info.as_dict(),
+                {"delay": self.downlink.delay, "jitter": self.downlink.jitter,
+                 "loss": self.downlink.loss},
+            ).to_json(), time.perf_counter())
 
     def _on_play(self, slot: PlaySlot, perf: float) -> None:
         self.send_ready()
@@ -152,12 +156,11 @@ class Session:
         # thread adds to the dict meanwhile)
         for key in [k for k in list(self.payloads) if k[1] <= slot.position]:
             self.payloads.pop(key, None)
-        header = {"type": "slot", "position": slot.position, "version": slot.version,
-                  "job_id": slot.job_id, "played": self.stream_to_server(slot.at),
-                  "sent": self.server_time(perf), "resolves": resolves,
-                  "payload": kind, "shape": list(shape),
-                  "dtype": {"pixels": "uint8", "latent": "float32"}.get(kind, "")}
-        self.send(encode_frame(header, data), perf)
+        header = SlotHeader(slot.position, slot.version, slot.job_id,
+                            self.stream_to_server(slot.at), self.server_time(perf), resolves,
+                            kind, list(shape),
+                            {"pixels": "uint8", "latent": "float32"}.get(kind, ""))
+        self.send(encode_slot(header, data), perf)
 
     # ------------------------------------------------------------ run
 
@@ -173,29 +176,26 @@ class Session:
         finally:
             self.server.session_ended(self)
 
-    def condition(self, message: dict[str, Any]) -> dict[str, Any]:
+    def condition(self, message: Condition) -> Ack:
         """Accept a viewer's condition (on the event loop thread); the ``ack`` reply."""
-        session = message.get("session")
+        session = message.session
         if session is not None and session != self.id:
             raise ProtocolError(f"condition for session {session!r} refused: this connection "
                                 f"is session {self.id!r}")
-        cid = integer(message, "cid", 0, 2**53)
-        if self.driver.t0 == 0.0:
+        cid = message.cid
+        if not self.driver.started.is_set():
             raise ProtocolError("condition before the session's playback started")
         if time.perf_counter() - self.driver.t0 >= self.duration:
             raise ProtocolError(f"condition {cid} after the session's {self.duration:g} s "
                                 "window: not served")
         arrival = self.driver.post_condition(cid)
         self.accepted += 1
-        return {"type": "ack", "cid": cid, "version": self.accepted,
-                "arrival": self.server_time(arrival)}
+        return Ack(cid, self.accepted, self.server_time(arrival))
 
     def end_message(self) -> str:
         result = self.result
         if result is None:
-            return dumps({"type": "end", "status": "failed", "stop_reason": "no result",
-                          "summary": None})
+            return End("failed", "no result").to_json()
         summary = summarize([result.records]).as_dict()
-        return dumps({"type": "end", "status": result.status,
-                      "stop_reason": result.stop_reason, "summary": summary,
-                      "end": self.stream_to_server(result.end_time)})
+        return End(result.status, result.stop_reason, summary,
+                   self.stream_to_server(result.end_time)).to_json()

@@ -14,6 +14,12 @@
 3. ``live``: a ``--duration``-second live run per policy at a short and a long K
    (:func:`harness.measure.run.measure`, Poisson conditions at 0.1/s, seeded).
 
+``--generator ltx`` (or another registered generator that times its forwards alone,
+:class:`latsim.plugins.TimesForwards`) checks that generator instead, at full size
+(``ltx-2.3`` at 448p by default): its per-forward medians for K in {1, 3, 9, 15, 45}, the
+paper's Table 2(b) K = 45 workload beside the paper's 2016.2 ms (one H200; see
+:data:`harness.generators.ltx.PAPER_WORKLOAD`) and the live runs.
+
 Everything goes to ``<out>/gpu_check.json`` (run folders under ``<out>/live``), rewritten
 atomically (temp file + rename) as each section starts and ends: a run that is cut short
 keeps every finished section, ``sections`` says which are done, running, failed (with the
@@ -73,6 +79,16 @@ DEFAULT_KS = (1, 3, 7, 21)
 PAPER_KS = (1, 3)
 PAPER_RESOLUTIONS = ("480p", "720p")
 SECTIONS = ("model", "forward", "paper", "live")
+#: Full-size defaults (preset, resolution) per generator; ``--preset``/``--resolution``
+#: override them.
+GENERATOR_DEFAULTS: dict[str, tuple[str, str]] = {"wan": ("wan-1.3b", "480p"),
+                                                  "ltx": ("ltx-2.3", "448p")}
+#: The paper's LTX reference, Table 2(b): K = 45, one H200 (USP1), ms; the workload is
+#: :data:`harness.generators.ltx.PAPER_WORKLOAD` (one clean latent of cached context).
+PAPER_LTX_MS: dict[int, float] = {45: 2016.2}
+PAPER_LTX_CONTEXT = 1
+#: Per-forward K of a generator other than Wan (LTX's trained chunk sizes).
+OTHER_KS = (1, 3, 9, 15, 45)
 FORMAT = "latsim-gpu-check/2"
 
 
@@ -397,9 +413,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m harness.tools.gpu_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("results/gpu_check"))
-    parser.add_argument("--preset", default="wan-1.3b")
-    parser.add_argument("--resolution", default="480p")
-    parser.add_argument("--Ks", type=int, nargs="+", default=list(DEFAULT_KS))
+    parser.add_argument("--generator", default="wan",
+                        help="wan (every section), or another registered generator that "
+                        "times its forwards (ltx: Table 2(b)'s K = 45 beside the paper)")
+    parser.add_argument("--preset", default=None, help="default: the generator's full size")
+    parser.add_argument("--resolution", default=None, help="default: wan 480p, ltx 448p")
+    parser.add_argument("--Ks", type=int, nargs="+", default=None)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--paper-resolutions", nargs="+", default=list(PAPER_RESOLUTIONS))
     parser.add_argument("--paper-Ks", type=int, nargs="+", default=list(PAPER_KS))
@@ -413,7 +432,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-paper", action="store_true")
     parser.add_argument("--skip-live", action="store_true")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    preset, res = GENERATOR_DEFAULTS.get(args.generator, (None, None))
+    args.preset = args.preset or preset
+    args.resolution = args.resolution or res
+    if args.Ks is None:
+        args.Ks = list(DEFAULT_KS if args.generator == "wan" else OTHER_KS)
+    return args
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -431,6 +456,11 @@ def _check_args(args: argparse.Namespace) -> None:
             raise LatsimError(f"counts and K must be positive integers, got {value}")
     if args.paper_warmup < 0:
         raise LatsimError(f"--paper-warmup must be >= 0, got {args.paper_warmup}")
+    if args.generator != "wan":
+        from latsim.plugins import load_generator
+
+        load_generator(args.generator)
+        return
     model_preset(args.preset)
     for name in (args.resolution, *args.paper_resolutions):
         resolution(name)
@@ -444,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     except LatsimError as exc:
         print(f"gpu_check: error: {exc}", file=sys.stderr)
         return 2
+    if args.generator != "wan":
+        return _other_generator(args)
     import torch
 
     from harness.generators.device import device_name
@@ -510,11 +542,92 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def _live(args: argparse.Namespace, generator, res: Resolution) -> list[dict]:
+def _other_generator(args: argparse.Namespace) -> int:
+    """The check of a generator other than Wan: its model, per-forward times (it must time
+    its forwards alone, :class:`latsim.plugins.TimesForwards`), the paper's reference where
+    there is one (LTX: Table 2(b)), and the live runs."""
+    import torch
+
+    from harness.generators.device import device_name
+    from harness.measure.folder import versions
+    from latsim.plugins import GeneratorConfig, TimesForwards, build_generator
+
+    device = device_name(args.device)
+    report = Report(args.out / "gpu_check.json", {
+        "device": device, "generator": args.generator, "preset": args.preset,
+        "resolution": args.resolution, "versions": versions(),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "paper_ms": PAPER_LTX_MS if args.generator == "ltx" else None,
+    })
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    state: dict = {}
+
+    def build() -> dict:
+        state["generator"] = built = build_generator(args.generator, GeneratorConfig(
+            args.preset, args.resolution, args.steps, 0, args.decode, args.device))
+        return built.describe().as_dict()
+
+    report.run("model", build)
+    generator = state.get("generator")
+    if generator is None or not isinstance(generator, TimesForwards):
+        why = "no model" if generator is None else "the generator cannot time a forward"
+        for name in SECTIONS[1:3]:
+            report.skip(name, why)
+    else:
+        report.run("forward", lambda: _forward_medians(generator, args, device))
+        if args.skip_paper or args.generator != "ltx":
+            report.skip("paper", "--skip-paper" if args.skip_paper else "no reference")
+        else:
+            report.run("paper", lambda: _ltx_paper(generator, args, device))
+    if args.skip_live or generator is None:
+        report.skip("live", "--skip-live" if args.skip_live else "no model")
+    else:
+        report.run("live", lambda: _live(args, generator, None))
+    status = report.finish()
+    print(f"\nwrote {report.path} in {report.data['elapsed_s']:.0f} s")
+    return status
+
+
+def _forward_medians(generator, args: argparse.Namespace, device: str) -> dict:
+    rows = []
+    for K in args.Ks:  # noqa: N806
+        times = generator.forward_times(K, args.reps)
+        rows.append({"K": K, "median_ms": statistics.median(times), "min_ms": min(times),
+                     "max_ms": max(times), "n": len(times)})
+    table = "\n".join([f"{args.generator} {args.preset} @ {args.resolution} on {device}",
+                       "  K   median ms   min ms   max ms"]
+                      + [f"{r['K']:>3} {r['median_ms']:>11.1f} {r['min_ms']:>8.1f} "
+                         f"{r['max_ms']:>8.1f}" for r in rows])
+    print(table, flush=True)
+    return {"context": 0, "rows": rows, "table": table}
+
+
+def _ltx_paper(generator, args: argparse.Namespace, device: str) -> dict:
+    from harness.generators.ltx import PAPER_WORKLOAD
+
+    rows = []
+    for K, paper_ms in PAPER_LTX_MS.items():  # noqa: N806
+        times = generator.forward_times(K, args.paper_reps, PAPER_LTX_CONTEXT,
+                                        warmup=args.paper_warmup)
+        ours = statistics.median(times)
+        rows.append({"K": K, "context": PAPER_LTX_CONTEXT, "median_ms": ours,
+                     "paper_ms": paper_ms, "ours_over_paper": ours / paper_ms})
+    table = "\n".join([f"like for like with Table 2(b) ({args.preset} @ {args.resolution}, "
+                       f"{device})", "  K  context   ours ms   paper ms   ours/paper"]
+                      + [f"{r['K']:>3} {r['context']:>8} {r['median_ms']:>9.1f} "
+                         f"{r['paper_ms']:>10.1f} {r['ours_over_paper']:>12.2f}" for r in rows])
+    print("\n" + table, flush=True)
+    return {"workload": PAPER_WORKLOAD, "reps": args.paper_reps, "warmup": args.paper_warmup,
+            "rows": rows, "table": table}
+
+
+def _live(args: argparse.Namespace, generator, res: Resolution | None) -> list[dict]:
     from harness.measure.run import MeasureConfig, measure
     from latsim.formatting import StatusLine
 
     config = MeasureConfig(
+        generator=args.generator,
         preset=args.preset, resolution=args.resolution, Ks=(args.short_K, args.long_K),
         steps=args.steps, policies=("baseline", "speculative"), duration=args.duration,
         device=args.device, out=str(args.out / "live"), decode=args.decode,
@@ -523,7 +636,7 @@ def _live(args: argparse.Namespace, generator, res: Resolution) -> list[dict]:
     with StatusLine() as status:
         results = measure(config, progress=status, generator=generator)
     live = [r.summary for r in results]
-    print(f"\nlive runs ({args.duration:g} s each, {res.name}, steps={args.steps})")
+    print(f"\nlive runs ({args.duration:g} s each, {args.resolution}, steps={args.steps})")
     for s in live:
         print(f"  {s['policy']:>11} K={s['K']:>2} C={s['C_mean']:.3f}s "
               f"lead={s['lead']:.3f}s L50={_f(s['L50'])} L95={_f(s['L95'])} "

@@ -29,15 +29,30 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from harness.net.netclock import Probe, Shaper, estimate_drift, estimate_offset
-from harness.net.wire import decode_frame, dumps, parse_text
+from harness.net.netclock import Probe as ClockProbe
+from harness.net.netclock import Shaper, estimate_drift, estimate_offset
+from harness.net.wire import (
+    FROM_SERVER,
+    Ack,
+    Condition,
+    End,
+    Error,
+    Hello,
+    JobDone,
+    Message,
+    Probe,
+    ProbeReply,
+    Ready,
+    Shape,
+    decode_slot,
+    parse_message,
+)
 from latsim.analysis.serving import viewer_metrics
 from latsim.controller.playout import ClientPlayout
-from latsim.errors import LatsimError, check_number
+from latsim.errors import LatsimError, check_option
 from latsim.model.traces import Trace, write_trace
 from latsim.run.folder import FORMAT_VERSION, RUNNING, write_json
 from latsim.run.stream import COMPLETE, INTERRUPTED
@@ -81,12 +96,11 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if not self.url.startswith(("ws://", "wss://")):
             raise LatsimError(f"the server URL must start with ws:// or wss://, got {self.url!r}")
-        check_number("--playout-delay", self.playout_delay, 0, 60, unit="s")
-        check_number("--probes", self.probes, 1, 1000)
-        check_number("--probe-every", self.probe_every, 0.01, 60, unit="s")
-        check_number("--connect-timeout", self.connect_timeout, 0.1, 600, unit="s")
-        if self.duration is not None:
-            check_number("--duration", self.duration, 1, 86400, unit="s")
+        for option, value in (("--K", self.K), ("--playout-delay", self.playout_delay),
+                              ("--probes", self.probes), ("--probe-every", self.probe_every),
+                              ("--connect-timeout", self.connect_timeout),
+                              ("--duration", self.duration), ("--seed", self.seed)):
+            check_option(option, value)
 
     @property
     def window(self) -> float:
@@ -110,11 +124,11 @@ class _Client:
         self.config = config
         self.progress = progress
         self.clock = time.perf_counter
-        self.probes: list[Probe] = []
+        self.probes: list[ClockProbe] = []
         self.offset = 0.0  # server minus client, the run's estimate
         self.origin = 0.0  # client perf time of stream time 0
-        self.ready: dict[str, Any] = {}
-        self.end: dict[str, Any] | None = None
+        self.ready: Ready | None = None
+        self.end: End | None = None
         self.stop_reason = ""
         self.conditions: list[_Pending] = []
         self.resolves: dict[int, tuple[dict, int]] = {}  # version -> (server info, position)
@@ -135,9 +149,9 @@ class _Client:
 
     # ------------------------------------------------------------ sending
 
-    def send(self, message: dict) -> None:
+    def send(self, message: Message) -> None:
         """Queue a message; it leaves now (its shaped delay applies from now)."""
-        self._outbox.put_nowait((dumps(message), self.clock()))
+        self._outbox.put_nowait((message.to_json(), self.clock()))
 
     async def _sender(self, websocket) -> None:
         while True:
@@ -151,7 +165,7 @@ class _Client:
             await websocket.send(text)
 
     def probe(self) -> None:
-        self.send({"type": "probe", "t0": self.clock()})
+        self.send(Probe(self.clock()))
 
     # ------------------------------------------------------------ receiving
 
@@ -171,60 +185,58 @@ class _Client:
                 else:  # a frame before ready breaks the protocol's order: keep it for later
                     self._early.append((raw, now))
                 continue
-            message = parse_text(raw)
-            kind = message["type"]
-            if kind == "probe":
-                self.probes.append(Probe(float(message["t0"]), float(message["t1"]),
-                                         float(message["t2"]), now))
-            elif kind == "ready":  # the offset is known: stream time starts now, here
-                self.origin = float(message["start"]) - self.offset
+            message = parse_message(raw, FROM_SERVER)
+            if isinstance(message, ProbeReply):
+                self.probes.append(ClockProbe(message.t0, message.t1, message.t2, now))
+            elif isinstance(message, Ready):  # the offset is known: stream time starts now
+                self.origin = message.start - self.offset
                 self.ready = message
                 for early, received in self._early:
                     self._slot(early, received)
                 self._early.clear()
                 self._ready.set()
-            elif kind == "ack":
-                pending = self.conditions[int(message["cid"])]
-                pending.version = int(message["version"])
-                pending.arrival = float(message["arrival"])
-            elif kind == "job":
-                gen_start, gen_end = message.get("gen_start"), message.get("gen_end")
+            elif isinstance(message, Ack):
+                pending = self.conditions[message.cid]
+                pending.version = message.version
+                pending.arrival = message.arrival
+            elif isinstance(message, JobDone):
+                gen_start, gen_end = message.gen_start, message.gen_end
                 self.jobs.append(ViewerJob(
-                    int(message["job_id"]), str(message["kind"]), int(message["branch"]),
-                    int(message["length"]), int(message["version"]),
-                    self.from_server(message["start"]), self.from_server(message["ready"]),
+                    message.job_id, message.kind, message.branch, message.length,
+                    message.version, self.from_server(message.start),
+                    self.from_server(message.ready),
                     NAN if gen_start is None else self.from_server(gen_start),
                     NAN if gen_end is None else self.from_server(gen_end)))
-            elif kind == "error":
-                self.errors.append(str(message.get("error")))
-                cid = message.get("cid")  # set where the server refused a condition
-                if isinstance(cid, int) and 0 <= cid < len(self.conditions):
+            elif isinstance(message, Error):
+                self.errors.append(message.error)
+                cid = message.cid  # set where the server refused a condition
+                if cid is not None and cid < len(self.conditions):
                     self.conditions[cid].refused = True
                 if not self._ready.is_set():
                     self._ready.set()  # a refused hello: the caller raises
-            elif kind == "end":
+            elif isinstance(message, End):
                 self.end = message
                 self._ended.set()
 
     def _slot(self, data: bytes, received: float) -> None:
-        header, payload = decode_frame(data)
+        header, payload = decode_slot(data)
         self.bytes += len(payload)
-        played = self.from_server(float(header["played"]))
+        played = self.from_server(header.played)
         arrives = self.stream_time(received)
-        delta = float(self.ready["delta"])
+        assert self.ready is not None
+        delta = self.ready.delta
+        position = header.position
         if self.last_played is not None and played - self.last_played > delta + 1e-6:
-            self.stalls.append(ViewerStall("server", int(header["position"]),
-                                           self.last_played + delta, played))
+            self.stalls.append(ViewerStall("server", position, self.last_played + delta,
+                                           played))
         self.last_played = played
         placed = self.playout.show(played, arrives)
-        position = int(header["position"])
         if placed.stalled:
             self.stalls.append(ViewerStall("client", position, placed.due, placed.shown))
         self.slots.append(ViewerSlot(
-            position, int(header["version"]), int(header["job_id"]), played,
-            self.from_server(float(header["sent"])), arrives, placed.due, placed.shown, NAN,
-            len(payload), str(header.get("payload", ""))))
-        for info in header.get("resolves", ()):
+            position, header.version, header.job_id, played, self.from_server(header.sent),
+            arrives, placed.due, placed.shown, NAN, len(payload), header.payload))
+        for info in header.resolves:
             self.resolves[int(info["version"])] = (info, position)
         loop = asyncio.get_running_loop()
         delay = max(0.0, placed.shown + self.origin - self.clock())
@@ -258,8 +270,8 @@ class _Client:
         config = self.config
         receiver = tasks[1]
         downlink = config.downlink or config.uplink
-        self.send({"type": "shape", "delay": downlink.delay, "jitter": downlink.jitter,
-                   "loss": downlink.loss, "seed": config.seed + 1})
+        self.send(Shape(downlink.delay, downlink.jitter, downlink.loss,
+                        (config.seed + 1) % 2**32))
         for _ in range(config.probes):
             self.probe()
             await asyncio.sleep(0.01)
@@ -272,13 +284,8 @@ class _Client:
             raise LatsimError(f"{config.url}: no clock probe came back")
         self.estimate = estimate_offset(self.probes)
         self.offset = self.estimate.offset
-        hello = {"type": "hello", "K": config.K, "policy": config.policy,
-                 "duration": config.window, "r": config.r, "fps": config.fps}
-        if config.lead is not None:
-            hello["lead"] = config.lead
-        if config.drain is not None:
-            hello["drain"] = config.drain
-        self.send(hello)
+        self.send(Hello(config.K, config.window, config.policy, config.lead, config.drain,
+                        config.r, config.fps))
         ready = asyncio.create_task(self._ready.wait())
         tasks.append(ready)  # cancelled with the others if the receiver ends first
         await asyncio.wait([ready, receiver], timeout=config.connect_timeout,
@@ -289,7 +296,7 @@ class _Client:
         injector = asyncio.create_task(self._inject())
         prober = asyncio.create_task(self._probe_loop())
         tasks += [injector, prober]
-        drain = float(config.drain) if config.drain is not None else 10 * float(self.ready["T"])
+        drain = float(config.drain) if config.drain is not None else 10 * self.ready.T
         limit = config.window + drain + config.end_timeout
         ended = asyncio.create_task(self._ended.wait())
         tasks.append(ended)
@@ -314,8 +321,7 @@ class _Client:
                 await asyncio.sleep(wait)
             sent = self.clock()
             self.conditions.append(_Pending(cid, sent))
-            self.send({"type": "condition", "cid": cid, "sent": sent,
-                       "session": self.ready.get("session")})
+            self.send(Condition(cid, sent, self.ready.session if self.ready else None))
 
     async def _probe_loop(self) -> None:
         while True:
@@ -325,7 +331,8 @@ class _Client:
                 shown = len(self.resolves)
                 client_stalls = sum(s.side == "client" for s in self.stalls)
                 self.progress(
-                    f"[{self.ready.get('session')}] {self.stream_time(self.clock()):6.1f}/"
+                    f"[{self.ready.session if self.ready else '-'}] "
+                    f"{self.stream_time(self.clock()):6.1f}/"
                     f"{self.config.window:g} s  conditions sent {len(self.conditions)}, "
                     f"shown {shown}  slots {len(self.slots)}  client stalls {client_stalls}  "
                     f"offset {self.offset:+.4f} s")
@@ -402,11 +409,12 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
     write_trace(out / "trace.jsonl", sent, {"duration": config.window,
                                             "source": config.trace.name})
     write_viewer_records(out, records)
-    status = COMPLETE if (client.end is not None and client.end.get("status") == COMPLETE
-                          and not client.stop_reason) else INTERRUPTED
+    ready = client.ready.to_dict() if client.ready is not None else {}
+    end = client.end.to_dict() if client.end is not None else {}
+    status = COMPLETE if (end.get("status") == COMPLETE and not client.stop_reason) \
+        else INTERRUPTED
     stop_reason = client.stop_reason or (
-        COMPLETE if status == COMPLETE else
-        f"server: {(client.end or {}).get('stop_reason', 'unknown')}")
+        COMPLETE if status == COMPLETE else f"server: {end.get('stop_reason') or 'unknown'}")
     final = estimate_offset(client.probes) if client.probes else None
     drift = estimate_drift(client.probes)
     first = client.estimate
@@ -415,7 +423,7 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
         if status == COMPLETE else max(
             [0.0] + [s.received for s in records.slots] + [c.sent for c in records.conditions])
     window = config.window if status == COMPLETE else min(config.window, end_time)
-    summary = {"status": status, "stop_reason": stop_reason, "session": client.ready.get("session"),
+    summary = {"status": status, "stop_reason": stop_reason, "session": ready.get("session"),
                "window": window, **viewer_metrics(records, window),
                "offset": client.offset,
                "offset_uncertainty": None if first is None else first.uncertainty,
@@ -424,16 +432,15 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
                "rtt_min": None if final is None else final.rtt_min, "drift": drift,
                "n_probes": len(client.probes),
                "errors": client.errors[:20], "n_errors": len(client.errors),
-               "server_summary": (client.end or {}).get("summary")}
+               "server_summary": end.get("summary")}
     write_json(out / "summary.json", summary)
     write_json(out / "config.json", {
         **base, "status": status, "stop_reason": stop_reason, "end_time": end_time,
-        "session": client.ready.get("session"), "T": client.ready.get("T"),
-        "delta": client.ready.get("delta"), "lead": client.ready.get("lead"),
-        "lead_source": client.ready.get("lead_source"),
-        "schedule": client.ready.get("schedule"), "generator": client.ready.get("generator"),
-        "server_run": client.ready.get("server_run"), "server_start": client.ready.get("start"),
-        "server_downlink": client.ready.get("downlink"),
+        "session": ready.get("session"), "T": ready.get("T"), "delta": ready.get("delta"),
+        "lead": ready.get("lead"), "lead_source": ready.get("lead_source"),
+        "schedule": ready.get("schedule"), "generator": ready.get("generator"),
+        "server_run": ready.get("server_run"), "server_start": ready.get("start"),
+        "server_downlink": ready.get("downlink"),
         "drain": config.drain, "offset": client.offset,
         "offset_uncertainty": None if first is None else first.uncertainty})
     if interrupted is not None:

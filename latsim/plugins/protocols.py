@@ -272,6 +272,8 @@ GeneratorFactory = Callable[[GeneratorConfig], LiveGenerator]
 class TimesForwards(Protocol):
     """A live generator whose single forward pass can be timed alone (``gpu_check``)."""
 
-    def forward_times(self, K: int, reps: int, context: int = 0) -> list[float]:  # noqa: N803
-        """Milliseconds of each of ``reps`` forwards over ``K`` noisy latents."""
+    def forward_times(self, K: int, reps: int, context: int = 0, *,  # noqa: N803
+                      warmup: int = 3) -> list[float]:
+        """Milliseconds of each of ``reps`` forwards over ``K`` noisy latents (after
+        ``warmup`` untimed ones), over a cache of ``context`` clean latents."""
         ...
