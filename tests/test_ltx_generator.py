@@ -192,3 +192,31 @@ def test_forward_times_and_the_cached_forward_match_a_full_forward(preset):
     torch.testing.assert_close(chunk, full[:, ctx * tpf:])
     with pytest.raises(LatsimError, match="forward_times needs"):
         gen.forward_times(0, 3)
+
+
+@pytest.mark.slow
+def test_ltx_runs_a_live_measurement_at_its_own_temporal_compression(tmp_path):
+    """``latsim measure --generator ltx`` at the tiny preset: both policies complete, and
+    the run says r = 8 (so K = 2 is T = 1 s at 16 fps, δ = 0.5 s, not Wan's 0.25 s)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from latsim.cli import app
+
+    result = CliRunner().invoke(app, [
+        "measure", "--generator", "ltx", "--K", "2", "--steps", "2", "--rate", "0.5",
+        "--duration", "6", "--warmup", "3", "--calibrate", "2", "--out", str(tmp_path),
+        "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [row["policy"] for row in rows] == ["baseline", "speculative"]
+    for row in rows:
+        assert (row["r"], row["T"], row["delta"]) == (8, 1.0, 0.5)
+        assert row["generator"] == "ltx" and row["cost"] == "live:ltx:tiny@tiny,steps=2"
+        assert row["status"] == "complete" and row["dit_calls"] > 0
+    config = json.loads((tmp_path / "K2-speculative" / "config.json").read_text())
+    assert config["generator"]["r"] == 8 and config["generator"]["parameters"]["preset"] == "tiny"
+    bad = CliRunner().invoke(app, ["measure", "--generator", "ltx", "--r", "4", "--K", "2",
+                                   "--duration", "2", "--out", str(tmp_path / "r4")])
+    assert bad.exit_code == 2 and "--r 4, but generator ltx's model makes 8" in bad.stderr

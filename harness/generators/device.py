@@ -1,13 +1,20 @@
-"""The devices a live generator runs on: checking one can be used, naming it, CPU threads.
+"""What every live generator shares: the device (checking it, naming it, torch's dtype and
+CPU threads, out of memory as a one-line error) and the warm-up jobs.
 
-Shared by every generator; torch is imported only to ask about CUDA.
+torch is imported only inside the functions that need it.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
+from latsim.controller import StartJob
 from latsim.errors import LatsimError
+from latsim.plugins import JobTiming, LiveGenerator
 
 #: The devices a generator may be asked for.
 DEVICES = ("cpu", "cuda")
@@ -58,3 +65,50 @@ def device_name(device: str) -> str:
     import platform
 
     return f"cpu: {platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+
+
+def torch_device(device: str, threads: int | None) -> tuple[Any, Any, Any, int]:
+    """torch, the device, its dtype (bfloat16 on CUDA, float32 on the CPU) and the CPU
+    threads torch computes with (``threads``, default all cores but one)."""
+    import torch
+
+    require_device(device)
+    if device == "cpu":
+        torch.set_num_threads(threads or default_threads())
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    return torch, torch.device(device), dtype, torch.get_num_threads()
+
+
+@contextmanager
+def out_of_memory_as_error(torch: Any, device: Any, K: int, what: str,  # noqa: N803
+                           release: Callable[[], None]) -> Iterator[None]:
+    """An out-of-memory error inside becomes a one-line :class:`LatsimError` naming K and
+    ``what`` (the preset and resolution), after ``release()`` dropped what was allocated."""
+    try:
+        yield
+    except torch.OutOfMemoryError:
+        release()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        raise LatsimError(f"K={K} does not fit in {device.type} memory with {what} (out of "
+                          "memory in warm-up); use a smaller --K or --resolution") from None
+
+
+def warm_up(generator: LiveGenerator, K: int, untimed: int, timed: int,  # noqa: N803
+            decode_group: int, gap_s: float) -> list[JobTiming]:
+    """Run ``untimed`` then ``timed`` refills of ``K`` latents on a new default stream;
+    returns the timed ones. Each timed job follows ``gap_s`` seconds of idleness, as jobs
+    do in a live run: back-to-back jobs run hot and underestimate C (on a 2-core CPU a Wan
+    job after a 0.3 s pause takes ~1.5x longer)."""
+    generator.check_fits(K)
+    generator.reset_stream(K)
+    timings = []
+    for i in range(untimed + timed):
+        if i >= untimed and gap_s > 0:
+            time.sleep(gap_s)
+        branch = K * (i + 1)
+        timing = generator.run_job(StartJob(-(i + 1), "refill", branch, K, i % 3, branch),
+                                   decode_group)
+        if i >= untimed:
+            timings.append(timing)
+    return timings

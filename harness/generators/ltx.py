@@ -66,10 +66,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.generators.device import (
-    default_threads,
     device_name,
-    require_device,
+    out_of_memory_as_error,
     require_packages,
+    torch_device,
+    warm_up,
 )
 from latsim.errors import LatsimError
 from latsim.plugins.protocols import GeneratorConfig, GeneratorInfo, JobTiming
@@ -415,23 +416,18 @@ class LTXGenerator:
     """
 
     def __init__(self, config: LTXConfig) -> None:
-        import torch
         from diffusers import (
             AutoencoderKLLTX2Video,
             FlowMatchEulerDiscreteScheduler,
             LTX2VideoTransformer3DModel,
         )
 
-        require_device(config.device)
         self.config = config
         self.preset: ModelPreset = model_preset(config.preset)
         self.res: Resolution = resolution(config.resolution)
+        torch, self.device, self.dtype, self.threads = torch_device(config.device,
+                                                                    config.threads)
         self._torch = torch
-        self.device = torch.device(config.device)
-        self.dtype = torch.bfloat16 if config.device == "cuda" else torch.float32
-        if config.device == "cpu":
-            torch.set_num_threads(config.threads or default_threads())
-        self.threads = torch.get_num_threads()
         self._check_weights_fit(LTX2VideoTransformer3DModel, AutoencoderKLLTX2Video)
         torch.manual_seed(config.seed)
         with self._building():
@@ -753,35 +749,12 @@ class LTXGenerator:
         self, K: int, untimed: int = 2, timed: int = 10, decode_group: int = 1,  # noqa: N803
         gap_s: float = 0.0,
     ) -> list[JobTiming]:
-        """Run ``untimed`` then ``timed`` jobs of ``K`` latents; returns the timed ones.
-
-        Each timed job follows ``gap_s`` seconds of idleness, as jobs do in a live run.
-        Raises :class:`LatsimError` if ``K`` does not fit in memory.
-        """
-        from latsim.controller import StartJob
-
-        self.check_fits(K)
-        try:
-            self.reset_stream(K)
-            timings = []
-            for i in range(untimed + timed):
-                if i >= untimed and gap_s > 0:
-                    time.sleep(gap_s)
-                branch = K * (i + 1)
-                job = StartJob(-(i + 1), "refill", branch, K, i % 3, branch)
-                timing = self.run_job(job, decode_group)
-                if i >= untimed:
-                    timings.append(timing)
-            return timings
-        except self._torch.OutOfMemoryError:
-            self._stream = StreamState(0)
-            if self.device.type == "cuda":
-                self._torch.cuda.empty_cache()
-            raise LatsimError(
-                f"K={K} does not fit in {self.config.device} memory with preset "
-                f"{self.preset.name} at {self.res.name} (out of memory in warm-up); "
-                "use a smaller --K or --resolution"
-            ) from None
+        """:func:`~harness.generators.device.warm_up`; raises :class:`LatsimError` if ``K``
+        does not fit in memory."""
+        with out_of_memory_as_error(self._torch, self.device, K,
+                                    f"preset {self.preset.name} at {self.res.name}",
+                                    lambda: setattr(self, "_stream", StreamState(0))):
+            return warm_up(self, K, untimed, timed, decode_group, gap_s)
 
     def check_fits(self, K: int) -> None:  # noqa: N803
         """Up-front memory check for chunk size ``K`` plus the context (a rough estimate).

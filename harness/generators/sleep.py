@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.generators.device import require_device
+from harness.generators.device import require_device, warm_up
 from latsim.controller import StartJob
 from latsim.errors import LatsimError, check_int
 from latsim.plugins import CostModel, GeneratorConfig, GeneratorInfo, JobTiming, load_cost
@@ -80,17 +80,7 @@ class SleepGenerator:
 
     def warmup(self, K: int, untimed: int = 2, timed: int = 10,  # noqa: N803
                decode_group: int = 1, gap_s: float = 0.0) -> list[JobTiming]:
-        self.check_fits(K)
-        self.reset_stream(K)
-        timings = []
-        for i in range(untimed + timed):
-            if i >= untimed and gap_s > 0:
-                time.sleep(gap_s)
-            branch = K * (i + 1)
-            timing = self.run_job(StartJob(-(i + 1), "refill", branch, K, i % 3, branch))
-            if i >= untimed:
-                timings.append(timing)
-        return timings
+        return warm_up(self, K, untimed, timed, decode_group, gap_s)
 
 
 def build(config: GeneratorConfig) -> SleepGenerator:

@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.generators.device import (
-    default_threads,
     device_name,
-    require_device,
+    out_of_memory_as_error,
     require_packages,
+    torch_device,
+    warm_up,
 )
 from harness.generators.presets import ModelPreset, Resolution, model_preset, resolution
 from latsim.controller import StartJob
@@ -90,23 +91,18 @@ class WanGenerator:
     """
 
     def __init__(self, config: WanConfig) -> None:
-        import torch
         from diffusers import (
             AutoencoderKLWan,
             FlowMatchEulerDiscreteScheduler,
             WanTransformer3DModel,
         )
 
-        require_device(config.device)
         self.config = config
         self.preset: ModelPreset = model_preset(config.preset)
         self.res: Resolution = resolution(config.resolution)
+        torch, self.device, self.dtype, self.threads = torch_device(config.device,
+                                                                    config.threads)
         self._torch = torch
-        self.device = torch.device(config.device)
-        self.dtype = torch.bfloat16 if config.device == "cuda" else torch.float32
-        if config.device == "cpu":
-            torch.set_num_threads(config.threads or default_threads())
-        self.threads = torch.get_num_threads()
         torch.manual_seed(config.seed)
         with torch.device(self.device):
             model = WanTransformer3DModel(**self.preset.transformer_kwargs())
@@ -284,35 +280,12 @@ class WanGenerator:
         self, K: int, untimed: int = 2, timed: int = 10, decode_group: int = 1,  # noqa: N803
         gap_s: float = 0.0,
     ) -> list[JobTiming]:
-        """Run ``untimed`` then ``timed`` jobs of ``K`` latents; returns the timed ones.
-
-        Each timed job follows ``gap_s`` seconds of idleness, as jobs do in a live run:
-        back-to-back jobs run hot and underestimate C (on this 2-core CPU a job after a
-        0.3 s pause takes ~1.5x longer). Raises :class:`LatsimError` if ``K`` does not fit
-        in memory.
-        """
-        self.check_fits(K)
-        try:
-            self.reset_stream(K)
-            timings = []
-            for i in range(untimed + timed):
-                if i >= untimed and gap_s > 0:
-                    time.sleep(gap_s)
-                branch = K * (i + 1)
-                job = StartJob(-(i + 1), "refill", branch, K, i % 3, branch)
-                timing = self.run_job(job, decode_group)
-                if i >= untimed:
-                    timings.append(timing)
-            return timings
-        except self._torch.OutOfMemoryError:
-            self._stream = StreamState(0)
-            if self.device.type == "cuda":
-                self._torch.cuda.empty_cache()
-            raise LatsimError(
-                f"K={K} does not fit in {self.config.device} memory with preset "
-                f"{self.preset.name} at {self.res.name} (out of memory in warm-up); "
-                "use a smaller --K or --resolution"
-            ) from None
+        """:func:`~harness.generators.device.warm_up`; raises :class:`LatsimError` if ``K``
+        does not fit in memory."""
+        with out_of_memory_as_error(self._torch, self.device, K,
+                                    f"preset {self.preset.name} at {self.res.name}",
+                                    lambda: setattr(self, "_stream", StreamState(0))):
+            return warm_up(self, K, untimed, timed, decode_group, gap_s)
 
     def check_fits(self, K: int) -> None:  # noqa: N803
         """Up-front memory and position checks for chunk size ``K`` (a rough estimate)."""
