@@ -58,8 +58,9 @@ def _discover() -> dict[str, dict[str, list[Plugin]]]:
         from importlib.metadata import entry_points
 
         found: dict[str, dict[str, list[Plugin]]] = {kind: {} for kind in GROUPS}
+        every = entry_points()  # one scan of the installed distributions for all groups
         for kind, group in GROUPS.items():
-            for entry in entry_points(group=group):
+            for entry in every.select(group=group):
                 dist = entry.dist
                 provider = (f"{dist.name} {dist.version}" if dist is not None
                             else "an unknown distribution")
