@@ -40,12 +40,12 @@ GeneratorOpt = Annotated[
                       "a plug-in's")
 ]
 PresetOpt = Annotated[
-    str | None, typer.Option(help="the generator's model preset (wan, ltx: tiny (default) or "
-                             "full size: wan-1.3b, ltx-2)")
+    str | None, typer.Option(help="the generator's model preset: tiny (default) or full size "
+                             "(wan-1.3b; ltx-2, ltx-2.3)")
 ]
 ResolutionOpt = Annotated[
-    str | None, typer.Option(help="the generator's latent resolution (wan: tiny (default), "
-                             "small, 240p, 480p, 720p)")
+    str | None, typer.Option(help="the generator's latent resolution: tiny (default), small, "
+                             "480p, 720p; wan also 240p, ltx also 448p")
 ]
 CostOpt = Annotated[
     str | None, typer.Option(help="sleep generator: the job time, any cost spec (e.g. "
@@ -306,7 +306,8 @@ def serve(
     from harness.live.driver import sigterm_as_interrupt
 
     def listening(bound: int) -> None:
-        typer.echo(f"serving {server.info.name}:{server.info.label} on ws://{host}:{bound} "
+        typer.echo(f"serving generator {server.info.name} ({server.info.label}) on "
+                   f"ws://{host}:{bound} "
                    f"(schedule {schedule}; Ctrl-C stops)")
 
     try:
