@@ -178,7 +178,7 @@ class ExperimentResult:
 
 
 @lru_cache(maxsize=8)
-def _parse_cost(spec: str) -> CostModel:
+def _load_cost(spec: str) -> CostModel:
     return load_cost(spec)
 
 
@@ -189,7 +189,7 @@ def _parse_updates(spec: str) -> ArrivalSource:
 
 def _sources(experiment: Experiment) -> tuple[CostModel, ArrivalSource]:
     cost, updates = experiment.cost, experiment.updates
-    return (_parse_cost(cost) if isinstance(cost, str) else cost,
+    return (_load_cost(cost) if isinstance(cost, str) else cost,
             _parse_updates(updates) if isinstance(updates, str) else updates)
 
 

@@ -12,7 +12,7 @@ into fixed groups of that many devices; a ``usp:`` cost spec gives the time per 
 controller, when both are done (DESIGN §1: C includes the decode it needs).
 ``uplink`` (a condition's trip to the server) and ``deliver`` (a played slot's trip to the
 client) are network delays, not devices. Every stage's cost is a cost spec
-(:func:`latsim.model.costs.load_cost`; ``deliver`` draws with K = 1, one latent's frames).
+(:func:`latsim.plugins.load_cost`; ``deliver`` draws with K = 1, one latent's frames).
 
 A TOML file holds the same settings (every key optional; flags override it)::
 
