@@ -192,8 +192,9 @@ def measure(
     generator_option: GeneratorOptionOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
 ) -> None:
-    """Live run: a real generator (wan, ltx, sleep, ...) under latsim's controller on the
-    wall clock."""
+    """Live run: a real generator (wan, ltx, sleep, ...) under latsim's controller.
+
+    The controller runs on the wall clock; one run folder per (K, policy)."""
     from latsim.controller.policies import policy_names
     from latsim.errors import LatsimError
 

@@ -487,3 +487,63 @@ def test_ctrl_c_during_a_parallel_sweep_is_one_line_and_stops_the_workers():
     stat = [Path(f"/proc/{w}/stat") for w in workers]
     alive = [p for p in stat if p.exists() and p.read_text().rsplit(")", 1)[1].split()[0] != "Z"]
     assert not alive
+
+
+# ---------------------------------------------------------------- CLI habits
+
+
+def _command_paths() -> list[tuple[str, ...]]:
+    """Every command of ``latsim`` (the live harness's included), as argument paths."""
+    import click
+
+    root = typer.main.get_command(app)
+    ctx = click.Context(root)
+    paths: list[tuple[str, ...]] = []
+
+    def walk(group, path: tuple[str, ...]) -> None:
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            if hasattr(command, "list_commands"):
+                walk(command, (*path, name))
+            else:
+                paths.append((*path, name))
+
+    walk(root, ())
+    return paths
+
+
+def test_version_and_the_short_help_flag():
+    from latsim import __version__
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout == f"latsim {__version__}\n"
+    assert invoke("-h").exit_code == 0 and "Usage: " in invoke("-h").stdout
+
+
+def test_help_on_a_command_is_that_commands_help_and_exits_0():
+    for path in (("sweep",), ("traces", "generate"), ("measure",)):
+        via_help = invoke("help", *path)
+        assert via_help.exit_code == 0, via_help.output
+        assert via_help.stdout == invoke(*path, "--help").stdout == invoke(*path, "-h").stdout
+    assert invoke("help").exit_code == 0 and "Commands" in invoke("help").stdout
+
+
+def test_every_command_has_examples_in_its_help():
+    paths = _command_paths()
+    assert {("sweep",), ("measure",), ("plugins",), ("export", "perfetto")} <= set(paths)
+    for path in paths:
+        result = invoke(*path, "--help")
+        assert result.exit_code == 0, path
+        assert "Examples:" in result.stdout and "$ latsim " + " ".join(path) in " ".join(
+            result.stdout.split()), path
+
+
+def test_the_cost_help_names_every_built_in_prefix():
+    from latsim.plugins import plugins
+
+    text = " ".join(invoke("sweep", "--help").stdout.split())
+    built_in = [p.name for p in plugins("costs") if p.distribution.startswith("latsim ")]
+    assert len(built_in) == 8
+    for prefix in built_in:
+        assert f"{prefix}:" in text, prefix
+    assert "latsim plugins costs" in text

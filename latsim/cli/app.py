@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from latsim.cli.examples import epilog
 from latsim.cli.options import (
     BatchOpt,
     ColdStartOpt,
@@ -101,6 +102,8 @@ def _plugin_commands() -> dict[str, Any]:
             found.update(command.commands)
         elif command.name:
             found[command.name] = command
+    for name, command in found.items():
+        command.epilog = command.epilog or epilog(name)
     return found
 
 
@@ -163,6 +166,8 @@ class OneLineErrors(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              windows_expand_args=True, **extra: Any):
         argv = list(sys.argv[1:] if args is None else args)
+        if argv[:1] == ["help"] and not {"-h", "--help"} & set(argv):
+            argv = [*argv[1:], "--help"]  # latsim help [COMMAND ...] is COMMAND --help
         try:
             code = super().main(args=_expand_multi_values(argv), prog_name=prog_name,
                                 complete_var=complete_var, standalone_mode=False, **extra)
@@ -201,12 +206,33 @@ class OneLineErrors(TyperGroup):
 
 app = typer.Typer(
     cls=OneLineErrors,
-    help="Response-latency simulator for interactive video generation "
-    "(theory, SimPy simulation, live measurement).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # subcommands inherit them
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from latsim import __version__
+
+        typer.echo(f"latsim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", help="print latsim's version and exit", is_eager=True,
+        callback=_version)] = False,
+) -> None:
+    """Response-latency simulator for interactive video generation (theory, SimPy
+    simulation, live measurement).
+
+    One command's help: latsim help COMMAND, or latsim COMMAND -h.
+
+    What can be plugged in (cost models, schedules, generators): latsim plugins."""
 
 
 
@@ -418,8 +444,9 @@ def plugins(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the registered cost models, schedules and live generators, and who provides
-    each (entry points; README "Extending latsim")."""
+    """List the registered cost models, schedules and live generators, and who provides each.
+
+    They come from entry points (README "Extending latsim")."""
     from latsim.plugins import registry
 
     kinds = list(registry.GROUPS) if kind is None else [kind]
@@ -476,7 +503,26 @@ def _register_extensions() -> None:
     grid_command.register(app)
 
 
+def _attach_examples(typer_app: typer.Typer, prefix: str = "") -> None:
+    """Every command's ``--help`` ends with its examples (:mod:`latsim.cli.examples`)."""
+    for info in typer_app.registered_commands:
+        name = info.name or info.callback.__name__.replace("_", "-")  # type: ignore[union-attr]
+        info.epilog = info.epilog or epilog(prefix + name)
+    for group in typer_app.registered_groups:
+        _attach_examples(group.typer_instance, f"{prefix}{group.name} ")
+
+
+@app.command("help")
+def help_command(
+    command: Annotated[list[str] | None, typer.Argument(
+        help="a command, e.g. sweep or traces generate")] = None,
+) -> None:
+    """Show the help of latsim or of one command (the same as COMMAND --help)."""
+    # ``main`` turns ``latsim help X`` into ``latsim X --help`` before typer sees it
+
+
 _register_extensions()
+_attach_examples(app)
 
 
 def main() -> None:

@@ -88,8 +88,10 @@ def capacity(
     jobs: JobsOpt = None,
     scheduler: SchedulerOpt = "local",
 ) -> None:
-    """Largest number of streams meeting an SLO: doubling, then bisection, with a
-    statistical verdict per N (bootstrap over replications)."""
+    """Largest number of streams meeting an SLO.
+
+    Doubling, then bisection, with a statistical verdict per N (bootstrap over
+    replications)."""
     from latsim.experiments.capacity import (
         SLO,
         CapacityQuery,

@@ -14,9 +14,14 @@ PolicyOpt = Annotated[str, typer.Option(help="baseline, speculative or both")]
 ROptions = Annotated[int, typer.Option("--r", help="pixel frames per latent frame")]
 FpsOpt = Annotated[float, typer.Option("--fps", help="video frames per second")]
 COpt = Annotated[float | None, typer.Option("--C", help="fixed generation time C (s)")]
+#: The built-in cost spec forms (``latsim plugins costs`` lists them with plug-ins').
+COST_SPECS = ("fixed:C", "affine:A,B", "table:PATH", "lognormal:MEAN,CV", "usp:PATH[@G]",
+              "sdvg:PATH", "draftverify:UNIT,CV,TAU", "waveforcing:ROUND,STEPS,VAE[,nf1c]")
 CostOpt = Annotated[
     str | None,
-    typer.Option(help="cost model: fixed:C, affine:A,B, table:PATH, lognormal:MEAN,CV"),
+    # rich markup would read [@G] as a tag: escaped
+    typer.Option(help=f"cost model: {', '.join(COST_SPECS)}, or a plug-in's "
+                 "(latsim plugins costs)".replace("[", "\\[")),
 ]
 LeadOpt = Annotated[
     float | None, typer.Option(help="planning lead (s); default: 0.99 quantile of C")
@@ -58,7 +63,8 @@ PoolsOpt = Annotated[str | None, typer.Option(
     help="device pools NAME=DEVICES,..., e.g. dit=2,vae=1 (default dit=1, plus vae=1 "
     "with --decode)", rich_help_panel=_SERVING)]
 ScheduleOpt = Annotated[str | None, typer.Option(
-    help="which waiting task a free device takes: fifo, least-slack or replan-first",
+    help="which waiting task a free device takes: fifo, least-slack, replan-first or a "
+    "plug-in's (latsim plugins schedules)",
     rich_help_panel=_SERVING)]
 DecodeOpt = Annotated[str | None, typer.Option(
     help="VAE decode cost spec of a chunk (on pool vae)", rich_help_panel=_SERVING)]

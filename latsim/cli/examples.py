@@ -1,0 +1,45 @@
+"""Examples shown at the end of each command's ``--help`` (one or two per command).
+
+Plain text, no imports: the command line attaches them when it registers its commands
+(and the live harness's, which join it as a plugin)."""
+
+from __future__ import annotations
+
+#: Command path (``traces generate``) -> examples, one per line.
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "simulate": ("latsim simulate --K 8 --C 0.5 --json",
+                 "latsim simulate --K 8 --C 0.5 --streams 4 --pools dit=1 "
+                 "--schedule least-slack"),
+    "sweep": ("latsim sweep --K 4 8 21",
+              "latsim sweep --K 4 8 --cost table:profile.json --out runs/"),
+    "theory": ("latsim theory --K 21 --C 1.6 --rate 0.1",),
+    "capacity": ("latsim capacity --K 8 --C 0.5 --pools dit=1 --slo-l95 2.0 "
+                 "--slo-stall 0.1",),
+    "compare": ("latsim compare results/compare/runs",),
+    "grid": ("latsim grid EXPERIMENT.toml --out grid/ --scheduler dask-local",),
+    "plugins": ("latsim plugins", "latsim plugins generators --json"),
+    "controller": ("latsim controller --diagram",),
+    "help": ("latsim help sweep", "latsim help traces generate"),
+    "traces generate": ("latsim traces generate --out traces/",),
+    "traces validate": ("latsim traces validate traces/",),
+    "traces show": ("latsim traces show traces/high/high_00.jsonl",),
+    "reproduce": ("latsim reproduce",),
+    "reproduce serving": ("latsim reproduce serving",),
+    "reproduce systems": ("latsim reproduce systems",),
+    "plot timeline": ("latsim plot timeline runs/K8-speculative",),
+    "export perfetto": ("latsim export perfetto runs/K8-speculative --out trace.json",),
+    "measure": ("latsim measure --K 2 4 --rate 0.2 --duration 30 --out runs/",
+                "latsim measure --generator sleep --cost lognormal:0.2,0.3 --K 4 --out runs/"),
+    "profile": ("latsim profile --K 2 4 8 --out profile.json",),
+    "serve": ("latsim serve --K 4 --port 8765",
+              "latsim serve --generator sleep --cost fixed:0.15 --K 4"),
+    "client": ("latsim client ws://127.0.0.1:8765 --K 4 --duration 30 --out viewer/",),
+}
+
+
+def epilog(path: str) -> str | None:
+    """The examples of command ``path`` as a ``--help`` epilog (one paragraph each)."""
+    examples = EXAMPLES.get(path)
+    if not examples:
+        return None
+    return "Examples:\n\n" + "\n\n".join(f"  $ {line}" for line in examples)
