@@ -547,3 +547,31 @@ def test_the_cost_help_names_every_built_in_prefix():
     for prefix in built_in:
         assert f"{prefix}:" in text, prefix
     assert "latsim plugins costs" in text
+
+
+_CUT_NUMBER = __import__("re").compile(r"\d…|…\d")
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+@pytest.mark.parametrize("args", [
+    ("sweep", "--K", "4", "8", "--seeds", "2", "--duration", "20"),
+    ("simulate", "--K", "8", "--C", "0.9", "--streams", "2", "--pools", "dit=1",
+     "--seeds", "2", "--duration", "20"),
+    ("compare", "results/compare/runs", "--replications", "2"),
+    ("capacity", "--K", "8", "--C", "0.5", "--pools", "dit=1", "--slo-l95", "2.0",
+     "--slo-stall", "1", "--duration", "20", "--max-streams", "4", "--max-seeds", "5"),
+], ids=["sweep", "serving", "compare", "capacity"])
+def test_tables_fit_the_terminal_and_never_cut_a_number(args, columns, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines and max(len(line) for line in lines) <= columns, max(lines, key=len)
+    assert not _CUT_NUMBER.search(result.stdout)
+    header = next(line for line in lines if "┃" in line)
+    for kept in {"sweep": ("policy", "K", "L50", "L95", "stall%"),
+                 "simulate": ("policy", "K", "L50", "viewer stall%"),
+                 "compare": ("run", "status", "L50", "L95", "MAPE"),
+                 "capacity": ("N", "verdict", "L95", "stall%")}[args[0]]:
+        assert f" {kept} " in header, (kept, header)

@@ -275,46 +275,42 @@ def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
 
 
 def _print_rows(rows: list[dict]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from latsim.cli.tables import Column, print_table
 
     first = rows[0]
-    table = Table(
-        title=f"{first['fps']:g} fps, r={first['r']}, cost {first['cost']}, "
-        f"updates {first['updates']}, {first['duration']:g} s × {first['n_runs']} runs"
-    )
+    title = (f"{first['fps']:g} fps, r={first['r']}, cost {first['cost']}, updates "
+             f"{first['updates']}, {first['duration']:g} s × {first['n_runs']} runs")
+    # (key, header, digits, rank): rank 0 shows first; the highest ranks go first at 80
     columns = [
-        ("policy", "policy", 0), ("K", "K", 0), ("T", "T", 2), ("C_mean", "C", 3),
-        ("L_mean", "L mean", 3), ("L_mean_theory", "theory", 3), ("L50", "L50", 3),
-        ("L95", "L95", 3), ("R_mean", "R", 3), ("Q_mean", "Q", 3), ("stall_pct", "stall%", 2),
-        ("busy_pct", "busy%", 1), ("w", "w", 3), ("A", "A", 3), ("dit_calls", "calls", 0),
-        ("n_displayed", "shown", 0), ("n_superseded", "supers.", 0),
+        ("policy", "policy", 0, 0), ("K", "K", 0, 0), ("T", "T", 2, 5), ("C_mean", "C", 3, 4),
+        ("L_mean", "L mean", 3, 1), ("L_mean_theory", "theory", 3, 3), ("L50", "L50", 3, 1),
+        ("L95", "L95", 3, 1), ("R_mean", "R", 3, 6), ("Q_mean", "Q", 3, 6),
+        ("stall_pct", "stall%", 2, 2), ("busy_pct", "busy%", 1, 3), ("w", "w", 3, 5),
+        ("A", "A", 3, 3), ("dit_calls", "calls", 0, 7), ("n_displayed", "shown", 0, 7),
+        ("n_superseded", "supers.", 0, 8),
     ]
     if "n_streams" in first:  # a serving run: the viewer's view beside the server's
-        table.title += (f"; {first['n_streams']} stream(s), playout delay "
-                        f"{_fmt(first['playout_delay'], 3)} s")
-        after_l95 = [key for key, _, _ in columns].index("L95") + 1
-        columns[after_l95:after_l95] = [("L99", "L99", 3), ("L_server50", "srv L50", 3)]
-        columns += [("viewer_stall_pct", "viewer stall%", 2), ("cpr", "cpr", 3),
-                    ("ttff_mean", "ttff", 3)]
-    for _, header, _ in columns:
-        table.add_column(header, justify="left" if header == "policy" else "right", no_wrap=True)
-    for row in rows:
-        table.add_row(*(_fmt(row[key], digits) for key, _, digits in columns))
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200 if "n_streams" in first else 160)
-    console.print(table)
+        title += (f"; {first['n_streams']} stream(s), playout delay "
+                  f"{_fmt(first['playout_delay'], 3)} s")
+        after_l95 = [key for key, *_ in columns].index("L95") + 1
+        columns[after_l95:after_l95] = [("L99", "L99", 3, 3), ("L_server50", "srv L50", 3, 5)]
+        columns += [("viewer_stall_pct", "viewer stall%", 2, 2), ("cpr", "cpr", 3, 6),
+                    ("ttff_mean", "ttff", 3, 6)]
+    notes = []
     for row in rows:
         if "busy_pct_by_pool" in row:
             pools = ", ".join(f"{name} {_fmt(pct, 1)}%"
                               for name, pct in row["busy_pct_by_pool"].items())
             waits = ", ".join(f"{stage} {_fmt(wait, 3)} s"
                               for stage, wait in row["queue_wait_mean_by_stage"].items())
-            console.print(f"{row['policy']} K={row['K']}: busy {pools}; mean queue wait "
-                          f"{waits or 'none'}", highlight=False)
-    console.print("[dim]seconds; theory = closed-form E[L] where one holds (fixed C <= T, "
-                  "rare updates for speculative)[/dim]")
+            notes.append(f"{row['policy']} K={row['K']}: busy {pools}; mean queue wait "
+                         f"{waits or 'none'}")
+    notes.append("[dim]seconds; theory = closed-form E[L] where one holds (fixed C <= T, "
+                 "rare updates for speculative)[/dim]")
+    print_table(title, [Column(header, rank, "left" if key == "policy" else "right")
+                        for key, header, _, rank in columns],
+                [[_fmt(row[key], digits) for key, _, digits, _ in columns] for row in rows],
+                notes)
 
 
 def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -> None:  # noqa: N803
@@ -425,10 +421,14 @@ def theory_cmd(
 
     table = Table(title=f"theory: K={K}, r={r}, fps={fps:g}, C={C:g} s")
     table.add_column("quantity")
-    table.add_column("value (s)", justify="right")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    units = {"K": "latents", "r": "frames/latent", "fps": "frames/s", "rate": "1/s",
+             "stall_fraction": "fraction", "A_poisson_approx": "ratio"}
     for key, value in result.items():
         if key not in ("notes", "about"):
-            table.add_row(key, _fmt(value, 4))
+            table.add_row(key, str(value) if isinstance(value, int) else _fmt(value, 4),
+                          units.get(key, "s"))
     console = Console()
     console.print(table)
     for key, text in result["about"].items():

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -166,20 +165,20 @@ def capacity(
         typer.echo(dumps(payload))
         return
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=f"capacity: L95 <= {slo_l95:g} s, viewer stall <= {slo_stall:g}% "
-                  f"(confidence {confidence:g})")
-    columns = [("streams", "N", 0), ("verdict", "verdict", 0),
-               ("confidence_meets", "P(meets)>=", 3), ("L95", "L95", 3), ("L95_se", "±", 3),
-               ("viewer_stall_pct", "stall%", 3), ("viewer_stall_se", "±", 3),
-               ("busy_pct", "dit busy%", 1), ("R_mean", "R", 3), ("replications", "runs", 0)]
-    for _, header, _ in columns:
-        table.add_column(header, justify="right")
-    for row in payload["rows"]:
-        table.add_row(*(_fmt(row[key], digits) for key, _, digits in columns))
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(table)
+    from latsim.cli.tables import Column, print_table, table_width
+
+    columns = [("streams", "N", 0, 0), ("verdict", "verdict", 0, 0),
+               ("confidence_meets", "P(meets)>=", 3, 2), ("L95", "L95", 3, 0),
+               ("L95_se", "±", 3, 1), ("viewer_stall_pct", "stall%", 3, 0),
+               ("viewer_stall_se", "±", 3, 1), ("busy_pct", "dit busy%", 1, 2),
+               ("R_mean", "R", 3, 3), ("replications", "runs", 0, 1)]
+    print_table(f"capacity: L95 <= {slo_l95:g} s, viewer stall <= {slo_stall:g}% "
+                f"(confidence {confidence:g})",
+                [Column(header, rank) for _, header, _, rank in columns],
+                [[_fmt(row[key], digits) for key, _, digits, _ in columns]
+                 for row in payload["rows"]])
+    console = Console(width=min(table_width(), 200), highlight=False)
     console.print(f"max streams meeting the SLO: {result.max_streams}", highlight=False)
     if out is not None:
         console.print(f"wrote {out}/ (capacity.json, capacity.csv, capacity.png)",

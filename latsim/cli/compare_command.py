@@ -62,30 +62,30 @@ def compare(
         typer.echo(dumps(payload))
         return
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title="measured / predicted (error %)")
-    table.add_column("run")
-    table.add_column("status")
-    for metric in COMPARED:
-        table.add_column(metric, justify="right", no_wrap=True)
-    table.add_column("MAPE", justify="right")
+    from latsim.cli.tables import Column, print_table, table_width
+
+    stacked = table_width() < 200  # measured, predicted and error on three lines
+    ranks = {"L50": 1, "L95": 1, "stall_pct": 2, "L_mean": 3, "busy_pct": 3, "w": 4,
+             "dit_calls": 5}
+    rows = []
     for row in result.rows:
         cells = []
         for metric in COMPARED:
             digits = 0 if metric == "dit_calls" else (2 if metric.endswith("pct") else 3)
             err = row[f"{metric}_err_pct"]
-            cells.append(f"{_fmt(row[f'{metric}_measured'], digits)} / "
-                         f"{_fmt(row[f'{metric}_predicted'], digits)}"
-                         + (f" ({err:+.1f}%)" if err is not None else ""))
+            cells.append(_pair(_fmt(row[f"{metric}_measured"], digits),
+                               _fmt(row[f"{metric}_predicted"], digits),
+                               f"{err:+.1f}%" if err is not None else "", stacked))
         status = row["status"]
         if status != "complete":
             status += f"\n[0, {row['window_s']:.1f}] s"
-        table.add_row(row["run"], status, *cells, _fmt(row["MAPE"], 1))
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)
-    console.print(table)
+        rows.append([row["run"], status, *cells, _fmt(row["MAPE"], 1)])
+    print_table("measured / predicted (error %)",
+                [Column("run", 0, "left"), Column("status", 0, "left"),
+                 *(Column(metric, ranks.get(metric, 5)) for metric in COMPARED),
+                 Column("MAPE", 0)], rows, _legend(stacked))
+    console = Console(width=min(table_width(), 200), highlight=False)
     console.print(f"overall MAPE: {_fmt(result.mape, 2)} % over {len(result.mape_runs)} "
                   f"run(s), {result.mape_over}: {', '.join(result.mape_runs)}")
     if len(result.mape_runs) < len(result.rows):
@@ -131,32 +131,45 @@ def _compare_viewer(comparison, as_json: bool, out: Path | None) -> None:  # noq
         if row["notes"]:
             typer.echo(f"latsim: warning: {row['run']}: {row['notes']}", err=True)
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title="viewer side (client runs): measured / predicted (error %)")
-    for column in ("run", "status", *VIEWER_COMPARED, "MAPE"):
-        table.add_column(column, justify="left" if column in ("run", "status") else "right",
-                         no_wrap=True)
+    from latsim.cli.tables import Column, print_table, table_width
+
+    stacked = table_width() < 200
+    table_rows = []
     for row in rows:
         cells = []
         for metric in VIEWER_COMPARED:
             pct = metric.endswith("pct")
             digits = 2 if pct else 3
-            tail = (f" ({row['viewer_stall_pct_abs_err']:+.2f} pp)" if pct
-                    else f" ({row[f'{metric}_err_pct']:+.1f}%)"
+            tail = (f"{row['viewer_stall_pct_abs_err']:+.2f} pp" if pct
+                    else f"{row[f'{metric}_err_pct']:+.1f}%"
                     if row[f"{metric}_err_pct"] is not None else "")
-            cells.append(f"{_fmt(row[f'{metric}_measured'], digits)} / "
-                         f"{_fmt(row[f'{metric}_predicted'], digits)}{tail}")
-        table.add_row(row["run"], row["status"], *cells, _fmt(row["MAPE"], 1))
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)
-    console.print(table)
+            cells.append(_pair(_fmt(row[f"{metric}_measured"], digits),
+                               _fmt(row[f"{metric}_predicted"], digits), tail, stacked))
+        table_rows.append([row["run"], row["status"], *cells, _fmt(row["MAPE"], 1)])
+    print_table("viewer side (client runs): measured / predicted (error %)",
+                [Column("run", 0, "left"), Column("status", 0, "left"),
+                 *(Column(metric, 1 + i) for i, metric in enumerate(VIEWER_COMPARED)),
+                 Column("MAPE", 0)], table_rows, _legend(stacked))
+    console = Console(width=min(table_width(), 200), highlight=False)
     console.print(f"overall MAPE (complete client runs): {_fmt(overall, 2)} %; "
                   "uplink/deliver/C drawn from each run's own measurements")
     if out is not None:
         console.print(f"wrote {out}/ (compare_viewer.json, compare_viewer.csv, "
                       "compare_viewer_cdf.png)")
+
+
+def _pair(measured: str, predicted: str, error: str, stacked: bool) -> str:
+    """One compared metric's cell: ``measured / predicted (error)`` on one line, or on
+    three (a table that fits 80 columns)."""
+    if stacked:
+        return "\n".join(part for part in (measured, predicted, error) if part)
+    return f"{measured} / {predicted}" + (f" ({error})" if error else "")
+
+
+def _legend(stacked: bool) -> tuple[str, ...]:
+    return ("[dim]each cell: measured, predicted, error (top to bottom)[/dim]",) if stacked \
+        else ()
 
 
 def register(app: typer.Typer) -> None:
