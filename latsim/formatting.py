@@ -24,18 +24,32 @@ def fmt(value: object, digits: int = 3) -> str:
     return str(value)
 
 
+def _is_terminal(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):  # a closed stream
+        return False
+
+
 class StatusLine:
     """A progress sink that rewrites one line of stderr (``\\r``); as a context manager it
-    ends the line when done, so later output starts on a fresh one."""
+    ends the line when done, so later output starts on a fresh one. It is silent where the
+    stream is not a terminal (a log file would collect every rewrite as a line of its own),
+    unless ``always``."""
 
-    def __init__(self, width: int = 110, limit: int = 160, stream: TextIO | None = None) -> None:
+    def __init__(self, width: int = 110, limit: int = 160, stream: TextIO | None = None,
+                 always: bool = False) -> None:
         self.width = width
         self.limit = limit
         self.stream = stream
+        self.always = always
         self.used = False
 
     def __call__(self, line: str) -> None:
         stream = self.stream or sys.stderr
+        if not (self.always or _is_terminal(stream)):
+            return
         stream.write("\r" + line[: self.limit].ljust(self.width))
         stream.flush()
         self.used = True

@@ -575,3 +575,18 @@ def test_tables_fit_the_terminal_and_never_cut_a_number(args, columns, monkeypat
                  "compare": ("run", "status", "L50", "L95", "MAPE"),
                  "capacity": ("N", "verdict", "L95", "stall%")}[args[0]]:
         assert f" {kept} " in header, (kept, header)
+
+
+def test_the_status_line_is_silent_off_a_terminal():
+    import io
+
+    from latsim.formatting import StatusLine
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, expect in ((io.StringIO(), ""), (Terminal(), "\rrun 1/2\n")):
+        with StatusLine(width=7, stream=stream) as status:
+            status("run 1/2")
+        assert stream.getvalue() == expect

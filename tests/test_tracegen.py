@@ -245,3 +245,16 @@ def test_trace_reading_is_bounded(tmp_path):
                                "0"]).exit_code == 2
     with pytest.raises(LatsimError, match="larger than"):
         load_trace("/dev/zero")
+
+
+def test_generate_states_the_rate_a_shorter_trace_makes(tmp_path):
+    """The paper's counts are per trace: a 30 s high trace has twice the per-minute rate of
+    the paper's 60 s ones, and the command says so instead of doing it silently."""
+    from typer.testing import CliRunner
+
+    from latsim.cli import app
+
+    result = CliRunner().invoke(app, ["traces", "generate", "--kind", "high", "--duration",
+                                      "30", "--count", "2", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "3-11 updates per 30 s trace: 6-22 per minute" in result.stdout

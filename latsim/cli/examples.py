@@ -20,7 +20,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "plugins": ("latsim plugins", "latsim plugins generators --json"),
     "controller": ("latsim controller --diagram",),
     "help": ("latsim help sweep", "latsim help traces generate"),
-    "traces generate": ("latsim traces generate --out traces/",),
+    "traces generate": ("latsim traces generate --kind high --out traces/high",),
     "traces validate": ("latsim traces validate traces/",),
     "traces show": ("latsim traces show traces/high/high_00.jsonl",),
     "reproduce": ("latsim reproduce",),

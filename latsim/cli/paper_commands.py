@@ -39,7 +39,8 @@ def _trace_paths(path: Path) -> list[Path]:
 
 @traces_app.command("generate")
 def traces_generate(
-    kind: Annotated[str, typer.Option(help="low (1-2 updates), high (3-11) or continuous")],
+    kind: Annotated[str, typer.Option(help="low (1-2 updates per trace), high (3-11 per "
+                                       "trace) or continuous (1-4 Hz bursts)")],
     out: Annotated[Path, typer.Option(help="folder to write <kind>_NNN.jsonl into")],
     count: Annotated[int, typer.Option(help="number of traces")] = 30,
     duration: Annotated[float, typer.Option(help="seconds per trace")] = 60.0,
@@ -50,10 +51,15 @@ def traces_generate(
     ] = DEFAULT_MAX_TRACE_EVENTS,
 ) -> None:
     """Generate a deterministic set of traces (same kind, count, duration, seed: same bytes)."""
-    from latsim.experiments.tracegen import generate_set, write_set
+    from latsim.experiments.tracegen import COUNT_RANGES, generate_set, write_set
 
     paths = write_set(generate_set(kind, count, duration, seed, max_events), out)
-    typer.echo(f"wrote {len(paths)} {kind} traces to {out}/")
+    rate = ""
+    if kind in COUNT_RANGES:  # a count per trace, whatever its length: say the rate it makes
+        low, high = COUNT_RANGES[kind]
+        rate = (f" ({low}-{high} updates per {duration:g} s trace: {60 * low / duration:.3g}-"
+                f"{60 * high / duration:.3g} per minute; the paper's sets are 60 s)")
+    typer.echo(f"wrote {len(paths)} {kind} traces to {out}/{rate}")
 
 
 @traces_app.command("validate")
