@@ -24,6 +24,17 @@ def fmt(value: object, digits: int = 3) -> str:
     return str(value)
 
 
+#: ``latsim --quiet`` sets it: no progress bars or status lines.
+QUIET_ENV = "LATSIM_QUIET"
+
+
+def quiet() -> bool:
+    """Whether progress displays are off (``latsim --quiet``, or ``LATSIM_QUIET=1``)."""
+    import os
+
+    return os.environ.get(QUIET_ENV, "") not in ("", "0")
+
+
 def _is_terminal(stream: TextIO) -> bool:
     isatty = getattr(stream, "isatty", None)
     try:
@@ -48,7 +59,7 @@ class StatusLine:
 
     def __call__(self, line: str) -> None:
         stream = self.stream or sys.stderr
-        if not (self.always or _is_terminal(stream)):
+        if not (self.always or _is_terminal(stream)) or quiet():
             return
         stream.write("\r" + line[: self.limit].ljust(self.width))
         stream.flush()

@@ -590,3 +590,13 @@ def test_the_status_line_is_silent_off_a_terminal():
         with StatusLine(width=7, stream=stream) as status:
             status("run 1/2")
         assert stream.getvalue() == expect
+
+
+def test_quiet_silences_progress_and_keeps_results(monkeypatch):
+    from latsim.formatting import QUIET_ENV, quiet
+
+    monkeypatch.setenv(QUIET_ENV, "0")  # restored (unset) after the test
+    assert not quiet()
+    result = invoke("--quiet", "theory", "--K", "8", "--C", "0.5")
+    assert result.exit_code == 0 and "speculative_L_mean" in result.stdout
+    assert quiet()  # set for the rest of the process: the harness's status lines read it

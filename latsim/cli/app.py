@@ -11,7 +11,6 @@ for :class:`latsim.errors.Interrupted`). Every number is range-checked by the li
 from __future__ import annotations
 
 import sys
-import time
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -226,6 +225,9 @@ def _root(
     version: Annotated[bool, typer.Option(
         "--version", help="print latsim's version and exit", is_eager=True,
         callback=_version)] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="no progress bars or status lines (results still print)")
+    ] = False,
 ) -> None:
     """Response-latency simulator for interactive video generation (theory, SimPy
     simulation, live measurement).
@@ -233,33 +235,22 @@ def _root(
     One command's help: latsim help COMMAND, or latsim COMMAND -h.
 
     What can be plugged in (cost models, schedules, generators): latsim plugins."""
+    if quiet:
+        import os
+
+        from latsim.formatting import QUIET_ENV
+
+        os.environ[QUIET_ENV] = "1"  # the harness's status lines read it too
 
 
 
 def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
+    from latsim.cli.progress import ProgressBar
     from latsim.experiments.engine import run_experiment, write_experiment
     from latsim.run.files import dumps
 
-    started = time.perf_counter()
-    progress_bar = None
-    task = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal progress_bar, task
-        if progress_bar is None and time.perf_counter() - started > 1.0 and sys.stderr.isatty():
-            from rich.progress import Progress
-
-            progress_bar = Progress(transient=True)
-            progress_bar.start()
-            task = progress_bar.add_task("simulating", total=total)
-        if progress_bar is not None:
-            progress_bar.update(task, completed=done)
-
-    try:
+    with ProgressBar("simulating (runs)") as progress:
         result = run_experiment(experiment, jobs=jobs, progress=progress)
-    finally:
-        if progress_bar is not None:
-            progress_bar.stop()
     if out is not None:
         from latsim.viz.plots import plot_latency_vs_k
 

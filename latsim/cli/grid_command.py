@@ -5,7 +5,6 @@ Only typer is imported at module level; the experiment loads inside the command.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -34,28 +33,14 @@ def grid(
     check_scheduler(scheduler)
     workers = check_jobs(jobs)
     spec = load_grid(experiment_file)
-    bar = None
-    task = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar, task
-        if bar is None and sys.stderr.isatty():
-            from rich.progress import Progress
-
-            bar = Progress(transient=True)
-            bar.start()
-            task = bar.add_task(f"grid {spec.name}", total=total)
-        if bar is not None:
-            bar.update(task, completed=done)
+    from latsim.cli.progress import ProgressBar
 
     try:
-        result = run_grid(spec, out, scheduler, workers, progress)
+        with ProgressBar(f"grid {spec.name} (cells)", delay_s=0.0) as progress:
+            result = run_grid(spec, out, scheduler, workers, progress)
     except KeyboardInterrupt:
         raise Interrupted(f"grid interrupted; the finished cells are in {out}/cells.csv "
                           "(partial); run the same command to resume") from None
-    finally:
-        if bar is not None:
-            bar.stop()
     tables = ("cells.csv, cells.parquet" if result.parquet else
               "cells.csv (cells.parquet needs pyarrow: pip install -e '.[dask]')")
     typer.echo(f"{spec.name}: {len(result.rows)}/{spec.n_cells} cells ({result.ran} run now, "

@@ -149,10 +149,13 @@ def reproduce(
     """Reproduce the paper's latency results: theory, simulation and the paper side by side."""
     if ctx.invoked_subcommand is not None:
         return
+    from latsim.cli.progress import ProgressBar
     from latsim.experiments import paper
+    from latsim.experiments.engine import reporting_progress
     from latsim.viz.paper import plot_reproduction, print_report
 
-    with scheduler_context(scheduler, jobs, local_pool=True):
+    with (scheduler_context(scheduler, jobs, local_pool=True),
+          ProgressBar("reproducing (runs)") as bar, reporting_progress(bar)):
         result = paper.reproduce(traces_root=traces, jobs=jobs, max_events=max_events)
     written = paper.write_results(result, out)
     written.append(plot_reproduction(result, out / "reproduce.png"))
@@ -189,7 +192,11 @@ def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: st
             max_events: int, figure: str, plot, report, as_json: bool) -> None:  # noqa: ANN001
     """Run a reproduction on ``scheduler``, draw ``figure`` into ``out`` and print the
     tables (or their JSON)."""
-    with scheduler_context(scheduler, jobs, local_pool=True):
+    from latsim.cli.progress import ProgressBar
+    from latsim.experiments.engine import reporting_progress
+
+    with (scheduler_context(scheduler, jobs, local_pool=True),
+          ProgressBar("reproducing (runs)") as bar, reporting_progress(bar)):
         tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
     plot(tables, out / figure)
     if as_json:

@@ -373,6 +373,22 @@ _PREFETCHED: ContextVar[dict[Experiment, ExperimentResult] | None] = ContextVar(
     "latsim_prefetched", default=None)
 
 
+#: Where :func:`run_experiments` reports its progress when no ``progress`` is given (a
+#: command's progress bar around library code that runs batches of its own).
+_PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("latsim_progress",
+                                                                     default=None)
+
+
+@contextlib.contextmanager
+def reporting_progress(progress: Callable[[int, int], None]) -> Iterator[None]:
+    """Within the block, every batch of work reports ``progress(done, total)`` (runs)."""
+    token = _PROGRESS.set(progress)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
 @contextlib.contextmanager
 def prefetched(experiments: Sequence[Experiment], jobs: int | None = None
                ) -> Iterator[None]:
@@ -423,6 +439,7 @@ def run_experiments(
     """Several experiments as one batch of work (see :func:`run_experiment`): every run of
     every experiment goes into the same work units, so the pool is busy until the last."""
     jobs = check_jobs(jobs)
+    progress = progress or _PROGRESS.get()
     plans = [plan(experiment) for experiment in experiments]
     tasks = [(e, c, rep) for e, p in enumerate(plans)
              for c in range(len(p.cells)) for rep in range(p.replications)]
