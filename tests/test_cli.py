@@ -600,3 +600,41 @@ def test_quiet_silences_progress_and_keeps_results(monkeypatch):
     result = invoke("--quiet", "theory", "--K", "8", "--C", "0.5")
     assert result.exit_code == 0 and "speculative_L_mean" in result.stdout
     assert quiet()  # set for the rest of the process: the harness's status lines read it
+
+
+def test_inputs_that_used_to_slip_through_are_one_line_errors(tmp_path, monkeypatch):
+    """Non-ASCII digits (float() reads '١' as 1), a repeated --K, an unwritable --out found
+    before any simulation, compare without a work bound."""
+    import latsim.experiments.engine as engine
+
+    cases = [
+        (("simulate", "--K", "8", "--C", "0.5", "--updates", "poisson:١"), "ASCII digits"),
+        (("simulate", "--K", "8", "--cost", "fixed:٠.٥"), "ASCII digits"),
+        (("sweep", "--K", "4", "4", "8"), "--K repeats 4"),
+        (("compare", "results/compare/runs", "--replications", "100000"),
+         "above the work bound"),
+    ]
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    for args, message in cases:
+        result = invoke(*args)
+        assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
+        assert result.stderr.count("\n") == 1
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+
+    def no_simulation(*args, **kwargs):
+        raise AssertionError("simulated before checking --out")
+
+    monkeypatch.setattr(engine, "run_experiment", no_simulation)
+    for args in (("sweep", "--K", "4", "--out", str(blocker / "out")),
+                 ("reproduce", "--out", str(blocker / "out")),
+                 ("reproduce", "serving", "--out", str(blocker / "out"))):
+        result = invoke(*args)
+        assert result.exit_code == 2 and "cannot write there" in result.stderr, result.stderr
+
+
+def test_a_viewers_uplink_is_never_negative():
+    from latsim.run.serving import ViewerRecord
+
+    record = ViewerRecord(0, 1, 0.1 + 0.2, 0.3, 0.5, 0.6, 0.2, 0.3, False, True)
+    assert 0.1 + 0.2 > 0.3 and record.uplink == 0.0

@@ -173,3 +173,32 @@ def test_a_worker_killed_mid_grid_loses_no_cell(tmp_path, cluster):
     assert result.status == "complete" and result.rows == reference
     cells = [json.loads(line)["cell"] for line in lines.read_text().splitlines()]
     assert sorted(cells) == list(range(spec.n_cells))  # each once: none lost, none twice
+
+
+def test_damaged_files_in_out_are_one_line_errors_and_keep_the_finished_cells(tmp_path):
+    """A binary grid file, a non-UTF-8 or foreign line in cells.jsonl and a truncated
+    grid.json are refused in one line; the finished cells' table is left as it was."""
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00name")
+    with pytest.raises(LatsimError, match="cannot read grid file"):
+        load_grid(binary)
+    spec = load_grid(_grid(tmp_path, duration=20, rates="[0.1]"))
+    out = tmp_path / "out"
+    run_grid(spec, out)
+    table = (out / "cells.csv").read_bytes()
+    lines = (out / "cells.jsonl").read_bytes()
+    for damage, message in (
+            (lines + b'{"garbage": true, "cell": 1}\n', "not a cell of this grid"),
+            (lines + b"\xff\xfe\n", "cannot read"),
+            (lines.replace(b'"cell": 0', b'"cell": 99'), "not a cell of this grid"),
+            (b"not json\n" + lines, "not a JSON line")):
+        (out / "cells.jsonl").write_bytes(damage)
+        with pytest.raises(LatsimError, match=message) as info:
+            run_grid(spec, out)
+        assert "\n" not in str(info.value)
+        assert (out / "cells.csv").read_bytes() == table
+    (out / "cells.jsonl").write_bytes(lines + b'{"cell": 1, "K"')  # torn by a kill: resumes
+    assert run_grid(spec, out).ran == 0
+    (out / "grid.json").write_text('{"format": "latsim-gr')
+    with pytest.raises(LatsimError, match="not a grid's record"):
+        run_grid(spec, out)

@@ -12,12 +12,11 @@ and reported to ``on_error`` (the run fails with it); later records are dropped.
 
 Every file the harness writes goes through :func:`writing`, so a failed write is a one-line
 :class:`~latsim.errors.LatsimError` naming the file (``cannot write PATH: No space left on
-device``), and :func:`check_writable` probes an output folder before any work is done.
+device``); :func:`latsim.run.files.check_writable` probes an output folder before any work.
 """
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -41,18 +40,6 @@ def writing(path: Path | str) -> Iterator[None]:
     except OSError as exc:
         raise LatsimError(cannot_write(path, exc)) from exc
 
-
-def check_writable(folder: Path, option: str = "--out") -> None:
-    """Create ``folder`` and write and remove a probe file in it, so an unwritable output is
-    a one-line error before any work (warm-up, calibration, jobs) is done."""
-    probe = folder / f".latsim-probe-{os.getpid()}"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise LatsimError(f"{option} {folder}: cannot write there "
-                          f"({exc.strerror or exc})") from exc
 
 _TABLE_OF: dict[type, str] = {record_type: table for table, record_type in RECORD_TYPES.items()}
 

@@ -30,11 +30,12 @@ from harness.generators.device import device_name
 from harness.live.driver import SIGTERM, Terminated, sigterm_as_interrupt
 from harness.live.executor import GeneratorExecutor
 from harness.live.faults import faults_from_env
-from harness.live.recorder import check_writable, writing
+from harness.live.recorder import writing
 from harness.measure.run import check_ks
 from latsim.controller import StartJob
 from latsim.errors import Interrupted, LatsimError, check_option
 from latsim.plugins import GeneratorConfig, LiveGenerator, build_generator
+from latsim.run.files import check_writable
 from latsim.run.folder import write_json
 
 #: The profile's idle gaps (2 x jobs x K values x gap) may take at most this long, seconds.
@@ -137,7 +138,7 @@ def run_profile(config: ProfileConfig, out: Path,
     faults_from_env()  # a malformed LATSIM_FAULT fails before any work
     if out.is_dir():
         raise LatsimError(f"--out {out}: is a folder; give the profile file to write")
-    check_writable(out.parent)
+    check_writable(out.parent, keep=True)
     costs: dict[str, dict[str, list[float]]] = {}
     try:
         with sigterm_as_interrupt():

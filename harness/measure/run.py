@@ -55,7 +55,7 @@ from harness.live.driver import (
 from harness.live.executor import GeneratorExecutor
 from harness.live.faults import faults_from_env
 from harness.live.lead import Calibration, LeadChoice, Warmup, choose_lead, default_job_timeout
-from harness.live.recorder import RecordWriter, check_writable, writing
+from harness.live.recorder import RecordWriter, writing
 from harness.measure.calibration import calibrate
 from harness.measure.folder import (
     measured_summary,
@@ -81,6 +81,7 @@ from latsim.model.arrivals import PoissonArrivals
 from latsim.model.lead import LIVE, LeadRule
 from latsim.model.traces import Trace, load_trace, write_trace
 from latsim.plugins import GeneratorConfig, GeneratorInfo, LiveGenerator, build_generator
+from latsim.run.files import check_writable
 from latsim.run.folder import run_config
 
 #: Default results folder when ``--out`` is not given (one folder per run inside).
@@ -318,7 +319,7 @@ def measure(
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     root = Path(config.out) if config.out is not None else RESULTS_RUNS
     prefix = "" if config.out is not None else f"{stamp}-{config.preset or config.generator}-"
-    check_writable(root)  # before the model is built, warmed up and calibrated
+    check_writable(root, keep=True)  # before the model is built, warmed up and calibrated
 
     kept = _Kept(root)
     results: list[RunResult] = []

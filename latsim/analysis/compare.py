@@ -52,8 +52,8 @@ import numpy as np
 from latsim.analysis.fidelity import error_pct, mape
 from latsim.analysis.metrics import summarize
 from latsim.controller import ControllerConfig
-from latsim.controller.records import ConditionRecord, JobRecord, StallRecord
-from latsim.errors import LatsimError
+from latsim.controller.records import ConditionRecord, JobRecord, StallRecord, read_text
+from latsim.errors import DEFAULT_MAX_EVENTS, MAX_SEEDS, LatsimError, check_int, check_work
 from latsim.model.costs import CostModel
 from latsim.model.traces import Trace
 from latsim.run.folder import (
@@ -197,8 +197,7 @@ class MeasuredRun:
 def _read_rows(path: Path) -> tuple[list[tuple[int, dict[str, str]]], str | None]:
     """A telemetry CSV (header + rows) as ``(line, row)`` pairs; a torn last row is dropped
     with a note, a row of the wrong width elsewhere is an error naming file and line."""
-    with path.open(newline="") as handle:
-        text = handle.read()
+    text = read_text(path)
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)
     rows = [(reader.line_num, cells) for cells in reader if cells]
@@ -492,7 +491,8 @@ def _row(run: MeasuredRun, predicted: dict, replications: int) -> dict:
 
 
 def compare_runs(paths: list[Path], replications: int = 20, seed: int = 0,
-                 allow_empty: bool = False) -> Comparison:
+                 allow_empty: bool = False,
+                 max_events: int = DEFAULT_MAX_EVENTS) -> Comparison:
     """Measured vs predicted for every run folder under ``paths``.
 
     Folders that are not single runs (an experiment, bare records, a folder that is no run)
@@ -514,6 +514,13 @@ def compare_runs(paths: list[Path], replications: int = 20, seed: int = 0,
     if not runs and not allow_empty:
         raise LatsimError("nothing to compare: " + "; ".join(
             f"{s['path']}: {s['reason']}" for s in skipped))
+    check_int("--replications", replications, 1, MAX_SEEDS)
+    slots = sum(((run.window if run.window is not None else run.duration)
+                 + 10 * run.controller_config.timing.T) / run.controller_config.timing.delta
+                + len(run.trace.times) for run in runs)
+    check_work(slots * replications, max_events, "--max-events",
+               f"{len(runs)} run(s) x {replications} replication(s) come to about {{n}} "
+               "events (latent slots and conditions)", ", or give fewer --replications")
     rows, predicted_l = [], []
     for run in runs:
         predicted, sims = predict(run, replications, seed)

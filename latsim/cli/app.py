@@ -246,9 +246,12 @@ def _root(
 
 def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
     from latsim.cli.progress import ProgressBar
-    from latsim.experiments.engine import run_experiment, write_experiment
-    from latsim.run.files import dumps
+    from latsim.experiments.engine import plan, run_experiment, write_experiment
+    from latsim.run.files import check_writable, dumps
 
+    plan(experiment)  # bad input and the work bound fail before the output is touched
+    if out is not None:
+        check_writable(out)  # before any simulation
     with ProgressBar("simulating (runs)") as progress:
         result = run_experiment(experiment, jobs=jobs, progress=progress)
     if out is not None:
@@ -350,6 +353,10 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
     ) -> None:
         if not K:
             raise LatsimError(f"{name} needs --K")
+        repeated = sorted({k for k in K if K.count(k) > 1})
+        if repeated:
+            raise LatsimError(f"--K repeats {', '.join(map(str, repeated))}; give each chunk "
+                              "size once")
         if default_Ks is None and len(K) != 1:
             raise LatsimError(f"{name} takes one --K; use 'latsim sweep' for several")
         if C is not None and cost is not None:

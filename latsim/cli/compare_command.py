@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from latsim.cli.options import MaxSimEventsOpt
+from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.formatting import fmt as _fmt
 
 SeedOpt = Annotated[int, typer.Option(help="root seed of all random draws")]
@@ -26,6 +28,7 @@ def compare(
     out: Annotated[
         Path | None, typer.Option(help="write compare.csv/.json and figures (default: none)")
     ] = None,
+    max_events: MaxSimEventsOpt = DEFAULT_MAX_EVENTS,
 ) -> None:
     """Measured vs predicted: re-simulate each run with its own measured C samples.
 
@@ -39,7 +42,7 @@ def compare(
 
     clients = client_runs(list(run_dirs))
     result = compare_runs(list(run_dirs), replications=replications, seed=seed,
-                          allow_empty=bool(clients))
+                          allow_empty=bool(clients), max_events=max_events)
     if not result.rows:
         _compare_viewer(compare_client_runs(clients, replications, seed), as_json, out)
         return

@@ -152,8 +152,10 @@ def reproduce(
     from latsim.cli.progress import ProgressBar
     from latsim.experiments import paper
     from latsim.experiments.engine import reporting_progress
+    from latsim.run.files import check_writable
     from latsim.viz.paper import plot_reproduction, print_report
 
+    check_writable(out)  # before the first simulation
     with (scheduler_context(scheduler, jobs, local_pool=True),
           ProgressBar("reproducing (runs)") as bar, reporting_progress(bar)):
         result = paper.reproduce(traces_root=traces, jobs=jobs, max_events=max_events)
@@ -194,7 +196,9 @@ def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: st
     tables (or their JSON)."""
     from latsim.cli.progress import ProgressBar
     from latsim.experiments.engine import reporting_progress
+    from latsim.run.files import check_writable
 
+    check_writable(out)  # before the first simulation
     with (scheduler_context(scheduler, jobs, local_pool=True),
           ProgressBar("reproducing (runs)") as bar, reporting_progress(bar)):
         tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)

@@ -284,6 +284,14 @@ def _parse(raw: str, kind: str) -> object:
     return raw
 
 
+def read_text(path: Path) -> str:
+    """A record or telemetry file's text; a file that is not UTF-8 is a one-line error."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise LatsimError(f"{path}: not UTF-8 text (a damaged or foreign file)") from None
+
+
 def read_csv(path: Path, record_type: type) -> CsvRows:
     """Read a file written by :func:`write_csv`: ``(extra columns, record)`` per row.
 
@@ -298,8 +306,7 @@ def read_csv(path: Path, record_type: type) -> CsvRows:
     names = column_names(record_type)
     kinds = {f.name: f.type for f in fields(record_type)}
     out = CsvRows()
-    with path.open(newline="") as handle:
-        text = handle.read()
+    text = read_text(path)
     cut = bool(text) and not text.endswith(("\n", "\r"))
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)

@@ -164,7 +164,9 @@ def parse_grid(text: str, source: str = "grid") -> GridSpec:
             raise LatsimError(f"{source}: {key} must be an integer, got {value!r}")
         check_int(key, value, 0 if key == "seed" else 1, high)
     name = data.get("name", Path(source).stem)
-    spec = GridSpec(str(name), tuple(axes), fixed, seeds, seed, tuple(metrics))
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise LatsimError(f"{source}: name must be a non-empty string, got {name!r}"[:200])
+    spec = GridSpec(name, tuple(axes), fixed, seeds, seed, tuple(metrics))
     if spec.n_cells > MAX_CELLS:
         raise LatsimError(f"{source}: {spec.n_cells} cells; a grid has at most {MAX_CELLS}")
     experiment(spec, 0)  # the first cell's settings must make an experiment
@@ -172,11 +174,9 @@ def parse_grid(text: str, source: str = "grid") -> GridSpec:
 
 
 def load_grid(path: str | Path) -> GridSpec:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise LatsimError(f"{path}: {exc.strerror or exc}") from None
-    return parse_grid(text, str(path))
+    from latsim.model.traces import read_input_file
+
+    return parse_grid(read_input_file(path, "grid file"), str(path))
 
 
 def experiment(spec: GridSpec, index: int):  # noqa: ANN201 - Experiment (lazy import)
@@ -240,17 +240,35 @@ def _plain(value: object) -> object:
     return item()
 
 
-def _read_done(path: Path) -> dict[int, dict]:
-    """Finished cells of an earlier run (a torn last line, from a kill, is dropped)."""
+def _read_done(path: Path, spec: GridSpec) -> dict[int, dict]:
+    """Finished cells of an earlier run of ``spec``: a torn last line (a kill) is dropped;
+    any other line that is not one of this grid's cells (not JSON, another shape, a cell
+    out of range or with other settings) is a one-line error, before anything is
+    written, so a resume never rewrites the tables from a damaged file."""
     done: dict[int, dict] = {}
     if not path.exists():
         return done
-    for line in path.read_text().splitlines():
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LatsimError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}; "
+                          "use another --out") from None
+    lines = text.splitlines()
+    torn = bool(text) and not text.endswith("\n")
+    for number, line in enumerate(lines, start=1):
         try:
             row = json.loads(line)
-        except ValueError:
-            continue
-        done[int(row["cell"])] = row
+        except (ValueError, RecursionError):
+            if torn and number == len(lines):
+                continue  # the line a killed run was writing
+            raise LatsimError(f"{path}:{number}: not a JSON line; use another --out") from None
+        cell = row.get("cell") if isinstance(row, dict) else None
+        ok = (type(cell) is int and 0 <= cell < spec.n_cells
+              and set(row) == {"cell", *spec.cell(cell), *spec.metrics}
+              and all(row[k] == v for k, v in spec.cell(cell).items()))
+        if not ok:
+            raise LatsimError(f"{path}:{number}: not a cell of this grid; use another --out")
+        done[cell] = row
     return done
 
 
@@ -287,11 +305,17 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
     out.mkdir(parents=True, exist_ok=True)
     meta_path, lines_path = out / "grid.json", out / "cells.jsonl"
     if meta_path.exists():
-        earlier = json.loads(meta_path.read_text())
+        try:
+            earlier = json.loads(meta_path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:  # a truncated or foreign file
+            raise LatsimError(f"{meta_path}: not a grid's record ({type(exc).__name__}); "
+                              "use another --out") from None
+        if not isinstance(earlier, dict):
+            raise LatsimError(f"{meta_path}: not a grid's record; use another --out")
         if earlier.get("digest") != spec.digest:
             raise LatsimError(f"{out} holds another grid ({earlier.get('name')!r}, "
                               f"digest {earlier.get('digest')}); use another --out")
-    done = {i: row for i, row in _read_done(lines_path).items() if i < spec.n_cells}
+    done = _read_done(lines_path, spec)
     meta = {"format": FORMAT, **spec.payload(), "digest": spec.digest,
             "n_cells": spec.n_cells, "scheduler": scheduler}
 

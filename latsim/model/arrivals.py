@@ -184,6 +184,9 @@ def _short(text: str) -> str:
 
 
 def _number(spec: str, body: str) -> float:
+    if not body.isascii():  # float() reads other scripts' digits ("١" is 1.0)
+        raise LatsimError(f"update spec {_short(spec)}: {_short(body)} is not a number "
+                          "(write it with ASCII digits)")
     try:
         value = float(body)
     except ValueError:

@@ -361,6 +361,8 @@ def _numbers(spec: str, body: str, count: int) -> list[float]:
     parts = body.split(",")
     if len(parts) != count:
         raise LatsimError(f"cost spec {_short(spec)} needs {count} comma-separated number(s)")
+    if not body.isascii():  # float() reads other scripts' digits ("١" is 1.0)
+        raise LatsimError(f"cost spec {_short(spec)}: write the numbers with ASCII digits")
     try:
         return [float(p) for p in parts]
     except ValueError:

@@ -1,12 +1,40 @@
 """JSON and CSV text for results: deterministic JSON (NaN becomes null) and summary rows as
-CSV. A leaf: standard library only."""
+CSV; and the check that an output folder can be written, made before any work. Standard
+library only, besides latsim's errors."""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
+import os
 from pathlib import Path
+
+from latsim.errors import LatsimError
+
+
+def check_writable(folder: Path, option: str = "--out", keep: bool = False) -> None:
+    """Write and remove a probe file in ``folder``, so an unwritable output is a one-line
+    error before any work (simulation, warm-up, calibration, jobs) is done. Folders it had
+    to create for the probe are removed again (a command that then fails on other input
+    leaves nothing behind) unless ``keep``."""
+    if not str(folder).strip():
+        raise LatsimError(f"{option} is empty; name a folder")
+    created = [p for p in (folder, *folder.parents) if not p.exists()]
+    probe = folder / f".latsim-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise LatsimError(f"{option} {folder}: cannot write there "
+                          f"({exc.strerror or exc})") from exc
+    finally:
+        for path in [] if keep else created:  # deepest first
+            try:
+                path.rmdir()
+            except OSError:
+                break
 
 
 def clean(value: object) -> object:

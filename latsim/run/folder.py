@@ -192,11 +192,15 @@ def write_simulated_run(run_dir: Path, config: ControllerConfig, trace: Trace,
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise LatsimError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise LatsimError(f"{path}: not UTF-8 text (a damaged or foreign file)") from None
     except json.JSONDecodeError as exc:
         raise LatsimError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except (ValueError, RecursionError) as exc:
+        raise LatsimError(f"{path}: not usable JSON ({type(exc).__name__})") from None
 
 
 @dataclass(frozen=True)

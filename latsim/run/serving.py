@@ -61,7 +61,9 @@ class ViewerRecord:
 
     @property
     def uplink(self) -> float:
-        return self.t_arrival - self.t_send
+        # without an uplink stage the two times differ only by rounding (about 1e-17 s,
+        # either sign); a delay is never negative
+        return max(0.0, self.t_arrival - self.t_send)
 
 
 @record
