@@ -638,3 +638,43 @@ def test_a_viewers_uplink_is_never_negative():
 
     record = ViewerRecord(0, 1, 0.1 + 0.2, 0.3, 0.5, 0.6, 0.2, 0.3, False, True)
     assert 0.1 + 0.2 > 0.3 and record.uplink == 0.0
+
+
+def test_every_simulate_option_is_a_grid_setting_or_says_why_not():
+    from latsim.experiments.grid import NOT_SETTINGS, SETTINGS
+
+    command = typer.main.get_command(app).get_command(None, "simulate")  # type: ignore[arg-type]
+    names = {param.name for param in command.params}
+    expected = (set(SETTINGS) - {"rate"}) | set(NOT_SETTINGS)  # rate: poisson:RATE, shorter
+    assert names == expected, names ^ expected
+
+
+def test_a_grid_with_in_flight_and_run_ahead_runs_them(tmp_path):
+    from latsim.experiments.grid import parse_grid, run_grid
+
+    spec = parse_grid("""
+        name = "deep"
+        seeds = 2
+        metrics = ["L50", "stall_pct"]
+        [fixed]
+        duration = 20
+        C = 0.9
+        run_ahead = 0.5
+        cold_start = true
+        streams = 2
+        pools = "dit=2"
+        [axes]
+        K = [8]
+        policy = ["speculative"]
+        in_flight = [1, 2]
+        in_flight_policy = ["let-play", "flush"]
+    """)
+    result = run_grid(spec, tmp_path / "grid")
+    assert [(r["in_flight"], r["in_flight_policy"]) for r in result.rows] == [
+        (1, "let-play"), (1, "flush"), (2, "let-play"), (2, "flush")]
+    with pytest.raises(LatsimError, match="cold_start = 1 is not a boolean"):
+        parse_grid("[axes]\nK = [8]\n[fixed]\ncold_start = 1")
+    with pytest.raises(LatsimError, match=r"^cell 1 \(K=8, cost='nope:1'\): unknown cost"):
+        run_grid(parse_grid("[axes]\nK = [8]\ncost = ['fixed:0.5', 'nope:1']\n[fixed]\n"
+                            "duration = 20"), tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()  # nothing written before every cell is checked

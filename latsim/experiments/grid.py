@@ -20,7 +20,9 @@ Settings (:data:`SETTINGS`) are those of ``latsim simulate``: ``K``, ``policy``,
 ``C`` (``fixed:C``), ``updates`` or ``rate`` (``poisson:RATE``), ``lead``, ``q``,
 ``duration``, ``r``, ``fps``, ``commit``, ``commit_lead``, and the serving model's
 ``streams``, ``pools``, ``schedule``, ``discard``, ``playout_delay``, ``decode``, ``deliver``,
-``uplink``, ``replan_cost``, ``batch``, ``start``, ``dit_degree``. A cell is one point of
+``uplink``, ``replan_cost``, ``batch``, ``start``, ``dit_degree``, ``in_flight``,
+``in_flight_policy``, ``cold_start``, and ``run_ahead`` (:data:`NOT_SETTINGS` says why the
+other options are not settings). A cell is one point of
 the axes' product (in file order, the last axis fastest); it runs ``seeds`` replications of
 one (K, policy) and gives one row: the cell's settings, then the metrics of its summary
 row (:func:`latsim.experiments.engine.run_experiment`).
@@ -63,9 +65,22 @@ SETTINGS: dict[str, type | tuple[type, ...]] = {
     "streams": int, "pools": str, "schedule": str, "discard": str,
     "playout_delay": (int, float), "decode": str, "deliver": str, "uplink": str,
     "replan_cost": str, "batch": str, "start": str, "dit_degree": int,
+    "in_flight": int, "in_flight_policy": str, "cold_start": bool, "run_ahead": (int, float),
 }
 SERVING = ("streams", "pools", "schedule", "discard", "playout_delay", "decode", "deliver",
-           "uplink", "replan_cost", "batch", "start", "dit_degree")
+           "uplink", "replan_cost", "batch", "start", "dit_degree", "in_flight",
+           "in_flight_policy", "cold_start")
+#: ``latsim simulate`` options a grid has no setting for, and why.
+NOT_SETTINGS: dict[str, str] = {
+    "seeds": "the grid's own seeds key (every cell runs that many replications)",
+    "seed": "the grid's own seed key (common random numbers across cells)",
+    "as_json": "output: a grid writes cells.csv, cells.jsonl and cells.parquet",
+    "out": "output: latsim grid --out",
+    "jobs": "where cells run: latsim grid --jobs",
+    "scheduler": "where cells run: latsim grid --scheduler",
+    "max_events": "each cell keeps simulate's default work bound",
+    "serving": "a grid names the serving settings themselves",
+}
 DEFAULT_METRICS = ("n_conditions", "L_mean", "L50", "L95", "stall_pct", "w", "A",
                    "busy_pct", "dit_calls")
 PARTIAL, COMPLETE, RUNNING = "partial", "complete", "running"
@@ -110,13 +125,14 @@ def _setting(where: str, name: str, value: Any) -> Any:
     if kind is None:
         raise LatsimError(f"{where}: unknown setting {name!r}; settings: "
                           f"{', '.join(SETTINGS)}")
-    if isinstance(value, bool) or not isinstance(value, kind):
+    if (isinstance(value, bool) != (kind is bool)) or not isinstance(value, kind):
         raise LatsimError(f"{where}: {name} = {value!r} is not a {_kind_name(kind)}")
     return value
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
-    return "number" if isinstance(kind, tuple) else {int: "integer", str: "string"}[kind]
+    return "number" if isinstance(kind, tuple) else {int: "integer", str: "string",
+                                                     bool: "boolean"}[kind]
 
 
 def parse_grid(text: str, source: str = "grid") -> GridSpec:
@@ -195,6 +211,19 @@ def experiment(spec: GridSpec, index: int):  # noqa: ANN201 - Experiment (lazy i
     K = settings.pop("K")  # noqa: N806
     return Experiment(Ks=(K,), policies=(policy,), seeds=spec.seeds, seed=spec.seed,
                       serving=serving_config, **settings)
+
+
+def check_cells(spec: GridSpec) -> None:
+    """Every cell's settings make an experiment within its work bound (about 30 µs a cell:
+    3 s for the largest grid), or a one-line error naming the first cell that does not."""
+    from latsim.experiments.engine import plan
+
+    for index in range(spec.n_cells):
+        try:
+            plan(experiment(spec, index))
+        except LatsimError as exc:
+            settings = ", ".join(f"{k}={v!r}" for k, v in spec.cell(index).items())
+            raise LatsimError(f"cell {index} ({settings}): {exc}") from None
 
 
 def run_cells(work: tuple[GridSpec, tuple[int, ...]]) -> list[tuple[int, dict]]:
@@ -299,9 +328,11 @@ def _batches(todo: list[int], workers: int) -> list[tuple[int, ...]]:
 
 def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
              progress: Callable[[int, int], None] | None = None) -> GridResult:
-    """Run every cell not already in ``out`` (see the module docstring)."""
+    """Run every cell not already in ``out`` (see the module docstring). Every cell's
+    settings and work bound are checked before anything is written."""
     from latsim.run.folder import write_json
 
+    check_cells(spec)
     out.mkdir(parents=True, exist_ok=True)
     meta_path, lines_path = out / "grid.json", out / "cells.jsonl"
     if meta_path.exists():
