@@ -133,3 +133,46 @@ def test_a_complete_run_and_an_experiment_are_not_marked(tmp_path: Path, run_dir
     for data in (select_run(tmp_path / "whole"), select_run(run_dir)):
         assert not data.partial and data.status_line() == ""
         assert "PARTIAL" not in _title(data)
+
+
+def test_foreign_kinds_bare_records_and_torn_rows_are_said(tmp_path):
+    """A config.json of another kind is refused; bare records are plotted as RECORDS ONLY;
+    --out that is neither a .png nor a folder is refused (matplotlib would write OUT.png);
+    the Perfetto export notes a torn last row instead of dropping it quietly."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from latsim.cli import app
+
+    runner = CliRunner()
+    run = tmp_path / "run"
+    assert runner.invoke(app, ["simulate", "--K", "8", "--C", "0.5", "--seeds", "1",
+                               "--duration", "20", "--out", str(run)]).exit_code == 0
+    foreign = tmp_path / "foreign"
+    shutil.copytree(run, foreign)
+    config = json.loads((foreign / "config.json").read_text())
+    (foreign / "config.json").write_text(json.dumps({**config, "kind": "martian"}))
+    for args in (["plot", "timeline", str(foreign)],
+                 ["export", "perfetto", str(foreign), "--out", str(tmp_path / "f.json")]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "kind 'martian' is not a latsim run" in result.stderr
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for csv_file in run.glob("*.csv"):
+        if csv_file.name != "summary.csv":
+            shutil.copy(csv_file, bare)
+    result = runner.invoke(app, ["plot", "timeline", str(bare)])
+    assert result.exit_code == 0 and "RECORDS ONLY" in result.stdout
+    result = runner.invoke(app, ["plot", "timeline", str(run), "--out", str(tmp_path / "t")])
+    assert result.exit_code == 2 and "give a .png path or an existing folder" in result.stderr
+    assert not (tmp_path / "t.png").exists()
+    result = runner.invoke(app, ["plot", "timeline", str(run), "--out", str(tmp_path)])
+    assert result.exit_code == 0 and (tmp_path / "timeline.png").is_file()
+    slots = run / "slots.csv"
+    slots.write_bytes(slots.read_bytes()[:-5])  # a writer killed mid-row
+    result = runner.invoke(app, ["export", "perfetto", str(run), "--out",
+                                 str(tmp_path / "p.json")])
+    assert result.exit_code == 0 and "is torn" in result.stderr
+    assert "is torn" in json.loads((tmp_path / "p.json").read_text())["metadata"]["notes"][0]

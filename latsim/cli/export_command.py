@@ -23,8 +23,12 @@ def perfetto(
 
     trace = perfetto_trace(run_dir)
     write_json(out, trace)
-    typer.echo(f"wrote {out} ({len(trace['traceEvents'])} events); open it in "
+    meta = trace["metadata"]
+    status = "" if meta["status"] == "complete" else f"; status {meta['status']}"
+    typer.echo(f"wrote {out} ({len(trace['traceEvents'])} events{status}); open it in "
                "https://ui.perfetto.dev")
+    for note in meta.get("notes", ()):
+        typer.echo(f"latsim: note: {note}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -48,6 +48,9 @@ from latsim.run.stream import COMPLETE, INTERRUPTED, RunRecords
 
 FORMAT_VERSION = 1
 KINDS = ("experiment", "simulated", "measured")
+#: Every kind a run folder's config.json may name (``client``: a viewer's,
+#: :data:`latsim.run.viewer.KIND`); another is a foreign folder.
+KNOWN_KINDS = (*KINDS, "client")
 RUNNING = "running"
 INCOMPLETE = "incomplete"  # "running" in a folder no process is writing any more
 FAILED = "failed"  # stopped early by an error (a failed generator)
@@ -357,7 +360,14 @@ def read_run_folder(path: str | Path) -> RunFolder:
     config = _read_json(folder / "config.json")
     if not isinstance(config, dict):
         raise LatsimError(f"{folder / 'config.json'}: expected a JSON object")
-    version = int(config.get("format_version", 0))
+    kind = config.get("kind")
+    if kind is not None and kind not in KNOWN_KINDS:
+        raise LatsimError(f"{folder / 'config.json'}: kind {str(kind)[:40]!r} is not a "
+                          f"latsim run folder's ({', '.join(KNOWN_KINDS)})")
+    try:
+        version = int(config.get("format_version", 0))
+    except (TypeError, ValueError):
+        raise LatsimError(f"{folder / 'config.json'}: format_version is not a number") from None
     if version > FORMAT_VERSION:
         raise LatsimError(f"{folder}: run-folder format {version} is newer than this latsim "
                           f"reads ({FORMAT_VERSION}); upgrade latsim")

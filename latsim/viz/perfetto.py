@@ -57,8 +57,9 @@ def perfetto_trace(run_dir: str | Path) -> dict:
     if folder.config.get("kind") == VIEWER_KIND:
         raise LatsimError(f"{run_dir}: a viewer-side client run; the Perfetto export reads "
                           "simulated and measured run folders (the server's side)")
-    tables = {name: list(folder.records(name))
-              for name in ("jobs", "slots", "stalls", "conditions")}
+    read = {name: folder.records(name) for name in ("jobs", "slots", "stalls", "conditions")}
+    tables = {name: list(rows) for name, rows in read.items()}
+    notes = [rows.torn for rows in read.values() if rows.torn]
     if not tables["jobs"]:
         raise LatsimError(f"{run_dir}: no job records to export")
     serving = {}
@@ -101,7 +102,8 @@ def perfetto_trace(run_dir: str | Path) -> dict:
     events.sort(key=lambda e: (e["pid"], e["ph"] != "M", e["tid"], e.get("ts", 0.0)))
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "metadata": {"source": Path(run_dir).name, "format": "latsim run folder",
-                         "kind": folder.kind, "status": folder.state}}
+                         "kind": folder.kind, "status": folder.state,
+                         **({"notes": notes} if notes else {})}}
 
 
 def _meta(pid: int, tid: int | None, name: str) -> dict:

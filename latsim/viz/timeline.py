@@ -49,12 +49,17 @@ class RunData:
 
     @property
     def partial(self) -> bool:
-        return self.status not in (COMPLETE, "records")
+        """Not known to be complete: stopped early, or bare records whose writer left no
+        config or summary to say whether it finished."""
+        return self.status != COMPLETE
 
     def status_line(self) -> str:
         """``""`` for a complete run; else what kind of partial run and where it ends."""
         parts = []
-        if self.partial:
+        if self.status == "records":
+            parts.append("RECORDS ONLY (no config.json or summary.json: whether the run "
+                         "finished is unknown)")
+        elif self.partial:
             where = ""
             if self.end_time is not None:
                 where = f": records end at {self.end_time:.2f} s" + (
@@ -167,8 +172,12 @@ def plot_timeline(data: RunData, out: str | Path, t0: float | None = None,
     """Draw the timeline of ``data`` between ``t0`` and ``t1`` into the PNG ``out``."""
     import matplotlib.pyplot as plt
 
-    fig = timeline_figure(data, t0, t1)
     path = Path(out)
+    if path.is_dir():
+        path = path / "timeline.png"
+    elif path.suffix.lower() != ".png":  # matplotlib would add .png and we would say out
+        raise LatsimError(f"--out {out}: give a .png path or an existing folder")
+    fig = timeline_figure(data, t0, t1)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, metadata={"Software": None})
     plt.close(fig)
