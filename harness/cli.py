@@ -295,6 +295,7 @@ def serve(
         max_sessions=max_sessions, max_duration=max_duration, warmup=warmup,
         downlink=Shaper(delay, jitter, loss))
     require_device(device)
+    _check_listen(host, port)  # before the model is built and warmed up
     logging.basicConfig(level=logging.WARNING, format="latsim serve: %(message)s")
     logging.getLogger("latsim.serve").setLevel(logging.INFO)  # sessions starting, ending
     server = StreamServer(config)
@@ -320,6 +321,21 @@ def serve(
         raise LatsimError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     finally:
         server.close()
+
+
+def _check_listen(host: str, port: int) -> None:
+    """A one-line error now if ``host:port`` cannot be listened on (a foreign address, a
+    port in use), instead of after the warm-up."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise LatsimError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 @commands.command("client")

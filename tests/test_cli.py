@@ -611,6 +611,8 @@ def test_inputs_that_used_to_slip_through_are_one_line_errors(tmp_path, monkeypa
         (("simulate", "--K", "8", "--C", "0.5", "--updates", "poisson:١"), "ASCII digits"),
         (("simulate", "--K", "8", "--cost", "fixed:٠.٥"), "ASCII digits"),
         (("sweep", "--K", "4", "4", "8"), "--K repeats 4"),
+        (("sweep", "--K", "4", "--out", ""), "--out is empty"),
+        (("sweep", "--K", "4", "--out="), "--out is empty"),
         (("compare", "results/compare/runs", "--replications", "100000"),
          "above the work bound"),
     ]

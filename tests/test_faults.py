@@ -611,3 +611,32 @@ def test_sigterm_mid_run_keeps_the_run_and_exits_130(tmp_path):
     folder = read_run_folder(out / "K2-baseline")
     assert folder.status == "interrupted" and folder.summary["stop_reason"] == "SIGTERM"
     assert json.loads((out / "measure.json").read_text())["interrupted"] is True
+
+
+def test_a_stopped_runs_summary_is_taken_over_the_window_it_covers(tmp_path):
+    """A run stopped at about a third of its window: stall %, busy % and the rest are over
+    [0, end_time], as compare takes them, and the summary says so."""
+    from dataclasses import replace
+
+    from latsim.analysis.metrics import summarize
+
+    gen = FakeGenerator(c=0.03)
+
+    def arm(driver: LiveDriver) -> None:
+        def stop_at_job_4(job):
+            if job.job_id == 4:
+                driver.stop("test stop")
+
+        gen.hook = stop_at_job_4
+
+    (result,) = measure(_config(tmp_path / "runs", policies=("baseline",), lead=0.05,
+                                duration=3.0), generator=gen, on_driver=arm)
+    driver = result.driver
+    assert driver.status == "interrupted" and driver.end_time < 3.0
+    summary = result.summary
+    expected = summarize([replace(driver.records, duration=driver.end_time)])
+    assert summary["window_s"] == pytest.approx(driver.end_time)
+    assert summary["stall_pct"] == pytest.approx(expected.stall_pct)
+    assert summary["busy_pct"] == pytest.approx(expected.busy_pct)
+    assert summary["metrics_window"].startswith("partial: [0, ")
+    assert summary["duration"] == 3.0  # what was asked for stays in the identity

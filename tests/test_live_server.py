@@ -278,3 +278,15 @@ def test_the_server_and_the_simulator_pick_with_one_implementation(schedule):
         assert device.schedule.__module__ == "latsim.model.schedules"
     finally:
         device.stop()
+
+
+def test_serve_refuses_an_address_it_cannot_listen_on_before_any_warm_up():
+    from typer.testing import CliRunner
+
+    from latsim.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--generator", "sleep", "--cost", "fixed:0.1",
+                                      "--host", "192.0.2.1", "--port", "8766"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("latsim: error: cannot listen on 192.0.2.1:8766")
+    assert "warming up" not in result.output

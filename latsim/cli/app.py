@@ -63,6 +63,18 @@ from latsim.formatting import fmt as _fmt
 
 #: Options that take several values after one flag (``--K 4 8 21``).
 MULTI_VALUE_OPTIONS = ("--K",)
+#: Options naming a file or folder: an empty value would read as the working directory.
+PATH_OPTIONS = ("--out", "--trace", "--traces", "--serving")
+
+
+def _refuse_empty_paths(args: list[str]) -> None:
+    for i, arg in enumerate(args):
+        option, sep, value = arg.partition("=")
+        if option not in PATH_OPTIONS:
+            continue
+        given = value if sep else (args[i + 1] if i + 1 < len(args) else None)
+        if given is not None and not given.strip():
+            raise LatsimError(f"{option} is empty; name a file or folder")
 
 
 def _expand_multi_values(args: list[str]) -> list[str]:
@@ -165,6 +177,13 @@ class OneLineErrors(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              windows_expand_args=True, **extra: Any):
         argv = list(sys.argv[1:] if args is None else args)
+        try:
+            _refuse_empty_paths(argv)
+        except LatsimError as exc:
+            typer.echo(f"latsim: error: {exc}", err=True)
+            if not standalone_mode:
+                return 2
+            sys.exit(2)
         if argv[:1] == ["help"] and not {"-h", "--help"} & set(argv):
             argv = [*argv[1:], "--help"]  # latsim help [COMMAND ...] is COMMAND --help
         try:
