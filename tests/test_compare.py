@@ -342,3 +342,34 @@ def test_cdf_figure_title_gives_the_setup_and_what_predicted_means(tmp_path):
         assert "predicted = re-simulated with the run's own measured C" in title
     finally:
         plt.close(fig)
+
+
+def test_damaged_record_files_are_not_compared_as_if_whole(tmp_path):
+    """A complete run's measured metrics come from its summary; its record CSVs are still
+    read, so a conditions.csv that lost a column or a slot with a NaN start is an error."""
+    import shutil
+
+    source = Path(__file__).resolve().parent.parent / "results" / "compare" / "runs"
+    for damage, message in ((lambda d: _drop_column(d / "conditions.csv", "L"),
+                             "conditions.csv:1: the header lacks L"),
+                            (lambda d: _nan_slot(d / "slots.csv"), "has no start time")):
+        run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(source / "K4-baseline", run)
+        damage(run)
+        with pytest.raises(LatsimError, match=message):
+            compare_runs([run], replications=2)
+
+
+def _drop_column(path: Path, column: str) -> None:
+    import csv
+
+    rows = list(csv.reader(path.open(newline="")))
+    keep = [i for i, name in enumerate(rows[0]) if name != column]
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows([[row[i] for i in keep] for row in rows])
+
+
+def _nan_slot(path: Path) -> None:
+    lines = path.read_text().split("\n")
+    lines[2] = lines[2].rsplit(",", 1)[0] + ",nan"
+    path.write_text("\n".join(lines))

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -298,6 +299,19 @@ def _partial_records(folder: RunFolder, trace: Trace, jobs: list[JobRecord],
     )
 
 
+def _check_records(folder: RunFolder) -> None:
+    """Every record CSV of the folder reads (its columns, its cells) and every played slot
+    has a finite start: a damaged record file is an error here, even where the comparison
+    takes a complete run's measured metrics from its summary."""
+    for table in ("conditions", "slots", "stalls"):
+        rows = folder.records(table)
+        if table == "slots":
+            for _, slot in rows:
+                if not math.isfinite(slot.t_start):
+                    raise LatsimError(f"{folder.path / 'slots.csv'}: slot {slot.position} "
+                                      "has no start time (NaN)")
+
+
 def load_measured(run_dir: Path) -> MeasuredRun:
     """Read a single-run folder with what a comparison needs: trace, job samples, the
     measured metrics and latencies over the window it covers (see the module doc)."""
@@ -308,6 +322,7 @@ def load_measured(run_dir: Path) -> MeasuredRun:
                           "or measured runs)")
     folder.require_single_run()
     config = folder.controller_config
+    _check_records(folder)
     notes: list[str] = []
     found = folder.records("jobs")
     if found.torn:
