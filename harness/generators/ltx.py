@@ -67,11 +67,10 @@ from typing import TYPE_CHECKING, Any
 
 from harness.generators.device import (
     device_name,
-    out_of_memory_as_error,
     require_packages,
     torch_device,
-    warm_up,
 )
+from harness.generators.tensors import TensorGenerator
 from latsim.errors import LatsimError
 from latsim.plugins.protocols import GeneratorConfig, GeneratorInfo, JobTiming
 
@@ -408,7 +407,7 @@ class StreamState:
     frames: dict[int, Any] = field(default_factory=dict)  # position -> decoded (1, 3, f, H, W)
 
 
-class LTXGenerator:
+class LTXGenerator(TensorGenerator):
     """Random-weight LTX-2 DiT (+ optional video VAE) executing one job at a time.
 
     Not thread-safe: one worker thread calls :meth:`run_job`; :meth:`reset_stream` and
@@ -475,14 +474,6 @@ class LTXGenerator:
 
     # ------------------------------------------------------------ shapes and inputs
 
-    def latent_shape(self, frames: int) -> tuple[int, int, int, int, int]:
-        return (1, self.preset.in_channels, frames, self.res.latent_h, self.res.latent_w)
-
-    def _randn(self, shape: tuple[int, ...], seed: int) -> Any:
-        torch = self._torch
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        return torch.randn(shape, generator=gen).to(self.device, self.dtype)
-
     def embedding(self, version: int) -> tuple[Any, Any]:
         """The (video, audio) prompt embeddings of ``version`` (seeded; the same version, the
         same tensors). Without audio the audio prompt is one token."""
@@ -534,11 +525,6 @@ class LTXGenerator:
 
     # ------------------------------------------------------------ stream state
 
-    @property
-    def _store(self) -> dict[int, Any]:
-        """The default stream's latents by position."""
-        return self._stream.store
-
     def new_stream(self, K: int, keep_frames: bool = False) -> StreamState:  # noqa: N803
         """A new stream's state: positions ``0..K-1`` hold seeded random latents (the
         prebuffer). LTX's decoder carries no cache, so nothing is decoded here. With
@@ -547,12 +533,6 @@ class LTXGenerator:
         for pos in range(K):
             stream.store[pos] = self._randn(self.latent_shape(1), 7_919 * (pos + 1))
         return stream
-
-    def reset_stream(self, K: int) -> None:  # noqa: N803
-        """Start a new default stream (:meth:`new_stream`)."""
-        self._stream = self.new_stream(K)
-
-    # ------------------------------------------------------------ jobs
 
     def run_job(self, job: StartJob, decode_group: int = 1,
                 stream: StreamState | None = None) -> JobTiming:
@@ -649,20 +629,6 @@ class LTXGenerator:
                 start += count
         return int(out.shape[2])
 
-    def payload(self, stream: StreamState, position: int) -> tuple[str, tuple[int, ...], bytes]:
-        """What a server sends for one slot: the decoded pixels of ``position`` where they
-        were decoded (``pixels``: uint8, (frames, H, W, 3)), else its latent (``latent``:
-        float32, (C, H, W)). Call it from the thread that runs the jobs (a device copy)."""
-        frames = stream.frames.get(position)
-        if frames is not None:
-            pixels = ((frames[0].float().clamp(-1, 1) + 1) * 127.5).round()
-            array = pixels.to(self._torch.uint8).permute(1, 2, 3, 0).contiguous().cpu().numpy()
-            return "pixels", tuple(array.shape), array.tobytes()
-        latent = stream.store[position][0, :, 0].float().contiguous().cpu().numpy()
-        return "latent", tuple(latent.shape), latent.tobytes()
-
-    # ------------------------------------------------------------ description and timing
-
     def describe(self) -> GeneratorInfo:
         c = self.config
         label = f"ltx:{c.preset}@{c.resolution},steps={c.steps}"
@@ -744,17 +710,6 @@ class LTXGenerator:
                 block.attn1.processor = processor
 
     # ------------------------------------------------------------ warm-up and limits
-
-    def warmup(
-        self, K: int, untimed: int = 2, timed: int = 10, decode_group: int = 1,  # noqa: N803
-        gap_s: float = 0.0,
-    ) -> list[JobTiming]:
-        """:func:`~harness.generators.device.warm_up`; raises :class:`LatsimError` if ``K``
-        does not fit in memory."""
-        with out_of_memory_as_error(self._torch, self.device, K,
-                                    f"preset {self.preset.name} at {self.res.name}",
-                                    lambda: setattr(self, "_stream", StreamState(0))):
-            return warm_up(self, K, untimed, timed, decode_group, gap_s)
 
     def check_fits(self, K: int) -> None:  # noqa: N803
         """Up-front memory check for chunk size ``K`` plus the context (a rough estimate).

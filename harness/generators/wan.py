@@ -32,12 +32,11 @@ from typing import Any
 
 from harness.generators.device import (
     device_name,
-    out_of_memory_as_error,
     require_packages,
     torch_device,
-    warm_up,
 )
 from harness.generators.presets import ModelPreset, Resolution, model_preset, resolution
+from harness.generators.tensors import TensorGenerator
 from latsim.controller import StartJob
 from latsim.errors import LatsimError
 from latsim.plugins import GeneratorConfig, GeneratorInfo, JobTiming
@@ -83,7 +82,7 @@ class StreamState:
     frames: dict[int, Any] = field(default_factory=dict)  # position -> decoded (1, 3, f, H, W)
 
 
-class WanGenerator:
+class WanGenerator(TensorGenerator):
     """Random-weight Wan DiT (+ optional VAE) executing one job at a time.
 
     Not thread-safe: one worker thread calls :meth:`run_job`; :meth:`reset_stream` and
@@ -119,14 +118,6 @@ class WanGenerator:
 
     # ------------------------------------------------------------ stream state
 
-    def latent_shape(self, frames: int) -> tuple[int, int, int, int, int]:
-        return (1, self.preset.in_channels, frames, self.res.latent_h, self.res.latent_w)
-
-    def _randn(self, shape: tuple[int, ...], seed: int) -> Any:
-        torch = self._torch
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        return torch.randn(shape, generator=gen).to(self.device, self.dtype)
-
     def embedding(self, version: int) -> Any:
         """The condition embedding of ``version`` (seeded; the same version, the same tensor)."""
         emb = self._embeddings.get(version)
@@ -137,11 +128,6 @@ class WanGenerator:
             emb = self._randn(shape, 1_000_003 * (self.config.seed + 1) + version)
             self._embeddings[version] = emb
         return emb
-
-    @property
-    def _store(self) -> dict[int, Any]:
-        """The default stream's latents by position."""
-        return self._stream.store
 
     def new_stream(self, K: int, keep_frames: bool = False) -> StreamState:  # noqa: N803
         """A new stream's state: positions ``0..K-1`` hold the version-0 prebuffer; its own
@@ -158,12 +144,6 @@ class WanGenerator:
                 self._decode(stream.store[K - 1], stream, keep=False)
             self._sync()
         return stream
-
-    def reset_stream(self, K: int) -> None:  # noqa: N803
-        """Start a new default stream (:meth:`new_stream`)."""
-        self._stream = self.new_stream(K)
-
-    # ------------------------------------------------------------ jobs
 
     def run_job(self, job: StartJob, decode_group: int = 1,
                 stream: StreamState | None = None) -> JobTiming:
@@ -249,18 +229,6 @@ class WanGenerator:
                 stream.frames[first_position + i] = out
         return frames
 
-    def payload(self, stream: StreamState, position: int) -> tuple[str, tuple[int, ...], bytes]:
-        """What a server sends for one slot: the decoded pixels of ``position`` where they
-        were decoded (``pixels``: uint8, (frames, H, W, 3)), else its latent (``latent``:
-        float32, (C, H, W)). Call it from the thread that runs the jobs (a device copy)."""
-        frames = stream.frames.get(position)
-        if frames is not None:
-            pixels = ((frames[0].float().clamp(-1, 1) + 1) * 127.5).round()
-            array = pixels.to(self._torch.uint8).permute(1, 2, 3, 0).contiguous().cpu().numpy()
-            return "pixels", tuple(array.shape), array.tobytes()
-        latent = stream.store[position][0, :, 0].float().contiguous().cpu().numpy()
-        return "latent", tuple(latent.shape), latent.tobytes()
-
     def describe(self) -> GeneratorInfo:
         c = self.config
         return GeneratorInfo(
@@ -275,17 +243,6 @@ class WanGenerator:
     def _sync(self) -> None:
         if self.device.type == "cuda":
             self._torch.cuda.synchronize()
-
-    def warmup(
-        self, K: int, untimed: int = 2, timed: int = 10, decode_group: int = 1,  # noqa: N803
-        gap_s: float = 0.0,
-    ) -> list[JobTiming]:
-        """:func:`~harness.generators.device.warm_up`; raises :class:`LatsimError` if ``K``
-        does not fit in memory."""
-        with out_of_memory_as_error(self._torch, self.device, K,
-                                    f"preset {self.preset.name} at {self.res.name}",
-                                    lambda: setattr(self, "_stream", StreamState(0))):
-            return warm_up(self, K, untimed, timed, decode_group, gap_s)
 
     def check_fits(self, K: int) -> None:  # noqa: N803
         """Up-front memory and position checks for chunk size ``K`` (a rough estimate)."""
