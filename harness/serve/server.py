@@ -217,7 +217,9 @@ class StreamServer:
                         log.info("session %s: K=%d %s, %g s, lead %.4f s, from %s",
                                  session.id, session.timing.K, session.policy,
                                  session.duration, session.lead, websocket.remote_address)
-                        await asyncio.to_thread(session.driver.started.wait)
+                        # bounded: a thread of the default executor that never returned
+                        # would hold up the event loop's shutdown
+                        await asyncio.to_thread(session.driver.started.wait, 10.0)
                         session.send_ready()
                     elif isinstance(message, Shape):
                         if session is not None:
