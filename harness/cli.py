@@ -284,7 +284,8 @@ def serve(
 
     from harness.generators.device import require_device
     from harness.net.netclock import Shaper
-    from harness.serve.server import ServerConfig, StreamServer
+    from harness.serve.config import ServerConfig
+    from harness.serve.server import StreamServer
     from latsim.plugins import load_generator
 
     load_generator(generator)

@@ -71,9 +71,11 @@ def test_latsim_never_imports_the_harness_at_module_level():
     assert not offenders
 
 
-def test_no_import_cycles_among_latsim_modules_even_through_lazy_imports():
-    modules = {_module_name(p): p for p in _sources("latsim")}
-    # imports inside functions count: a lazy import still makes a cycle of layers
+@pytest.mark.parametrize("package", ["latsim", "harness"])
+def test_no_import_cycles_even_through_lazy_or_type_checking_imports(package):
+    modules = {_module_name(p): p for p in _sources(package)}
+    # imports inside functions (and under TYPE_CHECKING) count: a lazy import still makes
+    # a cycle of layers
     graph = {
         name: {m for m in _imports(path, module_level_only=False) if m in modules and m != name}
         for name, path in modules.items()

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from latsim.controller import StartJob
 from latsim.errors import LatsimError
@@ -23,8 +23,15 @@ from latsim.plugins import (
     schedule_failed,
 )
 
-if TYPE_CHECKING:
-    from harness.serve.session import Session
+
+class DeviceStream(Protocol):
+    """What the device needs of a session (:class:`harness.serve.session.Session`): the
+    stream index a schedule sees, its generator stream state and where its slots' payloads
+    go."""
+
+    index: int
+    stream: Any
+    payloads: dict[tuple[int, int], tuple[str, tuple[int, ...], bytes]]
 
 
 @dataclass(eq=False)
@@ -32,7 +39,7 @@ class QueuedJob:
     """One job waiting for (or running on) the device; the schedule sees it as a
     :class:`latsim.plugins.WaitingTask`."""
 
-    session: Session
+    session: DeviceStream
     job: StartJob
     playable_until: float  # perf_counter time its stream's buffer runs out
     seq: int
@@ -82,7 +89,7 @@ class SharedDevice:
         self._thread = threading.Thread(target=self._loop, name="latsim-device", daemon=True)
         self._thread.start()
 
-    def run(self, session: Session, job: StartJob, playable_until: float,
+    def run(self, session: DeviceStream, job: StartJob, playable_until: float,
             started: Callable[[float], None]) -> JobTiming:
         """Queue ``job`` of ``session`` and block until it ran."""
         with self._cond:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from harness.live.driver import DriverConfig, LiveDriver
 from harness.net.netclock import Shaper
@@ -22,18 +22,27 @@ from harness.net.wire import (
     SlotHeader,
     encode_slot,
 )
+from harness.serve.config import ServerConfig
 from harness.serve.device import SharedDevice
 from latsim.analysis.metrics import summarize
 from latsim.controller import ControllerConfig, PlaySlot, StartJob
 from latsim.controller.policies import PRESETS
 from latsim.controller.records import ConditionRecord, JobRecord
 from latsim.controller.timing import Timing
-from latsim.plugins import (
-    JobTiming,
-)
+from latsim.plugins import GeneratorInfo, JobTiming
 
-if TYPE_CHECKING:
-    from harness.serve.server import StreamServer
+
+class SessionHost(Protocol):
+    """What a session needs of its server (:class:`harness.serve.server.StreamServer`)."""
+
+    config: ServerConfig
+    leads: dict[int, Any]  # K -> LeadChoice
+    info: GeneratorInfo
+    device: SharedDevice | None
+    generator: Any  # the LiveGenerator the device runs
+    run_id: str
+
+    def session_ended(self, session: Session) -> None: ...
 
 
 class _SessionExecutor:
@@ -51,7 +60,7 @@ class Session:
     """One viewer's stream: controller (in a live driver on its own thread), generator
     stream state, and the shaped, ordered outbox of its connection."""
 
-    def __init__(self, server: StreamServer, session_id: str, hello: Hello,
+    def __init__(self, server: SessionHost, session_id: str, hello: Hello,
                  send: Callable[[bytes | str, float], None], downlink: Shaper) -> None:
         self.server = server
         self.id = session_id

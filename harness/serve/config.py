@@ -1,0 +1,39 @@
+"""What ``latsim serve`` builds and how it serves: :class:`ServerConfig`, checked when made
+(the schedule a registered one, every number in :data:`latsim.errors.OPTION_BOUNDS`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.net.netclock import Shaper
+from latsim.errors import LatsimError, check_option
+from latsim.plugins import GeneratorConfig, available
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What ``latsim serve`` builds and how it serves."""
+
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    generator_name: str = "wan"  # a registered live generator
+    Ks: tuple[int, ...] = (4,)  # chunk sizes a session may ask for (warmed up at start)
+    host: str = "127.0.0.1"
+    port: int = 8765  # 0: any free port
+    schedule: str = "fifo"
+    max_sessions: int = 8
+    max_duration: float = 3600.0  # longest session window a viewer may ask for (s)
+    warmup: int = 10  # timed warm-up jobs per K (they set the default lead)
+    downlink: Shaper = field(default_factory=Shaper)  # default shaping of what it sends
+    clock_offset: float = 0.0  # added to the server clock (tests of the viewer's alignment)
+
+    def __post_init__(self) -> None:
+        if self.schedule not in available("schedules"):
+            raise LatsimError(f"--schedule must be one of {', '.join(available('schedules'))}"
+                              f", got {self.schedule!r}")
+        if not self.Ks or len(self.Ks) > 16:
+            raise LatsimError("--K takes 1 to 16 chunk sizes")
+        for K in self.Ks:  # noqa: N806
+            check_option("--K", K)
+        for option, value in (("--port", self.port), ("--max-sessions", self.max_sessions),
+                              ("--warmup", self.warmup), ("--max-duration", self.max_duration)):
+            check_option(option, value)
