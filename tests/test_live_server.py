@@ -21,8 +21,8 @@ pytest.importorskip("websockets")
 
 from harness.net.netclock import Shaper  # noqa: E402
 from harness.net.wire import ProtocolError, decode_frame, encode_frame, parse_text  # noqa: E402
-from harness.serve.device import SharedDevice
 from harness.serve.config import ServerConfig  # noqa: E402
+from harness.serve.device import SharedDevice
 from harness.serve.server import ServerThread, StreamServer  # noqa: E402
 from harness.viewer.client import ClientConfig, run_client  # noqa: E402
 from latsim.cli import app  # noqa: E402
