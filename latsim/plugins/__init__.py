@@ -36,7 +36,17 @@ from latsim.plugins.protocols import (
     TimesForwards,
     WaitingTask,
 )
-from latsim.plugins.registry import Plugin, available, call, load, plugins, refresh, wrong_type
+from latsim.plugins.registry import (
+    Plugin,
+    available,
+    call,
+    first_line,
+    load,
+    plugins,
+    refresh,
+    short,
+    wrong_type,
+)
 
 __all__ = [
     "ArrivalChecks", "CostFactory", "CostModel", "CountsConditions", "GeneratorConfig",
@@ -47,11 +57,6 @@ __all__ = [
 ]
 
 
-def _short(text: str) -> str:
-    shown = repr(text)
-    return shown if len(shown) <= 60 else shown[:57] + "...'"
-
-
 def load_cost(spec: str) -> CostModel:
     """The cost model of a ``PREFIX:ARGS`` spec (``--cost``, ``--decode``, ... and the
     serving and grid TOML files)."""
@@ -59,9 +64,9 @@ def load_cost(spec: str) -> CostModel:
         raise LatsimError(f"a cost spec is text like fixed:1.6, got {type(spec).__name__}")
     prefix, sep, args = spec.partition(":")
     if not sep:
-        raise LatsimError(f"cost spec {_short(spec)} needs the form KIND:ARGS, e.g. fixed:1.6")
+        raise LatsimError(f"cost spec {short(spec)} needs the form KIND:ARGS, e.g. fixed:1.6")
     if prefix not in available("costs"):
-        raise LatsimError(f"unknown cost spec prefix {_short(prefix)}; registered: "
+        raise LatsimError(f"unknown cost spec prefix {short(prefix)}; registered: "
                           f"{', '.join(p + ':' for p in available('costs'))}")
     model = call("costs", prefix, args)
     if not isinstance(model, CostModel):
@@ -72,9 +77,6 @@ def load_cost(spec: str) -> CostModel:
 
 def load_schedule(name: str) -> Schedule:
     """The scheduling policy registered as ``name`` (``--schedule``)."""
-    if not isinstance(name, str) or name not in available("schedules"):
-        raise LatsimError(f"unknown schedule {_short(str(name))}; registered: "
-                          f"{', '.join(available('schedules'))}")
     return load("schedules", name)
 
 
@@ -87,22 +89,16 @@ def schedule_failed(schedule: Schedule, exc: Exception | None) -> LatsimError:
         return LatsimError(f"schedule {name} returned something that is not a waiting task")
     if isinstance(exc, LatsimError):
         return exc
-    lines = str(exc).strip().splitlines()
-    return LatsimError(f"schedule {name} failed: {type(exc).__name__}: "
-                       f"{lines[0] if lines else '(no message)'}")
+    return LatsimError(f"schedule {name} failed: {type(exc).__name__}: {first_line(exc)}")
 
 
 def load_generator(name: str) -> GeneratorFactory:
     """The factory of the live generator registered as ``name`` (``--generator``)."""
-    if not isinstance(name, str) or name not in available("generators"):
-        raise LatsimError(f"unknown generator {_short(str(name))}; registered: "
-                          f"{', '.join(available('generators'))}")
     return load("generators", name)
 
 
 def build_generator(name: str, config: GeneratorConfig) -> LiveGenerator:
     """Build generator ``name`` from ``config``, checking that it is a live generator."""
-    load_generator(name)
     generator = call("generators", name, config)
     if not isinstance(generator, LiveGenerator):
         raise wrong_type("generators", name, generator,

@@ -13,7 +13,7 @@ plug-in and its distribution, never a traceback.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from latsim.errors import LatsimError
@@ -36,6 +36,7 @@ class Plugin:
     name: str
     target: str  # ``module:attribute``
     distribution: str  # ``name version``
+    entry: Any = field(default=None, compare=False, repr=False)  # its importlib EntryPoint
 
     def describe(self) -> str:
         return f"{WHAT[self.kind]} {self.name!r} ({self.target}, from {self.distribution})"
@@ -66,7 +67,7 @@ def _discover() -> dict[str, dict[str, list[Plugin]]]:
                             else "an unknown distribution")
                 plugins = found[kind].setdefault(entry.name, [])
                 if all(p.distribution != provider for p in plugins):  # a path seen twice
-                    plugins.append(Plugin(kind, entry.name, entry.value, provider))
+                    plugins.append(Plugin(kind, entry.name, entry.value, provider, entry))
         _found = found
     return _found
 
@@ -91,10 +92,10 @@ def available(kind: str) -> tuple[str, ...]:
 
 def lookup(kind: str, name: str) -> Plugin:
     """The one entry registered as ``name``; a one-line error if there is none or several."""
-    found = _discover()[_kind(kind)].get(name)
+    found = _discover()[_kind(kind)].get(name) if isinstance(name, str) else None
     if not found:
         names = ", ".join(available(kind)) or "none (is latsim installed? pip install -e .)"
-        raise LatsimError(f"unknown {WHAT[kind]} {_short(name)}; registered: {names}")
+        raise LatsimError(f"unknown {WHAT[kind]} {short(str(name))}; registered: {names}")
     if len(found) > 1:
         providers = " and by ".join(sorted(p.distribution for p in found))
         raise LatsimError(f"{WHAT[kind]} {name!r} is registered by {providers}; uninstall one")
@@ -103,22 +104,17 @@ def lookup(kind: str, name: str) -> Plugin:
 
 def load(kind: str, name: str) -> Any:
     """The object ``name`` points at, imported once; it must be callable."""
+    plugin = lookup(kind, name)  # a name that is not a registered string fails here
     key = (kind, name)
     if key in _loaded:
         return _loaded[key]
-    plugin = lookup(kind, name)
-    module, _, attribute = plugin.target.partition(":")
     try:
-        from importlib import import_module
-
-        value: Any = import_module(module.strip())
-        for part in attribute.strip().split(".") if attribute.strip() else ():
-            value = getattr(value, part)
+        value = plugin.entry.load()
     except LatsimError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure of foreign code is one line
         raise LatsimError(f"{plugin.describe()} failed to import: "
-                          f"{type(exc).__name__}: {_first_line(exc)}") from None
+                          f"{type(exc).__name__}: {first_line(exc)}") from None
     if not callable(value):
         raise LatsimError(f"{plugin.describe()} is a {type(value).__name__}, not a callable")
     _loaded[key] = value
@@ -135,7 +131,7 @@ def call(kind: str, name: str, *args: Any) -> Any:
         raise
     except Exception as exc:  # noqa: BLE001 - foreign code
         raise LatsimError(f"{lookup(kind, name).describe()} failed: "
-                          f"{type(exc).__name__}: {_first_line(exc)}") from None
+                          f"{type(exc).__name__}: {first_line(exc)}") from None
 
 
 def wrong_type(kind: str, name: str, value: object, expected: str) -> LatsimError:
@@ -144,11 +140,13 @@ def wrong_type(kind: str, name: str, value: object, expected: str) -> LatsimErro
                        f"{type(value).__name__}, not {expected}")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, for a one-line error."""
     text = str(exc).strip().splitlines()
     return text[0] if text else "(no message)"
 
 
-def _short(text: str) -> str:
+def short(text: str) -> str:
+    """``repr`` of a name or spec for a message, cut to a readable length."""
     shown = repr(text)
     return shown if len(shown) <= 60 else shown[:57] + "...'"
