@@ -20,7 +20,7 @@ from latsim.plugins import (
     LiveGenerator,
     Schedule,
     load_schedule,
-    schedule_failed,
+    take_next,
 )
 
 
@@ -119,21 +119,10 @@ class SharedDevice:
     def _pick(self) -> QueuedJob:
         """The waiting job the schedule names (the one implementation the simulator uses
         too); a schedule that fails stops the device with that error for every job."""
-        waiting = self._waiting
-        if len(waiting) == 1:
-            return waiting.pop()
         now = time.perf_counter()
-        for request in waiting:
-            request.picked_at = now
-        try:
-            best = self.schedule(waiting, now)
-        except Exception as exc:  # noqa: BLE001 - a plug-in's failure is one line
-            raise schedule_failed(self.schedule, exc) from None
-        try:
-            waiting.remove(best)  # type: ignore[arg-type]
-        except ValueError:
-            raise schedule_failed(self.schedule, None) from None
-        return best  # type: ignore[return-value]
+        for request in self._waiting:
+            request.picked_at = now  # the time their slack is read at
+        return take_next(self._waiting, self.schedule, now)
 
     def _loop(self) -> None:
         while True:

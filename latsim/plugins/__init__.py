@@ -18,6 +18,9 @@ group                  entry name                   the object it points at
 
 from __future__ import annotations
 
+from collections.abc import MutableSequence
+from typing import Any
+
 from latsim.errors import LatsimError
 from latsim.plugins.protocols import (
     ArrivalChecks,
@@ -53,7 +56,7 @@ __all__ = [
     "GeneratorFactory", "GeneratorInfo", "JobTiming", "LiveGenerator", "Parallel",
     "Pipelined", "Plugin", "Schedule", "Staged", "TimesForwards", "WaitingTask", "available",
     "build_generator", "load_cost", "load_generator", "load_schedule", "plugins", "refresh",
-    "schedule_failed",
+    "schedule_failed", "take_next",
 ]
 
 
@@ -78,6 +81,24 @@ def load_cost(spec: str) -> CostModel:
 def load_schedule(name: str) -> Schedule:
     """The scheduling policy registered as ``name`` (``--schedule``)."""
     return load("schedules", name)
+
+
+def take_next(waiting: MutableSequence[Any], schedule: Schedule, now: float) -> Any:
+    """Take off ``waiting`` (in submission order) the task ``schedule`` serves next: the
+    one loop the serving simulator and the live server share. With one task waiting there
+    is nothing to choose. A schedule that raises, or returns something that is not
+    waiting, is a one-line error (:func:`schedule_failed`)."""
+    if len(waiting) == 1:
+        return waiting.pop()
+    try:
+        best = schedule(waiting, now)
+    except Exception as exc:  # noqa: BLE001 - a plug-in's failure is one line
+        raise schedule_failed(schedule, exc) from None
+    try:
+        waiting.remove(best)
+    except ValueError:
+        raise schedule_failed(schedule, None) from None
+    return best
 
 
 def schedule_failed(schedule: Schedule, exc: Exception | None) -> LatsimError:

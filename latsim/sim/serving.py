@@ -42,7 +42,7 @@ from latsim.model.costs import CostModel
 from latsim.model.generators import StagedGenerator, Step, StepStreams
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
-from latsim.plugins import Schedule, load_schedule, schedule_failed
+from latsim.plugins import load_schedule, take_next
 from latsim.run.serving import (
     ClientStallRecord,
     ServingRecords,
@@ -95,21 +95,6 @@ class _Task:
         return self.port.slack(self.port.env.now)
 
 
-def _pick(waiting: deque[_Task], schedule: Schedule, now: float) -> _Task:
-    """Take the waiting task ``schedule`` serves next."""
-    if len(waiting) == 1:
-        return waiting.popleft()
-    try:
-        best = schedule(waiting, now)
-    except Exception as exc:  # noqa: BLE001 - a plug-in's failure is one line
-        raise schedule_failed(schedule, exc) from None
-    try:
-        waiting.remove(best)  # type: ignore[arg-type]
-    except ValueError:
-        raise schedule_failed(schedule, None) from None
-    return best  # type: ignore[return-value]
-
-
 class _PipelinePool:
     """A lockstep pipeline of ``depth`` ranks, one device each (Wave Forcing's 1F1C): a
     task enters at a round boundary, at most one per round, and leaves ``depth`` rounds
@@ -155,7 +140,7 @@ class _PipelinePool:
         engine, now = self.engine, self.engine.env.now
         if self._anchor is None:
             self._anchor = now
-        task = _pick(self.waiting, engine.schedule, now)
+        task = take_next(self.waiting, engine.schedule, now)
         self._last_entry = now
         batch_id = engine.new_batch()
         self.in_flight[batch_id] = (task, now)
@@ -210,7 +195,7 @@ class _Pool:
         self.dispatch()
 
     def _next(self, now: float) -> _Task:
-        return _pick(self.waiting, self.engine.schedule, now)
+        return take_next(self.waiting, self.engine.schedule, now)
 
     def dispatch(self) -> None:
         env = self.engine.env
