@@ -70,7 +70,7 @@ from harness.generators.device import (
     require_packages,
     torch_device,
 )
-from harness.generators.tensors import TensorGenerator
+from harness.generators.tensors import TensorGenerator, check_model_options
 from latsim.errors import LatsimError
 from latsim.plugins.protocols import GeneratorConfig, GeneratorInfo, JobTiming
 
@@ -363,14 +363,7 @@ class LTXConfig:
     def __post_init__(self) -> None:
         model_preset(self.preset)
         resolution(self.resolution)
-        if self.steps <= 0:
-            raise LatsimError(f"--steps must be a positive integer, got {self.steps}")
-        if self.context < 0:
-            raise LatsimError(f"--context must be >= 0 latents, got {self.context}")
-        if self.device not in ("cpu", "cuda"):
-            raise LatsimError(f"unknown device {self.device!r}; choose cpu or cuda")
-        if self.threads is not None and self.threads <= 0:
-            raise LatsimError(f"threads must be a positive integer, got {self.threads}")
+        check_model_options(self.steps, self.context, self.device, self.threads)
         allowed = OPTIONS["audio"][1]
         if self.audio not in allowed:
             raise LatsimError(f"generator ltx option audio={self.audio!r}; choose one of: "
@@ -542,7 +535,6 @@ class LTXGenerator(TensorGenerator):
         stream = stream or self._stream
         store = stream.store
         K = job.length  # noqa: N806
-        cuda = self.device.type == "cuda"
         # Set-up outside the timed region, as the Wan generator's: seeded noise (drawn on the
         # CPU, the same on every device) and the prompt embeddings are on the device, and the
         # sampler's step index is set (no host sync looking it up on its first step).
@@ -552,16 +544,8 @@ class LTXGenerator(TensorGenerator):
         self.scheduler.set_timesteps(self.config.steps, device=self.device)
         self.scheduler.set_begin_index(0)
         sigmas = self.scheduler.sigmas
-        t_start = time.perf_counter()
-        if cuda:
-            ev_start = torch.cuda.Event(enable_timing=True)
-            ev_end = torch.cuda.Event(enable_timing=True)
-            ev_start.record()
-        with torch.inference_mode():
-            n_ctx = 0
-            limit = min(self.config.context, job.context, job.branch)
-            while n_ctx < limit and (job.branch - n_ctx - 1) in store:
-                n_ctx += 1
+        with self._clock() as clock, torch.inference_mode():
+            n_ctx = self._context_length(store, job)
             ctx = (
                 self._pack(torch.cat([store[p] for p in range(job.branch - n_ctx, job.branch)],
                                      dim=2))
@@ -587,23 +571,14 @@ class LTXGenerator(TensorGenerator):
             latents = self._unpack(x, K)
             for i in range(K):
                 store[job.branch + i] = latents[:, :, i : i + 1]
-            stale = job.branch - 2 * K - self.config.context
-            for pos in [p for p in store if p < stale]:
-                del store[pos]
-            for pos in [p for p in stream.frames if p < stale]:
-                del stream.frames[pos]
+            self._forget_stale(stream, job)
             decoded_latents = decoded_frames = 0
             if self.vae is not None and decode_group > 0:
                 decoded_latents = min(decode_group, K)
                 decoded_frames = self._decode(stream, job.branch, decoded_latents)
-        device_s = None
-        if cuda:
-            ev_end.record()
-            ev_end.synchronize()
-            device_s = ev_start.elapsed_time(ev_end) / 1000.0
-        t_end = time.perf_counter()
-        return JobTiming(job.job_id, job.kind, K, job.branch, job.version, n_ctx, t_start,
-                         t_end, device_s, decoded_latents, decoded_frames)
+        return JobTiming(job.job_id, job.kind, K, job.branch, job.version, n_ctx,
+                         clock.t_start, clock.t_end, clock.device_s, decoded_latents,
+                         decoded_frames)
 
     def decode_latents(self, z: Any) -> Any:
         """Decode (1, C, n, H, W) latents alone: (1, 3, 1 + 8 (n - 1), 32 H, 32 W) pixels."""

@@ -10,10 +10,34 @@ here.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from harness.generators.device import out_of_memory_as_error, warm_up
+from harness.generators.device import DEVICES, out_of_memory_as_error, warm_up
+from latsim.controller import StartJob
+from latsim.errors import LatsimError, check_option
 from latsim.plugins import JobTiming
+
+
+def check_model_options(steps: int, context: int, device: str, threads: int | None) -> None:
+    """The options every model generator takes, in :data:`latsim.errors.OPTION_BOUNDS`."""
+    for option, value in (("--steps", steps), ("--context", context),
+                          ("--threads", threads)):
+        check_option(option, value)
+    if device not in DEVICES:
+        raise LatsimError(f"unknown device {device!r}; choose cpu or cuda")
+
+
+@dataclass
+class JobClock:
+    """A job's wall-clock start and end (``perf_counter``) and, on CUDA, its event time."""
+
+    t_start: float = 0.0
+    t_end: float = 0.0
+    device_s: float | None = None
 
 
 class TensorGenerator:
@@ -24,6 +48,7 @@ class TensorGenerator:
     dtype: Any
     preset: Any
     res: Any
+    config: Any  # with ``context``: the clean prefix latents a job may be fed
     _stream: Any
 
     def latent_shape(self, frames: int) -> tuple[int, int, int, int, int]:
@@ -34,6 +59,39 @@ class TensorGenerator:
         torch = self._torch
         gen = torch.Generator(device="cpu").manual_seed(seed)
         return torch.randn(shape, generator=gen).to(self.device, self.dtype)
+
+    def _context_length(self, store: dict[int, Any], job: StartJob) -> int:
+        """The clean latents just before the branch a job is fed: at most ``context``, as
+        many as the controller says exist, and those the store still holds."""
+        n_ctx = 0
+        limit = min(self.config.context, job.context, job.branch)
+        while n_ctx < limit and (job.branch - n_ctx - 1) in store:
+            n_ctx += 1
+        return n_ctx
+
+    def _forget_stale(self, stream: Any, job: StartJob) -> None:
+        """Drop latents and pixels no later job can use as context (or a server send)."""
+        stale = job.branch - 2 * job.length - self.config.context
+        for pos in [p for p in stream.store if p < stale]:
+            del stream.store[pos]
+        for pos in [p for p in stream.frames if p < stale]:
+            del stream.frames[pos]
+
+    @contextmanager
+    def _clock(self) -> Iterator[JobClock]:
+        """Time the block on the wall clock and, on CUDA, with events (synchronized)."""
+        clock = JobClock(time.perf_counter())
+        cuda = self.device.type == "cuda"
+        if cuda:
+            ev_start = self._torch.cuda.Event(enable_timing=True)
+            ev_end = self._torch.cuda.Event(enable_timing=True)
+            ev_start.record()
+        yield clock
+        if cuda:
+            ev_end.record()
+            ev_end.synchronize()
+            clock.device_s = ev_start.elapsed_time(ev_end) / 1000.0
+        clock.t_end = time.perf_counter()
 
     @property
     def _store(self) -> dict[int, Any]:

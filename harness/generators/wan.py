@@ -26,7 +26,6 @@ Everything runs under ``torch.inference_mode``.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +35,7 @@ from harness.generators.device import (
     torch_device,
 )
 from harness.generators.presets import ModelPreset, Resolution, model_preset, resolution
-from harness.generators.tensors import TensorGenerator
+from harness.generators.tensors import TensorGenerator, check_model_options
 from latsim.controller import StartJob
 from latsim.errors import LatsimError
 from latsim.plugins import GeneratorConfig, GeneratorInfo, JobTiming
@@ -59,14 +58,7 @@ class WanConfig:
     def __post_init__(self) -> None:
         model_preset(self.preset)
         resolution(self.resolution)
-        if self.steps <= 0:
-            raise LatsimError(f"--steps must be a positive integer, got {self.steps}")
-        if self.context < 0:
-            raise LatsimError(f"--context must be >= 0 latents, got {self.context}")
-        if self.device not in ("cpu", "cuda"):
-            raise LatsimError(f"unknown device {self.device!r}; choose cpu or cuda")
-        if self.threads is not None and self.threads <= 0:
-            raise LatsimError(f"threads must be a positive integer, got {self.threads}")
+        check_model_options(self.steps, self.context, self.device, self.threads)
 
 
 @dataclass
@@ -153,7 +145,6 @@ class WanGenerator(TensorGenerator):
         stream = stream or self._stream
         store = stream.store
         K = job.length  # noqa: N806
-        cuda = self.device.type == "cuda"
         # Set-up outside the timed region: the seeded noise and the condition embedding
         # (drawn on the CPU, the same on every device) are on the device, and the sampler's
         # step index is set, so its first step does not look the index up with a host sync
@@ -162,16 +153,8 @@ class WanGenerator(TensorGenerator):
         ehs = self.embedding(job.version)
         self.scheduler.set_timesteps(self.config.steps, device=self.device)
         self.scheduler.set_begin_index(0)
-        t_start = time.perf_counter()
-        if cuda:
-            ev_start = torch.cuda.Event(enable_timing=True)
-            ev_end = torch.cuda.Event(enable_timing=True)
-            ev_start.record()
-        with torch.inference_mode():
-            n_ctx = 0
-            limit = min(self.config.context, job.context, job.branch)
-            while n_ctx < limit and (job.branch - n_ctx - 1) in store:
-                n_ctx += 1
+        with self._clock() as clock, torch.inference_mode():
+            n_ctx = self._context_length(store, job)
             ctx = (
                 torch.cat([store[p] for p in range(job.branch - n_ctx, job.branch)], dim=2)
                 if n_ctx
@@ -192,24 +175,15 @@ class WanGenerator(TensorGenerator):
                 x = self.scheduler.step(v, t, x, return_dict=False)[0]
             for i in range(K):
                 store[job.branch + i] = x[:, :, i : i + 1]
-            stale = job.branch - 2 * K - self.config.context
-            for pos in [p for p in store if p < stale]:
-                del store[pos]
-            for pos in [p for p in stream.frames if p < stale]:
-                del stream.frames[pos]
+            self._forget_stale(stream, job)
             decoded_latents = decoded_frames = 0
             if self.vae is not None and decode_group > 0:
                 decoded_latents = min(decode_group, K)
                 decoded_frames = self._decode(x[:, :, :decoded_latents], stream,
                                               first_position=job.branch)
-        device_s = None
-        if cuda:
-            ev_end.record()
-            ev_end.synchronize()
-            device_s = ev_start.elapsed_time(ev_end) / 1000.0
-        t_end = time.perf_counter()
-        return JobTiming(job.job_id, job.kind, K, job.branch, job.version, n_ctx, t_start,
-                         t_end, device_s, decoded_latents, decoded_frames)
+        return JobTiming(job.job_id, job.kind, K, job.branch, job.version, n_ctx,
+                         clock.t_start, clock.t_end, clock.device_s, decoded_latents,
+                         decoded_frames)
 
     def _decode(self, z: Any, stream: StreamState, first_position: int = 0,
                 keep: bool = True) -> int:
