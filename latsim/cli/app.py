@@ -177,16 +177,10 @@ class OneLineErrors(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              windows_expand_args=True, **extra: Any):
         argv = list(sys.argv[1:] if args is None else args)
-        try:
-            _refuse_empty_paths(argv)
-        except LatsimError as exc:
-            typer.echo(f"latsim: error: {exc}", err=True)
-            if not standalone_mode:
-                return 2
-            sys.exit(2)
         if argv[:1] == ["help"] and not {"-h", "--help"} & set(argv):
             argv = [*argv[1:], "--help"]  # latsim help [COMMAND ...] is COMMAND --help
         try:
+            _refuse_empty_paths(argv)
             code = super().main(args=_expand_multi_values(argv), prog_name=prog_name,
                                 complete_var=complete_var, standalone_mode=False, **extra)
             if code == 130:  # typer's own Exit(130) for an interrupt outside a command

@@ -41,11 +41,16 @@ def _cell_width(cell: str) -> int:
     return max((len(line) for line in cell.splitlines()), default=0)
 
 
-def fitted(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
-    """The indices of the columns shown at ``width``: by rank, while the table fits (each
-    column takes its widest cell plus three characters of padding and rule)."""
-    need = [max([len(c.header)] + [_cell_width(row[i]) for row in rows]) + 3
+def _needs(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[int]:
+    """Each column's width: its widest cell (or header) plus three characters of padding
+    and rule."""
+    return [max([len(c.header)] + [_cell_width(row[i]) for row in rows]) + 3
             for i, c in enumerate(columns)]
+
+
+def fitted(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+    """The indices of the columns shown at ``width``: by rank, while the table fits."""
+    need = _needs(columns, rows)
     shown: list[int] = []
     used = 1  # the table's right-hand rule
     for i in sorted(range(len(columns)), key=lambda i: (columns[i].rank, i)):
@@ -70,9 +75,9 @@ def print_table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[s
                          no_wrap=True)
     for row in rows:
         table.add_row(*(row[i] for i in shown))
-    console = Console(width=min(width, max(80, sum(
-        max([len(columns[i].header)] + [_cell_width(r[i]) for r in rows]) + 3
-        for i in shown) + 1)), highlight=False)
+    need = _needs(columns, rows)
+    console = Console(width=min(width, max(80, sum(need[i] for i in shown) + 1)),
+                      highlight=False)
     console.print(table)
     for note in notes:
         console.print(note, highlight=False)
