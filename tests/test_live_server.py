@@ -291,3 +291,14 @@ def test_serve_refuses_an_address_it_cannot_listen_on_before_any_warm_up():
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("latsim: error: cannot listen on 192.0.2.1:8766")
     assert "warming up" not in result.output
+
+
+def test_a_viewers_strings_are_bounded_and_the_servers_long_texts_still_parse():
+    from harness.net.wire import FROM_CLIENT, FROM_SERVER, MAX_STRING, parse_message
+
+    long = "x" * (MAX_STRING + 1)
+    with pytest.raises(ProtocolError, match=f"longer than {MAX_STRING}"):
+        parse_message(json.dumps({"type": "hello", "K": 4, "duration": 5, "policy": long}),
+                      FROM_CLIENT)
+    refused = parse_message(json.dumps({"type": "error", "error": long}), FROM_SERVER)
+    assert refused.error == long  # e.g. a refusal listing every K the server offers

@@ -42,7 +42,8 @@ _LEN = struct.Struct(">I")
 #: Largest header of a slot frame, and largest text message accepted (bytes).
 MAX_HEADER = 1 << 20
 MAX_TEXT = 1 << 16
-#: Longest string field accepted in a message (characters).
+#: Longest string field accepted in a viewer's message (characters); the server's own
+#: messages (error texts, lead sources) are bounded by :data:`MAX_TEXT` alone.
 MAX_STRING = 200
 
 
@@ -101,7 +102,8 @@ def _bound(name: str) -> Bound | None:
     return WIRE_BOUNDS.get(name) or OPTION_BOUNDS.get("--" + name.replace("_", "-"))
 
 
-def _value(kind: str, name: str, annotation: str, value: object) -> object:
+def _value(kind: str, name: str, annotation: str, value: object,
+           max_string: int | None) -> object:
     """``value`` of field ``name`` checked against its annotation and range."""
     optional = annotation.endswith("| None")
     base = annotation.removesuffix("| None").strip()
@@ -124,8 +126,8 @@ def _value(kind: str, name: str, annotation: str, value: object) -> object:
     if not isinstance(value, expected):
         raise ProtocolError(f"'{name}' of '{kind}' must be a {expected.__name__}, got "
                             f"{type(value).__name__}")
-    if base == "str" and len(value) > MAX_STRING:  # type: ignore[arg-type]
-        raise ProtocolError(f"'{name}' of '{kind}' is longer than {MAX_STRING} characters")
+    if base == "str" and max_string is not None and len(value) > max_string:  # type: ignore[arg-type]
+        raise ProtocolError(f"'{name}' of '{kind}' is longer than {max_string} characters")
     return value
 
 
@@ -134,6 +136,7 @@ class Message:
     """A text message of the protocol: its fields, checked on the way in."""
 
     TYPE: ClassVar[str] = ""
+    MAX_STRING: ClassVar[int | None] = None  # a viewer's messages: :data:`MAX_STRING`
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.TYPE, **{f.name: getattr(self, f.name) for f in fields(self)}}
@@ -151,7 +154,7 @@ class Message:
             if given is None and f.default is not MISSING:
                 values[f.name] = f.default
                 continue
-            values[f.name] = _value(cls.TYPE, f.name, str(f.type), given)
+            values[f.name] = _value(cls.TYPE, f.name, str(f.type), given, cls.MAX_STRING)
         return cls(**values)
 
 
@@ -159,13 +162,18 @@ class Message:
 
 
 @dataclass(frozen=True)
-class Probe(Message):
+class _FromViewer(Message):
+    MAX_STRING: ClassVar[int | None] = MAX_STRING
+
+
+@dataclass(frozen=True)
+class Probe(_FromViewer):
     TYPE: ClassVar[str] = "probe"
     t0: float  # client clock
 
 
 @dataclass(frozen=True)
-class Shape(Message):
+class Shape(_FromViewer):
     TYPE: ClassVar[str] = "shape"
     delay: float = 0.0
     jitter: float = 0.0
@@ -174,7 +182,7 @@ class Shape(Message):
 
 
 @dataclass(frozen=True)
-class Hello(Message):
+class Hello(_FromViewer):
     TYPE: ClassVar[str] = "hello"
     K: int
     duration: float
@@ -191,7 +199,7 @@ class Hello(Message):
 
 
 @dataclass(frozen=True)
-class Condition(Message):
+class Condition(_FromViewer):
     TYPE: ClassVar[str] = "condition"
     cid: int
     sent: float | None = None  # client clock
@@ -199,7 +207,7 @@ class Condition(Message):
 
 
 @dataclass(frozen=True)
-class Bye(Message):
+class Bye(_FromViewer):
     TYPE: ClassVar[str] = "bye"
 
 
