@@ -32,7 +32,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +213,8 @@ class RunFolder:
     path: Path
     config: dict
     summaries: tuple[dict, ...]
+    # record tables already read (each file is read once per RunFolder)
+    _read: dict[str, CsvRows] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -316,8 +318,11 @@ class RunFolder:
     def records(self, table: str) -> CsvRows:
         """``(leading columns, record)`` rows of one record CSV (empty if it is absent);
         ``.torn`` notes a torn last row that was dropped (:func:`read_csv`)."""
-        path = self.path / f"{table}.csv"
-        return read_csv(path, RECORD_TYPES[table]) if path.exists() else CsvRows()
+        if table not in self._read:
+            path = self.path / f"{table}.csv"
+            self._read[table] = (read_csv(path, RECORD_TYPES[table]) if path.exists()
+                                 else CsvRows())
+        return self._read[table]
 
     def frame(self, table: str) -> Any:
         """One record CSV as a pandas DataFrame (empty if absent or empty).
