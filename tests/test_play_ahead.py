@@ -135,6 +135,35 @@ def test_play_ahead_knows_the_decide_rows_it_keeps_quiet():
         assert Controller._quiet_decide[state] == _QUIET_DECIDE_ACTIONS[rows]
 
 
+#: What play_ahead restates of the table, by digest: every row's (state, trigger, guard,
+#: target, action) and the source of each guard and action its quiet check stands in for.
+#: A change to any of them fails the test below until play_ahead's check is read again
+#: against it, and the digest updated.
+MIRRORED_METHODS = ("_guard_replan_feasible", "_guard_refill_due", "_guard_flush_replan_feasible",
+                    "_guard_refill_due_in_flight", "_guard_room_in_flight", "_act_arm_refill",
+                    "_act_hold", "_act_play_or_stall", "_play_slot", "_replan_branch",
+                    "_refill_due_from", "_refill_due_at", "_resolve_conditions")
+MIRROR_DIGEST = "0a1f8c15697736ba"
+
+
+def mirror_digest() -> str:
+    import hashlib
+    import inspect
+
+    from latsim.controller import TRANSITIONS, Controller
+
+    text = [repr((row.source, row.trigger.__name__, row.guard, row.target, row.action))
+            for row in TRANSITIONS]
+    text += [inspect.getsource(getattr(Controller, name)) for name in MIRRORED_METHODS]
+    return hashlib.sha256("\n".join(text).encode()).hexdigest()[:16]
+
+
+def test_a_change_to_what_play_ahead_mirrors_fails_until_it_is_read_again():
+    assert mirror_digest() == MIRROR_DIGEST, (
+        "a transition row or a method play_ahead's quiet check restates changed: read "
+        "Controller.play_ahead against it, then set MIRROR_DIGEST to " + mirror_digest())
+
+
 # ---------------------------------------------------------------- several chunks in flight
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from typing import Any, ClassVar
 
 from latsim.controller.policies import Policy
@@ -430,73 +431,155 @@ class Controller:
         """
         if self._stalled_since is not None or self._next_due >= horizon:
             return 0
-        times = self._quiet_ticks(horizon)
-        if times:
-            self._play_run(times)
-            self.slots_played_ahead += len(times)
-        return len(times)
-
-    def _quiet_ticks(self, horizon: float) -> list[float]:
-        """The times of the quiet ticks from the next slot on, before ``horizon``."""
         check = self._quiet_decide[self.state]
         if check is None:
-            return []
+            return 0
         pending = self._latest_version > self._planned_version
         decide = check == "consume"
         if check == "produce":
             if self._flush and pending:
-                return []  # the flush replan's guard is not mirrored: tick by tick
+                return 0  # the flush replan's guard is not mirrored: tick by tick
             decide, pending = self._live < self._max_in_flight, False
-        cache, delta, q, eager = self._cache, self._delta, self._q, self._eager
         armed = self._armed_refill
         if decide and armed is None:
-            return []  # the decide step would arm a refill
-        position, locked, t = self._next_pos, self._locked_end, self._next_due
-        times: list[float] = []
-        while t < horizon and position in cache:
+            return 0  # the decide step would arm a refill
+        if self._on_record is not None:  # records to hand out as they are made
+            return self._play_ahead_slowly(horizon, decide, pending, armed)
+        cache, delta, q, eager = self._cache, self._delta, self._q, self._eager
+        slots = self.slots
+        positions, versions, job_ids, starts = (slots.position, slots.version, slots.job_id,
+                                                slots.t_start)
+        shown, locked, cache_end = self._played_version, self._locked_end, self._cache_end
+        position, t = self._next_pos, self._next_due
+        first = position
+        while t < horizon:
+            entry = cache.get(position)
+            if entry is None:
+                break
+            if not eager:  # what playing it locks
+                lock = (position // q + 1) * q
+                if lock > locked:
+                    locked = lock
+            after = t + delta
             if decide:  # the decide step from the state this play would leave
-                after = t + delta
-                if pending:
-                    if not eager:
-                        locked = max(locked, (position // q + 1) * q)
-                    if self._replan_branch(t, position + 1, after, locked,
-                                           self._cache_end) is not None:
-                        break
+                if pending and self._replan_branch(t, position + 1, after, locked,
+                                                   cache_end) is not None:
+                    break
                 due = self._refill_due_from(position + 1, after)
                 if due <= t + EPS or abs(armed - due) > EPS:
                     break
-            times.append(t)
+            del cache[position]
+            version, job_id = entry
+            if version < shown:
+                raise AssertionError("the version on screen must never decrease")
+            if version != shown and self._open:  # a condition shows at the first slot
+                self._locked_end = locked  # of a version at least its own
+                self._resolve_conditions(version, job_id, t)
+            shown = version
+            positions.append(position)
+            versions.append(version)
+            job_ids.append(job_id)
+            starts.append(t)
             position += 1
-            t = t + delta
-        return times
+            self._next_due = t = after
+        played = position - first
+        if not played:
+            return 0
+        self._played_version = shown
+        self._locked_end = locked if not eager else self._locked_end
+        self._next_pos = position
+        self.played += played
+        self.slots_played_ahead += played
+        return played
 
-    def _play_run(self, times: list[float]) -> None:
-        """Play the next ``len(times)`` slots at ``times``, as :meth:`_play_slot` would one
-        by one, with the slot records appended column by column."""
-        if self._on_record is not None:
-            for t in times:  # records to hand out as they are made: one by one
-                self._play_slot(t)
-            return
-        first = self._next_pos
-        end = first + len(times)
-        entries = [self._cache.pop(p) for p in range(first, end)]
-        versions = [version for version, _ in entries]
-        job_ids = [job_id for _, job_id in entries]
-        if versions[0] < self._played_version or versions != sorted(versions):
-            raise AssertionError("the version on screen must never decrease")
-        self._played_version = versions[-1]
-        self.played += len(times)
-        if not self._eager:
-            self._locked_end = max(self._locked_end, ((end - 1) // self._q + 1) * self._q)
-        self.slots.extend(range(first, end), versions, job_ids, times)
-        if self._open:  # a condition shows at the first slot of a version at least its own:
-            shown = -1  # only where the version changes can one be resolved
-            for index, version in enumerate(versions):
-                if version != shown and self._open:
-                    shown = version
-                    self._resolve_conditions(version, job_ids[index], times[index])
-        self._next_pos = end
-        self._next_due = times[-1] + self._delta
+    def _play_ahead_slowly(self, horizon: float, decide: bool, pending: bool,
+                           armed: float | None) -> int:
+        """:meth:`play_ahead` one :meth:`_play_slot` at a time (each record handed out)."""
+        played, t = 0, self._next_due
+        while t < horizon and self._next_pos in self._cache:
+            position = self._next_pos
+            if decide:
+                after = t + self._delta
+                locked = self._locked_end
+                if not self._eager:
+                    locked = max(locked, (position // self._q + 1) * self._q)
+                if pending and self._replan_branch(t, position + 1, after, locked,
+                                                   self._cache_end) is not None:
+                    break
+                due = self._refill_due_from(position + 1, after)
+                if due <= t + EPS or abs(armed - due) > EPS:  # type: ignore[operator]
+                    break
+            self._play_slot(t)
+            played += 1
+            t = self._next_due
+        self.slots_played_ahead += played
+        return played
+
+    def play_through(self, timers: list[list], horizon: float, order: Iterator[int],
+                     run_job: Callable[[StartJob, float], float]) -> float:
+        """Deliver the stream's own timers that fall strictly before ``horizon``, as a
+        simulating driver would one by one, without handing each back to it; returns the
+        time of the last one delivered (``-inf`` if none).
+
+        ``timers`` is the driver's heap (:mod:`heapq`) of ``[at, order, event]`` entries:
+        the ticks, wake-ups and job ends it has been asked for, ``event`` None for an entry
+        taken back; they are delivered in ``(at, order)`` order and new ones get
+        ``next(order)``. The driver promises what a single worker on a simulated clock
+        does: nothing but these timers reaches the controller before ``horizon``; a
+        wake-up or tick asked for at ``at`` from ``now`` fires at ``now + max(0, at −
+        now)``; a job started at ``now`` ends when ``run_job(command, now)`` (which also
+        books it) says; showing a slot takes nothing. Every event goes through the table
+        (:meth:`handle`'s dispatch), and the quiet ticks between two other timers are
+        played ahead (:meth:`play_ahead`), so the records are those of delivering each
+        timer as its own event, byte for byte (``tests/test_play_ahead.py``). The live
+        driver never calls it.
+        """
+        if self.config.pipelined:
+            raise RuntimeError("play_through runs one job at a time")
+        fire, decide = self._fire, self._decide
+        last = -math.inf
+        tick: list | None = None  # the pending tick's entry
+        for entry in timers:
+            if type(entry[2]) is SlotDue:
+                tick = entry
+        delta = self._delta
+        while timers:
+            entry = timers[0]
+            at, _, event = entry
+            if event is None:
+                heappop(timers)
+                continue
+            if not at < horizon:
+                break
+            heappop(timers)
+            kind = type(event)
+            if kind is SlotDue:
+                tick = None
+            out: list[Command] = []
+            fire(self._rows.get(kind, ()), event, at, out)
+            decide(at, out)
+            last = at
+            for command in out:
+                kind = type(command)
+                if kind is ScheduleWakeUp:
+                    timer = [at + max(0.0, command.at - at), next(order), command.event]
+                    if type(command.event) is SlotDue:
+                        tick = timer
+                    heappush(timers, timer)
+                elif kind is StartJob:
+                    heappush(timers, [run_job(command, at), next(order),
+                                      JobDone(command.job_id)])
+            if (tick is not None and tick[0] >= delta and tick[0] == self._next_due
+                    and tick[2].position == self._next_pos):
+                besides = horizon
+                for other in timers:
+                    if other[0] < besides and other is not tick and other[2] is not None:
+                        besides = other[0]
+                if self.play_ahead(besides):
+                    tick[2] = None
+                    tick = [self._next_due, next(order), SlotDue(self._next_pos)]
+                    heappush(timers, tick)
+        return last
 
     def finish(self, now: float) -> None:
         """End of run: close an open stall and record unresolved conditions as censored."""

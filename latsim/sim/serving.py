@@ -29,6 +29,7 @@ import simpy
 
 from latsim.controller import (
     ConditionArrived,
+    Controller,
     ControllerConfig,
     JobDone,
     JobStarted,
@@ -480,7 +481,8 @@ def simulate_serving(
     if last_origin + window.duration > env.now:
         env.run(until=last_origin + window.duration)
     limit = last_origin + window.limit
-    while any(p.run.controller.open_conditions for p in ports) and env.peek() <= limit:
+    draining = _Draining([port.run.controller for port in ports])
+    while draining.any_open() and env.peek() <= limit:
         env.step()
     end = env.now
     engine.close(end)
@@ -498,6 +500,29 @@ def simulate_serving(
         client_stalls=tuple(s for p in ports for s in p.client_stalls),
         pools=serving.pools, playout_delay=playout, dit_degree=serving.degree,
     )
+
+
+class _Draining:
+    """Whether any stream has a condition open, asked before every step of the drain.
+
+    Scanning every stream each step made the drain quadratic in streams. The scan starts at
+    the stream found open last time, which usually still is, and goes round from there: a
+    stream is passed over only once it has closed, so the streams scanned over the whole
+    drain are about as many as the conditions that close in it, plus one round per stream
+    that opens again (a condition whose uplink delivers it during the drain)."""
+
+    def __init__(self, controllers: Sequence[Controller]) -> None:
+        self._controllers = controllers
+        self._at = 0
+
+    def any_open(self) -> bool:
+        controllers, n = self._controllers, len(self._controllers)
+        for step in range(n):
+            index = (self._at + step) % n
+            if controllers[index].open_conditions:
+                self._at = index
+                return True
+        return False
 
 
 def _cold_starts(env: simpy.Environment, engine: _Engine, ports: list[_StreamPort]

@@ -111,6 +111,7 @@ class _SimPyPort:
         self.delta = delta
         self.skip_until = -math.inf
         self.batch_until = -math.inf
+        self.play_through = False  # the controller delivers the timers of a batch itself
         self.run: StreamRun | None = None
         self.now = 0.0  # the time of the event being delivered (SimPy's or the port's)
         # [time, order, event]: the event is None once the timer is taken back
@@ -153,6 +154,13 @@ class _SimPyPort:
             run.deliver(event, at)  # type: ignore[union-attr]
             if not at < limit:
                 break
+            if self.play_through:
+                last = run.play_through(timers, limit, self._order, self._job_end)
+                if last > self.now:
+                    self.now = last
+                self._tick = next((entry for entry in timers if type(entry[2]) is SlotDue),
+                                  None)
+                break
         self._wake_at = math.inf
         if timers:
             self._wake_at = timers[0][0]
@@ -186,9 +194,13 @@ class _SimPyPort:
             self._tick = entry
 
     def start_job(self, job: StartJob, now: float) -> None:
+        self._push(self._job_end(job, now), JobDone(job.job_id))
+
+    def _job_end(self, job: StartJob, now: float) -> float:
+        """Draw the job's time; book and return when it ends."""
         took = self.cost.sample(self.K, self.rng, job.kind)
         self.run.job_ran(job.job_id, now, now + took)  # type: ignore[union-attr]
-        self._push(now + took, JobDone(job.job_id))
+        return now + took
 
     def play(self, slot: PlaySlot) -> None:
         pass  # nothing to show in simulation: the slot record is the output
@@ -245,9 +257,11 @@ def simulate_trace(
     # open, which a skip or a batch of the stream's timers would overrun.
     if skip_ticks:
         port.skip_until = port.batch_until = window.duration
+        port.play_through = on_record is None
     run.start(env.now)
     env.run(until=window.duration)
     port.skip_until = port.batch_until = -math.inf
+    port.play_through = False
     while run.controller.open_conditions and env.peek() <= window.limit:
         env.step()
     return run.finish(env.now), run.controller
