@@ -429,7 +429,26 @@ class Controller:
         checked as in Consume, and a pending version under the flush policy ends the skip.
         A table with other decide rows is not skipped (:data:`_QUIET_DECIDE_ACTIONS`).
         """
-        if self._stalled_since is not None or self._next_due >= horizon:
+        if self._next_due >= horizon:
+            return 0
+        played = self._play_quiet(self._next_due, horizon, -1)
+        self.slots_played_ahead += played
+        return played
+
+    def play_tick(self, position: int, now: float) -> bool:
+        """The fast path of a tick: play the slot of ``position`` now and return True if
+        the tick is quiet (as :meth:`play_ahead` decides it); then the tick's commands
+        would have been ``PlaySlot(position, …, now)`` and a ``ScheduleWakeUp`` of the next
+        tick at :attr:`next_due`, and the driver carries those out itself. Else (False)
+        nothing changed: :meth:`handle` the tick. For a driver whose ticks do not land on
+        the time asked (the serving model's shifted clocks), so that it cannot skip them."""
+        return position == self._next_pos and self._play_quiet(now, math.inf, 1) == 1
+
+    def _play_quiet(self, t: float, horizon: float, most: int) -> int:
+        """Play quiet ticks from the next slot on, the first at ``t`` and each next one
+        ``delta`` later, while before ``horizon`` (and at most ``most``, unless negative):
+        see :meth:`play_ahead`. Returns how many."""
+        if self._stalled_since is not None:
             return 0
         check = self._quiet_decide[self.state]
         if check is None:
@@ -444,15 +463,15 @@ class Controller:
         if decide and armed is None:
             return 0  # the decide step would arm a refill
         if self._on_record is not None:  # records to hand out as they are made
-            return self._play_ahead_slowly(horizon, decide, pending, armed)
+            return self._play_slowly(t, horizon, most, decide, pending, armed)
         cache, delta, q, eager = self._cache, self._delta, self._q, self._eager
         slots = self.slots
         positions, versions, job_ids, starts = (slots.position, slots.version, slots.job_id,
                                                 slots.t_start)
         shown, locked, cache_end = self._played_version, self._locked_end, self._cache_end
-        position, t = self._next_pos, self._next_due
-        first = position
-        while t < horizon:
+        position = first = self._next_pos
+        end = position + most if most >= 0 else math.inf
+        while t < horizon and position < end:
             entry = cache.get(position)
             if entry is None:
                 break
@@ -489,14 +508,13 @@ class Controller:
         self._locked_end = locked if not eager else self._locked_end
         self._next_pos = position
         self.played += played
-        self.slots_played_ahead += played
         return played
 
-    def _play_ahead_slowly(self, horizon: float, decide: bool, pending: bool,
-                           armed: float | None) -> int:
-        """:meth:`play_ahead` one :meth:`_play_slot` at a time (each record handed out)."""
-        played, t = 0, self._next_due
-        while t < horizon and self._next_pos in self._cache:
+    def _play_slowly(self, t: float, horizon: float, most: int, decide: bool, pending: bool,
+                     armed: float | None) -> int:
+        """:meth:`_play_quiet` one :meth:`_play_slot` at a time (each record handed out)."""
+        played = 0
+        while t < horizon and played != most and self._next_pos in self._cache:
             position = self._next_pos
             if decide:
                 after = t + self._delta
@@ -512,7 +530,6 @@ class Controller:
             self._play_slot(t)
             played += 1
             t = self._next_due
-        self.slots_played_ahead += played
         return played
 
     def play_through(self, timers: list[list], horizon: float, order: Iterator[int],

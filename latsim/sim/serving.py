@@ -334,8 +334,21 @@ class _StreamPort:
         self.run.deliver(event, self.env.now - self.origin)  # type: ignore[arg-type]
 
     def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
-        timer = self.env.timeout(max(0.0, at + self.origin - self.env.now))
-        timer.callbacks.append(lambda _, e=event: self.deliver(e))
+        timer = self.env.timeout(max(0.0, at + self.origin - self.env.now), event)
+        timer.callbacks.append(self._on_tick if type(event) is SlotDue else self._on_timer)
+
+    def _on_timer(self, timer: simpy.Event) -> None:
+        self.deliver(timer.value)
+
+    def _on_tick(self, timer: simpy.Event) -> None:
+        """A tick: the controller's fast path when it only plays its slot (the same
+        commands, carried out here), else the tick as an event."""
+        tick, ctrl, now = timer.value, self.run.controller, self.env.now - self.origin
+        if ctrl.play_tick(tick.position, now):
+            self._show(tick.position, now)
+            self.schedule(ctrl.next_due, SlotDue(tick.position + 1))
+        else:
+            self.run.deliver(tick, now)
 
     def start_playback(self) -> None:
         """Schedule the arrivals (uplink included) and start the controller."""
@@ -372,20 +385,24 @@ class _StreamPort:
     # ---------------------------------------------------------------- client
 
     def play(self, slot: PlaySlot) -> None:
-        """The server plays ``slot``: it goes to the client, which shows it after the
-        playout delay, or when it arrives if that is later (a client stall)."""
-        t = slot.at
+        self._show(slot.position, slot.at)
+
+    def _show(self, position: int, t: float) -> None:
+        """The server plays ``position`` at ``t``: it goes to the client, which shows it
+        after the playout delay, or when it arrives if that is later (a client stall)."""
         deliver = self.serving.deliver
         arrives = t if deliver is None else t + deliver.sample(1, self.deliver_rng)
         placed = self.playout.show(t, arrives)
         shown = placed.shown
         if placed.stalled:
             self.client_stalls.append(
-                ClientStallRecord(self.index, slot.position, placed.due, shown))
+                ClientStallRecord(self.index, position, placed.due, shown))
         if self.first_display is None:
             self.first_display = shown
         # the conditions this slot resolved: the controller records them as it plays it
         conditions = self.run.controller.conditions
+        if len(conditions) == self._conditions_seen:
+            return
         resolved = conditions[self._conditions_seen:]
         self._conditions_seen = len(conditions)
         for cond in resolved:
