@@ -31,11 +31,8 @@ from latsim.plugins import load_cost
 from latsim.sim.serving import StreamInput, simulate_serving
 
 
-def streams_throughput(streams: int, duration: float = 60.0, dit: int | None = None,
-                       vae: int | None = None) -> tuple[float, int, float, int]:
-    """(wall seconds, controller events, events/s, slots) of ``streams`` streams on a DiT
-    pool of ``dit`` devices (default: sized to keep them at about 60 % utilisation) and a
-    VAE pool of ``vae`` (default: a quarter as many, plus one), with delivery."""
+def _serving_run(streams: int, duration: float, dit: int | None, vae: int | None
+                 ) -> tuple:
     timing = Timing(8, DEFAULT_R, DEFAULT_FPS)
     cost = AffineCost(0.14725, 0.16275)
     devices = dit or max(1, round(streams * cost.mean(8) / timing.T / 0.6))
@@ -54,6 +51,21 @@ def streams_throughput(streams: int, duration: float = 60.0, dit: int | None = N
         run = simulate_serving(ControllerConfig(timing, SPECULATIVE, lead), cost, serving,
                                inputs, duration, np.random.default_rng(1))
         took = time.perf_counter() - start
+    return run, took
+
+
+def run_serving(streams: int, duration: float = 60.0, dit: int | None = None,
+                vae: int | None = None):  # noqa: ANN201
+    """The serving records of :func:`streams_throughput`'s run."""
+    return _serving_run(streams, duration, dit, vae)[0]
+
+
+def streams_throughput(streams: int, duration: float = 60.0, dit: int | None = None,
+                       vae: int | None = None) -> tuple[float, int, float, int]:
+    """(wall seconds, controller events, events/s, slots) of ``streams`` streams on a DiT
+    pool of ``dit`` devices (default: sized to keep them at about 60 % utilisation) and a
+    VAE pool of ``vae`` (default: a quarter as many, plus one), with delivery."""
+    run, took = _serving_run(streams, duration, dit, vae)
     events = sum(len(s.slots) + len(s.jobs) * 2 + len(s.conditions) for s in run.streams)
     return took, events, events / took, sum(len(s.slots) for s in run.streams)
 

@@ -86,9 +86,10 @@ def _shown(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_int(name: str, value: object, lo: int, hi: int) -> int:
+def check_int(name: str, value: object, lo: int, hi: int, why: str = "") -> int:
     """``value`` as an ``int`` if it is an integer in ``[lo, hi]``, else a
-    :class:`LatsimError` naming the range ("K must be a positive integer <= 4096, got 0")."""
+    :class:`LatsimError` naming the range ("K must be a positive integer <= 4096, got 0"),
+    and ``why`` the range is what it is, if given."""
     if isinstance(value, Integral) and not isinstance(value, bool) and lo <= value <= hi:
         return int(value)
     if lo == 1:
@@ -97,7 +98,8 @@ def check_int(name: str, value: object, lo: int, hi: int) -> int:
         what = f"an integer >= 0 and <= {hi}"
     else:
         what = f"an integer in [{lo}, {hi}]"
-    raise LatsimError(f"{name} must be {what}, got {_shown(value)}")
+    raise LatsimError(f"{name} must be {what}, got {_shown(value)}"
+                      + (f" ({why})" if why else ""))
 
 
 def check_number(name: str, value: object, lo: float, hi: float, *,

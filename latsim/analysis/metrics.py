@@ -70,7 +70,7 @@ def _discarded(run: RunRecords) -> int:
 
 
 def _calls_started(run: RunRecords) -> int:
-    return sum(1 for b in run.busy if b.t_start < run.duration)
+    return run.calls_started_in_window
 
 
 def work_calls(run: RunRecords) -> float:

@@ -112,8 +112,8 @@ def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
     busy_pct_by_pool = {pool: float(np.mean(pcts)) for pool, pcts in busy_pct_by_device.items()}
     waits: dict[str, list[float]] = {}
     for run in runs:
-        for task in run.tasks:
-            waits.setdefault(task.stage, []).append(task.wait)
+        for stage, stage_waits in run.waits_by_stage().items():
+            waits.setdefault(stage, []).extend(stage_waits)
     return {
         **base,
         **viewer,

@@ -43,6 +43,7 @@ from latsim.cli.options import (
     PolicyOpt,
     PoolsOpt,
     QOpt,
+    RecordsOpt,
     ReplanCostOpt,
     ROptions,
     RunAheadOpt,
@@ -363,6 +364,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         cold_start: ColdStartOpt = None,
         dit_degree: DitDegreeOpt = None,
         serving: ServingFileOpt = None,
+        records: RecordsOpt = None,
     ) -> None:
         if not K:
             raise LatsimError(f"{name} needs --K")
@@ -392,6 +394,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
             policies=tuple(policy_names(policy)), updates=updates, duration=duration,
             seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
             run_ahead=run_ahead, max_events=max_events, serving=serving_config,
+            records=records or ("all" if out is not None else "none"),
         )
         with scheduler_context(scheduler, jobs):
             _run(experiment, as_json, out, jobs)

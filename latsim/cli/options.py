@@ -41,6 +41,10 @@ SeedsOpt = Annotated[
 SeedOpt = Annotated[int, typer.Option(help="root seed of all random draws")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout")]
 OutOpt = Annotated[Path | None, typer.Option(help="write records, summary and plot here")]
+RecordsOpt = Annotated[str | None, typer.Option(
+    help="what each run keeps: all, conditions (per-condition and per-event tables; slots "
+    "and tasks only counted) or none (summaries only; memory grows with streams and "
+    "conditions, not slots). Default: all with --out, else none")]
 JobsOpt = Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")]
 SchedulerOpt = Annotated[str, typer.Option(
     help="where simulations run: local (in process or --jobs worker processes), dask-local "

@@ -28,6 +28,7 @@ from latsim.controller.records import (
     JobRecord,
     SlotLog,
     SlotRecord,
+    SlotTally,
     StallRecord,
 )
 from latsim.controller.timing import Timing
@@ -317,7 +318,9 @@ class Controller:
     Records accumulate in :attr:`conditions`, :attr:`jobs`, :attr:`slots` (a columnar
     :class:`~latsim.controller.records.SlotLog`), :attr:`stalls` and :attr:`discards`; an
     optional ``on_record`` callback also receives each one as it is made (the live harness
-    appends them to disk as the run goes). A simulating driver may skip the ticks that would
+    appends them to disk as the run goes); ``slots`` may be a
+    :class:`~latsim.controller.records.SlotTally`, which counts the played slots instead of
+    keeping them. A simulating driver may skip the ticks that would
     only play a slot (:meth:`play_ahead`).
     """
 
@@ -329,7 +332,8 @@ class Controller:
     _quiet_decide: ClassVar[dict[State, str | None]]
 
     def __init__(
-        self, config: ControllerConfig, on_record: Callable[[object], None] | None = None
+        self, config: ControllerConfig, on_record: Callable[[object], None] | None = None,
+        slots: SlotLog | None = None,
     ) -> None:
         self.config = config
         self._K = config.timing.K
@@ -364,7 +368,8 @@ class Controller:
 
         self.conditions: list[ConditionRecord] = []
         self.jobs: list[JobRecord] = []
-        self.slots = SlotLog()
+        self.slots = SlotLog() if slots is None else slots
+        self._fold_slots = isinstance(self.slots, SlotTally)
         self.stalls: list[StallRecord] = []
         self.discards: list[DiscardRecord] = []
         self._tables: dict[type, Any] = {  # where _emit puts each record type
@@ -504,6 +509,8 @@ class Controller:
         played = position - first
         if not played:
             return 0
+        if self._fold_slots:
+            slots.fold()  # type: ignore[attr-defined]
         self._played_version = shown
         self._locked_end = locked if not eager else self._locked_end
         self._next_pos = position

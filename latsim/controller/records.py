@@ -147,10 +147,80 @@ class SlotLog(Sequence[SlotRecord]):
         return f"SlotLog({len(self)} slots)"
 
 
+#: What a run keeps of its records: ``all`` of them; ``conditions``: the per-condition and
+#: per-event tables, with the per-slot and per-task ones (slots, serving tasks) only
+#: counted into the summary as the run goes; ``none``: the same in memory, and no record
+#: tables written (summaries only).
+RECORD_LEVELS = ("all", "conditions", "none")
+#: The record tables a level below ``all`` counts instead of keeping (and so never writes).
+COUNTED_TABLES = ("slots", "tasks")
+
+
+class SlotTally(SlotLog):
+    """The played slots counted, not kept: what the summary needs of them (how many
+    started before ``end``, and of those how many a DiT job generated), in O(1) memory.
+
+    It takes slots as a :class:`SlotLog` does (:meth:`add`, or the columns then
+    :meth:`fold`: the controller appends a run of slots to the columns and folds them
+    in), so the controller plays the same way into either. It reads as an empty sequence:
+    no rows were kept; :func:`count_slots_before` answers from the counts."""
+
+    __slots__ = ("end", "played", "before_end", "generated_before_end")
+
+    def __init__(self, end: float) -> None:
+        super().__init__()
+        self.end = end
+        self.played = 0
+        self.before_end = 0
+        self.generated_before_end = 0
+
+    def add(self, position: int, version: int, job_id: int, t_start: float) -> None:
+        self.played += 1
+        if t_start < self.end:
+            self.before_end += 1
+            if job_id:
+                self.generated_before_end += 1
+
+    def extend(self, positions: Iterable[int], versions: Iterable[int],
+               job_ids: Iterable[int], t_starts: Iterable[float]) -> None:
+        for row in zip(positions, versions, job_ids, t_starts, strict=True):
+            self.add(*row)
+
+    def fold(self) -> None:
+        """Count the slots appended to the columns, and empty them."""
+        starts, job_ids = self.t_start, self.job_id
+        if not starts:
+            return
+        self.played += len(starts)
+        before = bisect_left(starts, self.end)  # t_start never decreases
+        self.before_end += before
+        self.generated_before_end += before - job_ids[:before].count(0)
+        for column in (self.position, self.version, job_ids, starts):
+            column.clear()
+
+    def count_before(self, end: float, generated_only: bool = False) -> int:
+        if end != self.end:
+            raise ValueError(f"slots were counted before {self.end!r}, not {end!r}")
+        return self.generated_before_end if generated_only else self.before_end
+
+    def __getstate__(self) -> tuple:  # type: ignore[override]
+        return (self.end, self.played, self.before_end, self.generated_before_end)
+
+    def __setstate__(self, state: tuple) -> None:  # type: ignore[override]
+        self.position, self.version, self.job_id, self.t_start = [], [], [], []
+        self.end, self.played, self.before_end, self.generated_before_end = state
+
+    def __repr__(self) -> str:
+        return f"SlotTally({self.played} slots counted, none kept)"
+
+
 def count_slots_before(slots: Sequence[SlotRecord], end: float,
                        generated_only: bool = False) -> int:
     """Slots that started before ``end``; ``generated_only`` leaves out the prebuffer's
-    (job 0). Reads a :class:`SlotLog`'s columns without making records."""
+    (job 0). Reads a :class:`SlotLog`'s columns without making records, and a
+    :class:`SlotTally`'s counts."""
+    if isinstance(slots, SlotTally):
+        return slots.count_before(end, generated_only)
     if isinstance(slots, SlotLog):
         played = bisect_left(slots.t_start, end)  # t_start never decreases
         return played - slots.job_id[:played].count(0) if generated_only else played

@@ -31,7 +31,7 @@ import numpy as np
 from latsim.analysis.serving import serving_metrics, viewer_stall_pct
 from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number, check_work
 from latsim.experiments.engine import Experiment, cell_slots, plan, run_replications
-from latsim.model.serving import MAX_STREAMS, ServingConfig
+from latsim.model.serving import MAX_STREAMS, STREAMS_LIMIT_NOTE, ServingConfig
 from latsim.run.serving import ServingRecords
 
 #: Bootstrap resamples of the replications behind each verdict.
@@ -67,7 +67,7 @@ class CapacityQuery:
             raise LatsimError("capacity takes one --K and one --policy")
         if self.experiment.serving is None:
             raise LatsimError("capacity needs a serving configuration")
-        check_int("--max-streams", self.max_streams, 1, MAX_STREAMS)
+        check_int("--max-streams", self.max_streams, 1, MAX_STREAMS, why=STREAMS_LIMIT_NOTE)
         check_number("--confidence", self.confidence, 0.5, 0.9999)
         check_int("--min-seeds", self.min_seeds, 2, 10_000)
         check_int("--max-seeds", self.max_seeds, self.min_seeds, 10_000)
@@ -204,9 +204,10 @@ def search_capacity(query: CapacityQuery,
 
     def evaluate(streams: int) -> Verdict:
         nonlocal spent
-        # the search keeps its own account of the work (``spent``), run by run
+        # the search keeps its own account of the work (``spent``), run by run; a verdict
+        # reads summaries only, so the runs count their slots and tasks instead of keeping
         trial = replace(experiment, serving=replace(serving, streams=streams),
-                        max_events=10**15)
+                        max_events=10**15, records="none")
         runs: list[ServingRecords] = []
         replications = query.min_seeds
         while True:

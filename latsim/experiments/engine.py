@@ -34,6 +34,7 @@ from latsim.analysis import theory
 from latsim.analysis.metrics import summarize, work_ratio
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
+from latsim.controller.records import COUNTED_TABLES, RECORD_LEVELS
 from latsim.controller.timing import Timing
 from latsim.errors import (
     DEFAULT_MAX_EVENTS,
@@ -107,6 +108,8 @@ class Experiment:
     run_ahead: float = 0.0  # refills start this much beyond the lead (ControllerConfig)
     max_events: int = DEFAULT_MAX_EVENTS  # the work bound (see plan_events)
     serving: ServingConfig | None = None  # None: one stream on one worker (DESIGN §2)
+    #: what each run keeps (RECORD_LEVELS): below "all", slots and tasks are only counted
+    records: str = "all"
 
     def __post_init__(self) -> None:
         """Range-check every number (:mod:`latsim.errors`); what depends on several (q
@@ -130,6 +133,9 @@ class Experiment:
         check_number("commit lead", self.commit_lead, 0, MAX_SECONDS, unit="s")
         check_number("--run-ahead", self.run_ahead, 0, MAX_SECONDS, unit="s")
         check_int("--max-events", self.max_events, 1, 10**15)
+        if self.records not in RECORD_LEVELS:
+            raise LatsimError(f"--records must be one of {', '.join(RECORD_LEVELS)}, got "
+                              f"{self.records!r}")
         for name in self.policies:
             if name not in PRESETS:
                 raise LatsimError(f"unknown policy {name!r}; choose baseline or speculative")
@@ -338,12 +344,12 @@ def run_cell(experiment: Experiment, cell_index: int, replication: int,
         batch = np.random.SeedSequence(experiment.seed, spawn_key=(replication, _BATCH_KEY))
         return simulate_serving(cell.config, p.cost, p.serving,
                                 _stream_inputs(p, cell, replication), p.duration,
-                                np.random.default_rng(batch))
+                                np.random.default_rng(batch), records=experiment.records)
     arrival_stream, cost_stream = _replication_streams(experiment.seed, replication)
     trace = p.arrivals.trace(replication, np.random.default_rng(arrival_stream), p.duration,
                              cell.timing)
     records, _ = simulate_trace(cell.config, p.cost, trace, p.duration,
-                                np.random.default_rng(cost_stream))
+                                np.random.default_rng(cost_stream), records=experiment.records)
     return records
 
 
@@ -550,25 +556,32 @@ def experiment_config(result: ExperimentResult) -> dict:
         "duration": p.duration, "replications": p.replications, "seed": experiment.seed,
         "commit": experiment.commit, "commit_lead": experiment.commit_lead,
         **({"run_ahead": experiment.run_ahead} if experiment.run_ahead else {}),
+        **({"records": experiment.records} if experiment.records != "all" else {}),
         **({} if p.serving is None else {"serving": p.serving.describe()}),
     }
 
 
 def write_experiment(result: ExperimentResult, out: Path) -> list[Path]:
     """Write an experiment folder (:mod:`latsim.run.folder`): ``config.json``,
-    ``summary.json``/``.csv`` and one CSV per record type. Returns the paths."""
+    ``summary.json``/``.csv`` and one CSV per record type the experiment kept (none with
+    ``records="none"``; not the counted ones, :data:`COUNTED_TABLES`, below ``all``).
+    Returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     config = experiment_config(result)
     written = [write_json(out / "config.json", {**config, "status": RUNNING})]
     runs = (((policy, K, index), run)
             for (K, policy), cell_runs in result.runs.items()  # noqa: N806
             for index, run in enumerate(cell_runs))
+    level = result.plan.experiment.records
+    skip = () if level == "all" else COUNTED_TABLES
     if result.plan.experiment.serving is None:
-        written += write_records(out, runs)
+        if level != "none":
+            written += write_records(out, runs, skip)
     else:
         from latsim.analysis.serving import per_stream_rows
 
-        written += write_serving_records(out, runs)
+        if level != "none":
+            written += write_serving_records(out, runs, skip)
         streams = [{"policy": policy, "K": K, **row}
                    for (K, policy), cell_runs in result.runs.items()  # noqa: N806
                    for row in per_stream_rows(cell_runs)]

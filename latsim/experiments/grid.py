@@ -80,6 +80,7 @@ NOT_SETTINGS: dict[str, str] = {
     "scheduler": "where cells run: latsim grid --scheduler",
     "max_events": "each cell keeps simulate's default work bound",
     "serving": "a grid names the serving settings themselves",
+    "records": "a grid keeps no records: a cell's row is its summary (--records none)",
 }
 DEFAULT_METRICS = ("n_conditions", "L_mean", "L50", "L95", "stall_pct", "w", "A",
                    "busy_pct", "dit_calls")
@@ -210,7 +211,7 @@ def experiment(spec: GridSpec, index: int):  # noqa: ANN201 - Experiment (lazy i
     policy = settings.pop("policy", "speculative")
     K = settings.pop("K")  # noqa: N806
     return Experiment(Ks=(K,), policies=(policy,), seeds=spec.seeds, seed=spec.seed,
-                      serving=serving_config, **settings)
+                      serving=serving_config, records="none", **settings)
 
 
 def check_cells(spec: GridSpec) -> None:

@@ -64,9 +64,15 @@ from latsim.plugins import Parallel, Pipelined, Staged, available, load_cost, lo
 #: The pool DiT tasks run on (in groups of ``dit_degree`` devices).
 DIT_POOL = "dit"
 STARTS = ("staggered", "random", "together")
-#: Streams one simulation may serve, and devices one pool may hold.
-MAX_STREAMS = 4096
-MAX_DEVICES = 1024
+#: Streams one simulation may serve, and devices one pool may hold. With records counted
+#: (``--records none``) a stream-hour holds about 0.6 MiB (``bench/bench_memory.py``:
+#: 4,096 streams x 600 s, 465 MiB at peak), so 16,384 streams for an hour fit in about
+#: 10 GiB of a 24 GiB machine; keeping every record takes about twice as much or more.
+MAX_STREAMS = 16384
+MAX_DEVICES = 4096
+#: Why the limits are what they are, for their error messages.
+STREAMS_LIMIT_NOTE = ("a 24 GiB machine holds about that many one-hour streams with "
+                      "--records none, about 0.6 MiB each")
 MAX_BATCH = 1024
 _POOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}$")
 
@@ -110,7 +116,7 @@ class ServingConfig:
     dit_pool: str = field(default=DIT_POOL, init=False)
 
     def __post_init__(self) -> None:
-        check_int("--streams", self.streams, 1, MAX_STREAMS)
+        check_int("--streams", self.streams, 1, MAX_STREAMS, why=STREAMS_LIMIT_NOTE)
         names = [name for name, _ in self.pools]
         if len(set(names)) != len(names):
             raise LatsimError(f"--pools names a pool twice: {','.join(names)}")

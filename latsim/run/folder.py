@@ -38,7 +38,14 @@ from typing import Any
 
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import Policy
-from latsim.controller.records import RECORD_TYPES, CsvRows, JobRecord, read_csv, write_csv
+from latsim.controller.records import (
+    COUNTED_TABLES,
+    RECORD_TYPES,
+    CsvRows,
+    JobRecord,
+    read_csv,
+    write_csv,
+)
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
 from latsim.model.traces import Trace, load_trace, write_trace
@@ -129,15 +136,16 @@ def write_json(path: Path, payload: object) -> Path:
     return path
 
 
-def write_records(run_dir: Path, runs: Iterable[tuple[tuple[str, int, int], RunRecords]]
-                  ) -> list[Path]:
-    """One CSV per record type, rows of every ``((policy, K, run), records)`` in order."""
-    runs = list(runs)
+def write_records(run_dir: Path, runs: Iterable[tuple[tuple[str, int, int], RunRecords]],
+                  skip: Iterable[str] = ()) -> list[Path]:
+    """One CSV per record type but those in ``skip``, rows of every ``((policy, K, run),
+    records)`` in order."""
+    runs, skip = list(runs), set(skip)
     return [_write_table(run_dir, table, record_type,
                          (((("policy", policy), ("K", K), ("run", index)),  # noqa: N806
                            getattr(records, table))
                           for (policy, K, index), records in runs))  # noqa: N806
-            for table, record_type in RECORD_TYPES.items()]
+            for table, record_type in RECORD_TYPES.items() if table not in skip]
 
 
 def _write_table(run_dir: Path, table: str, record_type: type,
@@ -154,23 +162,23 @@ def _write_table(run_dir: Path, table: str, record_type: type,
 
 
 def write_serving_records(run_dir: Path,
-                          runs: Iterable[tuple[tuple[str, int, int], ServingRecords]]
-                          ) -> list[Path]:
+                          runs: Iterable[tuple[tuple[str, int, int], ServingRecords]],
+                          skip: Iterable[str] = ()) -> list[Path]:
     """A serving experiment's records: the controller's tables with a ``stream`` column
     after ``policy, K, run``, and the serving tables (:data:`SERVING_RECORD_TYPES`, whose
-    records carry their stream) after ``policy, K, run``."""
-    runs = list(runs)
+    records carry their stream) after ``policy, K, run``; none of the tables in ``skip``."""
+    runs, skip = list(runs), set(skip)
     paths = [_write_table(run_dir, table, record_type,
                           (((("policy", policy), ("K", K), ("run", index),  # noqa: N806
                              ("stream", stream)), getattr(records, table))
                            for (policy, K, index), serving in runs  # noqa: N806
                            for stream, records in enumerate(serving.streams)))
-             for table, record_type in RECORD_TYPES.items()]
+             for table, record_type in RECORD_TYPES.items() if table not in skip]
     paths += [_write_table(run_dir, table, record_type,
                            (((("policy", policy), ("K", K), ("run", index)),  # noqa: N806
                              getattr(serving, table))
                             for (policy, K, index), serving in runs))  # noqa: N806
-              for table, record_type in SERVING_RECORD_TYPES.items()]
+              for table, record_type in SERVING_RECORD_TYPES.items() if table not in skip]
     return paths
 
 
@@ -315,10 +323,19 @@ class RunFolder:
     def trace(self) -> Trace:
         return load_trace(self.path / self.config.get("trace_copy", TRACE_COPY))
 
+    def _check_kept(self, table: str) -> None:
+        """A table the run counted instead of keeping (``--records``) is an error to read,
+        not an empty table."""
+        level = self.config.get("records", "all")
+        if level != "all" and (level == "none" or table in COUNTED_TABLES):
+            raise LatsimError(f"{self.path}: {table} records were not kept (written with "
+                              f"--records {level}); rerun with --records all for them")
+
     def records(self, table: str) -> CsvRows:
         """``(leading columns, record)`` rows of one record CSV (empty if it is absent);
         ``.torn`` notes a torn last row that was dropped (:func:`read_csv`)."""
         if table not in self._read:
+            self._check_kept(table)
             path = self.path / f"{table}.csv"
             self._read[table] = (read_csv(path, RECORD_TYPES[table]) if path.exists()
                                  else CsvRows())
@@ -332,6 +349,7 @@ class RunFolder:
         """
         import pandas as pd
 
+        self._check_kept(table)
         path = self.path / f"{table}.csv"
         if not path.exists():
             return pd.DataFrame()
@@ -350,7 +368,17 @@ class RunFolder:
 
 
 def is_run_folder(path: Path) -> bool:
-    return (path / "config.json").is_file() and (path / "jobs.csv").is_file()
+    """config.json and jobs.csv; or config.json alone in a folder written with
+    ``--records none`` (its summaries, no record tables)."""
+    config = path / "config.json"
+    if not config.is_file():
+        return False
+    if (path / "jobs.csv").is_file():
+        return True
+    try:
+        return json.loads(config.read_bytes()).get("records") == "none"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def read_run_folder(path: str | Path) -> RunFolder:

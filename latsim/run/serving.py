@@ -15,6 +15,7 @@ the serving model has:
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 from latsim.controller.records import record
@@ -116,18 +117,56 @@ class ServingRecords:
     playout_delay: float
     dit_degree: int = 1
     status: str = COMPLETE
+    #: what was kept (:data:`~latsim.controller.records.RECORD_LEVELS`); below ``all``,
+    #: ``tasks`` is empty and ``task_tally`` holds what the summary needs of them
+    records: str = "all"
+    task_tally: TaskTally | None = None
 
     def busy_by_device(self) -> dict[str, list[float]]:
         """Busy seconds of every device of every pool within ``[0, window_end]``."""
-        busy = {name: [0.0] * size for name, size in self.pools}
-        seen: set[tuple[str, int, int]] = set()
+        if self.task_tally is not None:
+            return {pool: list(seconds) for pool, seconds in self.task_tally.busy.items()}
+        tally = TaskTally(self.pools, self.dit_degree, self.window_end)
         for task in self.tasks:
-            key = (task.pool, task.device, task.batch)
-            if key in seen:  # a batch occupies its device once
-                continue
-            seen.add(key)
-            seconds = window_overlap(task.t_start, task.t_end, self.window_end)
-            group = self.dit_degree if task.pool == DIT_POOL else 1  # a USP group
-            for device in range(task.device * group, (task.device + 1) * group):
-                busy[task.pool][device] += seconds
-        return busy
+            tally.add(task)
+        return tally.busy
+
+    def waits_by_stage(self) -> dict[str, list[float]]:
+        """Every task's wait for a device, by stage, in the order the tasks ended."""
+        if self.task_tally is not None:
+            return {stage: list(waits) for stage, waits in self.task_tally.waits.items()}
+        waits: dict[str, list[float]] = {}
+        for task in self.tasks:
+            waits.setdefault(task.stage, []).append(task.wait)
+        return waits
+
+
+class TaskTally:
+    """What the summary needs of the task records, added up as they are made: busy seconds
+    per device within ``[0, window_end]`` (a batch occupies its device once; a DiT task on
+    a USP group occupies each device of it) and every task's wait, by stage. Fed in the
+    order the records are made, it gives the sums of reading the kept records."""
+
+    def __init__(self, pools: tuple[tuple[str, int], ...], dit_degree: int,
+                 window_end: float) -> None:
+        self.busy = {name: [0.0] * size for name, size in pools}
+        self.waits: dict[str, array] = {}
+        self._degree = dit_degree
+        self._window_end = window_end
+        self._last: tuple[str, int, int] | None = None
+
+    def add(self, task: TaskRecord) -> None:
+        waits = self.waits.get(task.stage)
+        if waits is None:
+            waits = self.waits[task.stage] = array("d")
+        waits.append(task.wait)
+        key = (task.pool, task.device, task.batch)
+        if key == self._last:  # a batch occupies its device once (its tasks come together)
+            return
+        self._last = key
+        seconds = window_overlap(task.t_start, task.t_end, self._window_end)
+        group = self._degree if task.pool == DIT_POOL else 1  # a USP group
+        busy = self.busy[task.pool]
+        for device in range(task.device * group, (task.device + 1) * group):
+            busy[device] += seconds
+

@@ -27,6 +27,7 @@ from latsim.controller import (
     Controller,
     ControllerConfig,
     Event,
+    JobDone,
     PlaySlot,
     ScheduleWakeUp,
     SlotDue,
@@ -34,10 +35,12 @@ from latsim.controller import (
     WakeUp,
 )
 from latsim.controller.records import (
+    RECORD_LEVELS,
     ConditionRecord,
     DiscardRecord,
     JobRecord,
     SlotRecord,
+    SlotTally,
     StallRecord,
     record,
 )
@@ -84,6 +87,11 @@ class RunRecords:
     jobs_done: int
     cached_at_end: int
     status: str = COMPLETE
+    #: what was kept (:data:`~latsim.controller.records.RECORD_LEVELS`); below ``all``,
+    #: ``slots`` is a :class:`~latsim.controller.records.SlotTally`, ``busy`` is empty and
+    #: ``busy_tally`` holds what the summary needs of it
+    records: str = "all"
+    busy_tally: BusyTally | None = None
 
     @property
     def complete(self) -> bool:
@@ -92,7 +100,30 @@ class RunRecords:
     @property
     def busy_in_window(self) -> float:
         """Generator-busy seconds within ``[0, duration]``."""
+        if self.busy_tally is not None:
+            return self.busy_tally.seconds
         return sum(window_overlap(b.t_start, b.t_end, self.duration) for b in self.busy)
+
+    @property
+    def calls_started_in_window(self) -> int:
+        """Generator jobs started within ``[0, duration)`` (the prebuffer is none)."""
+        if self.busy_tally is not None:
+            return self.busy_tally.started
+        return sum(1 for b in self.busy if b.t_start < self.duration)
+
+
+@dataclass
+class BusyTally:
+    """What the summary needs of a run's busy intervals, summed in job start order (the
+    order the intervals are kept in), so the floats are those of summing kept ones."""
+
+    seconds: float = 0.0  # generator-busy seconds within the window
+    started: int = 0  # jobs started within it
+
+    def add(self, t_start: float, t_end: float, duration: float) -> None:
+        self.seconds += window_overlap(t_start, t_end, duration)
+        if t_start < duration:
+            self.started += 1
 
 
 @dataclass(frozen=True)
@@ -170,9 +201,19 @@ class StreamRun:
         window: RunWindow,
         port: ClockPort,
         on_record: Callable[[object], None] | None = None,
+        records: str = "all",
     ) -> None:
+        if records not in RECORD_LEVELS:
+            raise LatsimError(f"--records must be one of {', '.join(RECORD_LEVELS)}, got "
+                              f"{records!r}")
         self.window = window
-        self.controller = Controller(config, on_record=on_record)
+        self.records = records
+        keep = records == "all"
+        self.controller = Controller(config, on_record=on_record,
+                                     slots=None if keep else SlotTally(window.duration))
+        # below "all": each job's interval is added up once it and every job started
+        # before it are done (start order, as kept intervals are summed), then forgotten
+        self._tally = None if keep else BusyTally()
         self._port = port
         # a SkippingPort (not isinstance: a runtime protocol check costs more than a short run)
         self._skipping = callable(getattr(port, "pending_tick", None))
@@ -185,6 +226,19 @@ class StreamRun:
     def deliver(self, event: Event, now: float) -> None:
         """Feed one event to the controller and carry out what it commands."""
         self._execute(self.controller.handle(event, now), now)
+        if self._tally is not None and type(event) is JobDone:
+            self._tally_done()
+
+    def _tally_done(self) -> None:
+        """Add up the intervals of the oldest jobs that are done, and forget them."""
+        running = set(self.controller.jobs_in_flight)
+        starts, ran, duration = self.job_starts, self._ran, self.window.duration
+        while starts:
+            job_id = next(iter(starts))
+            if job_id in running or job_id not in ran:  # finish() takes it as it is then
+                return
+            del starts[job_id]
+            self._tally.add(*ran.pop(job_id), duration)  # type: ignore[union-attr]
 
     def _execute(self, commands: list[Command], now: float) -> None:
         port = self._port
@@ -241,6 +295,12 @@ class StreamRun:
             BusyInterval(job_id, *self._ran.get(job_id, (start, end_time)))
             for job_id, start in self.job_starts.items()
         )
+        tally = self._tally
+        if tally is not None:  # the jobs still running, as kept intervals would have them
+            tally = BusyTally(tally.seconds, tally.started)
+            for interval in busy:
+                tally.add(interval.t_start, interval.t_end, self.window.duration)
+            busy = ()
         return RunRecords(
             duration=self.window.duration,
             end_time=end_time,
@@ -254,4 +314,6 @@ class StreamRun:
             jobs_done=ctrl.jobs_done,
             cached_at_end=len(ctrl.cached_positions),
             status=status,
+            records=self.records,
+            busy_tally=tally,
         )

@@ -49,6 +49,7 @@ from latsim.run.serving import (
     ServingRecords,
     StreamStart,
     TaskRecord,
+    TaskTally,
     ViewerRecord,
 )
 from latsim.run.stream import RunWindow, StreamRun
@@ -165,7 +166,7 @@ class _PipelinePool:
         for rank in range(self.depth):
             start = entry + rank * self.round
             if start < end:
-                self.engine.tasks.append(TaskRecord(
+                self.engine.add_task(TaskRecord(
                     task.stream, task.job_id, task.stage, task.kind, self.name, rank,
                     batch_id, task.t_enqueue, start, min(end, start + self.round)))
 
@@ -235,7 +236,8 @@ class _Engine:
                                                         downstream)
             if downstream is not None:
                 self.upstream.setdefault(downstream, []).append(pipeline)
-        self.tasks: list[TaskRecord] = []
+        self.tasks: list[TaskRecord] = []  # all of them, or (tallied) those made before
+        self.tally: TaskTally | None = None  # the window's end was known
         self.running: dict[int, tuple[_Pool, int, list[_Task], float]] = {}  # by batch id
         self._seq = 0
         self._batches = 0
@@ -246,6 +248,20 @@ class _Engine:
         self._seq += 1
         self.pools[step.pool].submit(_Task(stream, job_id, kind, step.stage, step.latents,
                                            step.duration, self.env.now, self._seq, then, first))
+
+    def add_task(self, task: TaskRecord) -> None:
+        if self.tally is None:
+            self.tasks.append(task)
+        else:
+            self.tally.add(task)
+
+    def tally_tasks(self, window_end: float) -> None:
+        """From now on add the task records up (:class:`TaskTally`) instead of keeping
+        them, the ones kept so far first."""
+        self.tally = TaskTally(self.config.pools, self.config.degree, window_end)
+        for task in self.tasks:
+            self.tally.add(task)
+        self.tasks.clear()
 
     def new_batch(self) -> int:
         self._batches += 1
@@ -265,7 +281,7 @@ class _Engine:
         running then, as :class:`~latsim.run.stream.BusyInterval` does)."""
         pool, device, batch, start = self.running.pop(batch_id)
         for task in batch:
-            self.tasks.append(TaskRecord(task.stream, task.job_id, task.stage, task.kind,
+            self.add_task(TaskRecord(task.stream, task.job_id, task.stage, task.kind,
                                          pool.name, device, batch_id, task.t_enqueue, start,
                                          end))
 
@@ -301,7 +317,8 @@ class _StreamPort:
     """One stream's clock port: stream time = global time - ``origin``."""
 
     def __init__(self, engine: _Engine, index: int, config: ControllerConfig,
-                 window: RunWindow, inputs: StreamInput, playout_delay: float) -> None:
+                 window: RunWindow, inputs: StreamInput, playout_delay: float,
+                 records: str = "all") -> None:
         self.engine = engine
         self.env = engine.env
         self.index = index
@@ -313,7 +330,7 @@ class _StreamPort:
         self.generator = engine.generator
         self.origin = inputs.join
         self.playout = ClientPlayout(playout_delay)
-        self.run = StreamRun(config, window, self)
+        self.run = StreamRun(config, window, self, records=records)
         self.sent: list[float] = []  # client send time of each version, in version order
         self._conditions_seen = 0  # the controller's condition records already shown
         self.viewer: list[ViewerRecord] = []
@@ -462,6 +479,7 @@ def simulate_serving(
     batch_rng: np.random.Generator,
     drain: float | None = None,
     configs: Sequence[ControllerConfig] | None = None,
+    records: str = "all",
 ) -> ServingRecords:
     """Run ``streams`` (one :class:`StreamInput` each) on the pools of ``serving``.
 
@@ -470,7 +488,10 @@ def simulate_serving(
     the last stream's window, as in the single-worker driver). ``config.discard`` is the
     serving configuration's discard mode. ``configs``, if given, is one controller
     configuration per stream (viewers of one server with their own K, policy or lead);
-    the streams share the pools as before.
+    the streams share the pools as before. ``records`` is what to keep
+    (:data:`~latsim.controller.records.RECORD_LEVELS`): below ``all`` the slots and task
+    records are added up into what the summary needs as the run goes, so memory grows
+    with the streams and conditions, not with the slots.
     """
     if configs is not None and len(configs) != len(streams):
         raise ValueError(f"{len(configs)} stream configurations for {len(streams)} streams")
@@ -482,12 +503,18 @@ def simulate_serving(
                      StagedGenerator(cost, serving.replan_cost, serving.decode,
                                      serving.decode_pool))
     playout = serving.playout()
-    ports = [_StreamPort(engine, index, own[index], windows[index], inputs, playout)
+    ports = [_StreamPort(engine, index, own[index], windows[index], inputs, playout,
+                         records)
              for index, inputs in enumerate(streams)]
+    tally = records != "all"
     if serving.cold_start:
         started = _cold_starts(env, engine, ports)
         env.run(until=started)
+        if tally:  # the window's end is known once every stream has started
+            engine.tally_tasks(max(port.origin for port in ports) + window.duration)
     else:
+        if tally:
+            engine.tally_tasks(max(port.origin for port in ports) + window.duration)
         for port in ports:
             if port.origin > env.now:
                 env.timeout(port.origin).callbacks.append(
@@ -516,6 +543,7 @@ def simulate_serving(
                             key=lambda v: (v.stream, v.version))),
         client_stalls=tuple(s for p in ports for s in p.client_stalls),
         pools=serving.pools, playout_delay=playout, dit_degree=serving.degree,
+        records=records, task_tally=engine.tally,
     )
 
 

@@ -232,6 +232,7 @@ def simulate_trace(
     drain: float | None = None,
     on_record: Callable[[object], None] | None = None,
     skip_ticks: bool = True,
+    records: str = "all",
 ) -> tuple[RunRecords, Controller]:
     """Run one trace through the controller on SimPy's clock.
 
@@ -241,7 +242,9 @@ def simulate_trace(
     included) is one SimPy step, instead of the controller playing the quiet ticks ahead
     (:meth:`Controller.play_ahead`) and the port delivering its timers in batches between
     SimPy's other events. The records are the same, bit for bit; it is there to check
-    that, and to measure the gain.
+    that, and to measure the gain. ``records`` is what to keep
+    (:data:`~latsim.controller.records.RECORD_LEVELS`): below ``all`` the slots and busy
+    intervals are counted into what the summary needs, not kept.
     """
     if config.pipelined:
         raise LatsimError("one worker runs one job at a time: several chunks in flight, or "
@@ -250,7 +253,7 @@ def simulate_trace(
     window = RunWindow.for_config(config, duration, drain)
     env = _Environment()
     port = _SimPyPort(env, cost, config.timing.K, rng, config.timing.delta)
-    run = port.run = StreamRun(config, window, port, on_record)
+    run = port.run = StreamRun(config, window, port, on_record, records)
 
     port.arrivals(sorted(t for t in trace.times if t < window.duration))
     # Only within the window: the drain stops between two events as soon as nothing is
