@@ -21,11 +21,12 @@ def run(
     lead: float | None = None,
     seed: int = 0,
     on_record=None,
+    replan_at_cache_end: str = "defer",
 ) -> RunRecords:
     cost_model = FixedCost(cost) if isinstance(cost, float | int) else cost
     if lead is None:
         lead = cost_model.quantile(timing.K, 0.99)
-    config = ControllerConfig(timing, policy, lead)
+    config = ControllerConfig(timing, policy, lead, replan_at_cache_end=replan_at_cache_end)
     records, _ = simulate_trace(
         config, cost_model, Trace("test", tuple(times), duration), duration,
         np.random.default_rng(seed), on_record=on_record,

@@ -79,6 +79,7 @@ from hypothesis.stateful import (
 
 from latsim.controller import (
     EPS,
+    REPLAN_AT_CACHE_END,
     ConditionArrived,
     Controller,
     ControllerConfig,
@@ -208,9 +209,12 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
         self.lead = lead
         self.branch_lead = max(lead, commit_lead)
         self.on_ready = data.draw(st.booleans(), label="discard on ready")
+        at_end = data.draw(st.sampled_from(REPLAN_AT_CACHE_END), label="replan at cache end")
+        self.start_at_end = at_end == "start" and not self.eager  # eager: nothing to replace
         policy = Policy(name="fuzz", q=q, commit=commit, commit_lead=commit_lead)
         self.ctrl = Controller(ControllerConfig(
-            timing, policy, lead, "on-ready" if self.on_ready else "on-start"))
+            timing, policy, lead, "on-ready" if self.on_ready else "on-start",
+            replan_at_cache_end=at_end))
         self.now = t0
         self.t0 = t0
         self.timers: list[_Timer] = []
@@ -458,6 +462,14 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
         assert start.branch % self.q == 0
         assert start.branch >= ctrl.locked_end and start.branch >= ctrl.next_position
         assert not ctrl.stalled
+        # a replan clamped to the cache end (replan_at_cache_end=start) replaces nothing:
+        # on start the cache end is its branch either way, on ready it stays
+        clamped = not dropped if not self.on_ready else start.branch == ctrl.cache_end
+        if self.start_at_end and clamped:
+            assert start.branch == ctrl.cache_end
+            assert self._first_feasible(-self._tol()) >= start.branch, (
+                "a replan clamped to the cache end although a branch before it was feasible")
+            return
         assert self._feasible(start.branch, -self._tol()), (
             "a replan branched at a slot the job cannot make")
         earlier = start.branch - self.q
@@ -511,6 +523,8 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
             assert any(isinstance(t.event, WakeUp) and abs(t.at - due) <= tol(due)
                        for t in self.timers), "no wake-up pending for the refill"
             if ctrl.latest_version > self.planned_version and not ctrl.stalled:
+                assert not self.start_at_end, (
+                    "replan_at_cache_end=start left a pending version with no job running")
                 assert self._first_feasible(self._tol()) >= ctrl.cache_end, (
                     "a feasible replan was not taken")
         if not ctrl.stalled:

@@ -90,7 +90,8 @@ def streams(draw):
     lead = draw(st.sampled_from([0.0, C, timing.delta * draw(st.integers(0, 2 * timing.K)),
                                  cost.quantile(timing.K, 0.99)]))
     discard = draw(st.sampled_from(["on-start", "on-ready"]))
-    return ControllerConfig(timing, policy, lead, discard), cost
+    at_end = draw(st.sampled_from(["defer", "start"]))
+    return ControllerConfig(timing, policy, lead, discard, replan_at_cache_end=at_end), cost
 
 
 @SETTINGS
@@ -143,7 +144,7 @@ MIRRORED_METHODS = ("_guard_replan_feasible", "_guard_refill_due", "_guard_flush
                     "_guard_refill_due_in_flight", "_guard_room_in_flight", "_act_arm_refill",
                     "_act_hold", "_act_play_or_stall", "_play_slot", "_replan_branch",
                     "_refill_due_from", "_refill_due_at", "_resolve_conditions")
-MIRROR_DIGEST = "0a1f8c15697736ba"
+MIRROR_DIGEST = "4cc25e19b8355a93"
 
 
 def mirror_digest() -> str:

@@ -67,6 +67,27 @@ def test_speculative_residual_wait_and_refined_mean_under_rare_updates(K, C, lea
     assert abs(L.mean() - expected) < Z * se(L)
 
 
+@pytest.mark.parametrize("K, C", [(8, 0.7), (4, 0.62), (8, 1.9), (4, 0.95)])  # noqa: N803
+def test_replans_started_at_the_cache_end_wait_as_eq_6_and_show_at_the_same_slot(K, C):  # noqa: N803
+    """replan_at_cache_end=start: an idle arrival whose branch would be the cache end starts
+    its replan at once, and a busy one as the running job ends, so R is eq. (6)'s C²/(2T)
+    with no deferral term; L is what the deferring rule gives (the same slot). The last
+    two cases have T − δ < C, where both of the deferral's terms are large."""
+    timing = Timing(K=K, r=4, fps=16.0)
+    times = isolated_arrivals(timing, C, 1200, seed=K)
+    records = run(timing, SPECULATIVE, times, times[-1] + 1, C, replan_at_cache_end="start")
+    shown = [c for c in records.conditions if c.displayed and not c.superseded]
+    assert len(shown) == len(times)
+    R = np.array([c.R for c in shown])  # noqa: N806
+    L = np.array([c.L for c in shown])  # noqa: N806
+    assert abs(R.mean() - theory.residual_wait_mean(C, timing.T)) < Z * se(R)
+    assert abs(L.mean() - theory.speculative_latency_mean(C, timing.T, timing.delta)) < (
+        Z * se(L))
+    deferred = theory.speculative_residual_wait_mean(C, timing.T, timing.delta)
+    if deferred - theory.residual_wait_mean(C, timing.T) > 0.05:  # the rules tell apart
+        assert abs(R.mean() - deferred) > Z * se(R)
+
+
 def test_refined_mean_is_exact_over_a_phase_grid_and_designs_form_is_an_upper_bound():
     """K=2, δ=0.5, C=0.25: C is not a multiple of δ, so DESIGN §2's idle term
     (1 − C/T)·δ/2 overstates E[Q] by g(δ − g)/(2T) = 0.03125 s. A midpoint grid of N
@@ -135,3 +156,21 @@ def test_stall_fraction_when_generation_is_slower_than_playback(ratio, policy):
     fraction = stall_time_in_window(records) / duration
     expected = theory.stall_fraction(C, timing.T)
     assert abs(fraction - expected) <= (2 * timing.T + C) / duration
+
+
+@pytest.mark.slow
+def test_the_replan_rule_table_is_recomputed_byte_for_byte(tmp_path):
+    """``latsim reproduce replan-rule`` regenerates results/replan_rule/ unchanged, and its
+    rows say what the rule means: with T − δ < C < T deferring wastes nothing (w = 0, the
+    baseline's work) while starting wastes some; at C = T both agree exactly."""
+    from pathlib import Path
+
+    from latsim.experiments.replan_rule import reproduce_replan_rule
+
+    committed = Path(__file__).parents[1] / "results" / "replan_rule" / "replan_rule.csv"
+    rows = reproduce_replan_rule(tmp_path)["replan_rule"]
+    assert (tmp_path / "replan_rule.csv").read_bytes() == committed.read_bytes()
+    between = [r for r in rows if r["C_below_T_slots"] == 0.5]
+    assert between and all(r["w_defer"] == 0.0 and r["w_start"] > 0 for r in between)
+    for r in (r for r in rows if r["C_below_T_slots"] == 0.0):
+        assert r["L_mean_defer"] == r["L_mean_start"] and r["w_start"] == r["w_defer"]

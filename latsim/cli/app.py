@@ -44,6 +44,7 @@ from latsim.cli.options import (
     PoolsOpt,
     QOpt,
     RecordsOpt,
+    ReplanAtCacheEndOpt,
     ReplanCostOpt,
     ROptions,
     RunAheadOpt,
@@ -347,6 +348,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         commit: CommitOpt = None,
         commit_lead: CommitLeadOpt = 0.0,
         run_ahead: RunAheadOpt = 0.0,
+        replan_at_cache_end: ReplanAtCacheEndOpt = "defer",
         max_events: MaxSimEventsOpt = DEFAULT_MAX_EVENTS,
         streams: StreamsOpt = None,
         pools: PoolsOpt = None,
@@ -393,7 +395,8 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
             cost=FixedCost(C) if C is not None else cost or DEFAULT_COST, lead=lead, q=q,
             policies=tuple(policy_names(policy)), updates=updates, duration=duration,
             seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
-            run_ahead=run_ahead, max_events=max_events, serving=serving_config,
+            run_ahead=run_ahead, replan_at_cache_end=replan_at_cache_end,
+            max_events=max_events, serving=serving_config,
             records=records or ("all" if out is not None else "none"),
         )
         with scheduler_context(scheduler, jobs):

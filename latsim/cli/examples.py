@@ -26,6 +26,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "reproduce": ("latsim reproduce",),
     "reproduce serving": ("latsim reproduce serving",),
     "reproduce systems": ("latsim reproduce systems",),
+    "reproduce replan-rule": ("latsim reproduce replan-rule",
+                              "latsim reproduce replan-rule --json --out /tmp/rule"),
     "plot timeline": ("latsim plot timeline runs/K8-speculative",),
     "export perfetto": ("latsim export perfetto runs/K8-speculative --out trace.json",),
     "measure": ("latsim measure --K 2 4 --rate 0.2 --duration 30 --out runs/",

@@ -60,6 +60,10 @@ RunAheadOpt = Annotated[
     float, typer.Option(help="refills start this many seconds beyond the lead (a deeper "
                         "buffer; replans still branch one lead ahead)")
 ]
+ReplanAtCacheEndOpt = Annotated[str, typer.Option(
+    help="a pending condition whose replan branch falls at the cache end (lazy commit): "
+    "defer (the refill takes it; DESIGN §2) or start (clamp the branch to the cache end "
+    "and start the replan at once)")]
 _SERVING = "Serving model (DESIGN §6)"
 StreamsOpt = Annotated[int | None, typer.Option(
     help="viewers sharing the pools (default 1)", rich_help_panel=_SERVING)]

@@ -10,6 +10,7 @@ from latsim.controller.machine import (
     EPS,
     IN_FLIGHT_POLICIES,
     MAX_IN_FLIGHT,
+    REPLAN_AT_CACHE_END,
     TRANSITIONS,
     Command,
     ConditionArrived,
@@ -30,7 +31,8 @@ from latsim.controller.machine import (
 )
 
 __all__ = [
-    "DISCARD_MODES", "EPS", "IN_FLIGHT_POLICIES", "MAX_IN_FLIGHT", "TRANSITIONS", "Command",
+    "DISCARD_MODES", "EPS", "IN_FLIGHT_POLICIES", "MAX_IN_FLIGHT", "REPLAN_AT_CACHE_END",
+    "TRANSITIONS", "Command",
     "ConditionArrived", "Controller",
     "ControllerConfig", "Decide", "Event", "JobDone", "JobStarted", "PlaySlot",
     "ScheduleWakeUp", "SlotDue", "StartJob", "State", "Transition", "WakeUp",

@@ -242,6 +242,12 @@ DISCARD_MODES = ("on-start", "on-ready")
 IN_FLIGHT_POLICIES = ("let-play", "flush")
 #: The most chunks one stream may have in flight.
 MAX_IN_FLIGHT = 64
+#: A pending condition whose replan branch would fall at (or past) the end of the cache,
+#: under lazy commit: ``defer`` (start no job; the refill, due ``lead`` before that
+#: position, takes the condition: DESIGN §2's rule, the default) or ``start`` (clamp the
+#: branch to the cache end and start the replan at once, as an independent reference model
+#: reads the paper). Under eager commit nothing cached is replaceable and both are ``defer``.
+REPLAN_AT_CACHE_END = ("defer", "start")
 
 
 @dataclass(frozen=True)
@@ -249,8 +255,9 @@ class ControllerConfig:
     """What the controller needs to know: timing, policy, the planning lead (seconds), when
     a replan discards the old future (:data:`DISCARD_MODES`), how many chunks one stream
     may have in flight and what a new condition does to them (:data:`IN_FLIGHT_POLICIES`),
-    and ``run_ahead``: seconds beyond the lead that refills start early (a deeper buffer, as
-    a pipeline that runs ahead keeps; replans still branch one lead ahead).
+    ``run_ahead``: seconds beyond the lead that refills start early (a deeper buffer, as
+    a pipeline that runs ahead keeps; replans still branch one lead ahead), and
+    ``replan_at_cache_end`` (:data:`REPLAN_AT_CACHE_END`).
     """
 
     timing: Timing
@@ -260,9 +267,13 @@ class ControllerConfig:
     in_flight: int = 1
     in_flight_policy: str = "let-play"
     run_ahead: float = 0.0
+    replan_at_cache_end: str = "defer"
 
     def __post_init__(self) -> None:
         self.policy.commit_unit(self.timing.K)
+        if self.replan_at_cache_end not in REPLAN_AT_CACHE_END:
+            raise LatsimError(f"replan at cache end must be defer or start, got "
+                              f"{self.replan_at_cache_end!r}")
         if not (math.isfinite(self.lead) and self.lead >= 0):
             raise LatsimError(f"lead must be >= 0 seconds, got {self.lead!r}")
         if self.discard not in DISCARD_MODES:
@@ -345,6 +356,8 @@ class Controller:
         self._discard_on_ready = config.discard == "on-ready"
         self._max_in_flight = config.in_flight
         self._flush = config.in_flight_policy == "flush"
+        self._start_at_cache_end = (config.replan_at_cache_end == "start"
+                                    and not self._eager)
         self._on_record = on_record
 
         self.state = State.CONSUME
@@ -486,8 +499,8 @@ class Controller:
                     locked = lock
             after = t + delta
             if decide:  # the decide step from the state this play would leave
-                if pending and self._replan_branch(t, position + 1, after, locked,
-                                                   cache_end) is not None:
+                if pending and self._replan_branch(t, position + 1, after, locked, cache_end,
+                                                   self._start_at_cache_end) is not None:
                     break
                 due = self._refill_due_from(position + 1, after)
                 if due <= t + EPS or abs(armed - due) > EPS:
@@ -529,7 +542,8 @@ class Controller:
                 if not self._eager:
                     locked = max(locked, (position // self._q + 1) * self._q)
                 if pending and self._replan_branch(t, position + 1, after, locked,
-                                                   self._cache_end) is not None:
+                                                   self._cache_end,
+                                                   self._start_at_cache_end) is not None:
                     break
                 due = self._refill_due_from(position + 1, after)
                 if due <= t + EPS or abs(armed - due) > EPS:  # type: ignore[operator]
@@ -868,17 +882,20 @@ class Controller:
         if self._stalled_since is not None:
             return None  # the cache is empty at the playhead: only a refill helps
         return self._replan_branch(now, self._next_pos, self._next_due, self._locked_end,
-                                   self._cache_end)
+                                   self._cache_end, self._start_at_cache_end)
 
     def _replan_branch(self, now: float, next_pos: int, next_due: float, locked_end: int,
-                       end: int) -> int | None:
+                       end: int, clamp: bool = False) -> int | None:
         """The replan guard's branch for a playhead at ``next_pos`` due at ``next_due``, if
-        it falls before ``end`` (there is a future there to replace)."""
+        it falls before ``end`` (there is a future there to replace); one at or past it is
+        ``end`` itself with ``clamp`` (``replan_at_cache_end="start"``), else None."""
         ahead = (now + self._branch_lead - next_due) / self._delta
         position = next_pos + max(0, math.ceil(ahead - EPS))
         position = max(position, locked_end, next_pos)
         position = -(-position // self._q) * self._q
-        return position if position < end else None
+        if position < end:
+            return position
+        return end if clamp else None
 
     def _guard_refill_due(self, event: None, now: float) -> int | None:
         return self._planned_end if self._refill_due_at(now) <= now + EPS else None

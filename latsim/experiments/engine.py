@@ -32,7 +32,7 @@ import numpy as np
 
 from latsim.analysis import theory
 from latsim.analysis.metrics import summarize, work_ratio
-from latsim.controller import ControllerConfig
+from latsim.controller import REPLAN_AT_CACHE_END, ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
 from latsim.controller.records import COUNTED_TABLES, RECORD_LEVELS
 from latsim.controller.timing import Timing
@@ -106,6 +106,7 @@ class Experiment:
     commit: str | None = None  # override the presets' commit mode (ablations)
     commit_lead: float = 0.0
     run_ahead: float = 0.0  # refills start this much beyond the lead (ControllerConfig)
+    replan_at_cache_end: str = "defer"  # ControllerConfig's REPLAN_AT_CACHE_END
     max_events: int = DEFAULT_MAX_EVENTS  # the work bound (see plan_events)
     serving: ServingConfig | None = None  # None: one stream on one worker (DESIGN §2)
     #: what each run keeps (RECORD_LEVELS): below "all", slots and tasks are only counted
@@ -133,6 +134,9 @@ class Experiment:
         check_number("commit lead", self.commit_lead, 0, MAX_SECONDS, unit="s")
         check_number("--run-ahead", self.run_ahead, 0, MAX_SECONDS, unit="s")
         check_int("--max-events", self.max_events, 1, 10**15)
+        if self.replan_at_cache_end not in REPLAN_AT_CACHE_END:
+            raise LatsimError(f"--replan-at-cache-end must be defer or start, got "
+                              f"{self.replan_at_cache_end!r}")
         if self.records not in RECORD_LEVELS:
             raise LatsimError(f"--records must be one of {', '.join(RECORD_LEVELS)}, got "
                               f"{self.records!r}")
@@ -156,11 +160,13 @@ class Cell:
     in_flight: int = 1
     in_flight_policy: str = "let-play"
     run_ahead: float = 0.0
+    replan_at_cache_end: str = "defer"
 
     @property
     def config(self) -> ControllerConfig:
         return ControllerConfig(self.timing, self.policy, self.lead, self.discard,
-                                self.in_flight, self.in_flight_policy, self.run_ahead)
+                                self.in_flight, self.in_flight_policy, self.run_ahead,
+                                self.replan_at_cache_end)
 
 
 @dataclass(frozen=True)
@@ -254,7 +260,7 @@ def plan(experiment: Experiment) -> Plan:
         for name in names:
             cells.append(Cell(timing, _policy(experiment, name), lead, stream.discard,
                               stream.in_flight, stream.in_flight_policy,
-                              experiment.run_ahead))
+                              experiment.run_ahead, experiment.replan_at_cache_end))
             cells[-1].config  # noqa: B018 - validates q against K
     p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
              tuple(cells), serving)
@@ -557,6 +563,8 @@ def experiment_config(result: ExperimentResult) -> dict:
         "commit": experiment.commit, "commit_lead": experiment.commit_lead,
         **({"run_ahead": experiment.run_ahead} if experiment.run_ahead else {}),
         **({"records": experiment.records} if experiment.records != "all" else {}),
+        **({"replan_at_cache_end": experiment.replan_at_cache_end}
+           if experiment.replan_at_cache_end != "defer" else {}),
         **({} if p.serving is None else {"serving": p.serving.describe()}),
     }
 

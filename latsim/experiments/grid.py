@@ -21,8 +21,8 @@ Settings (:data:`SETTINGS`) are those of ``latsim simulate``: ``K``, ``policy``,
 ``duration``, ``r``, ``fps``, ``commit``, ``commit_lead``, and the serving model's
 ``streams``, ``pools``, ``schedule``, ``discard``, ``playout_delay``, ``decode``, ``deliver``,
 ``uplink``, ``replan_cost``, ``batch``, ``start``, ``dit_degree``, ``in_flight``,
-``in_flight_policy``, ``cold_start``, and ``run_ahead`` (:data:`NOT_SETTINGS` says why the
-other options are not settings). A cell is one point of
+``in_flight_policy``, ``cold_start``, ``run_ahead`` and ``replan_at_cache_end``
+(:data:`NOT_SETTINGS` says why the other options are not settings). A cell is one point of
 the axes' product (in file order, the last axis fastest); it runs ``seeds`` replications of
 one (K, policy) and gives one row: the cell's settings, then the metrics of its summary
 row (:func:`latsim.experiments.engine.run_experiment`).
@@ -66,6 +66,7 @@ SETTINGS: dict[str, type | tuple[type, ...]] = {
     "playout_delay": (int, float), "decode": str, "deliver": str, "uplink": str,
     "replan_cost": str, "batch": str, "start": str, "dit_degree": int,
     "in_flight": int, "in_flight_policy": str, "cold_start": bool, "run_ahead": (int, float),
+    "replan_at_cache_end": str,
 }
 SERVING = ("streams", "pools", "schedule", "discard", "playout_delay", "decode", "deliver",
            "uplink", "replan_cost", "batch", "start", "dit_degree", "in_flight",
