@@ -83,7 +83,11 @@ def periodic_work_mean(streams: int, period: float, service: float) -> float:
 def periodic_wait_survival(x: float, streams: int, period: float, service: float) -> float:
     """P(W > x): the chance a job waits longer than ``x`` seconds for the device."""
     ratio = _check(streams, period, service)
-    u, sources = x / service, streams - 1
+    return _survival(x / service, streams - 1, ratio)
+
+
+def _survival(u: float, sources: int, ratio: float) -> float:
+    """Q(u; sources, D): P(unfinished work of ``sources`` periodic sources > u·C)."""
     if u < 0:
         return 1.0 if sources else 0.0
     if u >= sources:
@@ -104,3 +108,25 @@ def overload_stall_fraction(streams: int, period: float, service: float,
     content the streams play, so each stalls ``1 − 1/ρ`` of the time (0 when ρ <= 1)."""
     rho = streams * service / (devices * period)
     return max(0.0, 1.0 - 1.0 / rho) if rho > 0 else 0.0
+
+
+def periodic_wait_quantile(level: float, streams: int, period: float, service: float
+                           ) -> float:
+    """The ``level`` quantile of W (s): the least ``x`` with P(W > x) <= 1 − ``level``, by
+    bisection on the survival function (to 1e-9 of C); 0 with one stream. W is the other
+    N − 1 streams' unfinished work, which a job of one stream arriving at a random time
+    (a replan) also finds: its own stream has no job in the queue ahead of it."""
+    ratio = _check(streams, period, service)
+    if not 0 < level < 1:
+        raise LatsimError(f"quantile level must be in (0, 1), got {level!r}")
+    tail, sources = 1.0 - level, streams - 1
+    if _survival(0.0, sources, ratio) <= tail:
+        return 0.0
+    low, high = 0.0, float(sources)  # W < (N − 1)·C: the others' jobs at most, in units of C
+    while high - low > 1e-9:
+        middle = (low + high) / 2
+        if _survival(middle, sources, ratio) > tail:
+            low = middle
+        else:
+            high = middle
+    return high * service

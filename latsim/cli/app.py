@@ -57,6 +57,7 @@ from latsim.cli.options import (
     StreamsOpt,
     UpdatesOpt,
     UplinkOpt,
+    parse_lead,
     scheduler_context,
     serving_from_flags,
 )
@@ -392,7 +393,8 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
             cost = file_cost
         experiment = Experiment(
             Ks=tuple(K), r=r, fps=fps,
-            cost=FixedCost(C) if C is not None else cost or DEFAULT_COST, lead=lead, q=q,
+            cost=FixedCost(C) if C is not None else cost or DEFAULT_COST,
+            lead=parse_lead(lead), q=q,
             policies=tuple(policy_names(policy)), updates=updates, duration=duration,
             seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
             run_ahead=run_ahead, replan_at_cache_end=replan_at_cache_end,

@@ -35,6 +35,7 @@ from latsim.cli.options import (
     ServingFileOpt,
     UpdatesOpt,
     UplinkOpt,
+    parse_lead,
     scheduler_context,
     serving_from_flags,
 )
@@ -113,14 +114,15 @@ def capacity(
     experiment = Experiment(
         Ks=(K,), r=r, fps=fps,
         cost=FixedCost(C) if C is not None else cost or file_cost or DEFAULT_COST,
-        lead=lead, policies=(policy,), updates=updates, duration=duration, seed=seed,
+        lead=parse_lead(lead), policies=(policy,), updates=updates, duration=duration,
+        seed=seed,
         max_events=max_events, serving=serving_config)
     query = CapacityQuery(experiment, SLO(slo_l95, slo_stall), max_streams=max_streams,
                           confidence=confidence, min_seeds=min_seeds, max_seeds=max_seeds)
 
     config = {"K": K, "policy": policy, "r": r, "fps": fps,
               "cost": experiment.cost if isinstance(experiment.cost, str)
-              else experiment.cost.spec, "lead": lead, "updates": updates,
+              else experiment.cost.spec, "lead": experiment.lead, "updates": updates,
               "duration": duration, "seed": seed, "serving": serving_config.describe()}
     measured = []
 

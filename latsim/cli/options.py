@@ -24,8 +24,24 @@ CostOpt = Annotated[
                  "(latsim plugins costs)".replace("[", "\\[")),
 ]
 LeadOpt = Annotated[
-    float | None, typer.Option(help="planning lead (s); default: 0.99 quantile of C")
+    str | None, typer.Option(
+        help="planning lead: seconds, or auto (serving model: C's 0.99 quantile plus that "
+        "of the refills' wait for the shared devices, nD/D/1 or a pilot run); default: "
+        "0.99 quantile of C", metavar="S|auto")
 ]
+
+
+def parse_lead(text: str | None) -> float | str | None:
+    """``--lead``: None, ``auto``, or a number of seconds (range-checked later)."""
+    if text is None or text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        from latsim.errors import LatsimError
+
+        raise LatsimError(f"--lead must be a number of seconds or auto, got "
+                          f"{text[:40]!r}") from None
 QOpt = Annotated[
     int | None, typer.Option("--q", help="speculative policy's commit unit (must divide K)")
 ]

@@ -96,7 +96,7 @@ class Experiment:
     r: int = DEFAULT_R
     fps: float = DEFAULT_FPS
     cost: str | CostModel = DEFAULT_COST
-    lead: float | None = None
+    lead: float | str | None = None  # seconds, None (C's 0.99 quantile) or "auto" (serving)
     q: int | None = None
     policies: tuple[str, ...] = ("baseline", "speculative")
     updates: str | ArrivalSource = DEFAULT_UPDATES
@@ -122,7 +122,15 @@ class Experiment:
             check_int("K", K, 1, MAX_K)
         check_int("r", self.r, 1, MAX_R)
         check_number("fps", self.fps, MIN_FPS, MAX_FPS, positive=True)
-        if self.lead is not None:
+        if isinstance(self.lead, str):
+            if self.lead != AUTO_LEAD:
+                raise LatsimError(f"--lead must be a number of seconds or auto, got "
+                                  f"{self.lead[:40]!r}")
+            if self.serving is None:
+                raise LatsimError("--lead auto adds the wait for a shared device: it is for "
+                                  "the serving model (--streams, --pools); one stream on its "
+                                  "own worker never waits")
+        elif self.lead is not None:
             check_number("lead", self.lead, 0, MAX_SECONDS, unit="s")
         if self.q is not None:
             check_int("q", self.q, 1, MAX_K)
@@ -180,6 +188,8 @@ class Plan:
     replications: int
     cells: tuple[Cell, ...]
     serving: ServingConfig | None = None  # with its DiT degree resolved
+    #: K -> (the refills' 0.99 wait quantile added to the lead, its model), --lead auto
+    auto_leads: tuple[tuple[int, tuple[float, str]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -237,6 +247,7 @@ def plan(experiment: Experiment) -> Plan:
     if isinstance(arrivals, ArrivalChecks):
         arrivals.check(duration, experiment.duration is not None)
     cells = []
+    auto: dict[int, tuple[float, str]] = {}  # K -> (wait quantile, its model), --lead auto
     stream = serving or ServingConfig()  # its defaults are the single worker's settings
     for K in experiment.Ks:  # noqa: N806
         timing = Timing(K, experiment.r, experiment.fps)
@@ -246,14 +257,20 @@ def plan(experiment: Experiment) -> Plan:
             )
         # K outside a cost table's range fails here, before any work
         _check_job_time("mean C", cost.mean(K), K, cost.spec)
-        if experiment.lead is not None:
-            lead = experiment.lead
+        if isinstance(experiment.lead, float | int):
+            lead = float(experiment.lead)
         else:
             lead = _check_job_time("lead (C's 0.99 quantile)", SIMULATED.from_cost(cost, K), K,
                                    cost.spec)
             if serving is not None:
                 lead = _check_job_time("lead (C's plus decode's and replan overhead's 0.99 "
                                        "quantiles)", lead + serving.lead_extra(K), K, cost.spec)
+            if experiment.lead == AUTO_LEAD:
+                assert serving is not None
+                wait, model = auto_lead_wait(experiment, K, lead)
+                auto[K] = (wait, model)
+                lead = _check_job_time(f"lead (plus the refills' 0.99 wait quantile, {model})",
+                                       lead + wait, K, cost.spec)
         names = list(experiment.policies)
         if "speculative" in names and "baseline" not in names:
             names.insert(0, "baseline")  # the twin that A is measured against
@@ -263,7 +280,7 @@ def plan(experiment: Experiment) -> Plan:
                               experiment.run_ahead, experiment.replan_at_cache_end))
             cells[-1].config  # noqa: B018 - validates q against K
     p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
-             tuple(cells), serving)
+             tuple(cells), serving, tuple(auto.items()))
     streams = "" if serving is None else f" x {serving.streams} stream(s)"
     check_work(
         plan_events(p), experiment.max_events, "--max-events",
@@ -273,6 +290,70 @@ def plan(experiment: Experiment) -> Plan:
                                                                   if streams else ""),
     )
     return p
+
+
+#: ``--lead auto``: the serving model's lead is C's (and the other stages') 0.99 quantile
+#: plus the 0.99 quantile of the wait a stream's refills see for the shared devices.
+AUTO_LEAD = "auto"
+#: The longest pilot run ``--lead auto`` simulates where no closed form holds (seconds).
+PILOT_S = 120.0
+AUTO_QUANTILE = 0.99
+
+
+def closed_form_wait(experiment: Experiment, serving: ServingConfig, cost: CostModel,
+                     timing: Timing) -> float | None:
+    """The refills' wait quantile from the nD/D/1 queue
+    (:func:`latsim.analysis.queueing.periodic_wait_quantile`), where its assumptions hold:
+    fixed C, one FIFO DiT device (or USP group) and no other stage, no batching, one chunk
+    in flight and N·C < T. Else None. It assumes independent uniform phases: a ``random``
+    start has them, and replans shift the others' phases as a run goes on (a ``staggered``
+    start's evenly spread phases, which never collide, do not last)."""
+    from latsim.analysis.queueing import periodic_wait_quantile
+    from latsim.plugins import Pipelined
+
+    groups = dict(serving.pools).get(serving.dit_pool, 0) // (serving.degree or 1)
+    C = cost.mean(timing.K)  # noqa: N806
+    if not (cost.deterministic and not isinstance(cost, Pipelined) and groups == 1
+            and serving.schedule == "fifo" and serving.batch is None
+            and serving.in_flight == 1 and serving.decode is None and serving.replan_cost is None
+            and 0 < serving.streams * C < timing.T):
+        return None
+    return periodic_wait_quantile(AUTO_QUANTILE, serving.streams, timing.T, C)
+
+
+@lru_cache(maxsize=64)
+def auto_lead_wait(experiment: Experiment, K: int, base_lead: float  # noqa: N803
+                   ) -> tuple[float, str]:
+    """(seconds, model) that ``--lead auto`` adds to ``base_lead`` at chunk size ``K``: the
+    closed form where it holds (:func:`closed_form_wait`), else the 0.99 quantile of the
+    jobs' total wait for devices (summed over their stages) in a pilot run of the same
+    configuration at the base lead: replication 0, the first :data:`PILOT_S` seconds, every
+    policy asked for, refills and replans together (a replan the queue delays by more than
+    the lead leaves C stalls the player under on-start discard)."""
+    cost, _ = _sources(experiment)
+    serving, cost = experiment.serving.resolve(cost)  # type: ignore[union-attr]
+    timing = Timing(K, experiment.r, experiment.fps)
+    wait = closed_form_wait(experiment, serving, cost, timing)
+    if wait is not None:
+        return wait, "nD/D/1"
+    pilot = replace(experiment, Ks=(K,), lead=base_lead, records="all", seeds=1,
+                    duration=min(PILOT_S, experiment.duration or PILOT_S))
+    p = plan(pilot)
+    waits: list[float] = []
+    for index, cell in enumerate(p.cells):
+        if cell.policy.name not in experiment.policies:
+            continue
+        run = run_cell(pilot, index, 0, p)
+        per_job: dict[tuple[int, int], float] = {}
+        for task in run.tasks:  # type: ignore[union-attr]
+            if task.kind != "prebuffer":
+                key = (task.stream, task.job_id)
+                per_job[key] = per_job.get(key, 0.0) + task.wait
+        waits += per_job.values()
+    if not waits:
+        return 0.0, "pilot run (no jobs)"
+    quantile = float(np.quantile(waits, AUTO_QUANTILE, method="higher"))
+    return quantile, f"pilot run of {p.duration:g} s"
 
 
 def cell_slots(p: Plan, cell: Cell) -> float:
@@ -544,10 +625,12 @@ def _row(p: Plan, cell: Cell, runs: dict) -> dict:
     A, A_se = work_ratio(_stream_runs(own), _stream_runs(runs[(K, "baseline")]))  # noqa: N806
     identity = RunIdentity.of(cell.config, p.cost.spec, p.cost.mean(K), p.arrivals.spec,
                               p.duration, p.experiment.seed)
+    auto = dict(p.auto_leads).get(K)
     return summary_row(
         identity, metrics, A=A, A_se=A_se,
         A_from_w=theory.work_amplification(metrics["w"]) if metrics["w"] is not None else None,
         L_mean_theory=_theory_mean(p, cell),
+        **({} if auto is None else {"lead_wait": auto[0], "lead_model": auto[1]}),
     )
 
 

@@ -60,7 +60,7 @@ MAX_CELLS = 100_000
 #: Experiment settings a grid may fix or vary, and their types.
 SETTINGS: dict[str, type | tuple[type, ...]] = {
     "K": int, "policy": str, "cost": str, "C": (int, float), "updates": str,
-    "rate": (int, float), "lead": (int, float), "q": int, "duration": (int, float),
+    "rate": (int, float), "lead": (int, float, str), "q": int, "duration": (int, float),
     "r": int, "fps": (int, float), "commit": str, "commit_lead": (int, float),
     "streams": int, "pools": str, "schedule": str, "discard": str,
     "playout_delay": (int, float), "decode": str, "deliver": str, "uplink": str,
