@@ -26,8 +26,8 @@ CostOpt = Annotated[
 LeadOpt = Annotated[
     str | None, typer.Option(
         help="planning lead: seconds, or auto (serving model: C's 0.99 quantile plus that "
-        "of the refills' wait for the shared devices, nD/D/1 or a pilot run); default: "
-        "0.99 quantile of C", metavar="S|auto")
+        "of the wait for devices shared with other streams, nD/D/1 or a pilot run); "
+        "default: C's 0.99 quantile", metavar="S|auto")
 ]
 
 

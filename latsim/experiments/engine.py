@@ -325,6 +325,8 @@ def closed_form_wait(experiment: Experiment, serving: ServingConfig, cost: CostM
 def auto_lead_wait(experiment: Experiment, K: int, base_lead: float  # noqa: N803
                    ) -> tuple[float, str]:
     """(seconds, model) that ``--lead auto`` adds to ``base_lead`` at chunk size ``K``: the
+    wait for devices shared with other streams. None with one stream (its own chunks in
+    flight queue behind each other by design, and a longer lead there only costs L); the
     closed form where it holds (:func:`closed_form_wait`), else the 0.99 quantile of the
     jobs' total wait for devices (summed over their stages) in a pilot run of the same
     configuration at the base lead: replication 0, the first :data:`PILOT_S` seconds, every
@@ -332,6 +334,8 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float  # noqa: N80
     the lead leaves C stalls the player under on-start discard)."""
     cost, _ = _sources(experiment)
     serving, cost = experiment.serving.resolve(cost)  # type: ignore[union-attr]
+    if serving.streams == 1:  # its own chunks in flight, or a pipeline's round, are not it
+        return 0.0, "one stream: no device shared"
     timing = Timing(K, experiment.r, experiment.fps)
     wait = closed_form_wait(experiment, serving, cost, timing)
     if wait is not None:
@@ -344,11 +348,16 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float  # noqa: N80
         if cell.policy.name not in experiment.policies:
             continue
         run = run_cell(pilot, index, 0, p)
-        per_job: dict[tuple[int, int], float] = {}
+        # a stage's wait is its first record's: a pipeline records one per rank, each
+        # later rank starting a round later (the traversal, which C already counts)
+        per_stage: dict[tuple[int, int, str], float] = {}
         for task in run.tasks:  # type: ignore[union-attr]
             if task.kind != "prebuffer":
-                key = (task.stream, task.job_id)
-                per_job[key] = per_job.get(key, 0.0) + task.wait
+                key = (task.stream, task.job_id, task.stage)
+                per_stage[key] = min(per_stage.get(key, math.inf), task.wait)
+        per_job: dict[tuple[int, int], float] = {}
+        for (stream, job_id, _), wait in per_stage.items():
+            per_job[stream, job_id] = per_job.get((stream, job_id), 0.0) + wait
         waits += per_job.values()
     if not waits:
         return 0.0, "pilot run (no jobs)"

@@ -204,7 +204,8 @@ class ServingConfig:
     def lead_extra(self, K: int) -> float:  # noqa: N803
         """What the default planning lead adds to the DiT's 0.99 quantile: decode's and the
         replan overhead's 0.99 quantiles (a sum of quantiles: exact for fixed costs, an
-        upper bound otherwise). Queueing on shared pools is not in it (give ``--lead``)."""
+        upper bound otherwise). Queueing on shared pools is not in it: ``--lead auto`` adds
+        it (:func:`latsim.experiments.engine.auto_lead_wait`)."""
         return sum(stage.quantile(K, 0.99) for stage in (self.decode, self.replan_cost)
                    if stage is not None)
 

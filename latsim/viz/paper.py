@@ -252,6 +252,11 @@ def print_serving_report(tables: dict[str, list[dict]]) -> None:
         for r in tables[table]:
             print(f"  {r['streams']} stream(s) {r[key]:12s} stall {fmt(r['stall_pct'], 3)}% "
                   f"L50 {fmt(r['L50'], 3)} L95 {fmt(r['L95'], 3)} L99 {fmt(r['L99'], 3)}")
+    print("lead (fixed C = 0.5 s on one device): C's 0.99 quantile vs --lead auto")
+    for r in tables.get("lead", ()):
+        print(f"  {r['streams']} stream(s) rho {r['rho']:.2f} {r['policy']:11s} "
+              f"{r['lead_rule']:5s} lead {fmt(r['lead'], 3)} stall "
+              f"{fmt(r['viewer_stall_pct'], 3)}% L50 {fmt(r['L50'], 3)} L95 {fmt(r['L95'], 3)}")
 
 
 def plot_systems(tables: dict[str, list[dict]], path: Path) -> Path:
