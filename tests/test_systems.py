@@ -167,8 +167,9 @@ def test_reproduce_systems_regenerates_the_committed_tables_and_their_findings(t
         elif system == "Wave Forcing" and "DiT FPS" in figure:  # the pipeline's own rate
             assert abs(row["err_pct"]) <= 5.0, row
         elif system == "Wave Forcing" and "end-to-end" in figure:
-            # the model has no decode overhead beyond the VAE's own time: an upper bound
-            assert 0 <= row["err_pct"] <= 15.0, row
+            # one generation of the fitted length, its fill and last decodes included
+            # (issue "fidelity" §2: the 5-step figure within 5%)
+            assert abs(row["err_pct"]) <= 5.0, row
     ceiling = next(r for r in rows if r["figure"].startswith("ceiling"))
     assert ceiling["ours"] > 2.09
     fast = {(r["system"], r["policy"], r["load"]): r for r in tables["interactive"]
@@ -298,3 +299,21 @@ def test_the_wave_forcing_files_fitted_times_are_their_formulas():
     # a 14B chunk outlasts its video (C > T): one chunk in flight cannot keep up
     model = wave_forcing_14b_model()
     assert model.denoise == big["denoise"] and model.mean(3) > 3 * 4 / seed["fps_video"]
+
+
+def test_the_wave_forcing_generation_length_is_fitted_on_the_4_step_end_to_end_figure():
+    """The file's one end-to-end parameter solves its figure: the simulated FPS of one
+    generation of that many chunks is the nearest to 134.81, and longer generations come
+    closer to the steady DiT rate (the fill and the last decode weigh less)."""
+    from latsim.experiments.systems import (
+        WAVE_FILE,
+        fit_generated_chunks,
+        generation_fps,
+        wave_forcing_model,
+    )
+
+    wave = system_file(WAVE_FILE)["wave_forcing"]
+    assert fit_generated_chunks() == wave["generated_chunks"]
+    four = wave_forcing_model(4)
+    rates = [generation_fps(four, (("dit", 5), ("vae", 3)), n)[1] for n in (10, 71, 500)]
+    assert rates == sorted(rates) and rates[-1] < 12 / wave["round_time"]
