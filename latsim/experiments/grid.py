@@ -217,15 +217,43 @@ def experiment(spec: GridSpec, index: int):  # noqa: ANN201 - Experiment (lazy i
 
 def check_cells(spec: GridSpec) -> None:
     """Every cell's settings make an experiment within its work bound (about 30 µs a cell:
-    3 s for the largest grid), or a one-line error naming the first cell that does not."""
+    3 s for the largest grid), and every metric is in its summary, or a one-line error
+    naming the first cell (or the metrics) that do not."""
     from latsim.experiments.engine import plan
 
+    plans = []
     for index in range(spec.n_cells):
         try:
-            plan(experiment(spec, index))
+            plans.append(plan(experiment(spec, index)))
         except LatsimError as exc:
             settings = ", ".join(f"{k}={v!r}" for k, v in spec.cell(index).items())
             raise LatsimError(f"cell {index} ({settings}): {exc}") from None
+    # a cell's summary keys depend on its kind (one worker or the serving model, and
+    # whether --lead auto reports its wait): one short probe run of each kind
+    kinds: dict[tuple[bool, bool], int] = {}
+    for index, p in enumerate(plans):
+        kinds.setdefault((p.serving is not None, bool(p.auto_leads)), index)
+    for index in kinds.values():
+        missing = [m for m in spec.metrics if m not in _probe_keys(spec, index)]
+        if missing:
+            raise LatsimError(f"unknown metric(s) {', '.join(missing)}; a cell's summary has "
+                              f"{', '.join(_probe_keys(spec, index))}")
+
+
+def _probe_keys(spec: GridSpec, index: int) -> tuple[str, ...]:
+    """The summary keys of cell ``index``'s kind, from one replication of one chunk's
+    length with one stream (the keys do not depend on the length or the stream count)."""
+    from dataclasses import replace
+
+    from latsim.experiments.engine import plan, run_experiment
+
+    cell = experiment(spec, index)
+    serving = None if cell.serving is None else replace(cell.serving, streams=1)
+    probe = replace(cell, seeds=1, serving=serving)
+    T = plan(probe).cells[0].timing.T  # noqa: N806
+    with local_only():
+        summary = run_experiment(replace(probe, duration=T), jobs=1).rows[0]
+    return tuple(k for k, v in summary.items() if not isinstance(v, dict))
 
 
 def run_cells(work: tuple[GridSpec, tuple[int, ...]]) -> list[tuple[int, dict]]:
