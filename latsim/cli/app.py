@@ -274,7 +274,7 @@ def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
         from latsim.viz.plots import plot_latency_vs_k
 
         write_experiment(result, out)
-        plot_latency_vs_k(result.rows, out / "latency_vs_K.png")
+        plot_latency_vs_k(result.rows, out / "latency_vs_K.png", result.runs)
     if as_json:
         payload = result.rows if len(result.rows) > 1 else result.rows[0]
         typer.echo(dumps(payload))

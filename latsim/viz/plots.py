@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -14,50 +16,102 @@ from latsim.analysis import theory  # noqa: E402
 POLICY_COLORS = {"baseline": "#7f7f7f", "speculative": "#2ca02c"}
 
 
-def plot_latency_vs_k(rows: list[dict], path: Path) -> Path:
+#: Marker, line style and a small offset on the K axis per policy, so that two policies at
+#: the same point (one K, or a speculative policy that gains nothing) both show.
+POLICY_MARKS = {"baseline": ("o", "-", -0.12), "speculative": ("s", "--", 0.12)}
+
+
+def replication_quantile_se(runs: list, level: float) -> float | None:
+    """Jackknife standard error over replications of the pooled ``level`` percentile of L
+    (each replication's displayed conditions left out in turn; serving runs count each
+    stream of a replication together). None with fewer than two replications."""
+    groups = [np.array([c.L for s in getattr(run, "streams", (run,)) for c in s.conditions
+                        if c.displayed]) for run in runs]
+    if len(groups) < 2 or not any(g.size for g in groups):
+        return None
+    pooled = np.concatenate(groups)
+    leave_one_out = []
+    for index in range(len(groups)):
+        rest = np.concatenate([g for i, g in enumerate(groups) if i != index] or [pooled[:0]])
+        if not rest.size:
+            return None
+        leave_one_out.append(np.percentile(rest, level))
+    n = len(groups)
+    values = np.array(leave_one_out)
+    return float(math.sqrt((n - 1) / n * np.sum((values - values.mean()) ** 2)))
+
+
+def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) -> Path:
     """L50 and L95 against K per policy, with the closed forms drawn in.
 
+    ``runs`` (an experiment's records by (K, policy)) adds error bars: the jackknife
+    standard error over replications of each pooled percentile; the legend says n.
     Theory lines (fixed C, lead = C): the baseline's L is uniform on [C, C+T), so its median
     is C + T/2 and its 95th percentile C + 0.95·T; for latent commitment the rare-update mean
     (eq. 6 plus Q) and the ideal C + δ/2.
     """
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
     policies = sorted({row["policy"] for row in rows})
+    Ks = sorted({row["K"] for row in rows})  # noqa: N806
     for ax, metric in zip(axes, ("L50", "L95"), strict=True):
+        level = 50 if metric == "L50" else 95
         for policy in policies:
+            marker, line, shift = POLICY_MARKS.get(policy, ("^", "-", 0.0))
             sel = sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["K"])
-            pts = [(r["K"], r[metric]) for r in sel if r[metric] is not None]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), "o-", color=POLICY_COLORS.get(policy),
-                        label=f"{policy} (simulated)")
+            sel = [r for r in sel if r[metric] is not None]
+            if not sel:
+                continue
+            xs = [r["K"] * (1 + shift * 0.25) for r in sel]  # dodged: both show
+            ys = [r[metric] for r in sel]
+            errors = None
+            if runs is not None:
+                errors = [replication_quantile_se(runs.get((r["K"], policy), []), level)
+                          for r in sel]
+                errors = [0.0 if e is None else e for e in errors]
+            n = f", n = {sel[0]['n_runs']} runs" if errors is not None else ""
+            ax.errorbar(xs, ys, yerr=errors, marker=marker, linestyle=line, capsize=3,
+                        color=POLICY_COLORS.get(policy), label=f"{policy} (simulated{n})")
         base = sorted((r for r in rows if r["policy"] == "baseline"), key=lambda r: r["K"])
         fixed = [r for r in base if r["L_mean_theory"] is not None]
         if fixed:
             share = 0.5 if metric == "L50" else 0.95
             ax.plot([r["K"] for r in fixed],
                     [theory.baseline_latency_quantile(r["lead"], r["T"], share) for r in fixed],
-                    "--",
-                    color=POLICY_COLORS["baseline"],
+                    ":", marker="_", markersize=14, color=POLICY_COLORS["baseline"],
                     label=f"baseline theory C + {share:g}·T")
         spec = sorted((r for r in rows if r["policy"] == "speculative"), key=lambda r: r["K"])
         spec_fixed = [r for r in spec if r["L_mean_theory"] is not None]
         if metric == "L50" and spec_fixed:
             ax.plot([r["K"] for r in spec_fixed], [r["L_mean_theory"] for r in spec_fixed], ":",
-                    color=POLICY_COLORS["speculative"], label="speculative theory mean (eq. 6+Q)")
+                    marker="_", markersize=14, color=POLICY_COLORS["speculative"],
+                    label="speculative theory: mean (eq. 6 + Q)")
             ax.plot([r["K"] for r in spec_fixed],
                     [theory.speculative_latency_ideal(r["C_mean"], r["delta"])
                      for r in spec_fixed],
-                    "-.", color="#98df8a", label="ideal C + δ/2")
+                    "-.", marker="_", markersize=14, color="#98df8a", label="ideal C + δ/2")
         ax.set_xlabel("chunk size K (latents)")
         ax.set_ylabel(f"{metric} latency (s)")
         ax.set_title(metric)
+        ax.set_xticks(Ks)
+        ax.set_xticklabels([str(k) for k in Ks])
+        if len(Ks) > 2 and Ks[-1] / Ks[0] >= 4:  # K = 4 .. 21 and wider: a log axis
+            ax.set_xscale("log")
+            ax.set_xticks(Ks)
+            ax.set_xticklabels([str(k) for k in Ks])
+            ax.minorticks_off()
+        if len(Ks) == 1:  # room around the one K for both policies' points
+            ax.set_xlim(Ks[0] * 0.8, Ks[0] * 1.2)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+        tops = [float(np.nanmax(line.get_ydata())) for line in ax.get_lines()  # error caps
+                if len(line.get_ydata())]  # are lines too: their tops count
+        ax.set_ylim(0, 1.12 * max(tops, default=1.0))
+        ax.legend(fontsize=7, loc="best")
     if rows:
         first = rows[0]
         fig.suptitle(
             f"{first['fps']:g} fps, r={first['r']}, cost {first['cost']}, updates "
-            f"{first['updates']}, {first['duration']:g} s × {first['n_runs']} runs",
+            f"{first['updates']}, {first['duration']:g} s × {first['n_runs']} runs"
+            + ("" if runs is None else "; error bars: ±1 standard error over the runs"),
             fontsize=9,
         )
     fig.tight_layout()
