@@ -306,17 +306,16 @@ def serve(
         typer.echo(f"K={k}: lead {choice.lead:.4f} s ({choice.source})")
     import asyncio
 
-    from harness.live.driver import sigterm_as_interrupt
-
     def listening(bound: int) -> None:
         typer.echo(f"serving generator {server.info.name} ({server.info.label}) on "
                    f"ws://{host}:{bound} "
                    f"(schedule {schedule}; Ctrl-C stops)")
 
-    try:
-        with sigterm_as_interrupt():
-            asyncio.run(server.serve(listening))
-    except KeyboardInterrupt:
+    try:  # Ctrl-C or SIGTERM: every viewer gets ``end``, then the server stops
+        asyncio.run(server.serve(listening, handle_signals=True))
+        typer.echo(f"latsim serve: stopped ({server.refused} connection(s) refused, "
+                   f"{server.errors} message(s) answered with an error)", err=True)
+    except KeyboardInterrupt:  # a second Ctrl-C while stopping
         typer.echo("latsim serve: stopped", err=True)
     except OSError as exc:
         raise LatsimError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

@@ -25,6 +25,9 @@ class ServerConfig:
     warmup: int = 10  # timed warm-up jobs per K (they set the default lead)
     downlink: Shaper = field(default_factory=Shaper)  # default shaping of what it sends
     clock_offset: float = 0.0  # added to the server clock (tests of the viewer's alignment)
+    hello_timeout: float = 10.0  # seconds a connection may take to say hello
+    #: connections that have not said hello (yet) held at once; more are refused
+    max_pending: int = 64
 
     def __post_init__(self) -> None:
         if self.schedule not in available("schedules"):
@@ -37,3 +40,7 @@ class ServerConfig:
         for option, value in (("--port", self.port), ("--max-sessions", self.max_sessions),
                               ("--warmup", self.warmup), ("--max-duration", self.max_duration)):
             check_option(option, value)
+        if not 0 < self.hello_timeout <= 600:
+            raise LatsimError(f"hello timeout must be in (0, 600] s, got {self.hello_timeout!r}")
+        if not 1 <= self.max_pending <= 4096:
+            raise LatsimError(f"pending connections must be 1..4096, got {self.max_pending!r}")

@@ -75,6 +75,11 @@ class StreamServer:
         self.leads: dict[int, Any] = dict(leads or {})
         self.device: SharedDevice | None = None
         self.sessions: dict[str, Session] = {}
+        # admitted sessions, counted at hello on the event loop before anything awaits, so
+        # the limit holds for any number of simultaneous hellos; released when one ends
+        self._admitted = 0
+        self._pending = 0  # connections that have not said hello
+        self.refused = 0  # connections refused: server full, too many pending, no hello
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -107,14 +112,21 @@ class StreamServer:
 
     # ------------------------------------------------------------ serving
 
-    async def serve(self, on_listening: Callable[[int], None] | None = None) -> None:
-        """Serve until :meth:`stop` (or the task is cancelled)."""
+    async def serve(self, on_listening: Callable[[int], None] | None = None,
+                    handle_signals: bool = False) -> None:
+        """Serve until :meth:`stop` (or the task is cancelled); with ``handle_signals``,
+        SIGINT and SIGTERM stop it the same way: every viewer gets ``end``, then a close."""
         from websockets.asyncio.server import serve
 
         if self.device is None:
             self.prepare()
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        if handle_signals:
+            import signal
+
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._loop.add_signal_handler(signum, self._stop.set)
         async with serve(self._connection, self.config.host, self.config.port,
                          max_size=2**16, compression=None) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
@@ -148,11 +160,39 @@ class StreamServer:
         try:
             session.send(session.end_message(), time.perf_counter())
             if self._loop is not None:
-                self._loop.call_soon_threadsafe(self.sessions.pop, session.id, None)
+                self._loop.call_soon_threadsafe(self._release, session.id)
         except RuntimeError:  # the event loop has closed: nobody is listening
-            self.sessions.pop(session.id, None)
+            self._release(session.id)
+
+    def _release(self, session_id: str) -> None:
+        if self.sessions.pop(session_id, None) is not None:
+            self._admitted -= 1
+
+    async def _refuse(self, websocket, reason: str, code: int) -> None:
+        """An ``error`` frame, then a close with ``code`` (1013: try again later; 1008: a
+        policy the connection broke)."""
+        self.refused += 1
+        log.warning("connection from %s refused: %s", websocket.remote_address, reason)
+        try:
+            await websocket.send(Error(reason, None).to_json())
+            await websocket.close(code, reason[:120])
+        except Exception as exc:  # noqa: BLE001 - it went away first
+            log.info("refusal not delivered: %s", exc)
 
     async def _connection(self, websocket) -> None:
+        if self._pending >= self.config.max_pending:
+            await self._refuse(websocket, f"too many connections waiting to say hello "
+                               f"({self.config.max_pending})", 1013)
+            return
+        self._pending += 1
+        pending = [True]  # until it has a session
+        try:
+            await self._session_connection(websocket, pending)
+        finally:
+            if pending[0]:
+                self._pending -= 1
+
+    async def _session_connection(self, websocket, pending: list[bool]) -> None:
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue = asyncio.Queue()
         state: dict[str, Any] = {"shaper": self.config.downlink, "channel":
@@ -163,8 +203,19 @@ class StreamServer:
 
         sender = asyncio.create_task(self._sender(websocket, outbox, state))
         session: Session | None = None
+        deadline = loop.time() + self.config.hello_timeout
         try:
-            async for raw in websocket:
+            while True:
+                if session is None:
+                    try:
+                        raw = await asyncio.wait_for(websocket.recv(),
+                                                     max(0.0, deadline - loop.time()))
+                    except TimeoutError:
+                        await self._refuse(websocket, f"no hello within "
+                                           f"{self.config.hello_timeout:g} s", 1008)
+                        return
+                else:
+                    raw = await websocket.recv()
                 received = time.perf_counter()
                 message: Message | None = None
                 try:
@@ -175,13 +226,21 @@ class StreamServer:
                     elif isinstance(message, Hello):
                         if session is not None:
                             raise ProtocolError("this connection already has a session")
-                        if len(self.sessions) >= self.config.max_sessions:
-                            raise ProtocolError(f"server full ({self.config.max_sessions} "
-                                                "sessions)")
-                        session = await asyncio.to_thread(
-                            Session, self, f"s{next(self._ids)}", message, send,
-                            state["shaper"])
+                        if self._admitted >= self.config.max_sessions:
+                            await self._refuse(websocket, f"server full "
+                                               f"({self.config.max_sessions} sessions)", 1013)
+                            return
+                        self._admitted += 1  # no await between the check and this
+                        try:
+                            session = await asyncio.to_thread(
+                                Session, self, f"s{next(self._ids)}", message, send,
+                                state["shaper"])
+                        except BaseException:
+                            self._admitted -= 1
+                            raise
                         self.sessions[session.id] = session
+                        pending[0] = False
+                        self._pending -= 1
                         session.start()
                         log.info("session %s: K=%d %s, %g s, lead %.4f s, from %s",
                                  session.id, session.timing.K, session.policy,

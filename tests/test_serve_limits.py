@@ -1,0 +1,129 @@
+"""``latsim serve`` holds its limits: admission under concurrency, connections that never say
+hello, and a graceful stop on SIGTERM (the ``sleep`` generator: no torch, on loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("websockets")
+
+from harness.serve.config import ServerConfig  # noqa: E402
+from harness.serve.server import ServerThread, StreamServer  # noqa: E402
+from latsim.errors import LatsimError  # noqa: E402
+from latsim.plugins import GeneratorConfig  # noqa: E402
+
+
+def _server(**config) -> StreamServer:
+    built = StreamServer(ServerConfig(GeneratorConfig(cost="fixed:0.05"),
+                                      generator_name="sleep", Ks=(4,), port=0, warmup=2,
+                                      **config))
+    built.prepare()
+    return built
+
+
+async def _hello(port: int, duration: float = 3.0) -> tuple[list[str], int | None, str]:
+    """One viewer: hello, then every text message's type until the server closes (or 4 s),
+    and the close code and reason."""
+    from websockets.asyncio.client import connect
+
+    types: list[str] = []
+    async with connect(f"ws://127.0.0.1:{port}") as ws:
+        await ws.send(json.dumps({"type": "hello", "K": 4, "duration": duration}))
+        try:
+            while True:
+                message = await asyncio.wait_for(ws.recv(), 6.0)
+                if isinstance(message, str):
+                    types.append(json.loads(message)["type"])
+        except Exception:  # noqa: BLE001, S110 - the close ends the viewer either way
+            pass
+        return types, ws.close_code, ws.close_reason
+
+
+def test_simultaneous_hellos_admit_exactly_max_sessions():
+    built = _server(max_sessions=2)
+    with ServerThread(built) as port:
+        async def many() -> list:
+            return await asyncio.gather(*(_hello(port, 1.0) for _ in range(24)))
+
+        outcomes = asyncio.run(many())
+    served = [o for o in outcomes if o[0][:1] == ["ready"]]
+    refused = [o for o in outcomes if o[0][:1] == ["error"]]
+    assert len(served) == 2 and len(refused) == 22
+    assert all(o[0][-1] == "end" for o in served)
+    assert all(o[1] == 1013 and "server full" in o[2] for o in refused)
+    assert built.refused == 22
+
+
+def test_connections_that_never_say_hello_are_dropped_and_capped():
+    from websockets.asyncio.client import connect
+
+    built = _server(hello_timeout=0.5, max_pending=3)
+    with ServerThread(built) as port:
+        async def silent() -> tuple:
+            async with connect(f"ws://127.0.0.1:{port}") as ws:
+                try:
+                    message = await asyncio.wait_for(ws.recv(), 5.0)
+                    await asyncio.wait_for(ws.recv(), 5.0)
+                except Exception:  # noqa: BLE001 - closed after the error
+                    pass
+                return json.loads(message)["error"], ws.close_code
+
+        async def crowd() -> list:
+            return await asyncio.gather(*(silent() for _ in range(5)))
+
+        started = time.perf_counter()
+        outcomes = asyncio.run(crowd())
+        took = time.perf_counter() - started
+    waited = [o for o in outcomes if "no hello within 0.5 s" in o[0]]
+    crowded = [o for o in outcomes if "too many connections" in o[0]]
+    assert len(waited) == 3 and len(crowded) == 2
+    assert {o[1] for o in waited} == {1008} and {o[1] for o in crowded} == {1013}
+    assert took < 5.0  # bounded by the hello timeout, not held open
+
+
+def test_bad_limits_are_one_line_errors():
+    with pytest.raises(LatsimError, match="hello timeout"):
+        ServerConfig(hello_timeout=0.0)
+    with pytest.raises(LatsimError, match="pending connections"):
+        ServerConfig(max_pending=0)
+
+
+def test_sigterm_sends_every_viewer_end_then_closes(tmp_path):
+    """``latsim serve`` in its own process: SIGTERM ends each session with an ``end``
+    message and a normal close (1001), not an internal error (1011)."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from latsim.cli import main; "
+         "sys.argv[0] = 'latsim'; main()", "serve", "--generator", "sleep", "--cost",
+         "fixed:0.05", "--K", "4", "--port", "0", "--warmup", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        deadline = time.time() + 60
+        while port is None and time.time() < deadline:
+            line = server.stdout.readline()
+            if "ws://" in line:
+                port = int(line.split("ws://")[1].split()[0].rsplit(":", 1)[1])
+        assert port is not None, server.stderr.read()
+
+        async def two_then_term() -> list:
+            viewers = [asyncio.create_task(_hello(port, 30.0)) for _ in range(2)]
+            await asyncio.sleep(1.5)  # both playing
+            os.kill(server.pid, signal.SIGTERM)
+            return await asyncio.gather(*viewers)
+
+        outcomes = asyncio.run(two_then_term())
+        assert server.wait(30) == 0
+    finally:
+        server.kill()
+    for types, code, _ in outcomes:
+        assert types[0] == "ready" and types[-1] == "end", types
+        assert code == 1001
+    assert "latsim serve: stopped" in server.stderr.read()
