@@ -391,12 +391,14 @@ def client(
     config = ClientConfig(url, loaded, out, K=K, policy=policy, duration=window, lead=lead,
                           drain=drain, playout_delay=playout_delay, r=r, fps=fps,
                           uplink=shaper, seed=seed)
+    from harness.live.driver import sigterm_as_interrupt
+    from latsim.errors import Interrupted
+
     try:
-        with StatusLine() as status:
+        with sigterm_as_interrupt(), StatusLine() as status:
             summary = run_client(config, progress=None if as_json else status)
-    except KeyboardInterrupt:
-        raise LatsimError(f"interrupted: kept what was measured in {out} "
-                          "(status interrupted)") from None
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the folder was written, interrupted
+        raise Interrupted(f"kept what was measured in {out} (status interrupted)") from None
     from latsim.run.files import dumps
 
     if as_json:

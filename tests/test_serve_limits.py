@@ -127,3 +127,29 @@ def test_sigterm_sends_every_viewer_end_then_closes(tmp_path):
         assert types[0] == "ready" and types[-1] == "end", types
         assert code == 1001
     assert "latsim serve: stopped" in server.stderr.read()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_client_stopped_by_a_signal_keeps_its_folder_and_exits_130(signum, tmp_path):
+    from latsim.run.folder import read_run_folder
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"t": t}) + "\n" for t in (0.5, 1.0, 8.0)))
+    built = _server()
+    with ServerThread(built) as port:
+        client = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from latsim.cli import main; "
+             "sys.argv[0] = 'latsim'; main()", "client", f"ws://127.0.0.1:{port}",
+             "--trace", str(trace), "--duration", "10", "--out", str(tmp_path / "run")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while not (tmp_path / "run" / "config.json").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(2.0)  # the session is playing
+        client.send_signal(signum)
+        code = client.wait(30)
+    stderr = client.stderr.read()
+    assert code == 130, stderr
+    assert stderr.startswith("latsim: interrupted: kept what was measured in "), stderr
+    assert stderr.count("\n") == 1
+    assert read_run_folder(tmp_path / "run").config["status"] == "interrupted"

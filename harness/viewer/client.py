@@ -96,6 +96,17 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if not self.url.startswith(("ws://", "wss://")):
             raise LatsimError(f"the server URL must start with ws:// or wss://, got {self.url!r}")
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(self.url)
+            port = parts.port  # parsed here: a bad one raises
+        except ValueError as exc:
+            raise LatsimError(f"the server URL {self.url[:80]!r} is not valid: {exc}") from None
+        if not parts.hostname:
+            raise LatsimError(f"the server URL {self.url[:80]!r} names no host")
+        if port == 0:
+            raise LatsimError(f"the server URL {self.url[:80]!r} has port 0")
         for option, value in (("--K", self.K), ("--playout-delay", self.playout_delay),
                               ("--probes", self.probes), ("--probe-every", self.probe_every),
                               ("--connect-timeout", self.connect_timeout),
