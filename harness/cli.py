@@ -274,6 +274,14 @@ def serve(
     delay: DelayOpt = 0.0,
     jitter: JitterOpt = 0.0,
     loss: LossOpt = 0.0,
+    token: Annotated[str | None, typer.Option(
+        envvar="LATSIM_TOKEN", show_envvar=True,
+        help="viewers' shared secret, required at the handshake (?token=T or "
+        "Authorization: Bearer T); needed to serve a non-loopback --host")] = None,
+    allow_anonymous: Annotated[bool, typer.Option(
+        help="serve a non-loopback --host without a token (prints a warning)")] = False,
+    allow_origin: Annotated[list[str] | None, typer.Option(
+        help="a browser Origin allowed to connect (repeat for more); default: any")] = None,
 ) -> None:
     """Live server: a generator and the controller behind a WebSocket endpoint.
 
@@ -294,7 +302,13 @@ def serve(
                           cost, generator_option),
         generator_name=generator, Ks=tuple(K), host=host, port=port, schedule=schedule,
         max_sessions=max_sessions, max_duration=max_duration, warmup=warmup,
-        downlink=Shaper(delay, jitter, loss))
+        downlink=Shaper(delay, jitter, loss), token=token, allow_anonymous=allow_anonymous,
+        origins=None if not allow_origin else tuple(allow_origin))
+    from harness.serve.config import loopback
+
+    if token is None and not loopback(host):
+        typer.echo(f"latsim serve: warning: serving {host} to anyone who can reach it (no "
+                   "token, --allow-anonymous)", err=True)
     require_device(device)
     _check_listen(host, port)  # before the model is built and warmed up
     logging.basicConfig(level=logging.WARNING, format="latsim serve: %(message)s")
@@ -363,6 +377,9 @@ def client(
     loss: LossOpt = 0.0,
     seed: SeedOpt = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    token: Annotated[str | None, typer.Option(
+        envvar="LATSIM_TOKEN", show_envvar=True,
+        help="the server's --token (sent as Authorization: Bearer)")] = None,
 ) -> None:
     """Viewer client: measures L from send to display against latsim serve.
 
@@ -390,7 +407,7 @@ def client(
     shaper = Shaper(delay, jitter, loss)
     config = ClientConfig(url, loaded, out, K=K, policy=policy, duration=window, lead=lead,
                           drain=drain, playout_delay=playout_delay, r=r, fps=fps,
-                          uplink=shaper, seed=seed)
+                          uplink=shaper, seed=seed, token=token)
     from harness.live.driver import sigterm_as_interrupt
     from latsim.errors import Interrupted
 

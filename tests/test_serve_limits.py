@@ -153,3 +153,56 @@ def test_a_client_stopped_by_a_signal_keeps_its_folder_and_exits_130(signum, tmp
     assert stderr.startswith("latsim: interrupted: kept what was measured in "), stderr
     assert stderr.count("\n") == 1
     assert read_run_folder(tmp_path / "run").config["status"] == "interrupted"
+
+
+def test_a_token_server_refuses_viewers_without_it_and_a_foreign_origin():
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    built = _server(token="s3cret-token", origins=("http://viewer.example",))
+    with ServerThread(built) as port:
+        url = f"ws://127.0.0.1:{port}"
+
+        async def attempt(path: str = "", headers: dict | None = None) -> int | str:
+            try:
+                async with connect(url + path, additional_headers=headers or {}) as ws:
+                    await ws.send(json.dumps({"type": "hello", "K": 4, "duration": 1}))
+                    return json.loads(await ws.recv())["type"]
+            except InvalidStatus as exc:
+                return exc.response.status_code
+
+        async def all_of_them() -> list:
+            bearer = {"Authorization": "Bearer s3cret-token"}
+            return [await attempt(), await attempt("/?token=wrong"),
+                    await attempt(headers={"Authorization": "Bearer nope-nope"}),
+                    await attempt("/?token=s3cret-token"), await attempt(headers=bearer),
+                    await attempt(headers={**bearer, "Origin": "http://evil.example"}),
+                    await attempt(headers={**bearer, "Origin": "http://viewer.example"})]
+
+        outcomes = asyncio.run(all_of_them())
+    assert outcomes == [401, 401, 401, "ready", "ready", 403, "ready"]
+    assert built.refused >= 3
+
+
+def test_a_non_loopback_bind_needs_a_token_or_says_it_is_anonymous():
+    with pytest.raises(LatsimError, match="not loopback.*--token"):
+        ServerConfig(host="0.0.0.0")
+    ServerConfig(host="0.0.0.0", token="long-enough-token")
+    ServerConfig(host="0.0.0.0", allow_anonymous=True)
+    ServerConfig(host="::1")
+    with pytest.raises(LatsimError, match="8 to 256"):
+        ServerConfig(token="short")
+
+
+def test_the_client_presents_its_token_and_names_a_refusal(tmp_path):
+    from harness.viewer.client import ClientConfig, run_client
+    from latsim.model.traces import Trace
+
+    built = _server(token="s3cret-token")
+    trace = Trace("t", (0.5,), 2.0)
+    with ServerThread(built) as port:
+        url = f"ws://127.0.0.1:{port}"
+        with pytest.raises(LatsimError, match="refused the connection: HTTP 401"):
+            run_client(ClientConfig(url, trace, tmp_path / "no"))
+        summary = run_client(ClientConfig(url, trace, tmp_path / "yes", token="s3cret-token"))
+    assert summary["status"] == "complete"

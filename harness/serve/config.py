@@ -10,6 +10,18 @@ from latsim.errors import LatsimError, check_option
 from latsim.plugins import GeneratorConfig, available
 
 
+def loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (reachable from nowhere else)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """What ``latsim serve`` builds and how it serves."""
@@ -25,6 +37,13 @@ class ServerConfig:
     warmup: int = 10  # timed warm-up jobs per K (they set the default lead)
     downlink: Shaper = field(default_factory=Shaper)  # default shaping of what it sends
     clock_offset: float = 0.0  # added to the server clock (tests of the viewer's alignment)
+    #: the viewers' shared secret (``--token`` or ``LATSIM_TOKEN``): required at the
+    #: WebSocket handshake as ``?token=T`` or ``Authorization: Bearer T``
+    token: str | None = None
+    allow_anonymous: bool = False  # serve a non-loopback address without a token
+    #: the browser origins allowed to connect (``--allow-origin``); a connection without an
+    #: Origin header (not a browser) is always allowed. None: any origin.
+    origins: tuple[str, ...] | None = None
     hello_timeout: float = 10.0  # seconds a connection may take to say hello
     #: connections that have not said hello (yet) held at once; more are refused
     max_pending: int = 64
@@ -40,6 +59,12 @@ class ServerConfig:
         for option, value in (("--port", self.port), ("--max-sessions", self.max_sessions),
                               ("--warmup", self.warmup), ("--max-duration", self.max_duration)):
             check_option(option, value)
+        if self.token is not None and not 8 <= len(self.token) <= 256:
+            raise LatsimError("--token must be 8 to 256 characters")
+        if not (loopback(self.host) or self.token is not None or self.allow_anonymous):
+            raise LatsimError(f"serving {self.host} (not loopback) without a token lets anyone "
+                              "who can reach it in: give --token T (or LATSIM_TOKEN), or "
+                              "--allow-anonymous")
         if not 0 < self.hello_timeout <= 600:
             raise LatsimError(f"hello timeout must be in (0, 600] s, got {self.hello_timeout!r}")
         if not 1 <= self.max_pending <= 4096:

@@ -26,12 +26,14 @@ ending every session (the viewers get ``end`` with status ``interrupted``).
 from __future__ import annotations
 
 import asyncio
+import hmac
 import itertools
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any
 
 import numpy as np
@@ -127,8 +129,10 @@ class StreamServer:
 
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._loop.add_signal_handler(signum, self._stop.set)
+        origins = None if self.config.origins is None else [*self.config.origins, None]
         async with serve(self._connection, self.config.host, self.config.port,
-                         max_size=2**16, compression=None) as server:
+                         max_size=2**16, compression=None, origins=origins,
+                         process_request=self._check_token) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
             if on_listening is not None:
                 on_listening(self.port)
@@ -163,6 +167,24 @@ class StreamServer:
                 self._loop.call_soon_threadsafe(self._release, session.id)
         except RuntimeError:  # the event loop has closed: nobody is listening
             self._release(session.id)
+
+    def _check_token(self, connection, request):  # noqa: ANN001, ANN202 - websockets'
+        """At the handshake: no token configured, or the right one in the URL's ``token``
+        query or an ``Authorization: Bearer`` header; else 401 (counted as refused)."""
+        token = self.config.token
+        if token is None:
+            return None
+        from urllib.parse import parse_qs, urlsplit
+
+        given = parse_qs(urlsplit(request.path).query).get("token", [""])[-1]
+        header = request.headers.get("Authorization", "")
+        if header.startswith("Bearer "):
+            given = given or header[len("Bearer "):]
+        if hmac.compare_digest(given.encode(), token.encode()):
+            return None
+        self.refused += 1
+        log.warning("connection from %s refused: no or wrong token", connection.remote_address)
+        return connection.respond(HTTPStatus.UNAUTHORIZED, "a valid token is required\n")
 
     def _release(self, session_id: str) -> None:
         if self.sessions.pop(session_id, None) is not None:

@@ -91,6 +91,7 @@ class ClientConfig:
     probes: int = 16  # before the session
     probe_every: float = 0.5  # during it (s)
     connect_timeout: float = 10.0
+    token: str | None = None  # the server's --token, sent as Authorization: Bearer
     end_timeout: float = 60.0  # how long past the window (+ drain) to wait for ``end``
 
     def __post_init__(self) -> None:
@@ -260,12 +261,19 @@ class _Client:
 
     async def run(self) -> None:
         from websockets.asyncio.client import connect
+        from websockets.exceptions import InvalidStatus
 
         config = self.config
         try:
+            headers = ({} if config.token is None
+                       else {"Authorization": f"Bearer {config.token}"})
             websocket = await asyncio.wait_for(
-                connect(config.url, max_size=1 << 28, compression=None, open_timeout=None),
+                connect(config.url, max_size=1 << 28, compression=None, open_timeout=None,
+                        additional_headers=headers),
                 config.connect_timeout)
+        except InvalidStatus as exc:
+            raise LatsimError(f"{config.url} refused the connection: HTTP "
+                              f"{exc.response.status_code} (a --token it accepts?)") from None
         except (OSError, TimeoutError) as exc:
             raise LatsimError(f"cannot connect to {config.url}: {exc or 'timed out'}") from None
         tasks = [asyncio.create_task(self._sender(websocket)),
