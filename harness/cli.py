@@ -282,6 +282,10 @@ def serve(
         help="serve a non-loopback --host without a token (prints a warning)")] = False,
     allow_origin: Annotated[list[str] | None, typer.Option(
         help="a browser Origin allowed to connect (repeat for more); default: any")] = None,
+    max_condition_rate: Annotated[float, typer.Option(
+        help="conditions one session may send per second; more are refused")] = 20.0,
+    max_fps: Annotated[float, typer.Option(
+        help="the highest frame rate a viewer may ask for")] = 60.0,
 ) -> None:
     """Live server: a generator and the controller behind a WebSocket endpoint.
 
@@ -303,7 +307,8 @@ def serve(
         generator_name=generator, Ks=tuple(K), host=host, port=port, schedule=schedule,
         max_sessions=max_sessions, max_duration=max_duration, warmup=warmup,
         downlink=Shaper(delay, jitter, loss), token=token, allow_anonymous=allow_anonymous,
-        origins=None if not allow_origin else tuple(allow_origin))
+        origins=None if not allow_origin else tuple(allow_origin),
+        max_condition_rate=max_condition_rate, max_fps=max_fps)
     from harness.serve.config import loopback
 
     if token is None and not loopback(host):

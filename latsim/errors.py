@@ -170,6 +170,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "--port": Bound(0, 65535, integer=True),
     "--max-sessions": Bound(1, 64, integer=True),
     "--max-duration": Bound(1, 86400, "s"),
+    "--max-fps": Bound(1, 240, "frames per second"),
     "--playout-delay": Bound(0, 60, "s"),
     "--delay": Bound(0, 60, "s"),
     "--jitter": Bound(0, 60, "s"),

@@ -206,3 +206,33 @@ def test_the_client_presents_its_token_and_names_a_refusal(tmp_path):
             run_client(ClientConfig(url, trace, tmp_path / "no"))
         summary = run_client(ClientConfig(url, trace, tmp_path / "yes", token="s3cret-token"))
     assert summary["status"] == "complete"
+
+
+def test_a_condition_flood_is_refused_beyond_the_rate_and_fps_is_capped():
+    from websockets.asyncio.client import connect
+
+    built = _server(max_condition_rate=5.0, max_fps=24.0)
+    with ServerThread(built) as port:
+        async def flood() -> tuple[int, int, str]:
+            async with connect(f"ws://127.0.0.1:{port}") as ws:
+                await ws.send(json.dumps({"type": "hello", "K": 4, "duration": 1,
+                                          "fps": 30}))
+                too_fast = json.loads(await ws.recv())["error"]
+            async with connect(f"ws://127.0.0.1:{port}") as ws:
+                await ws.send(json.dumps({"type": "hello", "K": 4, "duration": 3}))
+                assert json.loads(await ws.recv())["type"] == "ready"
+                for cid in range(50):  # at once: far over 5 per second
+                    await ws.send(json.dumps({"type": "condition", "cid": cid}))
+                acks = errors = 0
+                while acks + errors < 50:
+                    message = await ws.recv()
+                    if isinstance(message, str):
+                        kind = json.loads(message)["type"]
+                        acks += kind == "ack"
+                        errors += kind == "error"
+                await ws.send(json.dumps({"type": "bye"}))
+                return acks, errors, too_fast
+
+        acks, errors, too_fast = asyncio.run(flood())
+    assert "--max-fps 24" in too_fast
+    assert 5 <= acks <= 7 and errors == 50 - acks  # the bucket's 5, and what refilled

@@ -44,6 +44,10 @@ class ServerConfig:
     #: the browser origins allowed to connect (``--allow-origin``); a connection without an
     #: Origin header (not a browser) is always allowed. None: any origin.
     origins: tuple[str, ...] | None = None
+    #: conditions one session may send per second (a token bucket of this size); more
+    #: are refused with ``error`` and counted
+    max_condition_rate: float = 20.0
+    max_fps: float = 60.0  # the highest video frame rate a viewer may ask for
     hello_timeout: float = 10.0  # seconds a connection may take to say hello
     #: connections that have not said hello (yet) held at once; more are refused
     max_pending: int = 64
@@ -65,6 +69,10 @@ class ServerConfig:
             raise LatsimError(f"serving {self.host} (not loopback) without a token lets anyone "
                               "who can reach it in: give --token T (or LATSIM_TOKEN), or "
                               "--allow-anonymous")
+        if not 0 < self.max_condition_rate <= 1000:
+            raise LatsimError(f"--max-condition-rate must be in (0, 1000] per s, got "
+                              f"{self.max_condition_rate!r}")
+        check_option("--max-fps", self.max_fps)
         if not 0 < self.hello_timeout <= 600:
             raise LatsimError(f"hello timeout must be in (0, 600] s, got {self.hello_timeout!r}")
         if not 1 <= self.max_pending <= 4096:

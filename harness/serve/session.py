@@ -81,6 +81,9 @@ class Session:
         if model_r is not None and r != model_r:
             raise ProtocolError(f"'r' is {r}, but this server's generator makes {model_r} "
                                 "pixel frames per latent frame")
+        if hello.fps > config.max_fps:
+            raise ProtocolError(f"'fps' is {hello.fps:g}, more than this server's --max-fps "
+                                f"{config.max_fps:g}")
         self.timing = Timing(K, r, hello.fps)
         choice = server.leads[K]
         self.lead = choice.lead if hello.lead is None else hello.lead
@@ -99,6 +102,9 @@ class Session:
         self._resolved: list[ConditionRecord] = []
         self._gen: dict[int, JobTiming] = {}
         self.accepted = 0
+        self.refused_conditions = 0  # over the rate limit
+        # the rate limit's token bucket: full at the start, refilled at the rate
+        self._bucket = (config.max_condition_rate, time.perf_counter())
         self.driver = LiveDriver(
             self.controller_config, _SessionExecutor(server.device, self),
             None, DriverConfig(self.duration, drain, job_timeout_s=None),
@@ -194,9 +200,19 @@ class Session:
         cid = message.cid
         if not self.driver.started.is_set():
             raise ProtocolError("condition before the session's playback started")
-        if time.perf_counter() - self.driver.t0 >= self.duration:
+        now = time.perf_counter()
+        if now - self.driver.t0 >= self.duration:
             raise ProtocolError(f"condition {cid} after the session's {self.duration:g} s "
                                 "window: not served")
+        rate = self.server.config.max_condition_rate
+        tokens, since = self._bucket
+        tokens = min(rate, tokens + (now - since) * rate)
+        if tokens < 1.0:
+            self._bucket = (tokens, now)
+            self.refused_conditions += 1
+            raise ProtocolError(f"condition {cid} refused: more than this server's "
+                                f"--max-condition-rate {rate:g} per s")
+        self._bucket = (tokens - 1.0, now)
         arrival = self.driver.post_condition(cid)
         self.accepted += 1
         return Ack(cid, self.accepted, self.server_time(arrival))
