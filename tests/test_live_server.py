@@ -287,10 +287,17 @@ def test_serve_refuses_an_address_it_cannot_listen_on_before_any_warm_up():
     from latsim.cli import app
 
     result = CliRunner().invoke(app, ["serve", "--generator", "sleep", "--cost", "fixed:0.1",
-                                      "--host", "192.0.2.1", "--port", "8766"])
+                                      "--host", "192.0.2.1", "--port", "8766",
+                                      "--allow-anonymous"])
     assert result.exit_code == 2, result.output
-    assert result.stderr.startswith("latsim: error: cannot listen on 192.0.2.1:8766")
+    assert "cannot listen on 192.0.2.1:8766" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("latsim: error: cannot listen")
     assert "warming up" not in result.output
+    # without --allow-anonymous (and no token) a foreign address is refused first
+    result = CliRunner().invoke(app, ["serve", "--generator", "sleep", "--cost", "fixed:0.1",
+                                      "--host", "192.0.2.1", "--port", "8766"])
+    assert result.exit_code == 2 and "without a token" in result.stderr
+    assert result.stderr.count("\n") == 1
 
 
 def test_a_viewers_strings_are_bounded_and_the_servers_long_texts_still_parse():

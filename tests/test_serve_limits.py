@@ -1,5 +1,6 @@
 """``latsim serve`` holds its limits: admission under concurrency, connections that never say
-hello, and a graceful stop on SIGTERM (the ``sleep`` generator: no torch, on loopback)."""
+hello, tokens and origins, condition floods, slow readers, and a graceful stop on SIGTERM
+(the ``sleep`` generator: no torch, on loopback)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -236,3 +238,41 @@ def test_a_condition_flood_is_refused_beyond_the_rate_and_fps_is_capped():
         acks, errors, too_fast = asyncio.run(flood())
     assert "--max-fps 24" in too_fast
     assert 5 <= acks <= 7 and errors == 50 - acks  # the bucket's 5, and what refilled
+
+
+def test_a_viewer_that_stops_reading_is_told_then_dropped_and_memory_stays_bounded(tmp_path):
+    from websockets.asyncio.client import connect
+
+    from harness.viewer.client import ClientConfig, run_client
+    from latsim.model.traces import Trace
+
+    built = StreamServer(ServerConfig(
+        GeneratorConfig(cost="fixed:0.05", options=(("payload_bytes", str(2**20)),)),
+        generator_name="sleep", Ks=(4,), port=0, warmup=2, max_queue_bytes=2**21,
+        max_queue_frames=64, lag_grace=1.0))
+    built.prepare()
+    with ServerThread(built) as port:
+        async def silent_viewer() -> None:
+            async with connect(f"ws://127.0.0.1:{port}", max_queue=1, max_size=2**24) as ws:
+                await ws.send(json.dumps({"type": "hello", "K": 4, "duration": 60}))
+                deadline = time.time() + 30
+                while built.dropped == 0 and time.time() < deadline:
+                    await asyncio.sleep(0.1)  # reads nothing
+
+        honest = {}
+
+        def viewer() -> None:  # beside it, a viewer that reads keeps its session
+            honest.update(run_client(ClientConfig(
+                f"ws://127.0.0.1:{port}", Trace("t", (0.5, 1.5), 3.0), tmp_path / "honest")))
+
+        other = threading.Thread(target=viewer)
+        other.start()
+        asyncio.run(silent_viewer())
+        other.join(60)
+        deadline = time.time() + 20
+        while built.sessions and time.time() < deadline:
+            time.sleep(0.1)
+    assert built.lagging >= 1 and built.dropped == 1
+    assert built.peak_queue_bytes <= 2 * 2**21 + 2**20 + 4096  # twice the bound, one frame
+    assert not built.sessions
+    assert honest["status"] == "complete" and honest["n_displayed"] == 2

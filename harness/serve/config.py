@@ -48,6 +48,12 @@ class ServerConfig:
     #: are refused with ``error`` and counted
     max_condition_rate: float = 20.0
     max_fps: float = 60.0  # the highest video frame rate a viewer may ask for
+    #: what one connection may have queued and not yet sent (bytes, frames): a viewer
+    #: that falls further behind is told (``error``: lagging) and, if it is still behind
+    #: after ``lag_grace`` seconds, its session ends; its queue never grows past twice this
+    max_queue_bytes: int = 8 * 2**20
+    max_queue_frames: int = 512
+    lag_grace: float = 5.0
     hello_timeout: float = 10.0  # seconds a connection may take to say hello
     #: connections that have not said hello (yet) held at once; more are refused
     max_pending: int = 64
@@ -73,6 +79,10 @@ class ServerConfig:
             raise LatsimError(f"--max-condition-rate must be in (0, 1000] per s, got "
                               f"{self.max_condition_rate!r}")
         check_option("--max-fps", self.max_fps)
+        if not (2**10 <= self.max_queue_bytes <= 2**30 and 1 <= self.max_queue_frames
+                <= 2**16 and 0 <= self.lag_grace <= 600):
+            raise LatsimError("the outgoing queue bounds must be 1 KiB..1 GiB and 1..65536 "
+                              "frames, the lag grace 0..600 s")
         if not 0 < self.hello_timeout <= 600:
             raise LatsimError(f"hello timeout must be in (0, 600] s, got {self.hello_timeout!r}")
         if not 1 <= self.max_pending <= 4096:

@@ -82,6 +82,9 @@ class StreamServer:
         self._admitted = 0
         self._pending = 0  # connections that have not said hello
         self.refused = 0  # connections refused: server full, too many pending, no hello
+        self.lagging = 0  # connections told they were lagging
+        self.dropped = 0  # sessions ended because their viewer fell behind
+        self.peak_queue_bytes = 0  # the most one connection had queued
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -218,10 +221,12 @@ class StreamServer:
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue = asyncio.Queue()
         state: dict[str, Any] = {"shaper": self.config.downlink, "channel":
-                                 self.config.downlink.channel(np.random.default_rng(0))}
+                                 self.config.downlink.channel(np.random.default_rng(0)),
+                                 "bytes": 0, "lagging_since": None, "session": None,
+                                 "websocket": websocket}
 
         def send(message: bytes | str, perf: float) -> None:  # any thread
-            loop.call_soon_threadsafe(outbox.put_nowait, (message, perf))
+            loop.call_soon_threadsafe(self._enqueue, outbox, state, message, perf)
 
         sender = asyncio.create_task(self._sender(websocket, outbox, state))
         session: Session | None = None
@@ -261,6 +266,7 @@ class StreamServer:
                             self._admitted -= 1
                             raise
                         self.sessions[session.id] = session
+                        state["session"] = session
                         pending[0] = False
                         self._pending -= 1
                         session.start()
@@ -298,11 +304,52 @@ class StreamServer:
             await asyncio.sleep(0)
             sender.cancel()
 
+    def _enqueue(self, outbox: asyncio.Queue, state: dict[str, Any], message: bytes | str,
+                 perf: float) -> None:
+        """On the event loop: queue ``message``, within the connection's bounds. Past them
+        the viewer is told it is lagging; still past them ``lag_grace`` seconds later, or
+        past twice them at any time, its session ends and nothing more is queued but the
+        small texts, its ``end`` among them (the server's memory stays bounded whatever
+        the viewer reads), and the connection closes (1008)."""
+        config, session = self.config, state["session"]
+        size = len(message)
+        over = (state["bytes"] + size > config.max_queue_bytes
+                or outbox.qsize() + 1 > config.max_queue_frames)
+        if over and session is not None:
+            now = time.perf_counter()
+            if state["lagging_since"] is None:
+                state["lagging_since"] = now
+                self.lagging += 1
+                log.warning("session %s: the viewer is lagging (%d bytes, %d frames queued)",
+                            session.id, state["bytes"], outbox.qsize())
+                outbox.put_nowait((Error(f"lagging: {state['bytes']} bytes queued; the "
+                                         f"session ends if it stays behind "
+                                         f"{config.lag_grace:g} s").to_json(), perf))
+            hard = (state["bytes"] + size > 2 * config.max_queue_bytes
+                    or outbox.qsize() + 1 > 2 * config.max_queue_frames)
+            if hard or now - state["lagging_since"] > config.lag_grace:
+                if not state.get("dropped"):
+                    state["dropped"] = True
+                    self.dropped += 1
+                    session.driver.stop("the viewer fell behind")
+                    # closed soon after its end went out, or when the close times out
+                    asyncio.get_running_loop().call_later(
+                        1.0, lambda: asyncio.ensure_future(state["websocket"].close(
+                            1008, "the viewer fell behind")))
+                if isinstance(message, bytes):
+                    return  # no more frames once dropped; the small texts (its end) go
+        elif not over:
+            state["lagging_since"] = None
+        state["bytes"] += size
+        self.peak_queue_bytes = max(self.peak_queue_bytes, state["bytes"])
+        outbox.put_nowait((message, perf))
+
     async def _sender(self, websocket, outbox: asyncio.Queue, state: dict[str, Any]) -> None:
         """Send queued messages in order, each when its shaped delay has passed."""
         try:
             while True:
                 message, perf = await outbox.get()
+                state["bytes"] -= len(message)
                 arrives = state["channel"].deliver_at(perf)
                 if arrives is None:
                     continue  # lost on the (shaped) network
