@@ -276,3 +276,57 @@ def test_a_viewer_that_stops_reading_is_told_then_dropped_and_memory_stays_bound
     assert built.peak_queue_bytes <= 2 * 2**21 + 2**20 + 4096  # twice the bound, one frame
     assert not built.sessions
     assert honest["status"] == "complete" and honest["n_displayed"] == 2
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    leaves = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                       st.floats(allow_nan=False), st.text(max_size=20))
+    return st.recursive(leaves, lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+        max_leaves=12)
+
+
+def test_any_message_gets_a_reply_and_never_kills_the_connection(tmp_path):
+    """Hypothesis-made messages (every message type, every field given any JSON value,
+    extra keys, raw text and bytes) on one live connection each: afterwards the connection
+    still answers a probe, and an honest viewer in the same run completes."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from websockets.asyncio.client import connect
+
+    from harness.net.wire import FROM_CLIENT
+    from harness.viewer.client import ClientConfig, run_client
+    from latsim.model.traces import Trace
+
+    types = sorted(FROM_CLIENT)
+    message = st.one_of(
+        st.builds(lambda kind, fields: json.dumps({"type": kind, **fields}),
+                  st.sampled_from(types), st.dictionaries(
+                      st.sampled_from(["K", "duration", "policy", "fps", "r", "lead", "cid",
+                                       "session", "t0", "delay", "jitter", "loss", "seed",
+                                       "drain", "extra"]), _json_values(), max_size=5)),
+        st.text(max_size=60), st.binary(max_size=60),
+        _json_values().map(json.dumps))
+    built = _server(max_condition_rate=1000.0)
+    with ServerThread(built) as port:
+        @settings(max_examples=60, deadline=None,
+                  suppress_health_check=[HealthCheck.too_slow])
+        @given(sent=message)
+        def check(sent):
+            async def talk() -> None:
+                async with connect(f"ws://127.0.0.1:{port}") as ws:
+                    await ws.send(sent)
+                    await ws.send(json.dumps({"type": "probe", "t0": 1.0}))
+                    while True:  # whatever the first got, the probe is answered
+                        reply = await asyncio.wait_for(ws.recv(), 5.0)
+                        if isinstance(reply, str) and "t1" in json.loads(reply):
+                            return  # the probe's reply (type probe, with the server times)
+
+            asyncio.run(talk())
+
+        check()
+        summary = run_client(ClientConfig(f"ws://127.0.0.1:{port}",
+                                          Trace("t", (0.5, 1.5), 3.0), tmp_path / "honest"))
+    assert summary["status"] == "complete" and summary["n_displayed"] == 2
