@@ -330,3 +330,42 @@ def test_any_message_gets_a_reply_and_never_kills_the_connection(tmp_path):
         summary = run_client(ClientConfig(f"ws://127.0.0.1:{port}",
                                           Trace("t", (0.5, 1.5), 3.0), tmp_path / "honest"))
     assert summary["status"] == "complete" and summary["n_displayed"] == 2
+
+
+def test_a_client_killed_outright_leaves_every_row_up_to_the_kill(tmp_path):
+    from latsim.run.folder import read_run_folder
+    from latsim.run.viewer import read_viewer_records
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"t": t}) + "\n" for t in (0.3, 0.9, 9.0)))
+    built = _server()
+    with ServerThread(built) as port:
+        client = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from latsim.cli import main; "
+             "sys.argv[0] = 'latsim'; main()", "client", f"ws://127.0.0.1:{port}",
+             "--trace", str(trace), "--duration", "10", "--out", str(tmp_path / "run")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while not (tmp_path / "run" / "slots.csv").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(3.0)  # the first two conditions have shown
+        client.kill()
+        client.wait(30)
+    folder = read_run_folder(tmp_path / "run")
+    assert folder.config["status"] == "running" and folder.state == "incomplete"
+    records = read_viewer_records(tmp_path / "run")
+    assert [c.status for c in records.conditions] == ["shown", "shown"]
+    assert len(records.slots) >= 8 and all(s.displayed == s.displayed for s in records.slots)
+    assert records.probes and records.jobs
+    for c in records.conditions:
+        assert c.L == pytest.approx(c.displayed - c.sent)
+    # compare takes it as partial, over the window its rows cover
+    from typer.testing import CliRunner
+
+    from latsim.cli import app
+
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "run"), "--replications", "2",
+                                      "--out", str(tmp_path / "cmp")])
+    assert result.exit_code == 0, result.output
+    row = json.loads((tmp_path / "cmp" / "compare_viewer.json").read_text())["runs"][0]
+    assert row["status"] == "running" and 2.5 < row["window_s"] < 6.0

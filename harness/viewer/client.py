@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import json
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -52,12 +54,14 @@ from harness.net.wire import (
 )
 from latsim.analysis.serving import viewer_metrics
 from latsim.controller.playout import ClientPlayout
+from latsim.controller.records import write_csv
 from latsim.errors import LatsimError, check_option
 from latsim.model.traces import Trace, write_trace
 from latsim.run.folder import FORMAT_VERSION, RUNNING, write_json
 from latsim.run.stream import COMPLETE, INTERRUPTED
 from latsim.run.viewer import (
     KIND,
+    TABLES,
     ProbeRow,
     ViewerCondition,
     ViewerJob,
@@ -68,6 +72,7 @@ from latsim.run.viewer import (
 )
 
 NAN = math.nan
+log = logging.getLogger("latsim.client")
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,26 @@ class _Pending:
     refused: bool = False
 
 
+def _probe_row(p: ClockProbe) -> ProbeRow:
+    return ProbeRow(p.t0, p.t1, p.t2, p.t3, p.rtt, p.offset)
+
+
+class _RowLog:
+    """The run folder's record CSVs, appended row by row as each row is final (each write
+    closes its file, so the row is on disk), so a client killed with SIGKILL leaves every
+    row up to the kill (the folder reads as ``incomplete``: its ``config.json`` still says
+    ``running``). The client rewrites the tables whole when it stops, ordered and with the
+    rows only the end decides (conditions lost, refused or censored)."""
+
+    def __init__(self, out: Path) -> None:
+        self._out = out
+        for table, record_type in TABLES.items():
+            write_csv(out / f"{table}.csv", record_type, ())
+
+    def add(self, table: str, row: object) -> None:
+        write_csv(self._out / f"{table}.csv", TABLES[table], (row,), append=True)
+
+
 class _Client:
     def __init__(self, config: ClientConfig,
                  progress: Callable[[str], None] | None = None) -> None:
@@ -158,6 +183,8 @@ class _Client:
         self.uplink = config.uplink.channel(np.random.default_rng(config.seed))
         self.estimate = None  # the run's OffsetEstimate, once the first probes are back
         self._early: list[tuple[bytes, float]] = []
+        self.rows: _RowLog | None = None  # open from ready (stream time is known) on
+        self._resolved_at: dict[int, list[int]] = {}  # position -> versions it showed first
 
     # ------------------------------------------------------------ sending
 
@@ -200,9 +227,21 @@ class _Client:
             message = parse_message(raw, FROM_SERVER)
             if isinstance(message, ProbeReply):
                 self.probes.append(ClockProbe(message.t0, message.t1, message.t2, now))
+                self._log("probes", _probe_row(self.probes[-1]))
             elif isinstance(message, Ready):  # the offset is known: stream time starts now
                 self.origin = message.start - self.offset
                 self.ready = message
+                try:
+                    self.rows = _RowLog(self.config.out)
+                    # a folder killed from now on says what its session was (still running)
+                    config_path = self.config.out / "config.json"
+                    write_json(config_path, {**json.loads(config_path.read_text()),
+                                             **self.session_fields()})
+                except OSError as exc:
+                    raise LatsimError(f"cannot write {self.config.out}: "
+                                      f"{exc.strerror or exc}") from None
+                for probe in self.probes:
+                    self._log("probes", _probe_row(probe))
                 for early, received in self._early:
                     self._slot(early, received)
                 self._early.clear()
@@ -219,6 +258,7 @@ class _Client:
                     self.from_server(message.ready),
                     NAN if gen_start is None else self.from_server(gen_start),
                     NAN if gen_end is None else self.from_server(gen_end)))
+                self._log("jobs", self.jobs[-1])
             elif isinstance(message, Error):
                 self.errors.append(message.error)
                 cid = message.cid  # set where the server refused a condition
@@ -241,21 +281,60 @@ class _Client:
         if self.last_played is not None and played - self.last_played > delta + 1e-6:
             self.stalls.append(ViewerStall("server", position, self.last_played + delta,
                                            played))
+            self._log("stalls", self.stalls[-1])
         self.last_played = played
         placed = self.playout.show(played, arrives)
         if placed.stalled:
             self.stalls.append(ViewerStall("client", position, placed.due, placed.shown))
+            self._log("stalls", self.stalls[-1])
         self.slots.append(ViewerSlot(
             position, header.version, header.job_id, played, self.from_server(header.sent),
             arrives, placed.due, placed.shown, NAN, len(payload), header.payload))
         for info in header.resolves:
             self.resolves[int(info["version"])] = (info, position)
+            self._resolved_at.setdefault(position, []).append(int(info["version"]))
         loop = asyncio.get_running_loop()
         delay = max(0.0, placed.shown + self.origin - self.clock())
         loop.call_later(delay, self._display, position)
 
     def _display(self, position: int) -> None:
         self.displayed[position] = self.clock()
+        if self.rows is None:
+            return
+        slot = self._slot_at(position)
+        if slot is not None:
+            self._log("slots", self._slot_row(slot))
+        for version in self._resolved_at.pop(position, ()):  # conditions now shown
+            for pending in self.conditions:
+                if pending.version == version:
+                    self._log("viewer", self._condition_row(pending))
+
+    def session_fields(self) -> dict:
+        """What ``config.json`` says of the session once it is ready: the server's answer
+        and the clock offset the stream times use."""
+        ready = self.ready.to_dict() if self.ready is not None else {}
+        first = self.estimate
+        return {"session": ready.get("session"), "T": ready.get("T"),
+                "delta": ready.get("delta"), "lead": ready.get("lead"),
+                "lead_source": ready.get("lead_source"), "schedule": ready.get("schedule"),
+                "generator": ready.get("generator"), "server_run": ready.get("server_run"),
+                "server_start": ready.get("start"), "server_downlink": ready.get("downlink"),
+                "drain": self.config.drain, "offset": self.offset,
+                "offset_uncertainty": None if first is None else first.uncertainty}
+
+    def _log(self, table: str, row: object) -> None:
+        if self.rows is not None:
+            try:
+                self.rows.add(table, row)
+            except OSError as exc:  # a full disk: the rest is written at the end, or fails
+                log.warning("cannot append to %s.csv: %s", table, exc)
+                self.rows = None
+
+    def _slot_at(self, position: int) -> ViewerSlot | None:
+        for slot in reversed(self.slots):  # displayed soon after it arrived: near the end
+            if slot.position == position:
+                return slot
+        return None
 
     # ------------------------------------------------------------ the session
 
@@ -359,38 +438,35 @@ class _Client:
     # ------------------------------------------------------------ records
 
     def records(self) -> ViewerRecords:
-        conditions = []
-        for pending in self.conditions:
-            sent = self.stream_time(pending.sent)
-            arrival = (NAN if math.isnan(pending.arrival)
-                       else self.from_server(pending.arrival))
-            resolved = self.resolves.get(pending.version) if pending.version else None
-            if resolved is None:
-                status = ("refused" if pending.refused else
-                          "censored" if pending.version else "lost")
-                conditions.append(ViewerCondition(pending.cid, pending.version, sent, arrival,
-                                                  NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN,
-                                                  status))
-                continue
-            info, position = resolved
-            slot = next(s for s in self.slots if s.position == position)
-            shown_at = self.displayed.get(position)
-            displayed = NAN if shown_at is None else self.stream_time(shown_at)
-            played = slot.played
-            status = "shown" if shown_at is not None else "censored"
-            conditions.append(ViewerCondition(
-                pending.cid, pending.version, sent, arrival, self.from_server(info["start"]),
-                self.from_server(info["ready"]), played, slot.received, slot.shown, displayed,
-                displayed - sent, played - arrival, status))
-        slots = tuple(
-            ViewerSlot(s.position, s.version, s.job_id, s.played, s.server_sent, s.received,
-                       s.due, s.shown,
-                       (self.stream_time(self.displayed[s.position])
-                        if s.position in self.displayed else NAN), s.bytes, s.payload)
-            for s in self.slots)
-        probes = tuple(ProbeRow(p.t0, p.t1, p.t2, p.t3, p.rtt, p.offset) for p in self.probes)
-        return ViewerRecords(tuple(conditions), slots, tuple(self.stalls), tuple(self.jobs),
-                             probes)
+        conditions = tuple(self._condition_row(pending) for pending in self.conditions)
+        slots = tuple(self._slot_row(s) for s in self.slots)
+        probes = tuple(_probe_row(p) for p in self.probes)
+        return ViewerRecords(conditions, slots, tuple(self.stalls), tuple(self.jobs), probes)
+
+    def _condition_row(self, pending: _Pending) -> ViewerCondition:
+        sent = self.stream_time(pending.sent)
+        arrival = NAN if math.isnan(pending.arrival) else self.from_server(pending.arrival)
+        resolved = self.resolves.get(pending.version) if pending.version else None
+        if resolved is None:
+            status = "refused" if pending.refused else "censored" if pending.version else "lost"
+            return ViewerCondition(pending.cid, pending.version, sent, arrival, NAN, NAN, NAN,
+                                   NAN, NAN, NAN, NAN, NAN, status)
+        info, position = resolved
+        slot = self._slot_at(position)
+        assert slot is not None
+        shown_at = self.displayed.get(position)
+        displayed = NAN if shown_at is None else self.stream_time(shown_at)
+        played = slot.played
+        return ViewerCondition(
+            pending.cid, pending.version, sent, arrival, self.from_server(info["start"]),
+            self.from_server(info["ready"]), played, slot.received, slot.shown, displayed,
+            displayed - sent, played - arrival, "shown" if shown_at is not None else "censored")
+
+    def _slot_row(self, s: ViewerSlot) -> ViewerSlot:
+        displayed = (self.stream_time(self.displayed[s.position])
+                     if s.position in self.displayed else NAN)
+        return ViewerSlot(s.position, s.version, s.job_id, s.played, s.server_sent, s.received,
+                          s.due, s.shown, displayed, s.bytes, s.payload)
 
 
 def run_client(config: ClientConfig, progress: Callable[[str], None] | None = None) -> dict:
@@ -423,6 +499,7 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
         write_json(out / "config.json", {**base, "status": "failed",
                                          "stop_reason": "no session"})
         raise
+    client.rows = None  # the tables are written whole now
     records = client.records()
     sent = [c.sent for c in records.conditions]
     write_trace(out / "trace.jsonl", sent, {"duration": config.window,
@@ -453,15 +530,8 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
                "errors": client.errors[:20], "n_errors": len(client.errors),
                "server_summary": end.get("summary")}
     write_json(out / "summary.json", summary)
-    write_json(out / "config.json", {
-        **base, "status": status, "stop_reason": stop_reason, "end_time": end_time,
-        "session": ready.get("session"), "T": ready.get("T"), "delta": ready.get("delta"),
-        "lead": ready.get("lead"), "lead_source": ready.get("lead_source"),
-        "schedule": ready.get("schedule"), "generator": ready.get("generator"),
-        "server_run": ready.get("server_run"), "server_start": ready.get("start"),
-        "server_downlink": ready.get("downlink"),
-        "drain": config.drain, "offset": client.offset,
-        "offset_uncertainty": None if first is None else first.uncertainty})
+    write_json(out / "config.json", {**base, "status": status, "stop_reason": stop_reason,
+                                     "end_time": end_time, **client.session_fields()})
     if interrupted is not None:
         raise interrupted
     return summary

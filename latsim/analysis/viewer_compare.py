@@ -11,7 +11,8 @@ are left out on both sides. Errors are ``100·(predicted − measured)/measured`
 compared in percentage points (the viewer's: server stalls plus late slots).
 
 A partial run (``status`` not ``complete``) is compared over the window it covers,
-``[0, end_time]``, and said to be partial in its row.
+``[0, end_time]`` (a client killed outright has no ``end_time``: its last row's time), and
+said to be partial in its row.
 """
 
 from __future__ import annotations
@@ -85,8 +86,10 @@ def load_client_run(path: Path) -> ClientRun:
         raise LatsimError(f"{path}: no finished jobs to take C samples from")
     duration = float(config["duration"])
     end = config.get("end_time")
-    window = duration if config.get("status") == COMPLETE or end is None else min(
-        duration, float(end))
+    if end is None and config.get("status") != COMPLETE:  # killed: as far as its rows go
+        end = max([0.0] + [s.received for s in records.slots]
+                  + [c.sent for c in records.conditions])
+    window = duration if config.get("status") == COMPLETE else min(duration, float(end))
     return ClientRun(path, config, records, window)
 
 

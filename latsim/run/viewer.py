@@ -14,9 +14,13 @@ One folder per client session, ``config.json`` kind ``client``::
 Every time in the CSVs except ``probes.csv`` is **stream time on the client's clock**:
 client ``perf_counter`` seconds minus the client time of the server's playback start
 (server start minus the offset estimate used for the run). Server times enter only through
-that offset; ``L = displayed − sent`` is measured on the client's clock alone. The rows are
-written when the client stops (also on Ctrl-C or a lost connection, with ``status`` saying
-so); ``config.json`` says ``running`` until then.
+that offset; ``L = displayed − sent`` is measured on the client's clock alone. Each row is
+appended as soon as it is final (a slot once it showed, a condition once its slot showed,
+stalls, jobs and probes as they happen), and the tables are rewritten whole when the client
+stops (also on Ctrl-C, SIGTERM or a lost connection, with ``status`` saying so).
+``config.json`` says ``running`` until then, with the session's fields from its ``ready``
+on: a client killed outright leaves a folder that reads as ``incomplete`` with every row up
+to the kill, and ``compare`` takes it over the window its rows cover.
 """
 
 from __future__ import annotations
