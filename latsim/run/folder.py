@@ -409,6 +409,8 @@ def read_run_folder(path: str | Path) -> RunFolder:
     if summary_path.is_file():
         loaded = _read_json(summary_path)
         summaries = tuple(loaded) if isinstance(loaded, list) else (loaded,)
+        if not all(isinstance(row, dict) for row in summaries):
+            raise LatsimError(f"{summary_path}: expected a JSON object or a list of objects")
     return RunFolder(folder, config, summaries)
 
 
