@@ -343,6 +343,8 @@ class CsvRows(list):
 
 
 def _parse(raw: str, kind: str) -> object:
+    if kind in ("float", "int") and not raw.isascii():  # Python reads '١' as 1; pandas not
+        raise ValueError(f"{raw!r} is not an ASCII number")
     if kind == "float":
         return float(raw) if raw != "" else NAN
     if kind == "int":
