@@ -300,16 +300,22 @@ def _partial_records(folder: RunFolder, trace: Trace, jobs: list[JobRecord],
 
 
 def _check_records(folder: RunFolder) -> None:
-    """Every record CSV of the folder reads (its columns, its cells) and every played slot
-    has a finite start: a damaged record file is an error here, even where the comparison
+    """Every record CSV of the folder reads (its columns, its cells), every played slot has
+    a finite start and every job finite times: a damaged record file is an error here,
+    even where the comparison
     takes a complete run's measured metrics from its summary."""
-    for table in ("conditions", "slots", "stalls"):
+    for table in ("conditions", "slots", "stalls", "jobs"):
         rows = folder.records(table)
         if table == "slots":
             for _, slot in rows:
                 if not math.isfinite(slot.t_start):
                     raise LatsimError(f"{folder.path / 'slots.csv'}: slot {slot.position} "
                                       "has no start time (NaN)")
+        if table == "jobs":  # every job in the file finished: both its times are known
+            for _, job in rows:
+                if not (math.isfinite(job.t_start) and math.isfinite(job.t_ready)):
+                    raise LatsimError(f"{folder.path / 'jobs.csv'}: job {job.job_id} has no "
+                                      "start or ready time (NaN)")
 
 
 def load_measured(run_dir: Path) -> MeasuredRun:

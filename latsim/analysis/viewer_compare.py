@@ -65,8 +65,12 @@ class ClientRun:
 
     def controller_config(self) -> ControllerConfig:
         c = self.config
-        return ControllerConfig(Timing(int(c["K"]), int(c["r"]), float(c["fps"])),
-                                PRESETS[str(c["policy"])], float(c["lead"]))
+        try:
+            return ControllerConfig(Timing(int(c["K"]), int(c["r"]), float(c["fps"])),
+                                    PRESETS[str(c["policy"])], float(c["lead"]))
+        except (TypeError, ValueError, KeyError) as exc:
+            raise LatsimError(f"{self.path / 'config.json'}: the session's K, r, fps, policy "
+                              f"or lead is not valid ({type(exc).__name__})") from None
 
     def served(self) -> list[float]:
         """Send times of the conditions the server acknowledged."""
@@ -84,7 +88,7 @@ def load_client_run(path: Path) -> ClientRun:
     records = read_viewer_records(path)
     if not records.jobs:
         raise LatsimError(f"{path}: no finished jobs to take C samples from")
-    duration = float(config["duration"])
+    duration = folder.duration  # a number, or a one-line error
     end = config.get("end_time")
     if end is None and config.get("status") != COMPLETE:  # killed: as far as its rows go
         end = max([0.0] + [s.received for s in records.slots]

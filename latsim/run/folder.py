@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -312,13 +313,36 @@ class RunFolder:
         """The stream a single run was made with."""
         self.require_single_run()
         c = self.config
-        timing = Timing(int(c["K"]), int(c["r"]), float(c["fps"]))
-        policy = Policy(c["policy"], int(c["q"]), c["commit"], float(c.get("commit_lead", 0.0)))
-        return ControllerConfig(timing, policy, float(c["lead"]))
+        try:
+            timing = Timing(self._int("K"), self._int("r"), self._float("fps"))
+            if not isinstance(c["policy"], str) or not isinstance(c["commit"], str):
+                raise LatsimError("policy and commit must be names")
+            policy = Policy(c["policy"], self._int("q"), c["commit"],
+                            self._float("commit_lead", 0.0))
+            return ControllerConfig(timing, policy, self._float("lead"))
+        except LatsimError as exc:
+            raise LatsimError(f"{self.path / 'config.json'}: {exc}") from None
 
     @property
     def duration(self) -> float:
-        return float(self.config["duration"])
+        try:
+            return self._float("duration")
+        except LatsimError as exc:
+            raise LatsimError(f"{self.path / 'config.json'}: {exc}") from None
+
+    def _float(self, key: str, default: float | None = None) -> float:
+        """A finite number of config.json (``default`` where absent), else an error."""
+        value = self.config.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+                value):
+            raise LatsimError(f"{key} must be a number, got {str(value)[:40]!r}")
+        return float(value)
+
+    def _int(self, key: str) -> int:
+        value = self.config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise LatsimError(f"{key} must be a whole number, got {str(value)[:40]!r}")
+        return value
 
     def trace(self) -> Trace:
         return load_trace(self.path / self.config.get("trace_copy", TRACE_COPY))

@@ -137,7 +137,7 @@ def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = N
     status, end_time, duration = "records", None, None
     if folder.kind != "records":
         status = folder.state
-        duration = float(folder.config["duration"]) if "duration" in folder.config else None
+        duration = folder.duration if "duration" in folder.config else None
         if status != COMPLETE:
             end_time = folder.end_time
             if end_time is None and folder.kind != "experiment":
