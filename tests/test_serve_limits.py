@@ -49,6 +49,17 @@ async def _hello(port: int, duration: float = 3.0) -> tuple[list[str], int | Non
         return types, ws.close_code, ws.close_reason
 
 
+def _client_process(tmp_path, port: int, times: tuple[float, ...], **popen):
+    """``latsim client`` in its own process, a 10 s session of ``times``, into
+    ``tmp_path/run``."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"t": t}) + "\n" for t in times))
+    return subprocess.Popen(
+        [sys.executable, "-c", "import sys; from latsim.cli import main; "
+         "sys.argv[0] = 'latsim'; main()", "client", f"ws://127.0.0.1:{port}",
+         "--trace", str(trace), "--duration", "10", "--out", str(tmp_path / "run")], **popen)
+
+
 def test_simultaneous_hellos_admit_exactly_max_sessions():
     built = _server(max_sessions=2)
     with ServerThread(built) as port:
@@ -135,15 +146,10 @@ def test_sigterm_sends_every_viewer_end_then_closes(tmp_path):
 def test_a_client_stopped_by_a_signal_keeps_its_folder_and_exits_130(signum, tmp_path):
     from latsim.run.folder import read_run_folder
 
-    trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join(json.dumps({"t": t}) + "\n" for t in (0.5, 1.0, 8.0)))
     built = _server()
     with ServerThread(built) as port:
-        client = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from latsim.cli import main; "
-             "sys.argv[0] = 'latsim'; main()", "client", f"ws://127.0.0.1:{port}",
-             "--trace", str(trace), "--duration", "10", "--out", str(tmp_path / "run")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        client = _client_process(tmp_path, port, (0.5, 1.0, 8.0), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 30
         while not (tmp_path / "run" / "config.json").exists() and time.time() < deadline:
             time.sleep(0.05)
@@ -336,15 +342,10 @@ def test_a_client_killed_outright_leaves_every_row_up_to_the_kill(tmp_path):
     from latsim.run.folder import read_run_folder
     from latsim.run.viewer import read_viewer_records
 
-    trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join(json.dumps({"t": t}) + "\n" for t in (0.3, 0.9, 9.0)))
     built = _server()
     with ServerThread(built) as port:
-        client = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from latsim.cli import main; "
-             "sys.argv[0] = 'latsim'; main()", "client", f"ws://127.0.0.1:{port}",
-             "--trace", str(trace), "--duration", "10", "--out", str(tmp_path / "run")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = _client_process(tmp_path, port, (0.3, 0.9, 9.0), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
         deadline = time.time() + 30
         while not (tmp_path / "run" / "slots.csv").exists() and time.time() < deadline:
             time.sleep(0.05)
