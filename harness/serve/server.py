@@ -29,6 +29,7 @@ import asyncio
 import hmac
 import itertools
 import logging
+import secrets
 import threading
 import time
 import uuid
@@ -259,9 +260,11 @@ class StreamServer:
                             return
                         self._admitted += 1  # no await between the check and this
                         try:
+                            # the number orders streams for a schedule; the random
+                            # part makes an id nobody can guess
                             session = await asyncio.to_thread(
-                                Session, self, f"s{next(self._ids)}", message, send,
-                                state["shaper"])
+                                Session, self, f"s{next(self._ids)}-{secrets.token_hex(8)}",
+                                message, send, state["shaper"])
                         except BaseException:
                             self._admitted -= 1
                             raise

@@ -64,7 +64,8 @@ class Session:
                  send: Callable[[bytes | str, float], None], downlink: Shaper) -> None:
         self.server = server
         self.id = session_id
-        self.index = int(session_id.lstrip("s") or 0)  # the stream a schedule sees
+        # the stream a schedule sees: the number of "s<N>-<random>"
+        self.index = int(session_id.lstrip("s").split("-")[0] or 0)
         self.send = send  # (message, server perf time it leaves) -> queued in order
         self.downlink = downlink
         config = server.config
