@@ -162,7 +162,7 @@ def capacity(
 
         keep(payload)
         write_rows_csv(out / "capacity.csv", payload["rows"])
-        plot_capacity(payload, out / "capacity.png")
+        plot_capacity(payload, out / "capacity.png", config)
     if as_json:
         typer.echo(dumps(payload))
         return

@@ -311,11 +311,18 @@ def compare_overlay_figure(comparison):
     return fig
 
 
-def plot_capacity(payload: dict, path: Path) -> Path:
+def plot_capacity(payload: dict, path: Path, config: dict | None = None) -> Path:
     """Capacity search: end-to-end L95 and viewer stall % against the stream count, with
-    the SLO lines, error bars of one bootstrap SE, and the DiT pool's busy %."""
+    the SLO lines, error bars of one bootstrap SE, and the DiT pool's busy %.
+
+    A point's colour is its stream count's verdict (the legend says which); a point drawn
+    hollow is within this panel's SLO although its verdict failed, on the other metric.
+    ``config`` (the command's K, cost, lead, policy, serving) names the setting."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
     rows = sorted(payload["rows"], key=lambda r: r["streams"])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
     colors = {"meets": "#2ca02c", "fails": "#d62728", "uncertain": "#ff7f0e"}
     for ax, key, se_key, limit, label in (
             (left, "L95", "L95_se", payload["slo"]["L95"], "end-to-end L95 (s)"),
@@ -323,19 +330,45 @@ def plot_capacity(payload: dict, path: Path) -> Path:
              "viewer stall (%)")):
         for row in rows:
             if row[key] is not None:
+                color = colors.get(row["verdict"], "k")
+                within = row[key] <= limit
                 ax.errorbar(row["streams"], row[key], yerr=row[se_key] or 0, fmt="o",
-                            color=colors.get(row["verdict"], "k"))
-        ax.axhline(limit, ls="--", color="k", lw=1, label="SLO")
+                            color=color, capsize=3,
+                            markerfacecolor="white" if within and row["verdict"] != "meets"
+                            else color)
+        ax.axhline(limit, ls="--", color="k", lw=1)
         ax.set_xlabel("streams N")
         ax.set_ylabel(label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
+    keys = [Line2D([], [], marker="o", ls="", color=c, label=f"N {verdict}")
+            for verdict, c in colors.items() if any(r["verdict"] == verdict for r in rows)]
+    limits = {"L95": payload["slo"]["L95"],
+              "viewer_stall_pct": payload["slo"]["viewer_stall_pct"]}
+    if any(r["verdict"] != "meets" and r[k] is not None and r[k] <= limit
+           for r in rows for k, limit in limits.items()):
+        keys.append(Line2D([], [], marker="o", ls="", color="#d62728",
+                           markerfacecolor="white", label="within this SLO, failed on the other"))
+    keys.append(Line2D([], [], ls="--", color="k", lw=1, label="SLO"))
+    right.legend(handles=keys, fontsize=7, loc="upper left")
     busy = right.twinx()
     busy.plot([r["streams"] for r in rows], [r["busy_pct"] for r in rows], ":",
               color="#1f77b4", label="DiT busy %")
     busy.set_ylabel("DiT pool busy (%)", color="#1f77b4")
-    left.axvline(payload["max_streams"], color="#2ca02c", lw=1, alpha=0.6,
-                 label=f"capacity {payload['max_streams']}")
-    left.legend(fontsize=7)
-    fig.suptitle("capacity search (green meets, red fails, orange uncertain)")
+    if payload["max_streams"] is not None:
+        left.axvline(payload["max_streams"], color="#2ca02c", lw=1, alpha=0.6,
+                     label=f"capacity {payload['max_streams']}")
+        left.legend(fontsize=7, loc="upper left")
+    title = "capacity search"
+    if config:
+        pools = (config.get("serving") or {}).get("pools")
+        if isinstance(pools, dict):
+            pools = ",".join(f"{name}={size}" for name, size in pools.items())
+        elif isinstance(pools, list | tuple):
+            pools = ",".join(f"{name}={size}" for name, size in pools)
+        title += (f": K={config.get('K')}, {config.get('policy')}, cost {config.get('cost')}, "
+                  f"lead {config.get('lead') if config.get('lead') is not None else 'C q99'}"
+                  + (f", pools {pools}" if pools else ""))
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return _save(fig, path)
