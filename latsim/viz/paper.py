@@ -37,8 +37,16 @@ def plot_reproduction(result: Reproduction, path: Path) -> Path:
               ("ours: low traces", "sim_low_reduction", "#98df8a"),
               ("ours: high traces", "sim_high_reduction", "#2ca02c")]
     for i, (label, key, color) in enumerate(series):
-        ax.bar(x + (i - 1.5) * 0.2, [row[key] for row in result.settings], 0.2, label=label,
-               color=color)
+        values = [row[key] for row in result.settings]
+        ax.bar(x + (i - 1.5) * 0.2, values, 0.2, label=label, color=color)
+        for j, value in enumerate(values):
+            if value is not None and abs(value) < 0.005:  # a bar too short to see: say 0
+                ax.text(x[j] + (i - 1.5) * 0.2, 0.02, "0", ha="center", fontsize=6,
+                        color=color)
+    for j, row in enumerate(result.settings):
+        if row["C_over_T"] > 1:  # the closed form assumes C <= T: say why ours is 0
+            ax.text(x[j], 0.45, f"C = {row['C_over_T']:.2f} T:\nstalls, no gain",
+                    ha="center", fontsize=6)
     ax.set_xticks(x, [n.replace(" ", "\n") for n in names], fontsize=8)
     ax.set_ylabel("mean-latency reduction (s)")
     ax.set_title("baseline − speculative, six serving settings")
@@ -52,8 +60,9 @@ def plot_reproduction(result: Reproduction, path: Path) -> Path:
             color="#7f7f7f")
     ax.barh(y - 0.2, [row["simulated"] for row in result.eq6], 0.4, label="simulated",
             color="#2ca02c")
-    ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlabel("seconds (P(busy): probability)")
+    ax.set_yticks(y, [f"{label} (a probability)" if label == "P(busy)" else label
+                      for label in labels], fontsize=8)
+    ax.set_xlabel("seconds (P(busy): a probability, on the same axis)")
     ax.set_title("eq. (6) example: T = 5 s, C = 1.6 s")
     ax.legend(fontsize=7)
 
