@@ -110,6 +110,24 @@ def test_skipping_gives_the_tick_by_tick_records(data, stream, seed):
     assert skipped == ticked
 
 
+@SETTINGS
+@given(data=st.data(), stream=streams(), seed=st.integers(0, 2**16))
+def test_skipping_with_records_handed_out_gives_the_same_records(data, stream, seed):
+    """With ``on_record`` (records handed out as they are made) the quiet ticks are played
+    one ``_play_slot`` at a time: the records, and what was handed out, are the same."""
+    config, cost = stream
+    duration = config.timing.T * data.draw(st.floats(1.0, 12.0))
+    times = data.draw(arrival_times(config.timing, duration))
+    trace = Trace("t", tuple(times), duration)
+    handed: list = []
+    ticked, _ = simulate_trace(config, cost, trace, duration, np.random.default_rng(seed),
+                               skip_ticks=False)
+    skipped, _ = simulate_trace(config, cost, trace, duration, np.random.default_rng(seed),
+                                on_record=handed.append)
+    assert fingerprint(skipped) == fingerprint(ticked)
+    assert [r for r in handed if type(r).__name__ == "SlotRecord"] == list(skipped.slots)
+
+
 def test_skipping_plays_most_slots_ahead_and_keeps_the_records():
     """The long quiet stretches are skipped: with rare conditions nearly every slot is
     played ahead, and still nothing differs."""
@@ -121,6 +139,12 @@ def test_skipping_plays_most_slots_ahead_and_keeps_the_records():
     ticked, skipped, ahead = both_ways(config, cost, times, duration, seed=5)
     assert skipped == ticked
     assert ahead > 0.7 * len(ticked["slots"])
+    # handing each record out as it is made, the stretches are skipped all the same
+    handed: list = []
+    records, ctrl = simulate_trace(config, cost, Trace("t", tuple(times), duration), duration,
+                                   np.random.default_rng(5), on_record=handed.append)
+    assert fingerprint(records) == ticked
+    assert ctrl.slots_played_ahead > 0.7 * len(ticked["slots"])
 
 
 def test_play_ahead_knows_the_decide_rows_it_keeps_quiet():

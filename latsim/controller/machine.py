@@ -480,8 +480,7 @@ class Controller:
         armed = self._armed_refill
         if decide and armed is None:
             return 0  # the decide step would arm a refill
-        if self._on_record is not None:  # records to hand out as they are made
-            return self._play_slowly(t, horizon, most, decide, pending, armed)
+        slowly = self._on_record is not None  # records to hand out as they are made
         cache, delta, q, eager = self._cache, self._delta, self._q, self._eager
         slots = self.slots
         positions, versions, job_ids, starts = (slots.position, slots.version, slots.job_id,
@@ -505,13 +504,16 @@ class Controller:
                 due = self._refill_due_from(position + 1, after)
                 if due <= t + EPS or abs(armed - due) > EPS:
                     break
+            if slowly:  # one _play_slot each: it emits the slot's record
+                self._play_slot(t)
+                position, t = self._next_pos, self._next_due
+                continue
             del cache[position]
             version, job_id = entry
             if version < shown:
                 raise AssertionError("the version on screen must never decrease")
             if version != shown and self._open:  # a condition shows at the first slot
-                self._locked_end = locked  # of a version at least its own
-                self._resolve_conditions(version, job_id, t)
+                self._resolve_conditions(version, job_id, t)  # of a version at least its own
             shown = version
             positions.append(position)
             versions.append(version)
@@ -520,37 +522,15 @@ class Controller:
             position += 1
             self._next_due = t = after
         played = position - first
-        if not played:
-            return 0
+        if not played or slowly:  # _play_slot kept the books
+            return played
         if self._fold_slots:
             slots.fold()  # type: ignore[attr-defined]
         self._played_version = shown
-        self._locked_end = locked if not eager else self._locked_end
+        if not eager:
+            self._locked_end = locked
         self._next_pos = position
         self.played += played
-        return played
-
-    def _play_slowly(self, t: float, horizon: float, most: int, decide: bool, pending: bool,
-                     armed: float | None) -> int:
-        """:meth:`_play_quiet` one :meth:`_play_slot` at a time (each record handed out)."""
-        played = 0
-        while t < horizon and played != most and self._next_pos in self._cache:
-            position = self._next_pos
-            if decide:
-                after = t + self._delta
-                locked = self._locked_end
-                if not self._eager:
-                    locked = max(locked, (position // self._q + 1) * self._q)
-                if pending and self._replan_branch(t, position + 1, after, locked,
-                                                   self._cache_end,
-                                                   self._start_at_cache_end) is not None:
-                    break
-                due = self._refill_due_from(position + 1, after)
-                if due <= t + EPS or abs(armed - due) > EPS:  # type: ignore[operator]
-                    break
-            self._play_slot(t)
-            played += 1
-            t = self._next_due
         return played
 
     def play_through(self, timers: list[list], horizon: float, order: Iterator[int],
