@@ -124,21 +124,20 @@ class ServingRecords:
 
     def busy_by_device(self) -> dict[str, list[float]]:
         """Busy seconds of every device of every pool within ``[0, window_end]``."""
-        if self.task_tally is not None:
-            return {pool: list(seconds) for pool, seconds in self.task_tally.busy.items()}
-        tally = TaskTally(self.pools, self.dit_degree, self.window_end)
-        for task in self.tasks:
-            tally.add(task)
-        return tally.busy
+        return {pool: list(seconds) for pool, seconds in self._tally().busy.items()}
 
     def waits_by_stage(self) -> dict[str, list[float]]:
         """Every task's wait for a device, by stage, in the order the tasks ended."""
+        return {stage: list(waits) for stage, waits in self._tally().waits.items()}
+
+    def _tally(self) -> TaskTally:
+        """The run's task tally: the one it made as it ran, or one of its kept records."""
         if self.task_tally is not None:
-            return {stage: list(waits) for stage, waits in self.task_tally.waits.items()}
-        waits: dict[str, list[float]] = {}
+            return self.task_tally
+        tally = TaskTally(self.pools, self.dit_degree, self.window_end)
         for task in self.tasks:
-            waits.setdefault(task.stage, []).append(task.wait)
-        return waits
+            tally.add(task)
+        return tally
 
 
 class TaskTally:
