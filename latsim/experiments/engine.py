@@ -300,8 +300,8 @@ PILOT_S = 120.0
 AUTO_QUANTILE = 0.99
 
 
-def closed_form_wait(experiment: Experiment, serving: ServingConfig, cost: CostModel,
-                     timing: Timing) -> float | None:
+def closed_form_wait(serving: ServingConfig, cost: CostModel, timing: Timing
+                     ) -> float | None:
     """The refills' wait quantile from the nD/D/1 queue
     (:func:`latsim.analysis.queueing.periodic_wait_quantile`), where its assumptions hold:
     fixed C, one FIFO DiT device (or USP group) and no other stage, no batching, one chunk
@@ -325,7 +325,7 @@ def closed_form_wait(experiment: Experiment, serving: ServingConfig, cost: CostM
 def auto_lead_wait(experiment: Experiment, K: int, base_lead: float  # noqa: N803
                    ) -> tuple[float, str]:
     """(seconds, model) that ``--lead auto`` adds to ``base_lead`` at chunk size ``K``: the
-    wait for devices shared with other streams. None with one stream (its own chunks in
+    wait for devices shared with other streams. Nothing with one stream (its own chunks in
     flight queue behind each other by design, and a longer lead there only costs L); the
     closed form where it holds (:func:`closed_form_wait`), else the 0.99 quantile of the
     jobs' total wait for devices (summed over their stages) in a pilot run of the same
@@ -337,7 +337,7 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float  # noqa: N80
     if serving.streams == 1:  # its own chunks in flight, or a pipeline's round, are not it
         return 0.0, "one stream: no device shared"
     timing = Timing(K, experiment.r, experiment.fps)
-    wait = closed_form_wait(experiment, serving, cost, timing)
+    wait = closed_form_wait(serving, cost, timing)
     if wait is not None:
         return wait, "nD/D/1"
     pilot = replace(experiment, Ks=(K,), lead=base_lead, records="all", seeds=1,
@@ -672,16 +672,13 @@ def write_experiment(result: ExperimentResult, out: Path) -> list[Path]:
     runs = (((policy, K, index), run)
             for (K, policy), cell_runs in result.runs.items()  # noqa: N806
             for index, run in enumerate(cell_runs))
-    level = result.plan.experiment.records
-    skip = () if level == "all" else COUNTED_TABLES
-    if result.plan.experiment.serving is None:
-        if level != "none":
-            written += write_records(out, runs, skip)
-    else:
+    level, serving = result.plan.experiment.records, result.plan.experiment.serving
+    if level != "none":
+        writer = write_records if serving is None else write_serving_records
+        written += writer(out, runs, () if level == "all" else COUNTED_TABLES)
+    if serving is not None:
         from latsim.analysis.serving import per_stream_rows
 
-        if level != "none":
-            written += write_serving_records(out, runs, skip)
         streams = [{"policy": policy, "K": K, **row}
                    for (K, policy), cell_runs in result.runs.items()  # noqa: N806
                    for row in per_stream_rows(cell_runs)]

@@ -234,10 +234,11 @@ def check_cells(spec: GridSpec) -> None:
     for index, p in enumerate(plans):
         kinds.setdefault((p.serving is not None, bool(p.auto_leads)), index)
     for index in kinds.values():
-        missing = [m for m in spec.metrics if m not in _probe_keys(spec, index)]
+        keys = _probe_keys(spec, index)
+        missing = [m for m in spec.metrics if m not in keys]
         if missing:
             raise LatsimError(f"unknown metric(s) {', '.join(missing)}; a cell's summary has "
-                              f"{', '.join(_probe_keys(spec, index))}")
+                              f"{', '.join(keys)}")
 
 
 def _probe_keys(spec: GridSpec, index: int) -> tuple[str, ...]:
