@@ -171,6 +171,7 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "--max-sessions": Bound(1, 64, integer=True),
     "--max-duration": Bound(1, 86400, "s"),
     "--max-fps": Bound(1, 240, "frames per second"),
+    "--max-condition-rate": Bound(0, 1000, "conditions per second", positive=True),
     "--playout-delay": Bound(0, 60, "s"),
     "--delay": Bound(0, 60, "s"),
     "--jitter": Bound(0, 60, "s"),

@@ -67,7 +67,9 @@ class ServerConfig:
         for K in self.Ks:  # noqa: N806
             check_option("--K", K)
         for option, value in (("--port", self.port), ("--max-sessions", self.max_sessions),
-                              ("--warmup", self.warmup), ("--max-duration", self.max_duration)):
+                              ("--warmup", self.warmup), ("--max-duration", self.max_duration),
+                              ("--max-condition-rate", self.max_condition_rate),
+                              ("--max-fps", self.max_fps)):
             check_option(option, value)
         if self.token is not None and not 8 <= len(self.token) <= 256:
             raise LatsimError("--token must be 8 to 256 characters")
@@ -75,10 +77,6 @@ class ServerConfig:
             raise LatsimError(f"serving {self.host} (not loopback) without a token lets anyone "
                               "who can reach it in: give --token T (or LATSIM_TOKEN), or "
                               "--allow-anonymous")
-        if not 0 < self.max_condition_rate <= 1000:
-            raise LatsimError(f"--max-condition-rate must be in (0, 1000] per s, got "
-                              f"{self.max_condition_rate!r}")
-        check_option("--max-fps", self.max_fps)
         if not (2**10 <= self.max_queue_bytes <= 2**30 and 1 <= self.max_queue_frames
                 <= 2**16 and 0 <= self.lag_grace <= 600):
             raise LatsimError("the outgoing queue bounds must be 1 KiB..1 GiB and 1..65536 "

@@ -325,9 +325,10 @@ class StreamServer:
                 self.lagging += 1
                 log.warning("session %s: the viewer is lagging (%d bytes, %d frames queued)",
                             session.id, state["bytes"], outbox.qsize())
-                outbox.put_nowait((Error(f"lagging: {state['bytes']} bytes queued; the "
-                                         f"session ends if it stays behind "
-                                         f"{config.lag_grace:g} s").to_json(), perf))
+                notice = Error(f"lagging: {state['bytes']} bytes queued; the session ends "
+                               f"if it stays behind {config.lag_grace:g} s").to_json()
+                state["bytes"] += len(notice)  # the sender takes it off as it sends it
+                outbox.put_nowait((notice, perf))
             hard = (state["bytes"] + size > 2 * config.max_queue_bytes
                     or outbox.qsize() + 1 > 2 * config.max_queue_frames)
             if hard or now - state["lagging_since"] > config.lag_grace:
