@@ -170,23 +170,33 @@ def wave_forcing_14b_model() -> WaveForcingCost:
     return WaveForcingCost(big["round_time"], big["denoise"], big["vae"])
 
 
+def _wave_chunk() -> tuple[int, Timing]:
+    """A Wave Forcing chunk's frames and its stream timing (the system file's)."""
+    wave = system_file(WAVE_FILE)["wave_forcing"]
+    frames, latents = wave["chunk_frames"], wave["chunk_latents"]
+    fps = float(system_file(WAVE_FILE)["seed"]["fps_video"])
+    return frames, Timing(latents, frames // latents, fps)
+
+
+def _silent_viewers(joins: list[float], duration: float) -> list[StreamInput]:
+    """Viewers that send no condition, joining at ``joins``, each with its own streams."""
+    return [StreamInput(Trace("none", (), duration), join, np.random.default_rng(i),
+                        tuple(np.random.default_rng(1000 + 4 * i + j) for j in range(4)))
+            for i, join in enumerate(joins)]
+
+
 def measured_fps(model: WaveForcingCost, pools: tuple[tuple[str, int], ...]
                  ) -> tuple[float, float]:
     """(DiT FPS, end-to-end FPS) of ``model`` on ``pools``, simulated saturated (enough
     streams to ask for half again its chunk rate): chunks leaving the DiT devices, and
     chunks decoded, per second of a steady window, times the frames per chunk."""
-    wave = system_file(WAVE_FILE)["wave_forcing"]
-    frames, latents = wave["chunk_frames"], wave["chunk_latents"]
-    timing = Timing(latents, frames // latents, float(system_file(WAVE_FILE)["seed"][
-        "fps_video"]))
+    frames, timing = _wave_chunk()
     rng = np.random.default_rng(0)
     duration = STEADY[1] + 10.0
     # one chunk in flight per stream: a stream asks for one every max(T, C) seconds
-    streams = math.ceil(SATURATION * model.chunk_rate() * max(timing.T, model.mean(latents)))
-    inputs = [StreamInput(Trace("none", (), duration), float(rng.uniform(0, timing.T)),
-                          np.random.default_rng(i),
-                          tuple(np.random.default_rng(1000 + 4 * i + j) for j in range(4)))
-              for i in range(streams)]
+    streams = math.ceil(SATURATION * model.chunk_rate() * max(timing.T, model.mean(timing.K)))
+    inputs = _silent_viewers([float(rng.uniform(0, timing.T)) for _ in range(streams)],
+                             duration)
     run = simulate_serving(ControllerConfig(timing, BASELINE, timing.T), model,
                            ServingConfig(streams=streams, pools=pools), inputs, duration,
                            np.random.default_rng(0))
@@ -211,13 +221,8 @@ def generation_fps(model: WaveForcingCost, pools: tuple[tuple[str, int], ...], c
     asked for at 0 (``chunks`` viewers joining at once with a cold start, each waiting for
     its first chunk: the queue of one long generation), so the pipeline fills, runs full
     and drains as a benchmark run does."""
-    wave = system_file(WAVE_FILE)["wave_forcing"]
-    frames, latents = wave["chunk_frames"], wave["chunk_latents"]
-    timing = Timing(latents, frames // latents, float(system_file(WAVE_FILE)["seed"][
-        "fps_video"]))
-    inputs = [StreamInput(Trace("none", (), timing.T), 0.0, np.random.default_rng(i),
-                          tuple(np.random.default_rng(1000 + 4 * i + j) for j in range(4)))
-              for i in range(chunks)]
+    frames, timing = _wave_chunk()
+    inputs = _silent_viewers([0.0] * chunks, timing.T)
     run = simulate_serving(ControllerConfig(timing, BASELINE, timing.T), model,
                            ServingConfig(streams=chunks, pools=pools, start="together",
                                          cold_start=True),
