@@ -21,6 +21,7 @@ from typing import Annotated
 
 import typer
 
+from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
 from latsim.errors import LatsimError
 from latsim.formatting import StatusLine, fmt
 
@@ -190,7 +191,8 @@ def measure(
     threads: ThreadsOpt = None,
     cost: CostOpt = None,
     generator_option: GeneratorOptionOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
+    format_name: FormatOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Live run: a real generator (wan, ltx, sleep, ...) under latsim's controller.
 
@@ -198,6 +200,7 @@ def measure(
     from latsim.controller.policies import policy_names
     from latsim.errors import LatsimError
 
+    output = output_format(format_name, as_json)
     if trace is not None and not trace.is_file():
         raise LatsimError(f"--trace {trace}: no such file")
     if device not in ("cpu", "cuda"):
@@ -220,11 +223,9 @@ def measure(
 
     with StatusLine() as status:
         results = run_measure(config, progress=status)
-    from latsim.run.files import dumps
-
-    if as_json:
-        rows = [res.summary for res in results]
-        typer.echo(dumps(rows if len(rows) > 1 else rows[0]))
+    if output != "table":
+        emit(output, [res.summary for res in results], lambda: None, seed=seed,
+             out=None if out is None else str(out))
         return
     for res in results:
         s = res.summary
@@ -381,7 +382,8 @@ def client(
     jitter: JitterOpt = 0.0,
     loss: LossOpt = 0.0,
     seed: SeedOpt = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    format_name: FormatOpt = None,
+    as_json: JsonOpt = False,
     token: Annotated[str | None, typer.Option(
         envvar="LATSIM_TOKEN", show_envvar=True,
         help="the server's --token (sent as Authorization: Bearer)")] = None,
@@ -392,6 +394,7 @@ def client(
     delay D; L on the client's clock. The shaping (--delay/--jitter/--loss) applies to
     both directions.
     """
+    output = output_format(format_name, as_json)
     require_live_extra("client", ("websockets",))
     from latsim.controller.policies import PRESETS
     from latsim.errors import check_option
@@ -418,13 +421,11 @@ def client(
 
     try:
         with sigterm_as_interrupt(), StatusLine() as status:
-            summary = run_client(config, progress=None if as_json else status)
+            summary = run_client(config, progress=status if output == "table" else None)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the folder was written, interrupted
         raise Interrupted(f"kept what was measured in {out} (status interrupted)") from None
-    from latsim.run.files import dumps
-
-    if as_json:
-        typer.echo(dumps(summary))
+    if output != "table":
+        emit(output, [summary], lambda: None, seed=seed, out=str(out))
         return
     typer.echo(
         f"{out}: {summary['status']} K={K} {policy} L50={fmt(summary['L50'])} "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 from latsim.controller import ControllerConfig
@@ -174,3 +177,27 @@ class HookedGenerator:
         if self.hook is not None:
             self.hook(job)
         return self._generator.run_job(job, decode_group)
+
+
+ENVELOPE_SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "envelope.schema.json"
+
+
+def envelope_of(text: str) -> dict:
+    """A command's JSON output, checked against the envelope's schema (docs/envelope.md)."""
+    import jsonschema
+
+    payload = json.loads(text)
+    jsonschema.validate(payload, json.loads(ENVELOPE_SCHEMA.read_text()))
+    return payload
+
+
+def rows_of(text: str) -> list[dict]:
+    """The ``rows`` of a command's JSON envelope."""
+    return envelope_of(text)["rows"]
+
+
+def row_of(text: str) -> dict:
+    """The one row of a command's JSON envelope."""
+    rows = rows_of(text)
+    assert len(rows) == 1, f"expected one row, got {len(rows)}"
+    return rows[0]

@@ -14,6 +14,7 @@ from latsim.analysis import theory
 from latsim.cli.app import OneLineErrors, _expand_multi_values, app
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
 from latsim.formatting import fmt
+from tests.helpers import envelope_of, row_of, rows_of
 
 runner = CliRunner()
 
@@ -37,7 +38,7 @@ def test_multi_value_k_is_expanded():
 def test_sweep_json_has_a_row_per_k_and_policy_with_the_contract_keys():
     result = invoke("sweep", "--K", "4", "8", "--C", "0.3", *FAST, "--json")
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = rows_of(result.stdout)
     assert [(r["K"], r["policy"]) for r in rows] == [
         (4, "baseline"), (4, "speculative"), (8, "baseline"), (8, "speculative"),
     ]
@@ -50,7 +51,8 @@ def test_same_seed_gives_byte_identical_json_and_another_seed_does_not():
     args = ("sweep", "--K", "4", "8", "--cost", "lognormal:0.4,0.5", *FAST, "--json")
     first = invoke(*args, "--seed", "7").stdout
     assert first == invoke(*args, "--seed", "7").stdout
-    assert first == invoke(*args, "--seed", "7", "--jobs", "1").stdout  # serial == parallel
+    serial = invoke(*args, "--seed", "7", "--jobs", "1").stdout
+    assert rows_of(first) == rows_of(serial)  # serial == parallel (only the command differs)
     assert first != invoke(*args, "--seed", "8").stdout
 
 
@@ -58,7 +60,7 @@ def test_simulate_speculative_alone_still_reports_a_against_its_baseline_twin():
     result = invoke("simulate", "--K", "8", "--C", "0.5", "--policy", "speculative",
                     "--updates", "poisson:0.5", *FAST, "--json")
     assert result.exit_code == 0, result.stderr
-    row = json.loads(result.stdout)
+    row = row_of(result.stdout)
     assert row["policy"] == "speculative" and row["A"] >= 1.0
 
 
@@ -80,7 +82,7 @@ def test_trace_updates(tmp_path):
     result = invoke("simulate", "--K", "4", "--C", "0.3", "--updates", f"trace:{trace}",
                     "--json")
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = rows_of(result.stdout)
     assert all(r["n_conditions"] == 2 and r["duration"] == 30 for r in rows)
 
 
@@ -88,7 +90,7 @@ def test_theory_json_keys_and_paper_example():
     result = invoke("theory", "--K", "20", "--r", "1", "--fps", "4", "--C", "1.6",
                     "--rate", "0.05", "--json")
     assert result.exit_code == 0, result.stderr
-    out = json.loads(result.stdout)
+    out = row_of(result.stdout)
     for key in ("T", "delta", "baseline_L_lower_bound", "speculative_L_ideal",
                 "residual_wait_mean", "speculative_L_mean", "boundary_wait_reduction",
                 "A_poisson_approx"):
@@ -100,10 +102,12 @@ def test_theory_json_keys_and_paper_example():
 def test_theory_json_has_the_speculative_residual_wait_and_says_what_to_compare_it_with():
     result = invoke("theory", "--K", "8", "--C", "0.9", "--json")
     assert result.exit_code == 0, result.stderr
-    out = json.loads(result.stdout)
+    payload = envelope_of(result.stdout)
+    out = payload["rows"][0]
     assert out["residual_wait_mean"] == pytest.approx(0.2025)  # eq. (6)
     assert out["speculative_R_mean"] == pytest.approx(0.2025 + 0.25**2 / 4)  # + deferral
-    assert "R_mean" in out["about"]["speculative_R_mean"]
+    assert "R_mean" in payload["about"]["speculative_R_mean"]
+    assert payload["units"]["K"] == "latents" and payload["units"]["T"] == "s"
     table = invoke("theory", "--K", "8", "--C", "0.9")
     assert table.exit_code == 0 and "speculative_R_mean" in table.stdout
 
@@ -115,7 +119,7 @@ def test_sweep_with_different_refill_and_replan_costs_has_no_theory_value(tmp_pa
     table.write_text('{"8": {"refill": 0.5, "replan": 1.2}}')
     result = invoke("sweep", "--K", "8", "--cost", f"table:{table}", *FAST, "--json")
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = rows_of(result.stdout)
     assert [r["policy"] for r in rows] == ["baseline", "speculative"]
     assert all(r["L_mean_theory"] is None for r in rows)
     assert all(r["lead"] == 1.2 for r in rows)
@@ -130,7 +134,7 @@ def test_sweep_with_different_refill_and_replan_costs_has_no_theory_value(tmp_pa
 def test_sweep_speculative_theory_only_where_the_closed_form_holds(extra, expected):
     result = invoke("sweep", "--K", "8", "--C", "0.3", *FAST, *extra, "--json")
     assert result.exit_code == 0, result.stderr
-    spec = json.loads(result.stdout)[1]
+    spec = rows_of(result.stdout)[1]
     assert spec["policy"] == "speculative"
     assert spec["L_mean_theory"] == (None if expected is None else pytest.approx(expected))
 
@@ -298,7 +302,7 @@ def test_a_set_with_some_empty_traces_runs(tmp_path):
     result = invoke("simulate", "--K", "4", "--C", "0.3", "--updates", f"traces:{tmp_path}",
                     "--json")
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = rows_of(result.stdout)
     assert all(r["n_conditions"] == 1 and r["n_runs"] == 2 for r in rows)
 
 
@@ -328,7 +332,7 @@ def test_time_beyond_a_defaulted_run_without_header_is_an_error(tmp_path):
         ok = invoke("simulate", "--K", "4", "--C", "0.3", "--updates", f"trace:{trace}",
                     "--seeds", "1", "--json", *extra)
         assert ok.exit_code == 0, ok.stderr
-        assert all(r["n_conditions"] == shown for r in json.loads(ok.stdout))
+        assert all(r["n_conditions"] == shown for r in rows_of(ok.stdout))
 
 
 def test_beyond_the_run_in_a_folder_names_the_file(tmp_path):

@@ -28,6 +28,7 @@ from latsim.model.traces import Trace
 from latsim.run.folder import read_run_folder
 from latsim.sim.simpy_driver import simulate_trace
 from tests import run_folders
+from tests.helpers import envelope_of
 
 TIMES = (1.3, 4.07, 4.5, 9.91, 13.2, 16.66, 21.05, 24.4)
 
@@ -81,10 +82,10 @@ def test_cli_json_and_files(sim_runs, tmp_path):
     result = CliRunner().invoke(app, ["compare", str(sim_runs), "--replications", "2",
                                       "--json", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.stderr
-    payload = json.loads(result.stdout)
-    assert "MAPE" in payload and len(payload["runs"]) == 4
+    payload = envelope_of(result.stdout)
+    assert "MAPE" in payload and len(payload["rows"]) == 4
     assert {"L50_measured", "L50_predicted", "L50_err_pct", "L95_err_pct",
-            "stall_pct_err_pct"} <= payload["runs"][0].keys()
+            "stall_pct_err_pct"} <= payload["rows"][0].keys()
     for name in ("compare.json", "compare.csv", "compare_cdf.png", "compare_overlay.png"):
         assert (tmp_path / name).stat().st_size > 0
 
@@ -118,7 +119,7 @@ def test_committed_example_is_reproduced_and_meets_the_acceptance_bounds(tmp_pat
     result = CliRunner().invoke(app, ["compare", str(root / "runs"), "--out", str(tmp_path)])
     assert result.exit_code == 0, result.stderr
     assert (tmp_path / "compare.csv").read_bytes() == (root / "compare.csv").read_bytes()
-    rows = json.loads((root / "compare.json").read_text())["runs"]
+    rows = json.loads((root / "compare.json").read_text())["rows"]
     assert len(rows) == 6
     for row in rows:
         measured = load_measured(root / "runs" / row["run"]).latencies
@@ -155,7 +156,7 @@ def test_committed_viewer_comparison_is_reproduced(tmp_path):
     assert result.exit_code == 0, result.stderr
     assert ((tmp_path / "compare_viewer.csv").read_bytes()
             == (root / "compare_viewer.csv").read_bytes())
-    rows = json.loads((root / "compare_viewer.json").read_text())["runs"]
+    rows = json.loads((root / "compare_viewer.json").read_text())["rows"]
     assert [row["predicted_with"] for row in rows] == [4] * 4
     assert all(row["status"] == "complete" and row["n_conditions"] >= 18 for row in rows)
 
@@ -233,8 +234,8 @@ def test_mixed_folder_compares_what_it_can_and_lists_what_it_skipped(tmp_path):
     result = CliRunner().invoke(app, ["compare", str(root), "--replications", "2", "--json",
                                       "--out", str(out)])
     assert result.exit_code == 0, result.stderr
-    payload = json.loads(result.stdout)
-    assert [r["run"] for r in payload["runs"]] == ["K8-speculative"]
+    payload = envelope_of(result.stdout)
+    assert [r["run"] for r in payload["rows"]] == ["K8-speculative"]
     reasons = {Path(s["path"]).name: s["reason"] for s in payload["skipped"]}
     assert set(reasons) == {"bare", "notes", "sweep"}
     assert "experiment folder" in reasons["sweep"] and "not a run" in reasons["notes"]
@@ -250,8 +251,8 @@ def test_status_appears_in_rows_table_and_the_overall_mape_says_over_which_runs(
     runner = CliRunner()
     result = runner.invoke(app, ["compare", str(tmp_path), "--replications", "2", "--json"])
     assert result.exit_code == 0, result.stderr
-    payload = json.loads(result.stdout)
-    assert {r["run"]: r["status"] for r in payload["runs"]} == {
+    payload = envelope_of(result.stdout)
+    assert {r["run"]: r["status"] for r in payload["rows"]} == {
         "K8-cut": "interrupted", "K8-killed": "incomplete", "K8-speculative": "complete"}
     assert payload["MAPE_runs"] == ["K8-speculative"] and "complete" in payload["MAPE_over"]
     assert "warning: K8-cut: interrupted" in result.stderr

@@ -24,7 +24,6 @@ runs many more.
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import statistics
@@ -43,6 +42,7 @@ from latsim.errors import LatsimError
 from latsim.model.arrivals import parse_updates
 from latsim.model.traces import load_trace, validate_trace
 from latsim.plugins import load_cost
+from tests.helpers import envelope_of, row_of
 
 runner = CliRunner()
 
@@ -302,7 +302,7 @@ def test_cli_experiments_exit_0_or_one_error_line(command, n):
     def check(args: list[str]) -> None:
         result = invoke_checked(args)
         if result.exit_code == 0 and "--json" in args:
-            json.loads(result.stdout)
+            envelope_of(result.stdout)
 
     check()
 
@@ -319,7 +319,7 @@ def test_cli_theory(n):
                 args += [name, value]
         result = invoke_checked(args + (["--json"] if as_json else []))
         if result.exit_code == 0 and as_json:
-            out = json.loads(result.stdout)
+            out = row_of(result.stdout)
             assert all(math.isfinite(v) for v in out.values() if isinstance(v, float))
 
     check()

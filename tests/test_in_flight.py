@@ -30,6 +30,7 @@ from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
 from latsim.sim.serving import simulate_serving
 from latsim.sim.simpy_driver import simulate_trace
+from tests.helpers import rows_of
 from tests.test_properties import arrival_times
 from tests.test_serving import inputs
 
@@ -225,7 +226,6 @@ def test_run_ahead_starts_the_refill_that_much_earlier():
 
 
 def test_the_command_line_runs_chunks_in_flight_and_rejects_bad_values():
-    import json
 
     from typer.testing import CliRunner
 
@@ -237,7 +237,7 @@ def test_the_command_line_runs_chunks_in_flight_and_rejects_bad_values():
     for policy in ("let-play", "flush"):
         result = CliRunner().invoke(app, [*args, "--in-flight-policy", policy])
         assert result.exit_code == 0, result.output
-        rows[policy] = {r["policy"]: r for r in json.loads(result.stdout)}
+        rows[policy] = {r["policy"]: r for r in rows_of(result.stdout)}
     # C = 2 s is 2.7 chunks of video: with four in flight the stream keeps up; flushing the
     # buffer a new condition finds shortens its wait and discards work, letting it play not
     for policy in ("baseline", "speculative"):

@@ -34,6 +34,7 @@ from latsim.plugins import GeneratorConfig, JobTiming  # noqa: E402
 from latsim.run.folder import read_run_folder  # noqa: E402
 from latsim.run.viewer import read_viewer_records  # noqa: E402
 from latsim.viz.perfetto import perfetto_trace  # noqa: E402
+from tests.helpers import envelope_of  # noqa: E402
 
 OFFSET = 250.0  # the server's clock runs this far ahead of the client's
 
@@ -169,7 +170,7 @@ def test_client_session_measures_and_aligns_its_clock(server, tmp_path):
     result = CliRunner().invoke(app, ["compare", str(tmp_path / "run"), "--out",
                                       str(tmp_path / "cmp"), "--replications", "3"])
     assert result.exit_code == 0, result.output
-    row = json.loads((tmp_path / "cmp" / "compare_viewer.json").read_text())["runs"][0]
+    row = json.loads((tmp_path / "cmp" / "compare_viewer.json").read_text())["rows"][0]
     assert row["run"] == "run" and row["predicted_with"] == 1
     assert row["L50_measured"] == pytest.approx(summary["L50"])
     assert (tmp_path / "cmp" / "compare_viewer_cdf.png").stat().st_size > 0
@@ -309,3 +310,19 @@ def test_a_viewers_strings_are_bounded_and_the_servers_long_texts_still_parse():
                       FROM_CLIENT)
     refused = parse_message(json.dumps({"type": "error", "error": long}), FROM_SERVER)
     assert refused.error == long  # e.g. a refusal listing every K the server offers
+
+
+def test_client_json_is_the_envelope_with_the_simulators_key_names(server, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"t": t}) + "\n" for t in (0.8, 2.1)))
+    result = CliRunner().invoke(app, ["client", f"ws://127.0.0.1:{server.port}", "--K", "4",
+                                      "--trace", str(trace), "--duration", "3", "--out",
+                                      str(tmp_path / "run"), "--seed", "5", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = envelope_of(result.stdout)
+    (row,) = payload["rows"]
+    assert payload["seed"] == 5 and payload["command"][:2] == ["latsim", "client"]
+    # the names simulate --streams uses for the same quantities
+    assert {"window_s", "stall_pct", "client_stall_pct", "viewer_stall_pct", "L50"} <= set(row)
+    assert "window" not in row and "server_stall_pct" not in row
+    assert row == json.loads((tmp_path / "run" / "summary.json").read_text())

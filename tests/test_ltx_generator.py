@@ -21,6 +21,7 @@ pytest.importorskip("diffusers")
 torch = pytest.importorskip("torch")
 
 from harness.generators import ltx  # noqa: E402
+from tests.helpers import rows_of  # noqa: E402
 
 
 def tiny(**kwargs) -> ltx.LTXGenerator:
@@ -209,7 +210,7 @@ def test_ltx_runs_a_live_measurement_at_its_own_temporal_compression(tmp_path):
         "--duration", "6", "--warmup", "3", "--calibrate", "2", "--out", str(tmp_path),
         "--json"])
     assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = rows_of(result.stdout)
     assert [row["policy"] for row in rows] == ["baseline", "speculative"]
     for row in rows:
         assert (row["r"], row["T"], row["delta"]) == (8, 1.0, 0.5)

@@ -25,6 +25,7 @@ from latsim.plugins import (
     plugins,
     registry,
 )
+from tests.helpers import row_of, rows_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,7 +199,7 @@ def _latsim(env: dict, *args: str) -> subprocess.CompletedProcess:
 def test_the_readme_package_is_listed_with_its_distribution(third_party):
     out = _latsim(third_party, "plugins", "--json")
     assert out.returncode == 0, out.stderr
-    listed = {(p["kind"], p["name"]): p["distribution"] for p in json.loads(out.stdout)}
+    listed = {(p["kind"], p["name"]): p["distribution"] for p in rows_of(out.stdout)}
     for key in (("costs", "const"), ("schedules", "lifo"), ("generators", "nap")):
         assert listed[key] == "my-latsim-plugins 0.1"
 
@@ -208,7 +209,7 @@ def test_a_plug_in_cost_gives_the_same_numbers_as_the_built_in_it_equals(third_p
         out = _latsim(third_party, "simulate", "--K", "8", "--cost", spec, "--seeds", "3",
                       "--json")
         assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
+        return rows_of(out.stdout)
 
     plug, built_in = run("const:0.37"), run("fixed:0.37")
     assert [row.pop("cost") for row in plug] == ["const:0.37"] * 2
@@ -256,7 +257,7 @@ def test_a_plug_in_generator_runs_a_live_measurement(third_party, tmp_path):
                   "--policy", "baseline", "--lead", "0.2", "--warmup", "3", "--calibrate", "0",
                   "--out", str(tmp_path), "--json")
     assert out.returncode == 0, out.stderr
-    summary = json.loads(out.stdout)
+    summary = row_of(out.stdout)
     assert summary["cost"] == "live:nap:0.05" and summary["generator"] == "nap"
     assert 0.05 <= summary["C_p50"] < 0.05 + 0.05  # a 50 ms nap, plus the OS's wake-up
     config = json.loads((tmp_path / "K2-baseline" / "config.json").read_text())

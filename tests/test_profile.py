@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from latsim.cli import app
 from latsim.model.costs import load_table
+from tests.helpers import rows_of
 
 
 def test_profile_writes_a_cost_table_the_simulator_uses(tmp_path):
@@ -27,7 +28,7 @@ def test_profile_writes_a_cost_table_the_simulator_uses(tmp_path):
     sweep = runner.invoke(app, ["sweep", "--K", "1", "3", "--cost", f"table:{out}",
                                 "--duration", "10", "--seeds", "2", "--json"])
     assert sweep.exit_code == 0, sweep.stderr
-    rows = json.loads(sweep.stdout)
+    rows = rows_of(sweep.stdout)
     assert rows[0]["cost"] == f"table:{out}" and rows[0]["C_mean"] == table.mean(1)
 
 

@@ -368,5 +368,5 @@ def test_a_client_killed_outright_leaves_every_row_up_to_the_kill(tmp_path):
     result = CliRunner().invoke(app, ["compare", str(tmp_path / "run"), "--replications", "2",
                                       "--out", str(tmp_path / "cmp")])
     assert result.exit_code == 0, result.output
-    row = json.loads((tmp_path / "cmp" / "compare_viewer.json").read_text())["runs"][0]
+    row = json.loads((tmp_path / "cmp" / "compare_viewer.json").read_text())["rows"][0]
     assert row["status"] == "running" and 2.5 < row["window_s"] < 6.0

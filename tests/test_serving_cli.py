@@ -18,6 +18,8 @@ from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
 from latsim.experiments.engine import Experiment
 from latsim.model.costs import FixedCost
 from latsim.model.serving import ServingConfig, build_serving
+from latsim.run.files import dumps
+from tests.helpers import envelope_of, row_of, rows_of
 
 runner = CliRunner()
 GOLDEN = Path(__file__).parent / "golden"
@@ -38,7 +40,7 @@ def test_without_serving_flags_the_json_is_byte_identical_to_before(args, golden
     """The golden files were written by the code before the serving model existed."""
     result = invoke(*args, "--json")
     assert result.exit_code == 0, result.stderr
-    assert result.stdout == (GOLDEN / golden).read_text()
+    assert dumps(rows_of(result.stdout)) + "\n" == (GOLDEN / golden).read_text()
 
 
 def test_without_serving_flags_the_run_folder_is_byte_identical_to_before(tmp_path):
@@ -51,13 +53,13 @@ def test_without_serving_flags_the_run_folder_is_byte_identical_to_before(tmp_pa
 
 
 def test_one_stream_on_dedicated_pools_gives_the_same_numbers_plus_pooled_keys():
-    plain = json.loads(invoke("simulate", "--K", "8", "--seeds", "4", "--duration", "40",
+    plain = rows_of(invoke("simulate", "--K", "8", "--seeds", "4", "--duration", "40",
                               "--json").stdout)
     result = invoke("simulate", "--K", "8", "--seeds", "4", "--duration", "40", "--json",
                     "--streams", "1", "--pools", "dit=1,vae=1", "--decode", "fixed:0",
                     "--deliver", "fixed:0", "--uplink", "fixed:0")
     assert result.exit_code == 0, result.stderr
-    serving = json.loads(result.stdout)
+    serving = rows_of(result.stdout)
     for old, new in zip(plain, serving, strict=True):
         assert SERVING_KEYS <= new.keys()
         assert {k: v for k, v in new.items() if k in old} == old
@@ -71,7 +73,7 @@ def test_many_streams_write_records_with_a_stream_column(tmp_path):
                     "--updates", "poisson:0.3", "--duration", "30", "--seeds", "2",
                     "--lead", "1.2", "--out", str(tmp_path), "--json")
     assert result.exit_code == 0, result.stderr
-    speculative = json.loads(result.stdout)  # one policy: one object
+    speculative = row_of(result.stdout)  # one policy: one row
     assert speculative["n_streams"] == 3
     assert set(speculative["busy_pct_by_pool"]) == {"dit", "vae"}
     conditions = pd.read_csv(tmp_path / "conditions.csv")
@@ -103,7 +105,7 @@ def test_a_serving_file_sets_everything_and_flags_override_it(tmp_path):
     result = invoke("simulate", "--K", "4", "--serving", str(file), "--duration", "20",
                     "--seeds", "2", "--json")
     assert result.exit_code == 0, result.stderr
-    row = json.loads(result.stdout)[0]
+    row = rows_of(result.stdout)[0]
     assert row["cost"] == "fixed:0.3" and row["n_streams"] == 4
     assert row["ttff_mean"] > row["playout_delay"]  # a cold start waits for its first chunk
 
@@ -150,7 +152,7 @@ def test_capacity_json_is_one_object_with_max_streams_and_its_rows(tmp_path):
                     "2.0", "--slo-stall", "0.1", "--lead", "1.5", "--duration", "30",
                     "--max-streams", "8", "--json", "--out", str(tmp_path))
     assert result.exit_code == 0, result.stderr
-    payload = json.loads(result.stdout)
+    payload = envelope_of(result.stdout)
     assert payload["max_streams"] >= 1
     rows = {row["streams"]: row for row in payload["rows"]}
     assert rows[payload["max_streams"]]["verdict"] == "meets"
@@ -196,7 +198,7 @@ def test_a_dit_task_on_a_parallel_group_occupies_every_device_of_it(tmp_path):
                     "--dit-degree", "4", "--streams", "4", "--start", "together", "--lead",
                     "1.9", "--policy", "baseline", "--duration", "30", "--seeds", "2", "--json")
     assert result.exit_code == 0, result.stderr
-    row = json.loads(result.stdout)
+    row = row_of(result.stdout)
     assert row["cost"] == f"usp:{table}@4" and row["C_mean"] == 0.4
     busy = row["busy_pct_by_device"]["dit"]
     assert len(busy) == 8

@@ -17,6 +17,7 @@ from harness.generators.sleep import SleepGenerator, build
 from latsim.controller import StartJob
 from latsim.errors import LatsimError
 from latsim.plugins import GeneratorConfig, LiveGenerator, load_cost
+from tests.helpers import rows_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,7 +82,7 @@ def test_measure_with_the_sleep_generator_imports_no_torch(tmp_path):
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["code"] == 0, report["err"]
     assert report["torch"] is False
-    rows = json.loads(report["out"])
+    rows = rows_of(report["out"])
     assert [row["policy"] for row in rows] == ["baseline", "speculative"]
     for row in rows:
         assert row["cost"] == "live:sleep:fixed:0.04" and row["generator"] == "sleep"

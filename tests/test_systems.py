@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from latsim.model.traces import Trace
 from latsim.plugins import load_cost
 from latsim.sim.serving import StreamInput, simulate_serving
 from latsim.sim.simpy_driver import simulate_trace
+from tests.helpers import envelope_of
 
 SDVG = SdvgCost(draft=0.1, target=0.8, vae=0.05, reward=0.03, accept=0.6)
 
@@ -156,7 +156,7 @@ def test_reproduce_systems_regenerates_the_committed_tables_and_their_findings(t
     committed = Path(__file__).resolve().parents[1] / "results" / "systems"
     for name in ("reproduction", "interactive"):
         assert (tmp_path / f"{name}.csv").read_bytes() == (committed / f"{name}.csv").read_bytes()
-    tables = json.loads(result.stdout)
+    tables = envelope_of(result.stdout)["tables"]
     rows = tables["reproduction"]
     for system in ("SDVG", "STAND", "Wave Forcing"):  # each has a prediction, not only fits
         assert any(r["system"] == system and r["role"] == "predicted" for r in rows)

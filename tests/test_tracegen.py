@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from latsim.experiments.tracegen import (
     summarize_set,
 )
 from latsim.model.traces import load_trace, validate_trace
+from tests.helpers import row_of
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -141,7 +141,7 @@ def test_show_summarises_a_set() -> None:
     folder = ROOT / "traces" / "high"
     result = runner.invoke(app, ["traces", "show", str(folder), "--json"])
     assert result.exit_code == 0, result.output
-    shown = json.loads(result.output)
+    shown = row_of(result.stdout)
     traces = [load_trace(p) for p in sorted(folder.glob("*.jsonl"))]
     counts = [len(t.times) for t in traces]
     gaps = np.concatenate([np.diff(t.times) for t in traces])

@@ -520,7 +520,7 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
             [0.0] + [s.received for s in records.slots] + [c.sent for c in records.conditions])
     window = config.window if status == COMPLETE else min(config.window, end_time)
     summary = {"status": status, "stop_reason": stop_reason, "session": ready.get("session"),
-               "window": window, **viewer_metrics(records, window),
+               "window_s": window, **viewer_metrics(records, window),
                "offset": client.offset,
                "offset_uncertainty": None if first is None else first.uncertainty,
                "offset_final": None if final is None else final.offset,

@@ -466,7 +466,7 @@ class Comparison:
 
     def payload(self) -> dict:
         """``compare.json`` / ``--json``: rows, overall MAPE and what it covers, skipped."""
-        return {"runs": self.rows, "MAPE": self.mape, "MAPE_runs": self.mape_runs,
+        return {"rows": self.rows, "MAPE": self.mape, "MAPE_runs": self.mape_runs,
                 "MAPE_over": self.mape_over, "MAPE_all_runs": self.mape_all,
                 "skipped": self.skipped}
 

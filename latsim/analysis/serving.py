@@ -182,7 +182,7 @@ def viewer_metrics(records: ViewerRecords, duration: float) -> dict:
         "n_lost": sum(c.status in ("lost", "refused") for c in records.conditions),
         **stats([c.L for c in shown], "L"),
         **stats([c.L_server for c in shown], "L_server"),
-        "server_stall_pct": 100.0 * server / duration if duration else 0.0,
+        "stall_pct": 100.0 * server / duration if duration else 0.0,
         "client_stall_pct": 100.0 * client / duration if duration else 0.0,
         "viewer_stall_pct": 100.0 * (server + client) / duration if duration else 0.0,
         **stats([c.arrival - c.sent for c in records.conditions], "uplink"),

@@ -35,7 +35,6 @@ from latsim.cli.options import (
     InFlightOpt,
     InFlightPolicyOpt,
     JobsOpt,
-    JsonOpt,
     LeadOpt,
     MaxSimEventsOpt,
     OutOpt,
@@ -61,6 +60,7 @@ from latsim.cli.options import (
     scheduler_context,
     serving_from_flags,
 )
+from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format, set_invocation
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
 from latsim.formatting import fmt as _fmt
 
@@ -182,6 +182,7 @@ class OneLineErrors(TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         if argv[:1] == ["help"] and not {"-h", "--help"} & set(argv):
             argv = [*argv[1:], "--help"]  # latsim help [COMMAND ...] is COMMAND --help
+        set_invocation(argv)
         try:
             _refuse_empty_paths(argv)
             code = super().main(args=_expand_multi_values(argv), prog_name=prog_name,
@@ -260,10 +261,10 @@ def _root(
 
 
 
-def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
+def _run(experiment, fmt: str, out: Path | None, jobs: int | None) -> None:
     from latsim.cli.progress import ProgressBar
     from latsim.experiments.engine import plan, run_experiment, write_experiment
-    from latsim.run.files import check_writable, dumps
+    from latsim.run.files import check_writable
 
     plan(experiment)  # bad input and the work bound fail before the output is touched
     if out is not None:
@@ -275,13 +276,14 @@ def _run(experiment, as_json: bool, out: Path | None, jobs: int | None) -> None:
 
         write_experiment(result, out)
         plot_latency_vs_k(result.rows, out / "latency_vs_K.png", result.runs)
-    if as_json:
-        payload = result.rows if len(result.rows) > 1 else result.rows[0]
-        typer.echo(dumps(payload))
-    else:
+
+    def table() -> None:
         _print_rows(result.rows)
         if out is not None:
             typer.echo(f"wrote {out}/ (summary.json, records CSV, latency_vs_K.png)")
+
+    emit(fmt, result.rows, table, seed=experiment.seed,
+         out=None if out is None else str(out))
 
 
 def _print_rows(rows: list[dict]) -> None:
@@ -342,6 +344,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         duration: DurationOpt = None,
         seeds: SeedsOpt = None,
         seed: SeedOpt = 0,
+        fmt: FormatOpt = None,
         as_json: JsonOpt = False,
         out: OutOpt = None,
         jobs: JobsOpt = None,
@@ -369,6 +372,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         serving: ServingFileOpt = None,
         records: RecordsOpt = None,
     ) -> None:
+        output = output_format(fmt, as_json)
         if not K:
             raise LatsimError(f"{name} needs --K")
         repeated = sorted({k for k in K if K.count(k) > 1})
@@ -402,7 +406,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
             records=records or ("all" if out is not None else "none"),
         )
         with scheduler_context(scheduler, jobs):
-            _run(experiment, as_json, out, jobs)
+            _run(experiment, output, out, jobs)
 
     command.__doc__ = summary
     app.command(name)(command)
@@ -425,35 +429,42 @@ def theory_cmd(
     rate: Annotated[
         float | None, typer.Option(help="Poisson update rate (1/s) for A ≈ 1 + λ(T−δ)/2")
     ] = None,
+    fmt: FormatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Every closed form of the timing model for one setting."""
     from latsim.analysis import theory
-    from latsim.run.files import dumps
 
+    output = output_format(fmt, as_json)
     result = theory.summary(K, r, fps, C, rate)  # range-checks every input
-    if as_json:
-        typer.echo(dumps(result))
-        return
-    from rich.console import Console
-    from rich.table import Table
+    quantities = {key: value for key, value in result.items() if key not in ("notes", "about")}
+    units = {key: THEORY_UNITS.get(key, "s") for key in quantities}
 
-    table = Table(title=f"theory: K={K}, r={r}, fps={fps:g}, C={C:g} s")
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_column("unit")
-    units = {"K": "latents", "r": "frames/latent", "fps": "frames/s", "rate": "1/s",
-             "stall_fraction": "fraction", "A_poisson_approx": "ratio"}
-    for key, value in result.items():
-        if key not in ("notes", "about"):
-            table.add_row(key, str(value) if isinstance(value, int) else _fmt(value, 4),
-                          units.get(key, "s"))
-    console = Console()
-    console.print(table)
-    for key, text in result["about"].items():
-        console.print(f"{key}: {text}", highlight=False)
-    for key, note in result["notes"].items():
-        console.print(f"[dim]{key}: {note}[/dim]")
+    def table() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        drawn = Table(title=f"theory: K={K}, r={r}, fps={fps:g}, C={C:g} s")
+        drawn.add_column("quantity")
+        drawn.add_column("value", justify="right")
+        drawn.add_column("unit")
+        for key, value in quantities.items():
+            drawn.add_row(key, str(value) if isinstance(value, int) else _fmt(value, 4),
+                          units[key])
+        console = Console()
+        console.print(drawn)
+        for key, text in result["about"].items():
+            console.print(f"{key}: {text}", highlight=False)
+        for key, note in result["notes"].items():
+            console.print(f"[dim]{key}: {note}[/dim]")
+
+    emit(output, [quantities], table, units=units, about=result["about"],
+         notes=result["notes"])
+
+
+#: Units of ``latsim theory``'s quantities that are not in seconds.
+THEORY_UNITS = {"K": "latents", "r": "frames/latent", "fps": "frames/s", "rate": "1/s",
+                "stall_fraction": "fraction", "A_poisson_approx": "ratio"}
 
 
 @app.command()
@@ -461,6 +472,7 @@ def plugins(
     kind: Annotated[
         str | None, typer.Argument(help="costs, schedules or generators (default: all three)")
     ] = None,
+    fmt: FormatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the registered cost models, schedules and live generators, and who provides each.
@@ -468,23 +480,23 @@ def plugins(
     They come from entry points (README "Extending latsim")."""
     from latsim.plugins import registry
 
+    output = output_format(fmt, as_json)
     kinds = list(registry.GROUPS) if kind is None else [kind]
     found = [p for k in kinds for p in registry.plugins(k)]
-    if as_json:
-        from latsim.run.files import dumps
 
-        typer.echo(dumps([{"kind": p.kind, "name": p.name, "target": p.target,
-                           "distribution": p.distribution} for p in found]))
-        return
-    heading = {"costs": "cost models (--cost PREFIX:ARGS, --decode, --deliver, ...)",
-               "schedules": "schedules (--schedule NAME)",
-               "generators": "live generators (--generator NAME)"}
-    names = [(p.kind, p.name) for p in found]
-    for k in kinds:
-        typer.echo(heading[k])
-        for p in (p for p in found if p.kind == k):
-            clash = "  (registered twice)" if names.count((k, p.name)) > 1 else ""
-            typer.echo(f"  {p.name:<13} {p.distribution:<14} {p.target}{clash}")
+    def table() -> None:
+        heading = {"costs": "cost models (--cost PREFIX:ARGS, --decode, --deliver, ...)",
+                   "schedules": "schedules (--schedule NAME)",
+                   "generators": "live generators (--generator NAME)"}
+        names = [(p.kind, p.name) for p in found]
+        for k in kinds:
+            typer.echo(heading[k])
+            for p in (p for p in found if p.kind == k):
+                clash = "  (registered twice)" if names.count((k, p.name)) > 1 else ""
+                typer.echo(f"  {p.name:<13} {p.distribution:<14} {p.target}{clash}")
+
+    emit(output, [{"kind": p.kind, "name": p.name, "target": p.target,
+                   "distribution": p.distribution} for p in found], table)
 
 
 @app.command()

@@ -22,7 +22,6 @@ from latsim.cli.options import (
     InFlightOpt,
     InFlightPolicyOpt,
     JobsOpt,
-    JsonOpt,
     LeadOpt,
     MaxSimEventsOpt,
     PlayoutOpt,
@@ -39,6 +38,7 @@ from latsim.cli.options import (
     scheduler_context,
     serving_from_flags,
 )
+from latsim.cli.output import FormatOpt, JsonOpt, emit, envelope, output_format
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
 from latsim.formatting import fmt as _fmt
 
@@ -81,6 +81,7 @@ def capacity(
     min_seeds: Annotated[int, typer.Option(help="replications per N to start with")] = 5,
     max_seeds: Annotated[int, typer.Option(
         help="replications per N at most (doubling while undecided)")] = 40,
+    fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     out: Annotated[Path | None, typer.Option(
         help="write capacity.json/.csv and capacity.png here")] = None,
@@ -100,8 +101,9 @@ def capacity(
     )
     from latsim.experiments.engine import DEFAULT_COST, Experiment
     from latsim.model.costs import FixedCost
-    from latsim.run.files import dumps, write_rows_csv
+    from latsim.run.files import write_rows_csv
 
+    output = output_format(fmt, as_json)
     if C is not None and cost is not None:
         raise LatsimError("give either --C or --cost, not both")
     if policy not in ("baseline", "speculative"):
@@ -131,12 +133,13 @@ def capacity(
         if out is not None:
             from latsim.run.folder import write_json
 
-            write_json(out / "capacity.json", {**payload, "config": config})
+            write_json(out / "capacity.json",
+                       envelope(payload["rows"], seed, **_beside_rows(payload, config)))
 
     def progress(verdict) -> None:  # noqa: ANN001
         measured.append(verdict)
         keep(capacity_payload(query, measured, None, "running"))
-        if not as_json:
+        if output == "table":
             typer.echo(f"N={verdict.streams}: {verdict.verdict} (L95 "
                        f"{_fmt(verdict.metrics['L95'], 3)} s, viewer stall "
                        f"{_fmt(verdict.metrics['viewer_stall_pct'], 3)}%, "
@@ -163,28 +166,34 @@ def capacity(
         keep(payload)
         write_rows_csv(out / "capacity.csv", payload["rows"])
         plot_capacity(payload, out / "capacity.png", config)
-    if as_json:
-        typer.echo(dumps(payload))
-        return
-    from rich.console import Console
+    def table() -> None:
+        from rich.console import Console
 
-    from latsim.cli.tables import Column, print_table, table_width
+        from latsim.cli.tables import Column, print_table, table_width
 
-    columns = [("streams", "N", 0, 0), ("verdict", "verdict", 0, 0),
-               ("confidence_meets", "P(meets)>=", 3, 2), ("L95", "L95", 3, 0),
-               ("L95_se", "±", 3, 1), ("viewer_stall_pct", "stall%", 3, 0),
-               ("viewer_stall_se", "±", 3, 1), ("busy_pct", "dit busy%", 1, 2),
-               ("R_mean", "R", 3, 3), ("replications", "runs", 0, 1)]
-    print_table(f"capacity: L95 <= {slo_l95:g} s, viewer stall <= {slo_stall:g}% "
-                f"(confidence {confidence:g})",
-                [Column(header, rank) for _, header, _, rank in columns],
-                [[_fmt(row[key], digits) for key, _, digits, _ in columns]
-                 for row in payload["rows"]])
-    console = Console(width=min(table_width(), 200), highlight=False)
-    console.print(f"max streams meeting the SLO: {result.max_streams}", highlight=False)
-    if out is not None:
-        console.print(f"wrote {out}/ (capacity.json, capacity.csv, capacity.png)",
-                      highlight=False)
+        columns = [("streams", "N", 0, 0), ("verdict", "verdict", 0, 0),
+                   ("confidence_meets", "P(meets)>=", 3, 2), ("L95", "L95", 3, 0),
+                   ("L95_se", "±", 3, 1), ("viewer_stall_pct", "stall%", 3, 0),
+                   ("viewer_stall_pct_se", "±", 3, 1), ("busy_pct", "dit busy%", 1, 2),
+                   ("R_mean", "R", 3, 3), ("n_runs", "runs", 0, 1)]
+        print_table(f"capacity: L95 <= {slo_l95:g} s, viewer stall <= {slo_stall:g}% "
+                    f"(confidence {confidence:g})",
+                    [Column(header, rank) for _, header, _, rank in columns],
+                    [[_fmt(row[key], digits) for key, _, digits, _ in columns]
+                     for row in payload["rows"]])
+        console = Console(width=min(table_width(), 200), highlight=False)
+        console.print(f"max streams meeting the SLO: {result.max_streams}", highlight=False)
+        if out is not None:
+            console.print(f"wrote {out}/ (capacity.json, capacity.csv, capacity.png)",
+                          highlight=False)
+
+    emit(output, payload["rows"], table, seed=seed, **_beside_rows(payload, config))
+
+
+def _beside_rows(payload: dict, config: dict) -> dict:
+    """The envelope's keys besides ``rows`` (capacity.json and ``--format json``): the
+    search's verdict and SLO, and the command's settings under ``config``."""
+    return {key: value for key, value in payload.items() if key != "rows"} | {"config": config}
 
 
 def register(app: typer.Typer) -> None:

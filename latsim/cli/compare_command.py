@@ -11,11 +11,11 @@ from typing import Annotated
 import typer
 
 from latsim.cli.options import MaxSimEventsOpt
+from latsim.cli.output import FormatOpt, JsonOpt, emit, envelope, output_format
 from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.formatting import fmt as _fmt
 
 SeedOpt = Annotated[int, typer.Option(help="root seed of all random draws")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout")]
 
 
 def compare(
@@ -24,6 +24,7 @@ def compare(
         int, typer.Option(help="simulations per run, each with new C draws")
     ] = 20,
     seed: SeedOpt = 0,
+    fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     out: Annotated[
         Path | None, typer.Option(help="write compare.csv/.json and figures (default: none)")
@@ -40,11 +41,12 @@ def compare(
     from latsim.analysis.viewer_compare import client_runs, compare_client_runs
     from latsim.run.files import dumps, write_rows_csv
 
+    output = output_format(fmt, as_json)
     clients = client_runs(list(run_dirs))
     result = compare_runs(list(run_dirs), replications=replications, seed=seed,
                           allow_empty=bool(clients), max_events=max_events)
     if not result.rows:
-        _compare_viewer(compare_client_runs(clients, replications, seed), as_json, out)
+        _compare_viewer(compare_client_runs(clients, replications, seed), output, out, seed)
         return
     for skipped in result.skipped:
         typer.echo(f"latsim: skipped {skipped['path']}: {skipped['reason']}", err=True)
@@ -52,17 +54,20 @@ def compare(
         if row["notes"]:
             typer.echo(f"latsim: {'warning' if row['status'] != 'complete' else 'note'}: "
                        f"{row['run']}: {row['notes']}", err=True)
-    payload = result.payload()
+    beside = {key: value for key, value in result.payload().items() if key != "rows"}
+    viewer = compare_client_runs(clients, replications, seed) if clients else None
     if out is not None:
         from latsim.viz.plots import plot_compare_cdf, plot_compare_overlay
 
         out.mkdir(parents=True, exist_ok=True)
-        (out / "compare.json").write_text(dumps(payload) + "\n")
+        (out / "compare.json").write_text(dumps(envelope(result.rows, seed, **beside)) + "\n")
         write_rows_csv(out / "compare.csv", result.rows)
         plot_compare_cdf(result, out / "compare_cdf.png")
         plot_compare_overlay(result, out / "compare_overlay.png")
-    if as_json:
-        typer.echo(dumps(payload))
+    if output != "table":
+        if viewer is not None:  # the viewer side is written, and printed beside the runs
+            beside["viewer"] = _viewer_payload(_compare_viewer(viewer, "none", out, seed))
+        emit(output, result.rows, lambda: None, seed, **beside)
         return
     from rich.console import Console
 
@@ -105,12 +110,17 @@ def compare(
     if out is not None:
         console.print(f"wrote {out}/ (compare.json, compare.csv, compare_cdf.png, "
                       "compare_overlay.png)")
-    if clients:
-        _compare_viewer(compare_client_runs(clients, replications, seed), False, out)
+    if viewer is not None:
+        _compare_viewer(viewer, "table", out, seed)
 
 
-def _compare_viewer(comparison, as_json: bool, out: Path | None) -> None:  # noqa: ANN001
-    """The viewer-side table: client runs (``latsim client``) against the serving model."""
+def _viewer_payload(envelope_of_viewer: dict) -> dict:
+    return {key: envelope_of_viewer[key] for key in ("rows", "MAPE", "MAPE_over")}
+
+
+def _compare_viewer(comparison, output: str, out: Path | None, seed: int) -> dict:  # noqa: ANN001
+    """The viewer-side table: client runs (``latsim client``) against the serving model,
+    printed in ``output`` (``none``: not printed); returns its envelope."""
     from latsim.analysis.fidelity import mape
     from latsim.analysis.viewer_compare import VIEWER_COMPARED
     from latsim.run.files import dumps, write_rows_csv
@@ -119,7 +129,7 @@ def _compare_viewer(comparison, as_json: bool, out: Path | None) -> None:  # noq
 
     overall = mape(row[f"{m}_err_pct"] for row in rows for m in VIEWER_COMPARED
                    if row["status"] == "complete")
-    payload = {"runs": rows, "MAPE": overall, "MAPE_over": "complete client runs"}
+    payload = envelope(rows, seed, MAPE=overall, MAPE_over="complete client runs")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "compare_viewer.json").write_text(dumps(payload) + "\n")
@@ -127,9 +137,11 @@ def _compare_viewer(comparison, as_json: bool, out: Path | None) -> None:  # noq
         from latsim.viz.plots import plot_viewer_cdf
 
         plot_viewer_cdf(comparison, out / "compare_viewer_cdf.png")
-    if as_json:
-        typer.echo(dumps(payload))
-        return
+    if output == "none":
+        return payload
+    if output != "table":
+        emit(output, rows, lambda: None, seed, MAPE=overall, MAPE_over="complete client runs")
+        return payload
     for row in rows:
         if row["notes"]:
             typer.echo(f"latsim: warning: {row['run']}: {row['notes']}", err=True)
@@ -160,6 +172,7 @@ def _compare_viewer(comparison, as_json: bool, out: Path | None) -> None:  # noq
     if out is not None:
         console.print(f"wrote {out}/ (compare_viewer.json, compare_viewer.csv, "
                       "compare_viewer_cdf.png)")
+    return payload
 
 
 def _pair(measured: str, predicted: str, error: str, stacked: bool) -> str:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from latsim.cli.options import JobsOpt, SchedulerOpt
+from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
 from latsim.errors import Interrupted
 
 
@@ -20,6 +21,8 @@ def grid(
     out: Annotated[Path, typer.Option(help="output folder (resumes a grid already there)")],
     jobs: JobsOpt = None,
     scheduler: SchedulerOpt = "local",
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Run a design-space grid from a TOML file; resumable.
 
@@ -30,6 +33,7 @@ def grid(
     from latsim.experiments.executors import check_scheduler
     from latsim.experiments.grid import load_grid, run_grid
 
+    output = output_format(fmt, as_json)
     check_scheduler(scheduler)
     workers = check_jobs(jobs)
     spec = load_grid(experiment_file)
@@ -43,8 +47,13 @@ def grid(
                           "(partial); run the same command to resume") from None
     tables = ("cells.csv, cells.parquet" if result.parquet else
               "cells.csv (cells.parquet needs pyarrow: pip install -e '.[dask]')")
-    typer.echo(f"{spec.name}: {len(result.rows)}/{spec.n_cells} cells ({result.ran} run now, "
-               f"{len(result.rows) - result.ran} resumed) -> {out}/{tables}")
+
+    def table() -> None:
+        typer.echo(f"{spec.name}: {len(result.rows)}/{spec.n_cells} cells ({result.ran} run "
+                   f"now, {len(result.rows) - result.ran} resumed) -> {out}/{tables}")
+
+    emit(output, result.rows, table, seed=spec.seed, grid=spec.name, n_cells=spec.n_cells,
+         ran=result.ran, resumed=len(result.rows) - result.ran, out=str(out))
 
 
 def register(app: typer.Typer) -> None:

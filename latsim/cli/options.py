@@ -55,7 +55,6 @@ SeedsOpt = Annotated[
     int | None, typer.Option(help="replications (default 30; 1 per trace for trace specs)")
 ]
 SeedOpt = Annotated[int, typer.Option(help="root seed of all random draws")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON to stdout")]
 OutOpt = Annotated[Path | None, typer.Option(help="write records, summary and plot here")]
 RecordsOpt = Annotated[str | None, typer.Option(
     help="what each run keeps: all, conditions (per-condition and per-event tables; slots "

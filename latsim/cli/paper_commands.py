@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from latsim.cli.options import JobsOpt, SchedulerOpt, scheduler_context
+from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
 from latsim.errors import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_EVENTS, LatsimError
 
 traces_app = typer.Typer(
@@ -87,7 +88,8 @@ def traces_validate(
 @traces_app.command("show")
 def traces_show(
     path: Annotated[Path, typer.Argument(help="a trace file or a folder of *.jsonl")],
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
     max_events: MaxEventsOpt = DEFAULT_MAX_TRACE_EVENTS,
 ) -> None:
     """Summarise a set: count, updates per trace (min/mean/max), inter-arrival statistics."""
@@ -96,13 +98,13 @@ def traces_show(
     from latsim.errors import check_int
     from latsim.experiments.tracegen import summarize_set
     from latsim.model.traces import load_trace
-    from latsim.run.files import dumps
 
+    output = output_format(fmt, as_json)
     check_int("--max-events", max_events, 1, 10**12)
     loaded = [load_trace(f, max_events) for f in _trace_paths(path)]
     summary = summarize_set([t.times for t in loaded], [t.duration for t in loaded])
-    if as_json:
-        typer.echo(dumps(asdict(summary)))
+    if output != "table":
+        emit(output, [asdict(summary)], lambda: None, path=str(path))
         return
 
     def f(x: float | None, digits: int = 3) -> str:
@@ -138,7 +140,8 @@ def reproduce(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="output folder")] = Path("results/paper"),
     traces: TraceSetsOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print all tables as JSON")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
     jobs: JobsOpt = None,
     scheduler: SchedulerOpt = "local",
     max_events: Annotated[
@@ -149,6 +152,7 @@ def reproduce(
     """Reproduce the paper's latency results: theory, simulation and the paper side by side."""
     if ctx.invoked_subcommand is not None:
         return
+    output = output_format(fmt, as_json)
     from latsim.cli.progress import ProgressBar
     from latsim.experiments import paper
     from latsim.experiments.engine import reporting_progress
@@ -161,20 +165,22 @@ def reproduce(
         result = paper.reproduce(traces_root=traces, jobs=jobs, max_events=max_events)
     written = paper.write_results(result, out)
     written.append(plot_reproduction(result, out / "reproduce.png"))
-    if as_json:
-        from latsim.run.files import dumps
 
-        typer.echo(dumps(paper.as_json(result)))
-        return
-    print_report(result)
-    typer.echo(f"wrote {', '.join(p.name for p in written)} to {out}/")
+    def table() -> None:
+        print_report(result)
+        typer.echo(f"wrote {', '.join(p.name for p in written)} to {out}/")
+
+    tables = paper.as_json(result)
+    notes = {"C_methods": tables.pop("C_methods")}
+    _emit_tables(output, tables, table, out, **notes)
 
 
 @reproduce_app.command("serving")
 def reproduce_serving(
     out: Annotated[Path, typer.Option(help="output folder")] = Path("results/serving"),
     traces: TraceSetsOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the tables as JSON")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
     jobs: JobsOpt = None,
     scheduler: SchedulerOpt = "local",
     max_events: Annotated[
@@ -187,11 +193,11 @@ def reproduce_serving(
     from latsim.viz.paper import plot_serving, print_serving_report
 
     _report(run, out, traces, jobs, scheduler, max_events, "serving.png", plot_serving,
-            print_serving_report, as_json)
+            print_serving_report, output_format(fmt, as_json))
 
 
 def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: str,  # noqa: ANN001
-            max_events: int, figure: str, plot, report, as_json: bool) -> None:  # noqa: ANN001
+            max_events: int, figure: str, plot, report, output: str) -> None:  # noqa: ANN001
     """Run a reproduction on ``scheduler``, draw ``figure`` into ``out`` and print the
     tables (or their JSON)."""
     from latsim.cli.progress import ProgressBar
@@ -203,20 +209,27 @@ def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: st
           ProgressBar("reproducing (runs)") as bar, reporting_progress(bar)):
         tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
     plot(tables, out / figure)
-    if as_json:
-        from latsim.run.files import dumps
 
-        typer.echo(dumps(tables))
-        return
-    report(tables)
-    typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, {figure} to {out}/")
+    def table() -> None:
+        report(tables)
+        typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, {figure} to {out}/")
+
+    _emit_tables(output, tables, table, out)
+
+
+def _emit_tables(output: str, tables: dict[str, list[dict]], table, out: Path,  # noqa: ANN001
+                 **extra: object) -> None:
+    """A reproduction's result: its first table as the envelope's rows, every table (by
+    its CSV file's name) under ``tables``."""
+    emit(output, next(iter(tables.values())), table, tables=tables, out=str(out), **extra)
 
 
 @reproduce_app.command("systems")
 def reproduce_systems(
     out: Annotated[Path, typer.Option(help="output folder")] = Path("results/systems"),
     traces: TraceSetsOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the tables as JSON")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
     jobs: JobsOpt = None,
     scheduler: SchedulerOpt = "local",
     max_events: Annotated[
@@ -229,14 +242,15 @@ def reproduce_systems(
     from latsim.viz.paper import plot_systems, print_systems_report
 
     _report(run, out, traces, jobs, scheduler, max_events, "systems.png", plot_systems,
-            print_systems_report, as_json)
+            print_systems_report, output_format(fmt, as_json))
 
 
 @reproduce_app.command("replan-rule")
 def reproduce_replan_rule(
     out: Annotated[Path, typer.Option(help="output folder")] = Path("results/replan_rule"),
     traces: TraceSetsOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the table as JSON")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
     jobs: JobsOpt = None,
     scheduler: SchedulerOpt = "local",
     max_events: Annotated[
@@ -250,14 +264,15 @@ def reproduce_replan_rule(
     from latsim.cli.tables import Column, print_table
     from latsim.experiments.engine import reporting_progress
     from latsim.experiments.replan_rule import reproduce_replan_rule as run
-    from latsim.run.files import check_writable, dumps
+    from latsim.run.files import check_writable
 
+    output = output_format(fmt, as_json)
     check_writable(out)  # before the first simulation
     with (scheduler_context(scheduler, jobs, local_pool=True),
           ProgressBar("reproducing (runs)") as bar, reporting_progress(bar)):
         tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
-    if as_json:
-        typer.echo(dumps(tables))
+    if output != "table":
+        _emit_tables(output, tables, lambda: None, out)
         return
 
     def cell(value: object, digits: int = 3) -> str:

@@ -96,10 +96,10 @@ class Verdict:
     def row(self) -> dict:
         m = self.metrics
         return {
-            "streams": self.streams, "replications": self.replications,
+            "streams": self.streams, "n_runs": self.replications,
             "verdict": self.verdict, "confidence_meets": self.confidence,
             "L50": m["L50"], "L95": m["L95"], "L95_se": self.l95_se, "L99": m["L99"],
-            "viewer_stall_pct": m["viewer_stall_pct"], "viewer_stall_se": self.stall_se,
+            "viewer_stall_pct": m["viewer_stall_pct"], "viewer_stall_pct_se": self.stall_se,
             "stall_pct": m["stall_pct"], "client_stall_pct": m["client_stall_pct"],
             "busy_pct": m["busy_pct"], "busy_pct_by_pool": m["busy_pct_by_pool"],
             "queue_wait_mean_by_stage": m["queue_wait_mean_by_stage"],

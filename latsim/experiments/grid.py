@@ -75,7 +75,10 @@ SERVING = ("streams", "pools", "schedule", "discard", "playout_delay", "decode",
 NOT_SETTINGS: dict[str, str] = {
     "seeds": "the grid's own seeds key (every cell runs that many replications)",
     "seed": "the grid's own seed key (common random numbers across cells)",
-    "as_json": "output: a grid writes cells.csv, cells.jsonl and cells.parquet",
+    "as_json": "output: a grid writes cells.csv, cells.jsonl and cells.parquet (latsim grid "
+               "--format prints them)",
+    "fmt": "output: a grid writes cells.csv, cells.jsonl and cells.parquet (latsim grid "
+           "--format prints them)",
     "out": "output: latsim grid --out",
     "jobs": "where cells run: latsim grid --jobs",
     "scheduler": "where cells run: latsim grid --scheduler",

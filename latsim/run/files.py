@@ -9,6 +9,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import TextIO
 
 from latsim.errors import LatsimError
 
@@ -53,20 +54,43 @@ def dumps(obj: object) -> str:
     return json.dumps(clean(obj), indent=2, allow_nan=False)
 
 
+def flat_row(row: dict) -> dict:
+    """``row`` with nested dicts spread into columns of their own (``busy_pct_by_pool``
+    ``{"dit": 25.0}`` becomes ``busy_pct_by_pool.dit``), so no CSV cell holds JSON."""
+    flat: dict = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            for sub, inner in flat_row(value).items():
+                flat[f"{key}.{sub}"] = inner
+        else:
+            flat[key] = value
+    return flat
+
+
+def rows_csv(handle: TextIO, rows: list[dict]) -> None:
+    """``rows`` as CSV on ``handle``: flat columns (:func:`flat_row`) in first-seen order
+    over every row, an empty cell for a missing value or one a row lacks, a list as its
+    items joined by spaces."""
+    flat = [flat_row(clean(row)) for row in rows]  # type: ignore[arg-type]
+    fields = list(dict.fromkeys(key for row in flat for key in row))
+    writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\r\n")
+    writer.writeheader()
+    for row in flat:
+        writer.writerow({k: _csv_cell(v) for k, v in row.items()})
+
+
 def write_rows_csv(path: Path, rows: list[dict]) -> None:
+    """``rows`` as a CSV file (:func:`rows_csv`); nothing is written for no rows."""
     if not rows:
         return
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: _csv_cell(v) for k, v in clean(row).items()})
+        rows_csv(handle, rows)
 
 
 def _csv_cell(value: object) -> object:
-    """A CSV cell: empty for None, JSON for a nested dict or list (per-pool values)."""
+    """A CSV cell: empty for None, a list's items joined by spaces."""
     if value is None:
         return ""
-    if isinstance(value, dict | list):
-        return json.dumps(value, sort_keys=True)
+    if isinstance(value, list | tuple):
+        return " ".join(str(_csv_cell(v)) for v in value)
     return value

@@ -326,7 +326,7 @@ def plot_capacity(payload: dict, path: Path, config: dict | None = None) -> Path
     colors = {"meets": "#2ca02c", "fails": "#d62728", "uncertain": "#ff7f0e"}
     for ax, key, se_key, limit, label in (
             (left, "L95", "L95_se", payload["slo"]["L95"], "end-to-end L95 (s)"),
-            (right, "viewer_stall_pct", "viewer_stall_se", payload["slo"]["viewer_stall_pct"],
+            (right, "viewer_stall_pct", "viewer_stall_pct_se", payload["slo"]["viewer_stall_pct"],
              "viewer stall (%)")):
         for row in rows:
             if row[key] is not None:

@@ -1,0 +1,154 @@
+"""What commands print as results: the JSON envelope (one shape for every command, checked
+against docs/envelope.schema.json), --format csv, and the format options' errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from latsim import __version__
+from latsim.cli.app import app
+from tests.helpers import envelope_of
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+GRID = """
+name = "tiny"
+seeds = 2
+seed = 3
+metrics = ["L50", "stall_pct"]
+
+[fixed]
+duration = 20
+
+[axes]
+K = [4, 8]
+"""
+
+
+def _commands(tmp_path: Path) -> dict[str, list[str]]:
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    return {
+        "simulate": ["simulate", "--K", "8", "--C", "0.5", "--seeds", "2", "--duration", "20"],
+        "sweep": ["sweep", "--K", "4", "8", "--seeds", "2", "--duration", "20"],
+        "serving": ["simulate", "--K", "8", "--C", "0.9", "--streams", "2", "--pools",
+                    "dit=1", "--seeds", "2", "--duration", "20"],
+        "theory": ["theory", "--K", "8", "--C", "0.5", "--rate", "0.1"],
+        "plugins": ["plugins"],
+        "capacity": ["capacity", "--K", "8", "--C", "0.5", "--pools", "dit=1", "--slo-l95",
+                     "2.0", "--slo-stall", "1", "--duration", "20", "--max-streams", "2",
+                     "--max-seeds", "5", "--out", str(tmp_path / "capacity")],
+        "compare": ["compare", "results/compare/runs", "--replications", "2"],
+        "compare-viewer": ["compare", "results/serve/runs", "--replications", "2"],
+        "grid": ["grid", str(grid), "--out", str(tmp_path / "grid")],
+        "traces-show": ["traces", "show", "traces/high"],
+        "reproduce": ["reproduce", "--out", str(tmp_path / "paper")],
+    }
+
+
+NAMES = ["simulate", "sweep", "serving", "theory", "plugins", "capacity", "compare",
+         "compare-viewer", "grid", "traces-show", "reproduce"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_command_prints_the_envelope(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    args = _commands(tmp_path)[name]
+    result = runner.invoke(app, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    payload = envelope_of(result.stdout)
+    assert payload["latsim"] == __version__ and payload["envelope"] == 1
+    assert payload["command"] == ["latsim", *args, "--format", "json"]
+    assert payload["rows"] and all(isinstance(row, dict) for row in payload["rows"])
+    if name not in ("grid", "reproduce"):  # a grid run again resumes; reproduce is long
+        assert result.stdout == runner.invoke(app, [*args, "--format", "json"]).stdout
+    if name in ("simulate", "sweep", "serving", "capacity", "compare", "grid"):
+        assert isinstance(payload["seed"], int)
+
+
+def test_json_is_the_same_as_format_json_and_rows_are_a_list_even_for_one():
+    args = ["simulate", "--K", "8", "--C", "0.5", "--policy", "speculative", "--seeds", "2",
+            "--duration", "20"]
+    alias = envelope_of(runner.invoke(app, [*args, "--json"]).stdout)
+    named = envelope_of(runner.invoke(app, [*args, "--format", "json"]).stdout)
+    assert alias["rows"] == named["rows"] and len(alias["rows"]) == 1
+
+
+def test_files_a_command_writes_hold_the_envelope_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    args = _commands(tmp_path)["capacity"]
+    printed = envelope_of(runner.invoke(app, [*args, "--json"]).stdout)
+    written = envelope_of((tmp_path / "capacity" / "capacity.json").read_text())
+    assert written == printed and written["max_streams"] is not None
+    for committed in ("results/compare/compare.json", "results/serve/compare_viewer.json"):
+        assert envelope_of((ROOT / committed).read_text())["rows"]
+
+
+def test_capacity_rows_name_their_errors_and_counts_like_the_simulators():
+    result = runner.invoke(app, ["capacity", "--K", "8", "--C", "0.5", "--pools", "dit=1",
+                                 "--slo-l95", "2.0", "--slo-stall", "1", "--duration", "20",
+                                 "--max-streams", "2", "--max-seeds", "5", "--json"])
+    row = envelope_of(result.stdout)["rows"][0]
+    assert {"L95_se", "viewer_stall_pct_se", "n_runs"} <= set(row)
+
+
+def test_csv_has_one_row_per_result_row_and_flat_columns():
+    args = ["simulate", "--K", "8", "--C", "0.9", "--streams", "2", "--pools", "dit=1,vae=1",
+            "--decode", "fixed:0.05", "--seeds", "2", "--duration", "20"]
+    rows = envelope_of(runner.invoke(app, [*args, "--json"]).stdout)["rows"]
+    result = runner.invoke(app, [*args, "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    table = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [r["policy"] for r in table] == [r["policy"] for r in rows]
+    assert not any(cell.startswith("{") for r in table for cell in r.values())
+    for parsed, row in zip(table, rows, strict=True):
+        assert float(parsed["busy_pct_by_pool.vae"]) == row["busy_pct_by_pool"]["vae"]
+        assert float(parsed["L50"]) == row["L50"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["theory", "--K", "8", "--C", "0.5", "--format", "yaml"],
+     "--format must be one of table, csv, json, got 'yaml'"),
+    (["theory", "--K", "8", "--C", "0.5", "--format", "csv", "--json"],
+     "--json asks for json but --format says csv; give one"),
+])
+def test_a_bad_format_is_one_line_before_any_work(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == f"latsim: error: {message}\n"
+
+
+def test_created_is_now_in_utc_or_source_date_epoch(monkeypatch):
+    from latsim.cli.output import created
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "86400")
+    assert created() == "1970-01-02T00:00:00Z"
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    before = datetime.now(UTC).replace(microsecond=0)
+    stamp = datetime.strptime(created(), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert before <= stamp <= datetime.now(UTC)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    result = runner.invoke(app, ["plugins", "--json"])
+    assert result.exit_code == 2 and "SOURCE_DATE_EPOCH must be whole seconds" in result.stderr
+
+
+def test_the_schema_refuses_what_is_not_the_envelope():
+    import jsonschema
+
+    schema = json.loads((ROOT / "docs" / "envelope.schema.json").read_text())
+    good = {"latsim": "0.1.0", "envelope": 1, "command": ["latsim", "sweep"],
+            "created": "2026-12-01T00:00:00Z", "seed": 0, "rows": [{"K": 4}]}
+    jsonschema.validate(good, schema)
+    for bad in ([{"K": 4}], {**good, "rows": {"K": 4}}, {**good, "envelope": 2},
+                {k: v for k, v in good.items() if k != "created"},
+                {**good, "command": ["sweep"]}, {**good, "created": "yesterday"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
