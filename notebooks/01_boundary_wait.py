@@ -1,10 +1,16 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
 # ---
 
 # %% [markdown]
@@ -13,24 +19,29 @@
 # Chunk-boundary commitment makes a condition wait for the next chunk boundary: with fixed
 # generation time C and uniform arrival phase, E[R + Q] >= T/2, so E[L] >= C + T/2 even when
 # C = 0 (the paper's Proposition 1). Here: L against the arrival phase for one setting, then
-# simulated E[L] against C + T/2 over K. Runs as `python notebooks/01_boundary_wait.py` and
-# writes into `results/notebooks/01_boundary_wait/`.
+# simulated E[L] against C + T/2 over K. Open `01_boundary_wait.ipynb` in Jupyter, or run
+# `python notebooks/01_boundary_wait.py`; either writes into
+# `results/notebooks/01_boundary_wait/` of the checkout.
 
 # %%
 import os
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+from latsim.analysis import theory
+from latsim.experiments.engine import Experiment, run_experiment
+from latsim.experiments.paper import phase_grid_conditions
 
-from latsim.analysis import theory  # noqa: E402
-from latsim.experiments.engine import Experiment, run_experiment  # noqa: E402
-from latsim.experiments.paper import phase_grid_conditions  # noqa: E402
+try:
+    from IPython.display import display  # tables as DataFrames in a notebook
+except ImportError:  # run as a plain script
+    display = print
 
-ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
+# the checkout, wherever Jupyter (or python) was started: a notebook's kernel runs in its folder
+HERE = Path(globals().get("__file__", "notebook")).resolve().parent
+ROOT = next(p for p in (HERE, *HERE.parents) if (p / "pyproject.toml").is_file())
 RESULTS = Path(os.environ.get("LATSIM_RESULTS", ROOT / "results"))  # tests redirect this
 OUT = RESULTS / "notebooks" / "01_boundary_wait"
 OUT.mkdir(parents=True, exist_ok=True)
@@ -75,7 +86,6 @@ ax.set_title(f"K={K}, T={T:g} s, C={C:g} s")
 ax.legend(fontsize=7)
 fig.tight_layout()
 fig.savefig(OUT / "latency_vs_phase.png", dpi=110, metadata={"Software": None})
-plt.close(fig)
 
 # %% [markdown]
 # ## E[L] >= C + T/2 over K, with C = 0 included
@@ -94,7 +104,7 @@ for c in (0.0, 0.4):
                            "bound": round(theory.baseline_latency_lower_bound(c, row["T"]), 6)})
 bound = pd.DataFrame(bound_rows)
 bound.to_csv(OUT / "mean_latency_vs_bound.csv", index=False)
-print(bound.to_string(index=False))
+display(bound)
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
@@ -109,5 +119,4 @@ ax.set_title("Chunk-boundary commitment: E[L] >= C + T/2")
 ax.legend(fontsize=7)
 fig.tight_layout()
 fig.savefig(OUT / "mean_latency_vs_bound.png", dpi=110, metadata={"Software": None})
-plt.close(fig)
 print("wrote", OUT)

@@ -1,10 +1,16 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
 # ---
 
 # %% [markdown]
@@ -14,29 +20,35 @@
 # and the work amplification A (DiT calls relative to the baseline), on the committed trace
 # sets (low, high, continuous) and Poisson updates. Wan1.3B timing (16 fps, r = 4) with the
 # default affine cost (4 steps of the paper's H200 per-forward time). Also draws one timeline.
-# Runs as `python notebooks/02_speculative_vs_baseline.py`; writes into
-# `results/notebooks/02_speculative_vs_baseline/`.
+# Open `02_speculative_vs_baseline.ipynb` in Jupyter, or run
+# `python notebooks/02_speculative_vs_baseline.py`; either writes into
+# `results/notebooks/02_speculative_vs_baseline/` of the checkout.
 
 # %%
 import os
 import shutil
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from latsim.experiments.engine import (  # noqa: E402
+from latsim.experiments.engine import (
     DEFAULT_COST,
     Experiment,
     run_experiment,
-    write_experiment,  # noqa: E402
+    write_experiment,
 )
-from latsim.viz.timeline import plot_timeline, select_run  # noqa: E402
+from latsim.viz.timeline import plot_timeline, select_run
 
-ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
+try:
+    from IPython.display import display  # tables as DataFrames in a notebook
+except ImportError:  # run as a plain script
+    display = print
+
+# the checkout, wherever Jupyter (or python) was started: a notebook's kernel runs in its folder
+HERE = Path(globals().get("__file__", "notebook")).resolve().parent
+ROOT = next(p for p in (HERE, *HERE.parents) if (p / "pyproject.toml").is_file())
 RESULTS = Path(os.environ.get("LATSIM_RESULTS", ROOT / "results"))  # tests redirect this
 OUT = RESULTS / "notebooks" / "02_speculative_vs_baseline"
 OUT.mkdir(parents=True, exist_ok=True)
@@ -63,7 +75,7 @@ for label, spec in WORKLOADS.items():
                      "n_shown": row["n_displayed"], "n_superseded": row["n_superseded"]})
 table = pd.DataFrame(rows)
 table.to_csv(OUT / "sweep.csv", index=False)
-print(table.to_string(index=False))
+display(table)
 
 # %%
 fig, axes = plt.subplots(2, 2, figsize=(11, 7))
@@ -72,26 +84,32 @@ for ax, metric in zip(axes[0], ("L50", "L95"), strict=True):
     for label in WORKLOADS:
         for policy, ls in (("baseline", "--"), ("speculative", "-")):
             sel = table[(table["workload"] == label) & (table["policy"] == policy)]
-            ax.plot(sel["K"], sel[metric], ls, marker="o", ms=3, color=colors[label],
-                    label=f"{policy}, {label}")
+            ax.plot(sel["K"], sel[metric], ls, marker="o", ms=3, color=colors[label])
     ax.set_xlabel("K")
     ax.set_ylabel(f"{metric} (s)")
     ax.set_title(f"{metric}: baseline dashed, speculative solid")
+    ax.set_xticks(KS)
     ax.grid(alpha=0.3)
-axes[0][0].legend(fontsize=6)
+# one key for the colours (workloads) and one for the line styles (policies)
+axes[0][0].legend(handles=[Line2D([], [], color=colors[label], marker="o", ms=3, label=label)
+                           for label in WORKLOADS], fontsize=7, title="workload",
+                  title_fontsize=7)
+axes[0][1].legend(handles=[Line2D([], [], color="k", ls=ls, lw=1.5, label=policy)
+                           for policy, ls in (("baseline", "--"), ("speculative", "-"))],
+                  fontsize=7, title="policy", title_fontsize=7, handlelength=3)
 spec = table[table["policy"] == "speculative"]
 for ax, metric in zip(axes[1], ("w", "A"), strict=True):
     for label in WORKLOADS:
         sel = spec[spec["workload"] == label]
         ax.plot(sel["K"], sel[metric], "-o", ms=3, color=colors[label], label=label)
     ax.set_xlabel("K")
+    ax.set_xticks(KS)
     ax.set_ylabel(metric)
     ax.set_title("waste fraction w" if metric == "w" else "work amplification A (calls ratio)")
     ax.grid(alpha=0.3)
 axes[1][0].legend(fontsize=7)
 fig.tight_layout()
 fig.savefig(OUT / "speculative_vs_baseline.png", dpi=110, metadata={"Software": None})
-plt.close(fig)
 
 # %% [markdown]
 # ## One run, drawn as a timeline (K = 14, one high-frequency trace)

@@ -1,10 +1,16 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
 # ---
 
 # %% [markdown]
@@ -15,23 +21,28 @@
 # E[L] = 3T/2, the baseline's value — no gain. Past C = T one worker cannot keep up and the
 # player stalls a fraction 1 − T/C of the time (the paper's LTX short-chunk eager case).
 # LTX-2.3 long-chunk timing: 24 fps, r = 8, K = 15, T = 5 s, rare Poisson updates.
-# Runs as `python notebooks/03_limits.py`; writes into `results/notebooks/03_limits/`.
+# Open `03_limits.ipynb` in Jupyter, or run `python notebooks/03_limits.py`; either writes
+# into `results/notebooks/03_limits/` of the checkout.
 
 # %%
 import os
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from latsim.analysis import theory
+from latsim.experiments.engine import Experiment, run_experiment
 
-from latsim.analysis import theory  # noqa: E402
-from latsim.experiments.engine import Experiment, run_experiment  # noqa: E402
+try:
+    from IPython.display import display  # tables as DataFrames in a notebook
+except ImportError:  # run as a plain script
+    display = print
 
-ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
+# the checkout, wherever Jupyter (or python) was started: a notebook's kernel runs in its folder
+HERE = Path(globals().get("__file__", "notebook")).resolve().parent
+ROOT = next(p for p in (HERE, *HERE.parents) if (p / "pyproject.toml").is_file())
 RESULTS = Path(os.environ.get("LATSIM_RESULTS", ROOT / "results"))  # tests redirect this
 OUT = RESULTS / "notebooks" / "03_limits"
 OUT.mkdir(parents=True, exist_ok=True)
@@ -62,7 +73,7 @@ for ratio in RATIOS:
     })
 limits = pd.DataFrame(rows)
 limits.to_csv(OUT / "limits.csv", index=False)
-print(limits.to_string(index=False))
+display(limits)
 at_t = limits[limits["C_over_T"] == 1.0].iloc[0]
 print(f"C = T: baseline {at_t.baseline_L_mean:.3f}, speculative {at_t.speculative_L_mean:.3f}, "
       f"3T/2 = {theory.saturated_latency_mean(T):.3f}")
@@ -94,5 +105,4 @@ ax2.legend(fontsize=7)
 ax2.grid(alpha=0.3)
 fig.tight_layout()
 fig.savefig(OUT / "limits.png", dpi=110, metadata={"Software": None})
-plt.close(fig)
 print("wrote", OUT)

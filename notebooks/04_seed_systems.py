@@ -1,10 +1,16 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: py:percent
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
 # ---
 
 # %% [markdown]
@@ -24,31 +30,35 @@
 # 4. Wave Forcing 14B: a chunk slower than its video needs several chunks in flight, and a
 #    new condition either lets them play or flushes them.
 #
-# Runs as `python notebooks/04_seed_systems.py`; writes into
-# `results/notebooks/04_seed_systems/`.
+# Open `04_seed_systems.ipynb` in Jupyter, or run `python notebooks/04_seed_systems.py`;
+# either writes into `results/notebooks/04_seed_systems/` of the checkout.
 
 # %%
 import os
 from dataclasses import replace
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from latsim.experiments.engine import Experiment, run_experiment  # noqa: E402
-from latsim.experiments.systems import (  # noqa: E402
+from latsim.experiments.engine import Experiment, run_experiment
+from latsim.experiments.systems import (
     measured_fps,
     sdvg_model,
     wave_forcing_model,
 )
-from latsim.model.costs import FixedCost  # noqa: E402
-from latsim.model.generators import DraftVerifyCost  # noqa: E402
-from latsim.model.serving import ServingConfig  # noqa: E402
+from latsim.model.costs import FixedCost
+from latsim.model.generators import DraftVerifyCost
+from latsim.model.serving import ServingConfig
 
-ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
+try:
+    from IPython.display import display  # tables as DataFrames in a notebook
+except ImportError:  # run as a plain script
+    display = print
+
+# the checkout, wherever Jupyter (or python) was started: a notebook's kernel runs in its folder
+HERE = Path(globals().get("__file__", "notebook")).resolve().parent
+ROOT = next(p for p in (HERE, *HERE.parents) if (p / "pyproject.toml").is_file())
 RESULTS = Path(os.environ.get("LATSIM_RESULTS", ROOT / "results"))  # tests redirect this
 OUT = RESULTS / "notebooks" / "04_seed_systems"
 OUT.mkdir(parents=True, exist_ok=True)
@@ -70,7 +80,7 @@ for accept in (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.99, 1.0):
                       "C_q99": model.quantile(K, 0.99), "target_alone": target_alone})
 sdvg_table = pd.DataFrame(sdvg_rows).round(6)
 sdvg_table.to_csv(OUT / "sdvg_c.csv", index=False)
-print(sdvg_table.to_string(index=False))
+display(sdvg_table)
 
 # %% [markdown]
 # The 0.99 quantile stays at a rejected block's time (draft, decode, reward, then target
@@ -101,7 +111,7 @@ for tau in (1.0, 1.5, 2.0, 3.46, 5.0, 8.0):
                         "gain": rows["baseline"]["L_mean"] - rows["speculative"]["L_mean"]})
 dv_table = pd.DataFrame(dv_rows).round(6)
 dv_table.to_csv(OUT / "draft_verify_gain.csv", index=False)
-print(dv_table.to_string(index=False))
+display(dv_table)
 
 # %% [markdown]
 # A larger tau lowers the mean cost, but the number of verify steps a chunk needs is
@@ -132,7 +142,7 @@ single = run_experiment(Experiment(Ks=(K,), cost=one, updates="poisson:0.1", dur
 nf1c = run_experiment(Experiment(Ks=(K,), cost=wave_forcing_model(4, "nf1c"),
                                  updates="poisson:0.1", duration=120.0, seeds=10, seed=4,
                                  serving=ServingConfig(pools=(("dit", 1),))), jobs=1)
-print(wave_table.to_string(index=False))
+display(wave_table)
 
 # %% [markdown]
 # Below 3 VAE GPUs (4 steps) the decode, not the pipeline, sets the rate; the seed's
@@ -154,7 +164,7 @@ for name, result in (("1F1C, 8 GPUs", single), ("NF1C, 1 GPU", nf1c)):
 # either waits behind it (let-play) or discards it (flush, counted in w).
 
 # %%
-from latsim.experiments.systems import wave_forcing_14b_model  # noqa: E402
+from latsim.experiments.systems import wave_forcing_14b_model
 
 large = wave_forcing_14b_model()
 in_flight_rows = []
@@ -173,7 +183,7 @@ for in_flight, policy, run_ahead in ((1, "let-play", 0.0), (2, "let-play", 0.0),
                            "w": row["w"]})
 in_flight_table = pd.DataFrame(in_flight_rows)
 in_flight_table.to_csv(OUT / "wave_forcing_14b_in_flight.csv", index=False)
-print(in_flight_table.round(3).to_string(index=False))
+display(in_flight_table.round(3))
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
