@@ -130,3 +130,13 @@ def periodic_wait_quantile(level: float, streams: int, period: float, service: f
         else:
             high = middle
     return high * service
+
+
+def erlang_b(servers: int, load: float) -> float:
+    """The Erlang-B blocking probability of ``servers`` with offered ``load`` (erlangs): an
+    M/G/c/c loss system, whatever the holding-time law. The stable recurrence B(0) = 1,
+    B(k) = a·B(k−1) / (k + a·B(k−1))."""
+    blocking = 1.0
+    for k in range(1, servers + 1):
+        blocking = load * blocking / (k + load * blocking)
+    return blocking

@@ -470,12 +470,14 @@ THEORY_UNITS = {"K": "latents", "r": "frames/latent", "fps": "frames/s", "rate":
 @app.command()
 def plugins(
     kind: Annotated[
-        str | None, typer.Argument(help="costs, schedules or generators (default: all three)")
+        str | None, typer.Argument(help="costs, schedules, generators or placements "
+                                   "(default: all four)")
     ] = None,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the registered cost models, schedules and live generators, and who provides each.
+    """List the registered cost models, schedules, live generators and fleet placements, and
+    who provides each.
 
     They come from entry points (README "Extending latsim")."""
     from latsim.plugins import registry
@@ -487,7 +489,8 @@ def plugins(
     def table() -> None:
         heading = {"costs": "cost models (--cost PREFIX:ARGS, --decode, --deliver, ...)",
                    "schedules": "schedules (--schedule NAME)",
-                   "generators": "live generators (--generator NAME)"}
+                   "generators": "live generators (--generator NAME)",
+                   "placements": "fleet placement policies (fleet.placement in latsim fleet)"}
         names = [(p.kind, p.name) for p in found]
         for k in kinds:
             typer.echo(heading[k])
@@ -523,6 +526,7 @@ def _register_extensions() -> None:
         capacity_command,
         compare_command,
         export_command,
+        fleet_command,
         grid_command,
         paper_commands,
     )
@@ -532,6 +536,7 @@ def _register_extensions() -> None:
     capacity_command.register(app)
     export_command.register(app)
     grid_command.register(app)
+    fleet_command.register(app)
 
 
 def _attach_examples(typer_app: typer.Typer, prefix: str = "") -> None:

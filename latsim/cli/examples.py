@@ -17,6 +17,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                  "--slo-stall 0.1",),
     "compare": ("latsim compare results/compare/runs",),
     "grid": ("latsim grid EXPERIMENT.toml --out grid/ --scheduler dask-local",),
+    "fleet": ("latsim fleet examples/fleet.toml --out fleet/",
+              "latsim fleet examples/fleet.toml --nodes 2 --placement round-robin --json"),
     "plugins": ("latsim plugins", "latsim plugins generators --json"),
     "controller": ("latsim controller --diagram",),
     "help": ("latsim help sweep", "latsim help traces generate"),

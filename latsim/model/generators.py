@@ -34,7 +34,6 @@ Specs: ``sdvg:PATH`` (a TOML system file, see ``latsim/experiments/systems/``),
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,7 @@ import numpy as np
 
 from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_number
 from latsim.model.costs import JOB_KINDS, CostModel
-from latsim.model.traces import read_input_file
+from latsim.model.traces import read_toml
 from latsim.plugins.protocols import Pipelined
 
 
@@ -209,11 +208,7 @@ def parse_sdvg(body: str) -> SdvgCost:
 
 def load_sdvg(path: str | Path, **overrides: object) -> SdvgCost:
     """An SDVG system file (TOML, ``[sdvg]`` table; every value cites its seed section)."""
-    text = read_input_file(path, "system file")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LatsimError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, "system file")
     table = data.get("sdvg")
     if not isinstance(table, dict):
         raise LatsimError(f"{path}: needs an [sdvg] table")

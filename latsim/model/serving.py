@@ -50,7 +50,6 @@ A TOML file holds the same settings (every key optional; flags override it)::
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -58,7 +57,7 @@ from typing import Any
 from latsim.controller import DISCARD_MODES, IN_FLIGHT_POLICIES, MAX_IN_FLIGHT
 from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_number
 from latsim.model.costs import CostModel
-from latsim.model.traces import read_input_file
+from latsim.model.traces import read_toml
 from latsim.plugins import Parallel, Pipelined, Staged, available, load_cost, load_schedule
 
 #: The pool DiT tasks run on (in groups of ``dit_degree`` devices).
@@ -273,7 +272,9 @@ _STAGES = {"dit": {"cost", "pool", "degree"}, "decode": {"cost", "pool"}, "deliv
            "uplink": {"cost"}}
 
 
-def _typed(where: str, value: Any, kind: Any) -> Any:
+def typed_value(where: str, value: Any, kind: Any) -> Any:
+    """``value`` if it is of ``kind`` (a bool is not a number), else a one-line error
+    naming ``where`` (a file's key)."""
     if isinstance(value, bool) and kind is not bool:
         raise LatsimError(f"{where}: expected {getattr(kind, '__name__', 'a number')}, "
                           f"got {value!r}")
@@ -286,24 +287,26 @@ def _typed(where: str, value: Any, kind: Any) -> Any:
 def load_serving_file(path: str | Path) -> tuple[dict[str, Any], str | None]:
     """Read a ``--serving`` TOML file: the :class:`ServingConfig` fields it sets, and the
     DiT cost spec it names (``[stages.dit] cost``), if any. Unknown keys are errors."""
-    text = read_input_file(path, "serving file")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LatsimError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, "serving file")
+    return serving_values(data, str(path))
+
+
+def serving_values(data: dict[str, Any], path: str) -> tuple[dict[str, Any], str | None]:
+    """The :class:`ServingConfig` fields a ``--serving`` file's table sets, and its DiT cost
+    spec (``path`` names the table in errors: a file, or a fleet file's ``[node]``)."""
     values: dict[str, Any] = {}
     dit_cost = None
     for key, value in data.items():
         where = f"{path}: {key}"
         if key in _TOP_KEYS:
-            values[key] = _typed(where, value, _TOP_KEYS[key])
+            values[key] = typed_value(where, value, _TOP_KEYS[key])
         elif key not in _SECTIONS:
             raise LatsimError(f"{path}: unknown key {key!r} (known: "
                               f"{', '.join(sorted({*_TOP_KEYS, *_SECTIONS}))})")
         elif not isinstance(value, dict):
             raise LatsimError(f"{where}: expected a [{key}] table")
     if "pools" in data:
-        values["pools"] = tuple((name, _typed(f"{path}: pools.{name}", size, int))
+        values["pools"] = tuple((name, typed_value(f"{path}: pools.{name}", size, int))
                                 for name, size in data["pools"].items())
     for stage, body in data.get("stages", {}).items():
         if stage not in _STAGES:
@@ -317,16 +320,17 @@ def load_serving_file(path: str | Path) -> tuple[dict[str, Any], str | None]:
                               f"{', '.join(sorted(unknown))}")
         cost = body.get("cost")
         if cost is not None:
-            _typed(f"{path}: stages.{stage}.cost", cost, str)
+            typed_value(f"{path}: stages.{stage}.cost", cost, str)
         pool = body.get("pool")
         if pool is not None:
-            _typed(f"{path}: stages.{stage}.pool", pool, str)
+            typed_value(f"{path}: stages.{stage}.pool", pool, str)
         if stage == "dit":
             dit_cost = cost
             if pool is not None and pool != "dit":
                 raise LatsimError(f"{path}: stages.dit runs on the pool named dit")
             if "degree" in body:
-                values["dit_degree"] = _typed(f"{path}: stages.dit.degree", body["degree"], int)
+                values["dit_degree"] = typed_value(f"{path}: stages.dit.degree",
+                                                   body["degree"], int)
         elif stage == "decode":
             if cost is not None:
                 values["decode"] = load_cost(cost)
@@ -338,14 +342,14 @@ def load_serving_file(path: str | Path) -> tuple[dict[str, Any], str | None]:
     if set(replan) - {"cost"}:
         raise LatsimError(f"{path}: [replan] takes only cost")
     if "cost" in replan:
-        values["replan_cost"] = load_cost(_typed(f"{path}: replan.cost", replan["cost"], str))
+        values["replan_cost"] = load_cost(typed_value(f"{path}: replan.cost", replan["cost"], str))
     batch = data.get("batch")
     if batch is not None:
         if set(batch) - {"cost", "max"} or "cost" not in batch:
             raise LatsimError(f"{path}: [batch] takes cost (required) and max")
         values["batch"] = Batching(
-            load_cost(_typed(f"{path}: batch.cost", batch["cost"], str)),
-            _typed(f"{path}: batch.max", batch.get("max", 8), int))
+            load_cost(typed_value(f"{path}: batch.cost", batch["cost"], str)),
+            typed_value(f"{path}: batch.max", batch.get("max", 8), int))
     return values, dit_cost
 
 

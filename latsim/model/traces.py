@@ -62,6 +62,17 @@ def read_input_file(path: str | Path, what: str) -> str:
         raise LatsimError(f"cannot read {what} {path}: {reason}") from None
 
 
+def read_toml(path: str | Path, what: str) -> dict:
+    """A TOML file (a serving, system or fleet file) read with :func:`read_input_file`;
+    invalid TOML is a one-line :class:`LatsimError` naming the file."""
+    import tomllib
+
+    try:
+        return tomllib.loads(read_input_file(path, what))
+    except tomllib.TOMLDecodeError as exc:
+        raise LatsimError(f"{path}: not valid TOML ({exc})") from None
+
+
 def _finite(value: object) -> float | None:
     """``value`` as a finite float if it is a JSON number (not a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):

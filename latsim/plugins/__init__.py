@@ -1,4 +1,5 @@
-"""Extension points: cost models, scheduling policies and live generators (DESIGN §9).
+"""Extension points: cost models, scheduling policies, live generators and fleet placement
+(DESIGN §9).
 
 Each is a typed protocol (:mod:`latsim.plugins.protocols`) and a registry filled from entry
 points (:mod:`latsim.plugins.registry`). latsim's own built-ins are registered in its
@@ -11,6 +12,7 @@ group                  entry name                   the object it points at
                                                     the text after ``PREFIX:``
 ``latsim.schedules``   a policy name (``fifo``)     ``(waiting, now) -> WaitingTask``
 ``latsim.generators``  a generator name (``wan``)   ``(GeneratorConfig) -> LiveGenerator``
+``latsim.placements``  a placement (``min-max``)     ``() -> Placement`` (a fleet's chooser)
 =====================  ===========================  ==========================================
 
 ``latsim plugins`` lists what is registered and by which distribution.
@@ -32,8 +34,10 @@ from latsim.plugins.protocols import (
     GeneratorInfo,
     JobTiming,
     LiveGenerator,
+    NodeLoad,
     Parallel,
     Pipelined,
+    Placement,
     Schedule,
     Staged,
     TimesForwards,
@@ -53,10 +57,10 @@ from latsim.plugins.registry import (
 
 __all__ = [
     "ArrivalChecks", "CostFactory", "CostModel", "CountsConditions", "GeneratorConfig",
-    "GeneratorFactory", "GeneratorInfo", "JobTiming", "LiveGenerator", "Parallel",
-    "Pipelined", "Plugin", "Schedule", "Staged", "TimesForwards", "WaitingTask", "available",
-    "build_generator", "load_cost", "load_generator", "load_schedule", "plugins", "refresh",
-    "schedule_failed", "take_next",
+    "GeneratorFactory", "GeneratorInfo", "JobTiming", "LiveGenerator", "NodeLoad", "Parallel",
+    "Pipelined", "Placement", "Plugin", "Schedule", "Staged", "TimesForwards", "WaitingTask",
+    "available", "build_generator", "load_cost", "load_generator", "load_placement",
+    "load_schedule", "plugins", "refresh", "schedule_failed", "take_next",
 ]
 
 
@@ -81,6 +85,15 @@ def load_cost(spec: str) -> CostModel:
 def load_schedule(name: str) -> Schedule:
     """The scheduling policy registered as ``name`` (``--schedule``)."""
     return load("schedules", name)
+
+
+def load_placement(name: str) -> Placement:
+    """A fresh chooser of the placement policy registered as ``name`` (a fleet's
+    ``placement``): its factory's result, which must be callable."""
+    chooser = call("placements", name)
+    if not callable(chooser):
+        raise wrong_type("placements", name, chooser, "a placement (nodes, rng) -> node")
+    return chooser
 
 
 def take_next(waiting: MutableSequence[Any], schedule: Schedule, now: float) -> Any:

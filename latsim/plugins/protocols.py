@@ -12,6 +12,7 @@ harness call only what is declared here, and a third-party plug-in needs nothing
   arrival source (:class:`latsim.model.arrivals.ArrivalSource`).
 - :data:`Schedule` over :class:`WaitingTask` — which waiting task a device serves next,
   one implementation for the serving simulator and the live server.
+- :data:`Placement` over :class:`NodeLoad` — which node of a fleet takes a new session.
 - :class:`LiveGenerator`, built from a :class:`GeneratorConfig` — what the live driver,
   ``measure``, ``profile``, ``serve`` and ``gpu_check`` call; it times each job itself
   (:class:`JobTiming`) and describes itself for the run folder (:class:`GeneratorInfo`).
@@ -155,6 +156,27 @@ class WaitingTask(Protocol):
 #: What the ``latsim.schedules`` group loads: the waiting tasks (in submission order, at
 #: least two) and the time; returns the one to serve next. It must not mutate anything.
 Schedule = Callable[[Sequence[WaitingTask], float], WaitingTask]
+
+
+# ---------------------------------------------------------------- fleet placement
+
+
+@dataclass(frozen=True)
+class NodeLoad:
+    """What a placement policy sees of one node with room for another session."""
+
+    index: int
+    sessions: int  # sessions it holds (active or idle, not suspended)
+    max_sessions: int
+    devices: int  # its DiT device groups
+    chunk_s: float  # predicted per-chunk latency with one more session (min-max's predictor)
+    slack_s: float  # the least playout slack of its playing streams (inf with none)
+
+
+#: Chooses the node for a new session among those with room (never empty); a fresh one per
+#: run, built by the ``latsim.placements`` factory (``() -> Placement``), so it may keep
+#: state (round-robin's position). It returns the chosen :class:`NodeLoad`.
+Placement = Callable[[Sequence[NodeLoad], "np.random.Generator"], NodeLoad]
 
 
 # ---------------------------------------------------------------- live generators

@@ -1,4 +1,4 @@
-"""The registries of the three extension points, filled from entry points.
+"""The registries of the four extension points, filled from entry points.
 
 Built-ins register exactly as third parties do (``[project.entry-points."latsim.costs"]``
 and so on in ``pyproject.toml``), so adding one never means editing a table in latsim.
@@ -23,9 +23,11 @@ GROUPS = {
     "costs": "latsim.costs",
     "schedules": "latsim.schedules",
     "generators": "latsim.generators",
+    "placements": "latsim.placements",
 }
 #: How a message names one plug-in of each kind.
-WHAT = {"costs": "cost model", "schedules": "schedule", "generators": "generator"}
+WHAT = {"costs": "cost model", "schedules": "schedule", "generators": "generator",
+        "placements": "placement"}
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from latsim.run.serving import (
     TaskTally,
     ViewerRecord,
 )
-from latsim.run.stream import RunWindow, StreamRun
+from latsim.run.stream import RunRecords, RunWindow, StreamRun
 
 
 @dataclass(frozen=True)
@@ -336,6 +336,7 @@ class _StreamPort:
         self.viewer: list[ViewerRecord] = []
         self.client_stalls: list[ClientStallRecord] = []
         self.first_display: float | None = None
+        self.closed = False  # the stream left (a fleet's session): its events do nothing
 
     # ---------------------------------------------------------------- clock
 
@@ -348,7 +349,8 @@ class _StreamPort:
         return self.run.controller.playable_until(now) - now
 
     def deliver(self, event: object) -> None:
-        self.run.deliver(event, self.env.now - self.origin)  # type: ignore[arg-type]
+        if not self.closed:
+            self.run.deliver(event, self.env.now - self.origin)  # type: ignore[arg-type]
 
     def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
         timer = self.env.timeout(max(0.0, at + self.origin - self.env.now), event)
@@ -360,6 +362,8 @@ class _StreamPort:
     def _on_tick(self, timer: simpy.Event) -> None:
         """A tick: the controller's fast path when it only plays its slot (the same
         commands, carried out here), else the tick as an event."""
+        if self.closed:
+            return
         tick, ctrl, now = timer.value, self.run.controller, self.env.now - self.origin
         if ctrl.play_tick(tick.position, now):
             self._show(tick.position, now)
@@ -453,6 +457,8 @@ class _JobSteps:
 
     def next_step(self, first: bool = False) -> None:
         port = self.port
+        if port.closed:
+            return  # the stream left while this step ran: nothing follows it
         step = next(self.steps, None)
         if step is None:
             if self.job_id:
@@ -468,6 +474,89 @@ class _JobSteps:
 
     def _done(self, _start: float, _end: float) -> None:
         self.next_step()
+
+
+class ServingNode:
+    """One serving model (DESIGN §6): its pools and the streams on them, on a SimPy clock it
+    may share with other nodes (a fleet's). A stream joins with :meth:`add` and starts with
+    :meth:`begin` (its first chunk generated on the pools first, with a cold start); a
+    stream that leaves before the run ends goes with :meth:`close`; :meth:`records` collects
+    what the node recorded."""
+
+    def __init__(self, env: simpy.Environment, cost: CostModel, serving: ServingConfig,
+                 batch_rng: np.random.Generator, records: str = "all") -> None:
+        self.env = env
+        self.serving = serving
+        self.engine = _Engine(env, serving, batch_rng,
+                              StagedGenerator(cost, serving.replan_cost, serving.decode,
+                                              serving.decode_pool))
+        self.playout = serving.playout()
+        self.records_level = records
+        self.ports: list[_StreamPort] = []
+        self.finished: dict[int, RunRecords] = {}  # by stream index: streams that left
+
+    def add(self, config: ControllerConfig, window: RunWindow, inputs: StreamInput
+            ) -> _StreamPort:
+        """A stream of this node (index: the order it was added), not started yet."""
+        port = _StreamPort(self.engine, len(self.ports), config, window, inputs,
+                           self.playout, self.records_level)
+        self.ports.append(port)
+        return port
+
+    def begin(self, port: _StreamPort, started: Callable[[_StreamPort], None] | None = None
+              ) -> None:
+        """Start ``port`` now: its playback, or with a cold start its first chunk on the
+        pools, then its playback from when that chunk is ready (``started`` is called
+        then)."""
+        if not self.serving.cold_start:
+            port.start_playback()
+            if started is not None:
+                started(port)
+            return
+
+        def ready() -> None:
+            port.origin = self.env.now
+            port.start_playback()
+            if started is not None:
+                started(port)
+
+        port.run_steps(0, "prebuffer", ready)
+
+    def close(self, port: _StreamPort, now: float) -> RunRecords:
+        """``port``'s stream leaves at global time ``now``: it plays and generates no more,
+        its tasks still waiting for a device are dropped (a task running finishes, and
+        nothing follows it), and its records end at ``now``."""
+        port.closed = True
+        for pool in self.engine.pools.values():
+            if any(task.port is port for task in pool.waiting):
+                pool.waiting = deque(t for t in pool.waiting if t.port is not port)
+        done = port.run.finish(max(0.0, now - port.origin))
+        self.finished[port.index] = done
+        return done
+
+    def records(self, window_duration: float, window_end: float, end: float
+                ) -> ServingRecords:
+        """The node's records at the end of the run (global time ``end``): tasks still
+        running are recorded up to it, streams still here finish then."""
+        self.engine.close(end)
+        ports = self.ports
+        runs = tuple(self.finished[p.index] if p.closed else p.run.finish(end - p.origin)
+                     for p in ports)
+        starts = tuple(
+            StreamStart(p.index, p.inputs.join, p.origin,
+                        math.nan if p.first_display is None
+                        else p.origin - p.inputs.join + p.first_display)
+            for p in ports)
+        serving = self.serving
+        return ServingRecords(
+            duration=window_duration, window_end=window_end, end_time=end,
+            streams=runs, starts=starts, tasks=tuple(self.engine.tasks),
+            viewer=tuple(sorted((v for p in ports for v in (*p.viewer, *p.censored())),
+                                key=lambda v: (v.stream, v.version))),
+            client_stalls=tuple(s for p in ports for s in p.client_stalls),
+            pools=serving.pools, playout_delay=self.playout, dit_degree=serving.degree,
+            records=self.records_level, task_tally=self.engine.tally,
+        )
 
 
 def simulate_serving(
@@ -499,16 +588,13 @@ def simulate_serving(
     windows = [RunWindow.for_config(c, duration, drain) for c in own]
     window = max(windows, key=lambda w: w.limit)
     env = simpy.Environment()
-    engine = _Engine(env, serving, batch_rng,
-                     StagedGenerator(cost, serving.replan_cost, serving.decode,
-                                     serving.decode_pool))
-    playout = serving.playout()
-    ports = [_StreamPort(engine, index, own[index], windows[index], inputs, playout,
-                         records)
+    node = ServingNode(env, cost, serving, batch_rng, records)
+    ports = [node.add(own[index], windows[index], inputs)
              for index, inputs in enumerate(streams)]
+    engine = node.engine
     tally = records != "all"
     if serving.cold_start:
-        started = _cold_starts(env, engine, ports)
+        started = _cold_starts(env, node, ports)
         env.run(until=started)
         if tally:  # the window's end is known once every stream has started
             engine.tally_tasks(max(port.origin for port in ports) + window.duration)
@@ -528,23 +614,7 @@ def simulate_serving(
     draining = _Draining([port.run.controller for port in ports])
     while draining.any_open() and env.peek() <= limit:
         env.step()
-    end = env.now
-    engine.close(end)
-    runs = tuple(port.run.finish(end - port.origin) for port in ports)
-    starts = tuple(
-        StreamStart(p.index, p.inputs.join, p.origin,
-                    math.nan if p.first_display is None
-                    else p.origin - p.inputs.join + p.first_display)
-        for p in ports)
-    return ServingRecords(
-        duration=window.duration, window_end=last_origin + window.duration, end_time=end,
-        streams=runs, starts=starts, tasks=tuple(engine.tasks),
-        viewer=tuple(sorted((v for p in ports for v in (*p.viewer, *p.censored())),
-                            key=lambda v: (v.stream, v.version))),
-        client_stalls=tuple(s for p in ports for s in p.client_stalls),
-        pools=serving.pools, playout_delay=playout, dit_degree=serving.degree,
-        records=records, task_tally=engine.tally,
-    )
+    return node.records(window.duration, last_origin + window.duration, env.now)
 
 
 class _Draining:
@@ -570,27 +640,23 @@ class _Draining:
         return False
 
 
-def _cold_starts(env: simpy.Environment, engine: _Engine, ports: list[_StreamPort]
+def _cold_starts(env: simpy.Environment, node: ServingNode, ports: list[_StreamPort]
                  ) -> simpy.Event:
     """Each stream's first chunk is generated on the pools when it joins; its playback
     starts when that chunk is ready. Returns the event of the last stream starting."""
     all_started = env.event()
     waiting = len(ports)
 
-    def ready(port: _StreamPort) -> None:
+    def ready(_: _StreamPort) -> None:
         nonlocal waiting
-        port.origin = env.now
-        port.start_playback()
         waiting -= 1
         if waiting == 0:
             all_started.succeed()
 
-    def join(port: _StreamPort) -> None:
-        port.run_steps(0, "prebuffer", lambda: ready(port))
-
     for port in ports:
         if port.inputs.join > env.now:
-            env.timeout(port.inputs.join).callbacks.append(lambda _, p=port: join(p))
+            env.timeout(port.inputs.join).callbacks.append(
+                lambda _, p=port: node.begin(p, ready))
         else:
-            join(port)
+            node.begin(port, ready)
     return all_started

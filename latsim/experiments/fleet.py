@@ -1,0 +1,245 @@
+"""A fleet experiment (DESIGN §8): a fleet file's replications, their metrics pooled, and
+the run folder.
+
+Each replication draws its sessions and every segment's arrivals and costs from
+``SeedSequence(seed)`` with keys that do not depend on the fleet: segment ``k`` of
+replication ``r`` draws as stream ``k`` of a serving replication does (:mod:`engine`'s
+``_stream_inputs``), node 0 draws its batch costs as a serving run's pools do. So a fleet of
+one node holding a ``population:N`` is ``latsim simulate --streams N`` event for event, and
+its node's summary row is the same (``tests/test_fleet.py``).
+
+A replication runs as one work unit on the active pool (``--jobs``, ``--scheduler``) and
+sends back its metrics, its time series and its node and session tables, not its records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from latsim.analysis.fleet import fleet_metrics, fleet_timeseries, node_rows
+from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
+from latsim.experiments.engine import DEFAULT_COST, Cell, Experiment, Plan, plan
+from latsim.experiments.executors import LocalPool, active_pool
+from latsim.model.fleet import FleetRun
+from latsim.model.workload import Session, sample_sessions
+from latsim.run.fleet import FleetRecords
+
+#: Spawn keys (beside a replication's segment keys 0, 1, 2, ...): node 0's batch costs (a
+#: serving run's), the sessions, the placement's draws, nodes 1, 2, ...'s batch costs.
+_BATCH_KEY = 2**32
+_WORKLOAD_KEY = 2**33
+_PLACEMENT_KEY = 2**33 + 1
+_NODE_KEY = 2**34
+#: The version of a fleet run folder's ``fleet.json``.
+FLEET_FORMAT_VERSION = 1
+
+
+def fleet_experiment(run: FleetRun) -> Experiment:
+    """The serving experiment a node runs: the node's K, policy, cost and serving model
+    (a population's N sessions as its streams), the workload's updates, the run's seeds."""
+    node, workload = run.node, run.workload
+    streams = workload.arrivals.population if workload.population else 1
+    return Experiment(Ks=(node.K,), r=node.r, fps=node.fps, cost=node.cost or DEFAULT_COST,
+                      lead=node.lead, policies=(node.policy,), updates=workload.updates,
+                      duration=run.duration, seeds=run.seeds, seed=run.seed,
+                      serving=replace(node.serving, streams=streams), records="conditions")
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    run: FleetRun
+    plan: Plan
+    cell: Cell
+
+    @property
+    def horizon(self) -> float:
+        return self.plan.duration
+
+
+def plan_fleet(run: FleetRun, max_events: int = DEFAULT_MAX_EVENTS) -> FleetPlan:
+    """Resolve the node's serving model and check the work bound: the latent slots the
+    sessions are expected to play over every replication (offered load × active share ×
+    horizon / δ, with no session turned away) against ``max_events``."""
+    p = plan(fleet_experiment(run))
+    # the plan holds a baseline twin of a speculative cell (simulate's A): take the node's
+    (cell,) = [c for c in p.cells if c.policy.name == run.node.policy]
+    workload = run.workload
+    cap = run.fleet.nodes_max * run.node.max_sessions
+    present = min(workload.offered_load(p.duration), cap)
+    slots = present * workload.activity.active_fraction * p.duration / cell.timing.delta
+    events = slots * run.seeds
+    if events > max_events:
+        raise LatsimError(f"the fleet would play about {events:.3g} latent slots over "
+                          f"{run.seeds} replication(s) (about {present:.3g} sessions present "
+                          f"for {p.duration:g} s), more than the work bound {max_events:.3g};"
+                          " shorten run.duration, lower the rate, or raise --max-events")
+    return FleetPlan(run, p, cell)
+
+
+def _joins(fp: FleetPlan, replication: int) -> tuple[float, ...]:
+    """A population's join times, by the serving model's ``start`` rule."""
+    serving, seed = fp.plan.serving, fp.run.seed
+    assert serving is not None
+    T = fp.cell.timing.T  # noqa: N806
+    joins = []
+    for s in range(serving.streams):
+        if serving.start == "random":
+            arrivals = np.random.SeedSequence(seed, spawn_key=(replication, 2 * s))
+            joins.append(float(np.random.default_rng(arrivals.spawn(1)[0]).uniform(0, T)))
+        elif serving.start == "staggered":
+            joins.append(s * T / serving.streams)
+        else:
+            joins.append(0.0)
+    return tuple(joins)
+
+
+def sessions_of(fp: FleetPlan, replication: int) -> tuple[Session, ...]:
+    """The sessions of one replication."""
+    rng = np.random.default_rng(np.random.SeedSequence(fp.run.seed,
+                                                       spawn_key=(replication, _WORKLOAD_KEY)))
+    joins = _joins(fp, replication) if fp.run.workload.population else ()
+    return sample_sessions(fp.run.workload, fp.horizon, rng, joins)
+
+
+def simulate_replication(fp: FleetPlan, replication: int) -> FleetRecords:
+    """One replication's records (exact mode)."""
+    from latsim.sim.fleet import FleetSetup, simulate_fleet
+    from latsim.sim.serving import StreamInput
+
+    run, p, seed = fp.run, fp.plan, fp.run.seed
+    timing = fp.cell.timing
+
+    def inputs(segment: int, join: float, length: float) -> StreamInput:
+        arrivals = np.random.SeedSequence(seed, spawn_key=(replication, 2 * segment))
+        costs = np.random.SeedSequence(seed, spawn_key=(replication, 2 * segment + 1))
+        trace = p.arrivals.trace((replication + segment) % p.replications,
+                                 np.random.default_rng(arrivals), length, timing)
+        return StreamInput(trace, join, np.random.default_rng(costs),
+                           tuple(np.random.default_rng(c) for c in costs.spawn(4)))
+
+    def batch_rng(node: int) -> np.random.Generator:
+        key = _BATCH_KEY if node == 0 else _NODE_KEY + node
+        return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(replication, key)))
+
+    assert p.serving is not None
+    setup = FleetSetup(fp.cell.config, p.cost, replace(run.node, serving=p.serving),
+                       run.fleet, fp.horizon, run.workload.population)
+    placement = np.random.default_rng(np.random.SeedSequence(
+        seed, spawn_key=(replication, _PLACEMENT_KEY)))
+    return simulate_fleet(setup, sessions_of(fp, replication), inputs, batch_rng, placement)
+
+
+@dataclass(frozen=True)
+class ReplicationResult:
+    replication: int
+    metrics: dict
+    timeseries: list[dict]
+    nodes: list[dict]
+    sessions: list[dict]
+
+
+def run_replication(args: tuple[FleetPlan, int]) -> ReplicationResult:
+    """One replication, summarised (a work unit: top-level, so worker processes run it)."""
+    fp, replication = args
+    records = simulate_replication(fp, replication)
+    sessions = [{"session": s.session, "arrival": s.arrival, "duration": s.duration,
+                 "status": s.status, "node": s.node, "wait": _finite(s.wait),
+                 "ttfc": _finite(s.ttfc), "left": _finite(s.left), "segments": s.segments,
+                 "suspended": s.suspended} for s in records.sessions]
+    return ReplicationResult(replication,
+                             fleet_metrics(records, fp.run.fleet.usd_per_gpu_hour),
+                             fleet_timeseries(records), node_rows(records), sessions)
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def pooled_row(fp: FleetPlan, results: list[ReplicationResult]) -> dict:
+    """The replications' metrics: each one's mean, its standard error over the
+    replications (``_se``), and how many there were (``n_runs``)."""
+    run = fp.run
+    row: dict = {"K": run.node.K, "policy": run.node.policy, "cost": fp.plan.cost.spec,
+                 "lead": fp.cell.lead, "placement": run.fleet.placement,
+                 "admission": run.fleet.admission, "autoscale": run.fleet.autoscale,
+                 "nodes_initial": run.fleet.nodes_initial, "nodes_max": run.fleet.nodes_max,
+                 "max_sessions": run.node.max_sessions, "arrivals": run.workload.arrivals.spec,
+                 "duration": fp.horizon, "offered_load": run.workload.offered_load(fp.horizon)}
+    if not results:
+        return {**row, "n_runs": 0}
+    for key in results[0].metrics:
+        values = [r.metrics[key] for r in results if r.metrics[key] is not None]
+        row[key] = float(np.mean(values)) if values else None
+        row[f"{key}_se"] = (float(np.std(values, ddof=1) / math.sqrt(len(values)))
+                            if len(values) > 1 else None)
+    row["n_runs"] = len(results)
+    return row
+
+
+def run_fleet(fp: FleetPlan, progress: Callable[[int, int], None] | None = None,
+              done: Callable[[ReplicationResult], None] | None = None
+              ) -> list[ReplicationResult]:
+    """Every replication, on the active pool; ``done`` gets each as it finishes (a run
+    folder keeps it), ``progress(finished, total)`` counts them. An interrupt raises
+    :class:`Interrupted` with the replications finished so far kept by ``done``."""
+    pool = active_pool() or LocalPool(1)
+    work = [(fp, r) for r in range(fp.run.seeds)]
+    results: list[ReplicationResult] = []
+    try:
+        for _, result in pool.map_unordered(run_replication, work):
+            results.append(result)
+            if done is not None:
+                done(result)
+            if progress is not None:
+                progress(len(results), len(work))
+    except KeyboardInterrupt:
+        raise Interrupted(f"fleet stopped after {len(results)} of {len(work)} "
+                          "replication(s)") from None
+    return sorted(results, key=lambda r: r.replication)
+
+
+class FleetFolder:
+    """A fleet run folder, written as replications finish: ``fleet.json`` (the settings,
+    ``format_version`` and ``status``: running, complete or interrupted), ``summary.json``
+    and ``runs.csv`` (the pooled row and one row per finished replication), and per
+    replication ``timeseries.csv``, ``nodes.csv`` and ``sessions.csv`` rows (a ``run``
+    column first)."""
+
+    def __init__(self, out: Path, fp: FleetPlan) -> None:
+        self.out = out
+        self.fp = fp
+        self.results: list[ReplicationResult] = []
+        out.mkdir(parents=True, exist_ok=True)
+        self._write("running")
+
+    def add(self, result: ReplicationResult) -> None:
+        self.results.append(result)
+        self._write("running")
+
+    def finish(self, status: str = "complete") -> None:
+        self._write(status)
+
+    def _write(self, status: str) -> None:
+        from latsim.run.files import write_rows_csv
+        from latsim.run.folder import write_json
+
+        results = sorted(self.results, key=lambda r: r.replication)
+        write_json(self.out / "fleet.json", {
+            "format": "latsim-fleet", "format_version": FLEET_FORMAT_VERSION,
+            "status": status, "replications_done": len(results),
+            "replications": self.fp.run.seeds, "config": self.fp.run.describe()})
+        write_json(self.out / "summary.json", [pooled_row(self.fp, results)])
+        for name, rows in (("runs", [{"run": r.replication, **r.metrics} for r in results]),
+                           ("timeseries", [{"run": r.replication, **row} for r in results
+                                           for row in r.timeseries]),
+                           ("nodes", [{"run": r.replication, **row} for r in results
+                                      for row in r.nodes]),
+                           ("sessions", [{"run": r.replication, **row} for r in results
+                                         for row in r.sessions])):
+            if rows:
+                write_rows_csv(self.out / f"{name}.csv", rows)

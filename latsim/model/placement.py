@@ -1,0 +1,67 @@
+"""The built-in placement policies of a fleet (DESIGN §8), registered as ``latsim.placements``
+entry points the way a third party registers its own.
+
+Each entry is a factory: called once per run, it returns the chooser
+(:data:`~latsim.plugins.protocols.Placement`) the control plane asks for every session it
+places, with the nodes that have room (in node order, never empty) and the run's placement
+random stream. Ties go to the lowest node index, so a run is reproducible.
+
+- ``round-robin``: the next node after the one chosen last, in index order;
+- ``least-loaded``: the fewest sessions;
+- ``power-of-two``: two distinct nodes drawn at random, the one with fewer sessions;
+- ``min-max``: the lowest predicted per-chunk latency after placement (TurboServe's rule:
+  the worst chunk latency of the fleet is kept as low as it can be);
+- ``least-slack``: the node whose playing streams have the most playout slack left, by
+  their least one (SlackServe's signal, used for placement: the node least at risk).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from latsim.plugins.protocols import NodeLoad, Placement
+
+
+def round_robin() -> Placement:
+    last = [-1]
+
+    def choose(nodes: Sequence[NodeLoad], rng: np.random.Generator) -> NodeLoad:
+        after = [n for n in nodes if n.index > last[0]]
+        chosen = after[0] if after else nodes[0]
+        last[0] = chosen.index
+        return chosen
+
+    return choose
+
+
+def least_loaded() -> Placement:
+    def choose(nodes: Sequence[NodeLoad], rng: np.random.Generator) -> NodeLoad:
+        return min(nodes, key=lambda n: (n.sessions, n.index))
+
+    return choose
+
+
+def power_of_two() -> Placement:
+    def choose(nodes: Sequence[NodeLoad], rng: np.random.Generator) -> NodeLoad:
+        if len(nodes) == 1:
+            return nodes[0]
+        first, second = rng.choice(len(nodes), size=2, replace=False)
+        return min(nodes[int(first)], nodes[int(second)], key=lambda n: (n.sessions, n.index))
+
+    return choose
+
+
+def min_max() -> Placement:
+    def choose(nodes: Sequence[NodeLoad], rng: np.random.Generator) -> NodeLoad:
+        return min(nodes, key=lambda n: (n.chunk_s, n.sessions, n.index))
+
+    return choose
+
+
+def least_slack() -> Placement:
+    def choose(nodes: Sequence[NodeLoad], rng: np.random.Generator) -> NodeLoad:
+        return min(nodes, key=lambda n: (-n.slack_s, n.sessions, n.index))
+
+    return choose

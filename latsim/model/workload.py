@@ -1,0 +1,349 @@
+"""A fleet's workload (DESIGN §8): sessions that arrive, last a while, and alternate active
+and idle periods.
+
+Specs (TOML ``[workload]``; every number is range-checked, bad input is one line):
+
+- arrivals: ``poisson:RATE`` (sessions per second), ``curve:PATH`` (a CSV of ``t,rate``
+  rows: the rate from each ``t`` to the next, the last one to the end), ``mmpp:R1,R2,M1,M2``
+  (a two-state Markov-modulated Poisson process: rates R1 and R2 per second, mean sojourns
+  M1 and M2 seconds, starting in state 1), or ``population:N`` (N sessions present for the
+  whole run and never idle, joining as ``simulate --streams N`` staggers them);
+- duration, the seconds a session watches (playback, idle periods included; waiting for
+  admission and first chunks come on top): ``fixed:S``, ``exponential:MEAN``,
+  ``lognormal:MEAN,CV`` or ``pareto:MEAN,ALPHA`` (ALPHA > 1; a heavy tail);
+- activity: ``always`` or ``active_idle:ACTIVE_MEAN,IDLE_MEAN`` (exponential periods,
+  starting active; an idle session generates and plays nothing).
+
+:func:`sample_sessions` draws the sessions of one run from one random stream; each
+session's active periods are its *segments*, each played as one stream on a node.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from latsim.errors import MAX_DURATION, LatsimError
+from latsim.model.traces import read_input_file
+
+#: Sessions one run may draw (the work bound of the sampler; a typo'd rate fails here).
+MAX_SESSIONS = 1_000_000
+#: Rows of a ``curve:`` file.
+MAX_CURVE_ROWS = 100_000
+
+
+def _short(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "...'"
+
+
+def _numbers(what: str, spec: str, body: str, count: int) -> list[float]:
+    """``count`` comma-separated finite ASCII numbers of ``spec``."""
+    parts = body.split(",")
+    if len(parts) != count or not all(parts):
+        raise LatsimError(f"{what} {_short(spec)} needs {count} comma-separated number(s)")
+    values = []
+    for part in parts:
+        part = part.strip()
+        if not part.isascii():
+            raise LatsimError(f"{what} {_short(spec)}: {_short(part)} is not a number "
+                              "(write it with ASCII digits)")
+        try:
+            value = float(part)
+        except ValueError:
+            raise LatsimError(f"{what} {_short(spec)}: {_short(part)} is not a number") from None
+        if not math.isfinite(value):
+            raise LatsimError(f"{what} {_short(spec)}: numbers must be finite")
+        values.append(value)
+    return values
+
+
+# ---------------------------------------------------------------- durations
+
+
+@dataclass(frozen=True)
+class DurationLaw:
+    """How long a session watches: a positive distribution with a finite mean."""
+
+    spec: str
+    kind: str  # fixed | exponential | lognormal | pareto
+    mean: float
+    shape: float = 0.0  # lognormal: CV; pareto: alpha
+
+    def sample(self, rng: np.random.Generator) -> float:
+        if self.kind == "fixed":
+            return self.mean
+        if self.kind == "exponential":
+            return float(rng.exponential(self.mean))
+        if self.kind == "lognormal":
+            sigma2 = math.log1p(self.shape**2)
+            return float(rng.lognormal(math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2)))
+        alpha = self.shape  # pareto with scale x_m = mean (alpha - 1) / alpha
+        return float(self.mean * (alpha - 1) / alpha * (1 - rng.random()) ** (-1 / alpha))
+
+
+def parse_duration(spec: str) -> DurationLaw:
+    """A session duration spec (see the module docstring)."""
+    what = "duration spec"
+    if not isinstance(spec, str):
+        raise LatsimError(f"{what} must be text like lognormal:60,1.0, got {spec!r}")
+    kind, sep, body = spec.partition(":")
+    if not sep:
+        raise LatsimError(f"{what} {_short(spec)} needs the form KIND:ARGS, e.g. fixed:60")
+    if kind in ("fixed", "exponential"):
+        (mean,) = _numbers(what, spec, body, 1)
+        shape = 0.0
+    elif kind in ("lognormal", "pareto"):
+        mean, shape = _numbers(what, spec, body, 2)
+    else:
+        raise LatsimError(f"unknown {what} prefix {_short(kind)}; use fixed:, exponential:, "
+                          "lognormal: or pareto:")
+    if not 0 < mean <= MAX_DURATION:
+        raise LatsimError(f"{what} {_short(spec)}: the mean must be in (0, {MAX_DURATION:g}] "
+                          f"seconds, got {mean:g}")
+    if kind == "lognormal" and not 0 <= shape <= 100:
+        raise LatsimError(f"{what} {_short(spec)}: CV must be in [0, 100], got {shape:g}")
+    if kind == "pareto" and not 1 < shape <= 100:
+        raise LatsimError(f"{what} {_short(spec)}: ALPHA must be in (1, 100] (a finite "
+                          f"mean), got {shape:g}")
+    return DurationLaw(spec, kind, mean, shape)
+
+
+# ---------------------------------------------------------------- arrivals
+
+
+@dataclass(frozen=True)
+class SessionArrivals:
+    """When sessions arrive: a piecewise-constant rate, a two-state MMPP, or a population."""
+
+    spec: str
+    kind: str  # poisson | curve | mmpp | population
+    #: poisson and curve: (start time, rate) pieces; mmpp: ((R1, M1), (R2, M2))
+    pieces: tuple[tuple[float, float], ...] = ()
+    population: int = 0
+
+    def mean_rate(self, horizon: float) -> float:
+        """The average arrival rate over ``[0, horizon)`` (the MMPP's stationary one)."""
+        if self.kind == "population":
+            return 0.0
+        if self.kind == "mmpp":
+            (r1, m1), (r2, m2) = self.pieces
+            return (r1 * m1 + r2 * m2) / (m1 + m2)
+        total = 0.0
+        for i, (start, rate) in enumerate(self.pieces):
+            end = self.pieces[i + 1][0] if i + 1 < len(self.pieces) else horizon
+            total += rate * max(0.0, min(end, horizon) - min(start, horizon))
+        return total / horizon
+
+    def times(self, horizon: float, rng: np.random.Generator) -> list[float]:
+        """Arrival times in ``[0, horizon)``."""
+        if self.kind == "mmpp":
+            return self._mmpp(horizon, rng)
+        out: list[float] = []
+        for i, (start, rate) in enumerate(self.pieces):
+            end = min(self.pieces[i + 1][0] if i + 1 < len(self.pieces) else horizon, horizon)
+            t = start
+            while rate > 0 and t < end:
+                t += float(rng.exponential(1 / rate))
+                if t < end:
+                    out.append(t)
+                    _check_count(len(out), self.spec)
+        return out
+
+    def _mmpp(self, horizon: float, rng: np.random.Generator) -> list[float]:
+        out: list[float] = []
+        t, state = 0.0, 0
+        while t < horizon:
+            rate, sojourn = self.pieces[state]
+            leave = min(horizon, t + float(rng.exponential(sojourn)))
+            while rate > 0:
+                t += float(rng.exponential(1 / rate))
+                if t >= leave:
+                    break
+                out.append(t)
+                _check_count(len(out), self.spec)
+            t, state = leave, 1 - state
+        return out
+
+
+def _check_count(count: int, spec: str) -> None:
+    if count > MAX_SESSIONS:
+        raise LatsimError(f"arrivals {_short(spec)} draw more than {MAX_SESSIONS:,} sessions "
+                          "in the run; lower the rate or the duration")
+
+
+def _curve(spec: str, path: str) -> tuple[tuple[float, float], ...]:
+    text = read_input_file(path, "arrival curve")
+    rows = [row for row in csv.reader(io.StringIO(text)) if row and any(c.strip() for c in row)]
+    if rows and not _is_number(rows[0][0]):
+        rows = rows[1:]  # a header
+    if not rows:
+        raise LatsimError(f"{path}: an arrival curve needs rows of t,rate")
+    if len(rows) > MAX_CURVE_ROWS:
+        raise LatsimError(f"{path}: more than {MAX_CURVE_ROWS:,} rows")
+    pieces = []
+    for number, row in enumerate(rows, 1):
+        if len(row) != 2:
+            raise LatsimError(f"{path}: row {number}: expected t,rate, got {','.join(row)!r}")
+        t, rate = _numbers("arrival curve row", ",".join(row), ",".join(row), 2)
+        if rate < 0 or t < 0:
+            raise LatsimError(f"{path}: row {number}: t and rate must be >= 0")
+        if pieces and t <= pieces[-1][0]:
+            raise LatsimError(f"{path}: row {number}: t must increase, got {t:g} after "
+                              f"{pieces[-1][0]:g}")
+        pieces.append((t, rate))
+    if pieces[0][0] != 0:
+        pieces.insert(0, (0.0, 0.0))  # no arrivals before the curve's first time
+    return tuple(pieces)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip().isascii()
+
+
+def parse_arrivals(spec: str) -> SessionArrivals:
+    """A session arrival spec (see the module docstring)."""
+    what = "arrivals spec"
+    if not isinstance(spec, str):
+        raise LatsimError(f"{what} must be text like poisson:0.5, got {spec!r}")
+    kind, sep, body = spec.partition(":")
+    if not sep:
+        raise LatsimError(f"{what} {_short(spec)} needs the form KIND:ARGS, e.g. poisson:0.5")
+    if kind == "poisson":
+        (rate,) = _numbers(what, spec, body, 1)
+        if not 0 <= rate <= 1e4:
+            raise LatsimError(f"{what} {_short(spec)}: the rate must be in [0, 10000] "
+                              f"sessions per second, got {rate:g}")
+        return SessionArrivals(spec, kind, ((0.0, rate),))
+    if kind == "curve":
+        return SessionArrivals(spec, kind, _curve(spec, body))
+    if kind == "mmpp":
+        r1, r2, m1, m2 = _numbers(what, spec, body, 4)
+        if not (0 <= r1 <= 1e4 and 0 <= r2 <= 1e4):
+            raise LatsimError(f"{what} {_short(spec)}: rates must be in [0, 10000] per second")
+        if not (0 < m1 <= MAX_DURATION and 0 < m2 <= MAX_DURATION):
+            raise LatsimError(f"{what} {_short(spec)}: mean sojourns must be in (0, "
+                              f"{MAX_DURATION:g}] seconds")
+        return SessionArrivals(spec, kind, ((r1, m1), (r2, m2)))
+    if kind == "population":
+        body = body.strip()
+        if not (body.isascii() and body.isdigit()) or not 1 <= int(body) <= 16384:
+            raise LatsimError(f"{what} {_short(spec)}: N must be an integer in [1, 16384]")
+        return SessionArrivals(spec, kind, population=int(body))
+    raise LatsimError(f"unknown {what} prefix {_short(kind)}; use poisson:, curve:, mmpp: or "
+                      "population:")
+
+
+# ---------------------------------------------------------------- activity
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Always active, or alternating exponential active and idle periods."""
+
+    spec: str
+    active_mean: float = math.inf
+    idle_mean: float = 0.0
+
+    @property
+    def always(self) -> bool:
+        return math.isinf(self.active_mean)
+
+    def segments(self, duration: float, rng: np.random.Generator
+                 ) -> tuple[tuple[float, float], ...]:
+        """The active periods ``(start, length)`` within ``[0, duration)``."""
+        if self.always:
+            return ((0.0, duration),)
+        out, t = [], 0.0
+        while t < duration:
+            length = min(float(rng.exponential(self.active_mean)), duration - t)
+            out.append((t, length))
+            t += length + float(rng.exponential(self.idle_mean))
+        return tuple(out)
+
+    @property
+    def active_fraction(self) -> float:
+        """The long-run share of a session's time that is active."""
+        return 1.0 if self.always else self.active_mean / (self.active_mean + self.idle_mean)
+
+
+def parse_activity(spec: str) -> Activity:
+    """An activity spec (see the module docstring)."""
+    if spec == "always":
+        return Activity(spec)
+    kind, sep, body = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    if kind != "active_idle" or not sep:
+        raise LatsimError(f"activity {_short(str(spec))} must be always or "
+                          "active_idle:ACTIVE_MEAN,IDLE_MEAN")
+    active, idle = _numbers("activity", spec, body, 2)
+    for name, value in (("ACTIVE_MEAN", active), ("IDLE_MEAN", idle)):
+        if not 0 < value <= MAX_DURATION:
+            raise LatsimError(f"activity {_short(spec)}: {name} must be in (0, "
+                              f"{MAX_DURATION:g}] seconds, got {value:g}")
+    return Activity(spec, active, idle)
+
+
+# ---------------------------------------------------------------- sessions
+
+
+@dataclass(frozen=True)
+class Session:
+    """One viewer's session: it arrives at ``arrival`` (global time) and watches for
+    ``duration`` seconds once admitted; ``segments`` are its active periods ``(start,
+    length)`` in its own time."""
+
+    index: int
+    arrival: float
+    duration: float
+    segments: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class Workload:
+    arrivals: SessionArrivals
+    duration: DurationLaw
+    activity: Activity
+    updates: str
+
+    @property
+    def population(self) -> bool:
+        return self.arrivals.kind == "population"
+
+    def offered_load(self, horizon: float) -> float:
+        """Sessions present on average with unlimited capacity (M/G/∞: λ·E[D])."""
+        if self.population:
+            return float(self.arrivals.population)
+        return self.arrivals.mean_rate(horizon) * self.duration.mean
+
+
+def parse_workload(arrivals: str, duration: str, activity: str, updates: str) -> Workload:
+    from latsim.model.arrivals import parse_updates
+
+    parse_updates(updates)  # a bad updates spec fails before any work
+    return Workload(parse_arrivals(arrivals), parse_duration(duration),
+                    parse_activity(activity), updates)
+
+
+def sample_sessions(workload: Workload, horizon: float, rng: np.random.Generator,
+                    joins: tuple[float, ...] = ()) -> tuple[Session, ...]:
+    """The sessions of one run of ``horizon`` seconds. A population's sessions join at
+    ``joins`` (one per session, as the serving model's ``start`` places streams) and watch
+    for the whole run."""
+    if workload.population:
+        return tuple(Session(i, join, horizon, ((0.0, horizon),))
+                     for i, join in enumerate(joins))
+    times = workload.arrivals.times(horizon, rng)
+    sessions = []
+    for index, arrival in enumerate(times):
+        duration = workload.duration.sample(rng)
+        sessions.append(Session(index, arrival, duration,
+                                workload.activity.segments(duration, rng)))
+    return tuple(sessions)

@@ -1,0 +1,381 @@
+"""The fleet (DESIGN §8) against what must hold: a degenerate fleet is the serving model,
+M/G/∞ occupancy, Erlang-B blocking (insensitive to the duration law), Little's law for the
+admission queue, placement and autoscaling doing what they claim, and the bookkeeping
+invariants over random fleets. Tolerances come from the replications' standard errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from latsim.analysis.fleet import level_means
+from latsim.analysis.queueing import erlang_b
+from latsim.analysis.serving import serving_metrics
+from latsim.cli.app import app
+from latsim.errors import LatsimError
+from latsim.experiments.engine import run_experiment
+from latsim.experiments.fleet import (
+    fleet_experiment,
+    plan_fleet,
+    pooled_row,
+    run_fleet,
+    simulate_replication,
+)
+from latsim.model.fleet import parse_fleet
+from tests.helpers import envelope_of
+
+runner = CliRunner()
+
+#: A cheap node: one latent slot a second (r = 8 at 8 fps), K = 4 (T = 4 s), C = 0.1 s.
+CHEAP = {"K": 4, "r": 8, "fps": 8.0, "cost": "fixed:0.1", "pools": "dit=1",
+         "cold_start": False}
+
+
+def fleet(workload: dict, node: dict | None = None, fleet_: dict | None = None,
+          run: dict | None = None):
+    return parse_fleet({"workload": workload, "node": {**CHEAP, **(node or {})},
+                        "fleet": fleet_ or {}, "run": run or {}}, "test")
+
+
+def replications(run, n: int) -> list:
+    fp = plan_fleet(run)
+    return [simulate_replication(fp, r) for r in range(n)]
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values, ddof=1) / math.sqrt(len(values)))
+
+
+# ---------------------------------------------------------------- the serving model
+
+
+@pytest.mark.parametrize("cold_start", [False, True])
+@pytest.mark.parametrize("start", ["staggered", "random"])
+def test_one_node_holding_a_population_is_simulate_streams(cold_start, start):
+    """Same pools, seed and streams: the node's records give simulate's metrics exactly."""
+    run = fleet({"arrivals": "population:3", "updates": "poisson:0.2"},
+                {"K": 8, "r": 4, "fps": 16.0, "cost": "lognormal:0.7,0.3",
+                 "pools": "dit=1", "cold_start": cold_start, "start": start,
+                 "max_sessions": 3, "policy": "speculative"},
+                {"nodes_initial": 1, "nodes_max": 1}, {"duration": 40, "seeds": 2, "seed": 5})
+    served = run_experiment(fleet_experiment(run)).runs[(8, "speculative")]
+    fleet_runs = [r.node_runs[0] for r in replications(run, 2)]
+    assert serving_metrics(fleet_runs) == serving_metrics(served)
+    for mine, theirs in zip(fleet_runs, served, strict=True):
+        assert mine.viewer == theirs.viewer and mine.starts == theirs.starts
+        assert [s.conditions for s in mine.streams] == [s.conditions for s in theirs.streams]
+
+
+# ---------------------------------------------------------------- queueing theory
+
+
+def _survival(spec: str, s: np.ndarray) -> np.ndarray:
+    kind, _, body = spec.partition(":")
+    values = [float(v) for v in body.split(",")]
+    mean = values[0]
+    if kind == "fixed":
+        return (s < mean).astype(float)
+    if kind == "exponential":
+        return np.exp(-s / mean)
+    if kind == "lognormal":
+        sigma2 = math.log1p(values[1] ** 2)
+        mu = math.log(mean) - sigma2 / 2
+        with np.errstate(divide="ignore"):
+            z = (np.log(np.maximum(s, 1e-300)) - mu) / math.sqrt(2 * sigma2)
+        return 0.5 * np.array([math.erfc(v) for v in z])
+    alpha = values[1]
+    scale = mean * (alpha - 1) / alpha
+    return np.where(s < scale, 1.0, (scale / np.maximum(s, scale)) ** alpha)
+
+
+def _mg_infinity_mean(rate: float, spec: str, horizon: float) -> float:
+    """E[time-average sessions present over [0, H]] from an empty start (M/G/∞):
+    (λ/H) ∫_0^H (H − s) P(D > s) ds, which tends to λ·E[D]."""
+    s = np.linspace(0.0, horizon, 200_001)
+    return rate / horizon * float(np.trapezoid((horizon - s) * _survival(spec, s), s))
+
+
+@pytest.mark.parametrize("duration", ["fixed:20", "exponential:20", "lognormal:20,1.5",
+                                      "pareto:20,2.5"])
+def test_unlimited_capacity_holds_lambda_times_the_mean_duration(duration):
+    rate, horizon = 0.5, 800.0
+    run = fleet({"arrivals": f"poisson:{rate}", "duration": duration,
+                 "updates": "poisson:0"}, {"max_sessions": 1000},
+                run={"duration": horizon})
+    present = [level_means(r)["present"] for r in replications(run, 6)]
+    mean, se = mean_se(present)
+    expected = _mg_infinity_mean(rate, duration, horizon)
+    assert abs(expected - rate * 20) < 0.5  # the warm-up from empty is small here
+    assert abs(mean - expected) <= 4 * se + 1e-9, (mean, se, expected)
+
+
+@pytest.mark.parametrize("duration", ["exponential:20", "lognormal:20,2.0"])
+def test_a_hard_cap_with_rejection_blocks_as_erlang_b(duration):
+    """c = 2 nodes × 3 sessions, offered load a = λ·E[D] = 6: Erlang-B blocking whatever
+    the duration law (B(6, 6) = 0.2649)."""
+    rate, horizon = 0.3, 3000.0
+    run = fleet({"arrivals": f"poisson:{rate}", "duration": duration,
+                 "updates": "poisson:0"}, {"max_sessions": 3},
+                {"nodes_initial": 2, "nodes_max": 2, "admission": "reject"},
+                {"duration": horizon})
+    fp = plan_fleet(run)
+    blocking = [r.metrics["blocking"] for r in run_fleet(replace_seeds(fp, 8))]
+    mean, se = mean_se(blocking)
+    expected = erlang_b(6, rate * 20)
+    assert abs(expected - 0.26492) < 1e-4  # the tabulated Erlang-B value
+    assert abs(mean - expected) <= 4 * se, (mean, se, expected)
+
+
+def replace_seeds(fp, seeds: int):
+    from dataclasses import replace
+
+    return replace(fp, run=replace(fp.run, seeds=seeds))
+
+
+def test_the_admission_queue_obeys_littles_law():
+    """Time-average sessions waiting (from the control plane's levels) = arrival rate ×
+    mean time each arrival waited (from the sessions): two tallies, one identity."""
+    horizon = 1500.0
+    run = fleet({"arrivals": "poisson:0.18", "duration": "exponential:20",
+                 "updates": "poisson:0"}, {"max_sessions": 4},
+                {"nodes_initial": 1, "nodes_max": 1, "admission": "queue"},
+                {"duration": horizon})
+    (records,) = replications(run, 1)
+    waited = sum(min(s.admitted, horizon) - s.arrival if math.isfinite(s.admitted)
+                 else horizon - s.arrival for s in records.sessions if s.status != "rejected")
+    rate = len(records.sessions) / horizon
+    queue_mean = level_means(records)["queued"]
+    assert queue_mean > 0.1  # the queue was used
+    assert queue_mean == pytest.approx(rate * waited / len(records.sessions), rel=1e-9)
+    assert all(s.status != "rejected" for s in records.sessions)
+    admitted = [s for s in records.sessions if s.status == "served"]
+    assert [s.session for s in sorted(admitted, key=lambda s: s.admitted)] == sorted(
+        s.session for s in admitted)  # first come, first served
+
+
+# ---------------------------------------------------------------- the control plane
+
+
+def test_least_loaded_keeps_the_busiest_node_lighter_than_round_robin():
+    peaks = {}
+    for placement in ("round-robin", "least-loaded"):
+        run = fleet({"arrivals": "poisson:0.4", "duration": "lognormal:30,2.0",
+                     "updates": "poisson:0"}, {"max_sessions": 100},
+                    {"nodes_initial": 4, "nodes_max": 4, "placement": placement},
+                    {"duration": 600})
+        peaks[placement] = [max(n.sessions_max for n in r.nodes)
+                            for r in replications(run, 5)]
+    assert sum(peaks["least-loaded"]) < sum(peaks["round-robin"]), peaks
+    assert all(a <= b for a, b in zip(peaks["least-loaded"], peaks["round-robin"],
+                                      strict=True))
+
+
+def test_autoscaling_tracks_its_target_and_never_exceeds_nodes_max():
+    """Offered load 24 sessions on nodes of 4: about 8.6 nodes at 70 %. Once warm, the
+    time-average utilisation stays in the band, and no more than nodes_max are ever up."""
+    horizon = 2400.0
+    run = fleet({"arrivals": "poisson:0.4", "duration": "exponential:60",
+                 "updates": "poisson:0"}, {"max_sessions": 4},
+                {"nodes_initial": 1, "nodes_min": 1, "nodes_max": 12, "autoscale": True,
+                 "target_util": 0.7, "hysteresis": 0.15, "cooldown_s": 20,
+                 "provision_delay_s": 30, "autoscale_interval_s": 10, "admission": "queue"},
+                {"duration": horizon})
+    for records in replications(run, 3):
+        assert max(level.nodes for level in records.levels) <= 12
+        warm = level_means(records, 600.0, horizon)
+        util = warm["held"] / warm["slots"]
+        assert 0.7 - 0.15 <= util <= 0.7 + 0.15, util
+        assert 6 <= warm["nodes"] <= 11
+
+
+def test_a_static_fleet_never_costs_less_than_its_autoscaled_self():
+    base = {"arrivals": "poisson:0.2", "duration": "exponential:60", "updates": "poisson:0"}
+    static = fleet(base, {"max_sessions": 4}, {"nodes_initial": 6, "nodes_max": 6},
+                   {"duration": 1200, "seeds": 3})
+    scaled = fleet(base, {"max_sessions": 4},
+                   {"nodes_initial": 1, "nodes_max": 6, "autoscale": True,
+                    "provision_delay_s": 30, "cooldown_s": 30},
+                   {"duration": 1200, "seeds": 3})
+    costs = {}
+    for name, run in (("static", static), ("scaled", scaled)):
+        fp = plan_fleet(run)
+        costs[name] = [r.metrics["gpu_hours"] for r in run_fleet(fp)]
+    assert all(s == pytest.approx(6 * 1200 / 3600) for s in costs["static"])
+    assert all(a < s for a, s in zip(costs["scaled"], costs["static"], strict=True))
+
+
+def test_more_nodes_never_raise_l95_or_stall_beyond_noise():
+    rows = {}
+    for nodes in (2, 4):
+        run = fleet({"arrivals": "poisson:0.2", "duration": "exponential:60",
+                     "updates": "poisson:0.2"},
+                    {"K": 8, "r": 4, "fps": 16.0, "cost": "fixed:0.5", "max_sessions": 8},
+                    {"nodes_initial": nodes, "nodes_max": nodes, "admission": "queue"},
+                    {"duration": 600, "seeds": 3})
+        fp = plan_fleet(run)
+        rows[nodes] = pooled_row(fp, run_fleet(fp))
+    for key in ("L95", "stall_pct"):
+        few, many = rows[2], rows[4]
+        noise = 3 * math.hypot(few[f"{key}_se"] or 0, many[f"{key}_se"] or 0)
+        assert many[key] <= few[key] + noise, (key, few[key], many[key], noise)
+
+
+# ---------------------------------------------------------------- invariants
+
+
+@settings(max_examples=12, deadline=None)
+@given(rate=st.sampled_from([0.05, 0.2, 0.5]),
+       duration=st.sampled_from(["fixed:15", "exponential:20", "pareto:20,1.8"]),
+       activity=st.sampled_from(["always", "active_idle:10,5"]),
+       admission=st.sampled_from(["reject", "queue"]),
+       nodes=st.integers(1, 3), max_sessions=st.integers(1, 4),
+       autoscale=st.booleans(), suspend=st.sampled_from([None, 2.0]),
+       placement=st.sampled_from(["round-robin", "least-loaded", "power-of-two", "min-max",
+                                  "least-slack"]),
+       seed=st.integers(0, 2**16))
+def test_fleet_bookkeeping_holds_for_any_fleet(rate, duration, activity, admission, nodes,
+                                               max_sessions, autoscale, suspend, placement,
+                                               seed):
+    fleet_ = {"nodes_initial": 1 if autoscale else nodes, "nodes_min": 1, "nodes_max": nodes,
+              "admission": admission, "autoscale": autoscale, "placement": placement,
+              "cooldown_s": 5, "provision_delay_s": 5, "resume_s": 0.5}
+    if suspend is not None:
+        fleet_["suspend_after_s"] = suspend
+    run = fleet({"arrivals": f"poisson:{rate}", "duration": duration, "activity": activity,
+                 "updates": "poisson:0.2"}, {"max_sessions": max_sessions, "cold_start": True},
+                fleet_, {"duration": 120, "seed": seed})
+    (records,) = replications(run, 1)
+    horizon = records.horizon
+    # no session plays on two nodes (or twice) at once
+    by_session: dict[int, list] = {}
+    for segment in records.segments:
+        by_session.setdefault(segment.session, []).append(segment)
+    for segments in by_session.values():
+        spans = sorted((s.t_request, s.t_end) for s in segments)
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:], strict=False))
+    for session in records.sessions:
+        if session.status == "served":
+            mine = by_session[session.session]
+            assert sum(s.played for s in mine) <= session.duration + 1e-6
+            if math.isfinite(session.left):  # it left: every segment it had was played
+                assert len(mine) == session.segments
+                assert session.left <= horizon + 1e-9
+        else:
+            assert session.session not in by_session
+    # a node never holds more than its slots, and never more nodes than nodes_max are up
+    assert all(n.sessions_max <= max_sessions for n in records.nodes)
+    assert all(level.nodes <= nodes for level in records.levels)
+    assert all(level.held <= level.nodes * max_sessions for level in records.levels)
+    # GPU-hours are the integral of nodes over time times the node's devices
+    means = level_means(records)
+    assert records.node_hours() == pytest.approx(means["nodes"] * horizon / 3600, rel=1e-9)
+
+
+# ---------------------------------------------------------------- input and the command
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"workload": {}}, "[workload] needs arrivals"),
+    ({"workload": {"arrivals": "poisson:x"}}, "'x' is not a number"),
+    ({"workload": {"arrivals": "poisson:0.1", "duration": "pareto:10,0.5"}},
+     "ALPHA must be in (1, 100]"),
+    ({"workload": {"arrivals": "poisson:0.1"}, "node": {"streams": 4}},
+     "a node's streams are the sessions"),
+    ({"workload": {"arrivals": "poisson:0.1"}, "fleet": {"placement": "random"}},
+     "fleet.placement must be one of least-loaded, least-slack, min-max"),
+    ({"workload": {"arrivals": "poisson:0.1"}, "fleet": {"migration": True}},
+     "migration is not built yet"),
+    ({"workload": {"arrivals": "poisson:0.1"}, "run": {"mode": "sharded"}},
+     "only exact is built"),
+    ({"workload": {"arrivals": "poisson:0.1"}, "fleet": {"nodes_min": 3, "nodes_max": 2}},
+     "fleet.nodes_min must be"),
+    ({"workload": {"arrivals": "poisson:0.1"}, "gpus": {}}, "unknown table(s) gpus"),
+    ({"workload": {"arrivals": "poisson:0.1", "speed": 2}}, "unknown key workload.speed"),
+])
+def test_bad_fleet_input_is_one_line(doc, message):
+    with pytest.raises(LatsimError, match=None) as error:
+        parse_fleet(doc, "f.toml")
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+FILE = """
+[workload]
+arrivals = "poisson:0.1"
+duration = "exponential:30"
+updates = "poisson:0.2"
+
+[node]
+K = 4
+r = 8
+fps = 8
+cost = "fixed:0.2"
+pools = "dit=1"
+max_sessions = 3
+
+[fleet]
+nodes_initial = 2
+nodes_max = 2
+usd_per_gpu_hour = 2.5
+
+[run]
+duration = 300
+seeds = 2
+"""
+
+
+def test_the_command_prints_the_envelope_and_writes_its_folder(tmp_path):
+    path = tmp_path / "fleet.toml"
+    path.write_text(FILE)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["fleet", str(path), "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = envelope_of(result.stdout)
+    (row,) = payload["rows"]
+    for key in ("sessions_arrived", "sessions_admitted", "sessions_rejected", "blocking",
+                "active_mean", "ttfc_mean", "L50", "L95", "stall_pct", "gpu_hours",
+                "cost_usd", "nodes_mean"):
+        assert key in row, key
+    assert row["n_runs"] == 2 and len(payload["runs"]) == 2
+    assert row["gpu_hours"] == pytest.approx(2 * 300 / 3600)
+    assert row["cost_usd"] == pytest.approx(2.5 * row["gpu_hours"])
+    config = json.loads((out / "fleet.json").read_text())
+    assert config["status"] == "complete" and config["format_version"] == 1
+    for name in ("summary.json", "runs.csv", "timeseries.csv", "nodes.csv", "sessions.csv",
+                 "fleet.png"):
+        assert (out / name).stat().st_size > 0, name
+    static = runner.invoke(app, ["fleet", str(path), "--nodes", "1", "--seeds", "1",
+                                 "--json"])
+    assert envelope_of(static.stdout)["rows"][0]["nodes_mean"] == pytest.approx(1.0)
+    table = runner.invoke(app, ["fleet", str(path), "--seeds", "1"], env={"COLUMNS": "80"})
+    assert table.exit_code == 0 and "condition L95 (s)" in table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80
+
+
+def test_the_command_refuses_bad_flags_and_work_beyond_its_bound(tmp_path):
+    path = tmp_path / "fleet.toml"
+    path.write_text(FILE)
+    for args, message in ((["--autoscale", "maybe"], "--autoscale must be on or off"),
+                          (["--placement", "nearest"], "fleet.placement must be one of"),
+                          (["--max-events", "100"], "more than the work bound")):
+        result = runner.invoke(app, ["fleet", str(path), *args])
+        assert result.exit_code == 2 and message in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1
+
+
+def test_the_example_file_loads_and_runs():
+    from dataclasses import replace
+    from pathlib import Path
+
+    from latsim.model.fleet import load_fleet
+
+    run = load_fleet(Path(__file__).resolve().parent.parent / "examples" / "fleet.toml")
+    assert run.fleet.autoscale and run.fleet.placement == "min-max"
+    fp = plan_fleet(replace(run, duration=300.0, seeds=1))
+    (result,) = run_fleet(fp)
+    assert result.metrics["sessions_admitted"] > 0 and result.metrics["gpu_hours"] > 0
