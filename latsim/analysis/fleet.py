@@ -107,8 +107,7 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0) -> dict:
     ttfc = [s.ttfc for s in admitted if math.isfinite(s.first_display)]
     latencies = _shown_latencies(run)
     stalled, played = _stall_seconds(run, 0.0, run.horizon)
-    chunks = [task.t_end - task.t_enqueue for node_run in run.node_runs
-              for task in node_run.tasks if task.stage == "dit" and task.kind != "prebuffer"]
+    chunks = [c for node_run in run.node_runs for c in node_run.chunk_latencies()]
     gpu_hours = run.node_hours() * run.gpus_per_node
     viewer_hours = played / 3600.0
     cost = gpu_hours * usd_per_gpu_hour

@@ -106,9 +106,10 @@ def sessions_of(fp: FleetPlan, replication: int) -> tuple[Session, ...]:
     return sample_sessions(fp.run.workload, fp.horizon, rng, joins)
 
 
-def simulate_replication(fp: FleetPlan, replication: int) -> FleetRecords:
-    """One replication's records (exact mode)."""
-    from latsim.sim.fleet import FleetSetup, simulate_fleet
+def _parts(fp: FleetPlan, replication: int) -> tuple:
+    """(setup, sessions, segment inputs, node batch streams, placement stream) of one
+    replication."""
+    from latsim.sim.fleet import FleetSetup
     from latsim.sim.serving import StreamInput
 
     run, p, seed = fp.run, fp.plan, fp.run.seed
@@ -128,10 +129,37 @@ def simulate_replication(fp: FleetPlan, replication: int) -> FleetRecords:
 
     assert p.serving is not None
     setup = FleetSetup(fp.cell.config, p.cost, replace(run.node, serving=p.serving),
-                       run.fleet, fp.horizon, run.workload.population)
+                       run.fleet, fp.horizon, run.workload.population,
+                       mode="exact" if run.workload.population else run.mode)
     placement = np.random.default_rng(np.random.SeedSequence(
         seed, spawn_key=(replication, _PLACEMENT_KEY)))
-    return simulate_fleet(setup, sessions_of(fp, replication), inputs, batch_rng, placement)
+    return setup, sessions_of(fp, replication), inputs, batch_rng, placement
+
+
+def simulate_replication(fp: FleetPlan, replication: int) -> FleetRecords:
+    """One replication's records, in the run's mode (a population always runs exact: its
+    nodes do not interact, so a plan would change nothing)."""
+    from latsim.sim.fleet import merge_plays, plan_fleet_run, simulate_fleet
+
+    setup, sessions, inputs, batch_rng, placement = _parts(fp, replication)
+    if setup.mode == "exact":
+        return simulate_fleet(setup, sessions, inputs, batch_rng, placement)
+    control, plans = plan_fleet_run(setup, sessions, inputs, placement)
+    plays = {node: _play(fp, replication, node, plan) for node, plan in plans.items()}
+    return merge_plays(control, plans, plays)
+
+
+def _play(fp: FleetPlan, replication: int, node: int, plan: list):  # noqa: ANN202
+    from latsim.sim.fleet import simulate_node_plan
+
+    setup, _, inputs, batch_rng, _ = _parts(fp, replication)
+    return simulate_node_plan(setup, node, plan, inputs, batch_rng(node))
+
+
+def run_node_unit(args: tuple) -> object:
+    """One node of a sharded replication (a work unit: top-level, for worker processes)."""
+    fp, replication, node, plan = args
+    return _play(fp, replication, node, plan)
 
 
 @dataclass(frozen=True)
@@ -146,7 +174,10 @@ class ReplicationResult:
 def run_replication(args: tuple[FleetPlan, int]) -> ReplicationResult:
     """One replication, summarised (a work unit: top-level, so worker processes run it)."""
     fp, replication = args
-    records = simulate_replication(fp, replication)
+    return _summarised(fp, replication, simulate_replication(fp, replication))
+
+
+def _summarised(fp: FleetPlan, replication: int, records: FleetRecords) -> ReplicationResult:
     sessions = [{"session": s.session, "arrival": s.arrival, "duration": s.duration,
                  "status": s.status, "node": s.node, "wait": _finite(s.wait),
                  "ttfc": _finite(s.ttfc), "left": _finite(s.left), "segments": s.segments,
@@ -188,6 +219,8 @@ def run_fleet(fp: FleetPlan, progress: Callable[[int, int], None] | None = None,
     folder keeps it), ``progress(finished, total)`` counts them. An interrupt raises
     :class:`Interrupted` with the replications finished so far kept by ``done``."""
     pool = active_pool() or LocalPool(1)
+    if fp.run.mode == "sharded" and not fp.run.workload.population:
+        return _run_sharded(fp, pool, progress, done)
     work = [(fp, r) for r in range(fp.run.seeds)]
     results: list[ReplicationResult] = []
     try:
@@ -243,3 +276,65 @@ class FleetFolder:
                                          for row in r.sessions])):
             if rows:
                 write_rows_csv(self.out / f"{name}.csv", rows)
+
+
+def _run_sharded(fp: FleetPlan, pool, progress, done) -> list[ReplicationResult]:  # noqa: ANN001
+    """Every replication's control plane here, then every node of every replication as
+    one work unit on the pool, then each replication's merge as its nodes come back."""
+    from latsim.sim.fleet import merge_plays, plan_fleet_run
+
+    planned = {}
+    for replication in range(fp.run.seeds):
+        setup, sessions, inputs, _, placement = _parts(fp, replication)
+        planned[replication] = plan_fleet_run(setup, sessions, inputs, placement)
+    units = [(fp, r, node, plan) for r, (_, plans) in planned.items()
+             for node, plan in plans.items()]
+    left = {r: len(plans) for r, (_, plans) in planned.items()}
+    plays: dict[int, dict] = {r: {} for r in planned}
+    results: list[ReplicationResult] = []
+    finished = 0
+    try:
+        for index, play in pool.map_unordered(run_node_unit, units):
+            _, replication, node, _ = units[index]
+            plays[replication][node] = play
+            left[replication] -= 1
+            finished += 1
+            if left[replication] == 0:
+                control, plans = planned[replication]
+                result = _summarised(fp, replication,
+                                     merge_plays(control, plans, plays.pop(replication)))
+                results.append(result)
+                if done is not None:
+                    done(result)
+            if progress is not None:
+                progress(finished, len(units))
+    except KeyboardInterrupt:
+        raise Interrupted(f"fleet stopped after {len(results)} of {fp.run.seeds} "
+                          "replication(s)") from None
+    return sorted(results, key=lambda r: r.replication)
+
+
+def sharded_vs_exact(run: FleetRun, max_events: int = DEFAULT_MAX_EVENTS) -> list[dict]:
+    """Every metric of ``run`` in both modes over the same replications: the exact mean,
+    the sharded mean, and their difference (sharded − exact) with its standard error paired
+    over the replications (the same sessions and draws in both)."""
+    by_mode = {}
+    for mode in ("exact", "sharded"):
+        fp = plan_fleet(replace(run, mode=mode), max_events)
+        by_mode[mode] = run_fleet(fp)
+    rows = []
+    for metric in by_mode["exact"][0].metrics:
+        pairs = [(e.metrics[metric], s.metrics[metric])
+                 for e, s in zip(by_mode["exact"], by_mode["sharded"], strict=True)
+                 if e.metrics[metric] is not None and s.metrics[metric] is not None]
+        if not pairs:
+            continue
+        diffs = [s - e for e, s in pairs]
+        rows.append({
+            "metric": metric, "exact": float(np.mean([e for e, _ in pairs])),
+            "sharded": float(np.mean([s for _, s in pairs])),
+            "difference": float(np.mean(diffs)),
+            "difference_se": (float(np.std(diffs, ddof=1) / math.sqrt(len(diffs)))
+                              if len(diffs) > 1 else None),
+            "n_runs": len(pairs)})
+    return rows

@@ -59,6 +59,7 @@ class SegmentRecord:
 
     session: int
     segment: int
+    segment_id: int  # its random streams' key (segments numbered as they start)
     node: int
     stream: int
     t_request: float

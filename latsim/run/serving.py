@@ -126,6 +126,10 @@ class ServingRecords:
         """Busy seconds of every device of every pool within ``[0, window_end]``."""
         return {pool: list(seconds) for pool, seconds in self._tally().busy.items()}
 
+    def chunk_latencies(self) -> list[float]:
+        """Every DiT chunk's wait plus run (refills and replans), in the order they ended."""
+        return list(self._tally().chunks)
+
     def waits_by_stage(self) -> dict[str, list[float]]:
         """Every task's wait for a device, by stage, in the order the tasks ended."""
         return {stage: list(waits) for stage, waits in self._tally().waits.items()}
@@ -144,12 +148,14 @@ class TaskTally:
     """What the summary needs of the task records, added up as they are made: busy seconds
     per device within ``[0, window_end]`` (a batch occupies its device once; a DiT task on
     a USP group occupies each device of it) and every task's wait, by stage. Fed in the
-    order the records are made, it gives the sums of reading the kept records."""
+    order the records are made, it gives the sums of reading the kept records. It also
+    keeps every DiT chunk's latency (its wait plus run; the prebuffer is none)."""
 
     def __init__(self, pools: tuple[tuple[str, int], ...], dit_degree: int,
                  window_end: float) -> None:
         self.busy = {name: [0.0] * size for name, size in pools}
         self.waits: dict[str, array] = {}
+        self.chunks = array("d")  # each DiT task's wait plus run (a fleet's chunk latency)
         self._degree = dit_degree
         self._window_end = window_end
         self._last: tuple[str, int, int] | None = None
@@ -159,6 +165,8 @@ class TaskTally:
         if waits is None:
             waits = self.waits[task.stage] = array("d")
         waits.append(task.wait)
+        if task.stage == "dit" and task.kind != "prebuffer":
+            self.chunks.append(task.t_end - task.t_enqueue)
         key = (task.pool, task.device, task.batch)
         if key == self._last:  # a batch occupies its device once (its tasks come together)
             return

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import simpy
@@ -46,6 +46,7 @@ from latsim.run.fleet import (
     SegmentRecord,
     SessionRecord,
 )
+from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunWindow
 from latsim.sim.serving import ServingNode, StreamInput, _Draining, _StreamPort
 
@@ -64,19 +65,26 @@ class FleetSetup:
     horizon: float
     population: bool
     records: str = "conditions"
+    #: exact: every node simulated on the control plane's clock; sharded: the control plane
+    #: alone, on its predictors (a segment's first chunk takes the mean C with a cold
+    #: start), giving each node its plan (:func:`simulate_node_plan` then runs it)
+    mode: str = "exact"
 
 
 class _Node:
     def __init__(self, fleet: _Fleet, index: int, usable_at: float) -> None:
         self.index = index
-        self.serving = ServingNode(fleet.env, fleet.setup.cost, fleet.setup.node.serving,
-                                   fleet.batch_rng(index), fleet.setup.records)
+        setup = fleet.setup
+        self.serving = None if fleet.planned else ServingNode(
+            fleet.env, setup.cost, setup.node.serving, fleet.batch_rng(index), setup.records)
+        if self.serving is not None and not setup.population:  # the window is the horizon
+            self.serving.engine.tally_tasks(setup.horizon)
         self.t_provisioned = fleet.env.now
         self.usable_at = usable_at
         self.removed_at = math.nan
         self.draining = False
         self.held: set[int] = set()  # sessions holding a slot
-        self.playing: set[_StreamPort] = set()
+        self.playing: set[_Segment] = set()
         self.sessions_max = 0
 
     @property
@@ -87,20 +95,24 @@ class _Node:
 class _Segment:
     """A segment as it runs (its record is made at the end)."""
 
-    __slots__ = ("session", "k", "node", "port", "t_request", "t_start", "t_end")
+    __slots__ = ("segment_id", "session", "k", "node", "port", "length", "t_request",
+                 "t_start", "t_end", "stream")
 
-    def __init__(self, session: int, k: int, node: int, port: _StreamPort,
-                 t_request: float) -> None:
+    def __init__(self, segment_id: int, session: int, k: int, node: int,
+                 port: _StreamPort | None, length: float, t_request: float) -> None:
+        self.segment_id = segment_id
         self.session = session
         self.k = k
         self.node = node
-        self.port = port
+        self.port = port  # None in a sharded plan: the node runs it later
+        self.length = length
         self.t_request = t_request
         self.t_start = math.nan
         self.t_end = math.nan
+        self.stream = -1 if port is None else port.index
 
     def record(self) -> SegmentRecord:
-        return SegmentRecord(self.session, self.k, self.node, self.port.index,
+        return SegmentRecord(self.session, self.k, self.segment_id, self.node, self.stream,
                              self.t_request, self.t_start, self.t_end)
 
 
@@ -126,6 +138,7 @@ class _Fleet:
                  batch_rng: Callable[[int], np.random.Generator],
                  placement_rng: np.random.Generator) -> None:
         self.setup = setup
+        self.planned = setup.mode == "sharded"
         self.env = simpy.Environment()
         self.inputs = inputs
         self.batch_rng = batch_rng
@@ -143,6 +156,9 @@ class _Fleet:
         self.devices = max(1, serving.pool_size(serving.dit_pool) // serving.degree)
         self.window_drain = (RunWindow.for_config(setup.config, setup.horizon).drain
                              if setup.population else 0.0)
+        #: a plan's prediction of a segment's first chunk (none without a cold start)
+        self.prebuffer_s = self.c_mean if setup.node.serving.cold_start else 0.0
+        self.present = self.playing = self.held = 0  # the counts a level logs
         for _ in range(setup.fleet.nodes_initial):
             self.nodes.append(_Node(self, len(self.nodes), 0.0))
 
@@ -150,11 +166,9 @@ class _Fleet:
 
     def note(self) -> None:
         """Log the counts if they changed (one level per change, at most one per instant)."""
-        up = [n for n in self.nodes if n.up]
-        level = Level(self.env.now,
-                      sum(1 for s in self.states if s.status == SERVED and math.isnan(s.left)),
-                      sum(len(n.playing) for n in up), len(self.queue), len(up),
-                      sum(1 for n in up if self._takes(n)), sum(len(n.held) for n in up))
+        level = Level(self.env.now, self.present, self.playing, len(self.queue),
+                      sum(1 for n in self.nodes if n.up),
+                      sum(1 for n in self.nodes if self._takes(n)), self.held)
         if self.levels and _counts(self.levels[-1]) == _counts(level):
             return
         if self.levels and self.levels[-1].t == level.t:
@@ -173,7 +187,8 @@ class _Fleet:
 
     def _load(self, node: _Node) -> NodeLoad:
         now = self.env.now
-        slack = min((p.slack(now) for p in node.playing if not p.closed), default=math.inf)
+        slack = min((s.port.slack(now) for s in node.playing if s.port is not None),
+                    default=math.inf)  # a sharded plan has no streams: no slack to read
         return NodeLoad(node.index, len(node.held), self.setup.node.max_sessions,
                         self.devices, self.c_mean * math.ceil((len(node.held) + 1)
                                                               / self.devices), slack)
@@ -193,6 +208,7 @@ class _Fleet:
                               f"{chosen!r}, not one of the nodes it was offered")
         node = self.nodes[chosen.index]
         node.held.add(state.session.index)
+        self.held += 1
         node.sessions_max = max(node.sessions_max, len(node.held))
         state.node = node
         if state.first_node < 0:
@@ -214,6 +230,7 @@ class _Fleet:
     def admit(self, state: _SessionState) -> None:
         state.status = SERVED
         state.admitted = self.env.now
+        self.present += 1
         self.start_segment(state, 0)
 
     def start_segment(self, state: _SessionState, k: int) -> None:
@@ -223,30 +240,41 @@ class _Fleet:
         length = state.session.segments[k][1]
         segment_id = self._segment_ids
         self._segment_ids += 1
-        window = RunWindow(length, self.window_drain)
-        port = node.serving.add(self.setup.config, window,
-                                self.inputs(segment_id, self.env.now, length))
+        port = None
+        if node.serving is not None:
+            window = RunWindow(length, self.window_drain)
+            port = node.serving.add(self.setup.config, window,
+                                    self.inputs(segment_id, self.env.now, length))
         state.started += 1
-        segment = _Segment(state.session.index, k, node.index, port, self.env.now)
+        segment = _Segment(segment_id, state.session.index, k, node.index, port, length,
+                           self.env.now)
         self.segments.append(segment)
         if state.first is None:
             state.first = segment
 
-        def started(port: _StreamPort) -> None:
-            node.playing.add(port)
+        def started(_: object = None) -> None:
+            node.playing.add(segment)
+            self.playing += 1
             segment.t_start = self.env.now
             self.note()
             end = self.env.timeout(length)
             end.callbacks.append(lambda _: self.end_segment(state, segment))
 
-        node.serving.begin(port, started)
+        if port is not None:
+            node.serving.begin(port, started)  # type: ignore[union-attr]
+        elif self.prebuffer_s > 0:  # a plan: the first chunk takes the predicted time
+            self.env.timeout(self.prebuffer_s).callbacks.append(started)
+        else:
+            started()
 
     def end_segment(self, state: _SessionState, segment: _Segment) -> None:
         node, k = state.node, segment.k
         assert node is not None
         now = self.env.now
-        node.serving.close(segment.port, now)
-        node.playing.discard(segment.port)
+        if segment.port is not None:
+            node.serving.close(segment.port, now)  # type: ignore[union-attr]
+        node.playing.discard(segment)
+        self.playing -= 1
         segment.t_end = now
         segments = state.session.segments
         if k + 1 == len(segments):
@@ -285,6 +313,7 @@ class _Fleet:
 
     def leave(self, state: _SessionState) -> None:
         state.left = self.env.now
+        self.present -= 1
         self.release(state)
         self.note()
 
@@ -294,6 +323,7 @@ class _Fleet:
         node = state.node
         assert node is not None
         node.held.discard(state.session.index)
+        self.held -= 1
         state.node = None
         if node.draining and not node.held and not node.playing:
             node.removed_at = self.env.now
@@ -370,6 +400,7 @@ class _Fleet:
         for state in self.states:
             if self.place(state):
                 state.status, state.admitted = SERVED, 0.0
+                self.present += 1
             else:
                 state.status = REJECTED
         self.note()
@@ -394,13 +425,15 @@ class _Fleet:
                                                 self.setup.horizon))
             ports.append(port)
             state.started = 1
-            state.first = _Segment(state.session.index, 0, node.index, port,
-                                   state.session.arrival)
+            state.first = _Segment(state.session.index, state.session.index, 0, node.index,
+                                   port, self.setup.horizon, state.session.arrival)
             self.segments.append(state.first)
 
-            def begin(_: object = None, node: _Node = node, port: _StreamPort = port) -> None:
+            def begin(_: object = None, node: _Node = node, port: _StreamPort = port,
+                      segment: _Segment = state.first) -> None:
                 def on_start(p: _StreamPort) -> None:
-                    node.playing.add(p)
+                    node.playing.add(segment)
+                    self.playing += 1
                     one_started(p)
 
                 node.serving.begin(port, on_start)
@@ -433,7 +466,8 @@ class _Fleet:
             window_end = max((p.origin for p in ports), default=0.0) + horizon
         else:
             window_end = horizon = setup.horizon
-        node_runs = tuple(n.serving.records(horizon, window_end, end) for n in self.nodes)
+        node_runs = tuple(n.serving.records(horizon, window_end, end) for n in self.nodes
+                          if n.serving is not None)
         sessions = tuple(
             SessionRecord(s.session.index, s.session.arrival, s.session.duration, s.status,
                           s.first_node, s.admitted, _first_display(s.first), s.left,
@@ -454,10 +488,111 @@ def _counts(level: Level) -> tuple[int, ...]:
 
 
 def _first_display(segment: _Segment | None) -> float:
-    """When a session's first frame was shown at its client (NaN: none was)."""
-    if segment is None or segment.port.first_display is None:
+    """When a session's first frame was shown at its client (NaN: none was, or the
+    segment is a plan's)."""
+    if segment is None or segment.port is None or segment.port.first_display is None:
         return math.nan
     return segment.port.origin + segment.port.first_display
+
+
+@dataclass(frozen=True)
+class PlannedSegment:
+    """A segment as a sharded plan gives it to its node: requested at ``t_request``
+    (global time), playing ``length`` seconds once its first chunk is ready."""
+
+    segment_id: int
+    t_request: float
+    length: float
+
+
+@dataclass(frozen=True)
+class NodePlay:
+    """What a node made of its plan: its records, and per planned segment (in plan order)
+    its stream's start and end and its first frame's display (global time; NaN: none)."""
+
+    records: ServingRecords
+    starts: tuple[float, ...]
+    ends: tuple[float, ...]
+    first_displays: tuple[float, ...]
+
+
+def plan_fleet_run(setup: FleetSetup, sessions: Sequence[Session], inputs: InputsFor,
+                   placement_rng: np.random.Generator
+                   ) -> tuple[FleetRecords, dict[int, list[PlannedSegment]]]:
+    """The control plane of a sharded run alone, on its predictors: its records (no node
+    records yet) and each node's planned segments, in request order."""
+    fleet = _Fleet(replace(setup, mode="sharded"), sessions, inputs,
+                   lambda _: np.random.default_rng(0), placement_rng)
+    control = fleet.run()
+    plans: dict[int, list[PlannedSegment]] = {n.node: [] for n in control.nodes}
+    for segment in fleet.segments:
+        plans[segment.node].append(PlannedSegment(segment.segment_id, segment.t_request,
+                                                  segment.length))
+    return control, plans
+
+
+def merge_plays(control: FleetRecords, plans: dict[int, list[PlannedSegment]],
+                plays: dict[int, NodePlay]) -> FleetRecords:
+    """A sharded run's records: the control plane's, with each segment's stream, start
+    and end, each session's first frame and each node's records from what its node made of
+    its plan."""
+    where = {planned.segment_id: (node, index) for node, plan in plans.items()
+             for index, planned in enumerate(plan)}
+    segments = []
+    first: dict[int, float] = {}
+    for segment in control.segments:
+        node, index = where[segment.segment_id]
+        play = plays[node]
+        segments.append(replace(segment, stream=index, t_start=play.starts[index],
+                                t_end=play.ends[index]))
+        if segment.segment == 0:
+            first[segment.session] = play.first_displays[index]
+    sessions = tuple(replace(s, first_display=first.get(s.session, math.nan))
+                     for s in control.sessions)
+    return replace(control, segments=tuple(segments), sessions=sessions,
+                   node_runs=tuple(plays[n.node].records for n in control.nodes))
+
+
+def simulate_node_plan(setup: FleetSetup, node: int, plan: Sequence[PlannedSegment],
+                       inputs: InputsFor, batch_rng: np.random.Generator) -> NodePlay:
+    """Run one node of a sharded fleet on its own clock: each planned segment joins at its
+    request time (its first chunk generated there with a cold start) and plays its length;
+    the node's records end at the horizon."""
+    env = simpy.Environment()
+    serving = ServingNode(env, setup.cost, setup.node.serving, batch_rng, setup.records)
+    serving.engine.tally_tasks(setup.horizon)
+    ports: list[_StreamPort | None] = [None] * len(plan)
+    starts = [math.nan] * len(plan)
+    ends = [math.nan] * len(plan)
+
+    def join(index: int) -> None:
+        planned = plan[index]
+        port = serving.add(setup.config, RunWindow(planned.length, 0.0),
+                           inputs(planned.segment_id, env.now, planned.length))
+        ports[index] = port
+
+        def started(port: _StreamPort) -> None:
+            starts[index] = env.now
+
+            def leave(_: object) -> None:
+                serving.close(port, env.now)
+                ends[index] = env.now
+
+            env.timeout(planned.length).callbacks.append(leave)
+
+        serving.begin(port, started)
+
+    for index, planned in enumerate(plan):
+        if planned.t_request > 0:
+            env.timeout(planned.t_request).callbacks.append(lambda _, i=index: join(i))
+        else:
+            join(index)
+    env.run(until=setup.horizon)
+    records = serving.records(setup.horizon, setup.horizon, setup.horizon)
+    return NodePlay(records, tuple(starts),
+                    tuple(setup.horizon if math.isnan(e) else e for e in ends),
+                    tuple(math.nan if p is None or p.first_display is None
+                          else p.origin + p.first_display for p in ports))
 
 
 def simulate_fleet(setup: FleetSetup, sessions: Sequence[Session], inputs: InputsFor,
