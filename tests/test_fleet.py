@@ -437,3 +437,43 @@ def test_with_cold_starts_sharded_differs_from_exact_only_by_the_first_chunks_pr
         assert abs(row["difference"]) <= 4 * (row["difference_se"] or 0) + 0.05 * abs(
             row["exact"]), row
     assert rows["gpu_hours"]["difference"] == 0
+
+
+# ---------------------------------------------------------------- fleet plan
+
+
+def test_plan_finds_the_smallest_static_fleet_and_an_autoscaled_one_no_dearer(tmp_path):
+    from latsim.experiments.fleet_plan import FleetSLO, plan_fleet_size
+
+    run = fleet({"arrivals": "poisson:0.2", "duration": "exponential:60",
+                 "updates": "poisson:0.2"},
+                {"K": 8, "r": 4, "fps": 16.0, "cost": "fixed:0.5", "max_sessions": 16,
+                 "lead": 1.0},
+                {"placement": "least-loaded", "admission": "queue"},
+                {"duration": 600, "seeds": 2})
+    slo = FleetSLO(l95=3.2, stall_pct=1.0)  # one worker alone: L95 = lead + 0.95 T = 2.9
+    rows, tried = plan_fleet_size(run, slo, ("baseline",), max_nodes=16)
+    (row,) = rows
+    static = [t for t in tried if t["what"] == "static"]
+    chosen = row["nodes_static"]
+    assert chosen is not None and any(t["nodes_max"] == chosen and t["meets"] for t in static)
+    assert all(not t["meets"] for t in static if t["nodes_max"] < chosen)
+    assert any(t["nodes_max"] == chosen - 1 for t in static) or chosen == 1
+    if row["autoscaled_gpu_hours"] is not None:
+        assert row["autoscaled_gpu_hours"] <= row["static_gpu_hours"] + 1e-12
+
+
+def test_plan_command_prints_both_policies(tmp_path):
+    path = tmp_path / "fleet.toml"
+    path.write_text(FILE)
+    result = runner.invoke(app, ["fleet", "plan", str(path), "--slo-l95", "3", "--slo-stall",
+                                 "5", "--seeds", "1", "--max-nodes", "4", "--json",
+                                 "--out", str(tmp_path / "plan")])
+    assert result.exit_code == 0, result.output
+    payload = envelope_of(result.stdout)
+    assert [r["policy"] for r in payload["rows"]] == ["baseline", "speculative"]
+    assert payload["slo"] == {"L95": 3.0, "stall_pct": 5.0} and payload["tried"]
+    assert (tmp_path / "plan" / "plan.csv").stat().st_size > 0
+    bad = runner.invoke(app, ["fleet", "plan", str(path), "--slo-l95", "-1", "--slo-stall",
+                              "5"])
+    assert bad.exit_code == 2 and "--slo-l95" in bad.stderr

@@ -13,7 +13,9 @@ Over ``[0, horizon]`` of one run (keys in seconds unless named otherwise):
   ``L50``, ``L95``, ``L99`` (every shown condition, client send to client display),
   ``stall_pct`` (the share of played time the viewers saw frozen: server stalls plus late
   deliveries), ``chunk_p99`` and ``chunk_max`` (a DiT task's wait plus run: the
-  per-chunk latency);
+  per-chunk latency), ``w`` (the share of generated latents discarded) and
+  ``dit_calls_per_viewer_hour`` (the work: a speculative fleet's over a baseline one's is
+  its amplification A);
 - cost: ``gpu_hours`` (node-hours paid for, provisioning and draining included, times the
   node's devices), ``cost_usd``, ``viewer_hours`` (played time), ``cost_per_viewer_hour``.
 
@@ -27,6 +29,7 @@ import math
 
 import numpy as np
 
+from latsim.analysis.metrics import summarize
 from latsim.run.fleet import REJECTED, SERVED, WAITING, FleetRecords
 
 
@@ -108,6 +111,9 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0) -> dict:
     latencies = _shown_latencies(run)
     stalled, played = _stall_seconds(run, 0.0, run.horizon)
     chunks = [c for node_run in run.node_runs for c in node_run.chunk_latencies()]
+    streams = [run.node_runs[s.node].streams[s.stream] for s in run.segments
+               if not math.isnan(s.t_start)]
+    work = summarize(streams) if streams else None
     gpu_hours = run.node_hours() * run.gpus_per_node
     viewer_hours = played / 3600.0
     cost = gpu_hours * usd_per_gpu_hour
@@ -128,6 +134,9 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0) -> dict:
         "L99": _quantile(latencies, 99), "n_conditions_shown": len(latencies),
         "stall_pct": 100.0 * stalled / played if played else 0.0,
         "chunk_p99": _quantile(chunks, 99), "chunk_max": max(chunks) if chunks else None,
+        "w": None if work is None else work.w,
+        "dit_calls_per_viewer_hour": (work.dit_calls / viewer_hours
+                                      if work is not None and viewer_hours else None),
         "gpu_hours": gpu_hours, "cost_usd": cost, "viewer_hours": viewer_hours,
         "cost_per_viewer_hour": cost / viewer_hours if viewer_hours else None,
     }

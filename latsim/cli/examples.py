@@ -17,8 +17,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                  "--slo-stall 0.1",),
     "compare": ("latsim compare results/compare/runs",),
     "grid": ("latsim grid EXPERIMENT.toml --out grid/ --scheduler dask-local",),
-    "fleet": ("latsim fleet examples/fleet.toml --out fleet/",
-              "latsim fleet examples/fleet.toml --nodes 2 --placement round-robin --json"),
+    "fleet run": ("latsim fleet examples/fleet.toml --out fleet/",
+                  "latsim fleet examples/fleet.toml --nodes 2 --placement round-robin --json"),
+    "fleet plan": ("latsim fleet plan examples/fleet.toml --slo-l95 2.0 --slo-stall 1 "
+                   "--slo-ttfc 5",),
     "plugins": ("latsim plugins", "latsim plugins generators --json"),
     "controller": ("latsim controller --diagram",),
     "help": ("latsim help sweep", "latsim help traces generate"),

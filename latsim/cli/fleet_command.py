@@ -1,6 +1,8 @@
-"""``latsim fleet``: sessions that come and go across nodes (DESIGN §8), from a fleet file.
+"""``latsim fleet``: sessions that come and go across nodes (DESIGN §8), from a fleet file;
+``latsim fleet plan``: the smallest fleet that meets an SLO, per commitment policy.
 
-Only typer is imported at module level; the simulation loads inside the command.
+``latsim fleet FILE`` is ``latsim fleet run FILE``. Only typer is imported at module level;
+the simulation loads inside the commands.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 
 from latsim.cli.options import JobsOpt, MaxSimEventsOpt, SchedulerOpt, scheduler_context
 from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
@@ -51,11 +54,10 @@ def fleet(
     scheduler: SchedulerOpt = "local",
     max_events: MaxSimEventsOpt = DEFAULT_MAX_EVENTS,
 ) -> None:
-    """Simulate a fleet: sessions arrive, are placed on nodes (each a serving model),
-    play and idle and leave, under admission, placement and autoscaling.
+    """Simulate a fleet of serving nodes under admission, placement and autoscaling.
 
-    Exact mode: the control plane and every node on one clock. Prints the metrics pooled
-    over the replications (mean ± standard error)."""
+    Sessions arrive, are placed on nodes (each a serving model), play, idle and leave.
+    Prints the metrics pooled over the replications (mean ± standard error)."""
     from latsim.cli.progress import ProgressBar
     from latsim.experiments.fleet import FleetFolder, plan_fleet, pooled_row, run_fleet
     from latsim.model.fleet import load_fleet, override
@@ -109,6 +111,90 @@ def fleet(
          config=run.describe(), out=None if out is None else str(out))
 
 
+class _RunByDefault(TyperGroup):
+    """A group whose first argument, when it names no command, is the file of ``run``."""
+
+    def parse_args(self, ctx, args):  # noqa: ANN001, ANN201 - click's signature
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+def plan(
+    fleet_file: Annotated[Path, typer.Argument(help="the fleet (TOML); docs/fleet.md")],
+    slo_l95: Annotated[float, typer.Option(help="condition L95 limit (s)")],
+    slo_stall: Annotated[float, typer.Option(help="viewer stall limit (%)")],
+    slo_ttfc: Annotated[float | None, typer.Option(
+        help="p95 time-to-first-chunk limit (s)")] = None,
+    policies: Annotated[str, typer.Option(
+        help="commitment policies side by side, comma-separated")] = "baseline,speculative",
+    max_nodes: Annotated[int, typer.Option(help="the most nodes to try")] = 64,
+    seeds: Annotated[int | None, typer.Option(help="replications per configuration "
+                                              "(default: run.seeds)")] = None,
+    out: Annotated[Path | None, typer.Option(help="write plan.csv and tried.csv here")
+                   ] = None,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    jobs: JobsOpt = None,
+    scheduler: SchedulerOpt = "local",
+    max_events: MaxSimEventsOpt = DEFAULT_MAX_EVENTS,
+) -> None:
+    """Size a fleet: the smallest one meeting an SLO, per commitment policy.
+
+    The smallest static fleet, and the cheapest autoscaling setting of a small grid, with
+    GPU-hours and cost per viewer-hour. Meeting the SLO: each metric's one-sided 95 % upper
+    bound over the replications is within its limit. The static search doubles the nodes,
+    then bisects."""
+    from latsim.experiments.fleet_plan import FleetSLO, plan_fleet_size
+    from latsim.model.fleet import load_fleet, override
+    from latsim.run.files import check_writable, write_rows_csv
+
+    output = output_format(fmt, as_json)
+    slo = FleetSLO(slo_l95, slo_stall, slo_ttfc)
+    run = override(load_fleet(fleet_file), seeds=seeds)
+    chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
+    if out is not None:
+        check_writable(out)
+
+    from latsim.formatting import StatusLine
+
+    with scheduler_context(scheduler, jobs, local_pool=True), StatusLine() as say:
+        rows, tried = plan_fleet_size(run, slo, chosen, max_nodes, max_events,
+                                      say if output == "table" else None)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_rows_csv(out / "plan.csv", rows)
+        write_rows_csv(out / "tried.csv", tried)
+
+    def table() -> None:
+        from latsim.cli.tables import Column, print_table
+
+        shown = (("nodes_static", "static nodes", 0), ("static_gpu_hours", "static GPU-h", 3),
+                 ("static_cost_per_viewer_hour", "static $/viewer-h", 3),
+                 ("static_L95", "static L95", 3),
+                 ("autoscaled_target_util", "autoscale target", 2),
+                 ("autoscaled_gpu_hours", "autoscaled GPU-h", 3),
+                 ("autoscaled_cost_per_viewer_hour", "autoscaled $/viewer-h", 3),
+                 ("static_w", "w", 3))
+        print_table(f"fleet plan {fleet_file.name}: L95 <= {slo_l95:g} s, stall <= "
+                    f"{slo_stall:g}%" + (f", TTFC p95 <= {slo_ttfc:g} s" if slo_ttfc else ""),
+                    [Column("metric", 0, "left"), *(Column(r["policy"]) for r in rows)],
+                    [[label, *(_fmt(r[key], digits) for r in rows)]
+                     for key, label, digits in shown],
+                    [f"[dim]{len(tried)} configuration(s) tried, {run.seeds} replication(s) "
+                     "each; none: no fleet up to --max-nodes meets the SLO[/dim]"])
+
+    emit(output, rows, table, seed=run.seed, tried=tried,
+         slo=slo.limits(), out=None if out is None else str(out))
+
+
+fleet_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
+                        help="Sessions across nodes: latsim fleet FILE (the same as latsim "
+                        "fleet run FILE) simulates a fleet; latsim fleet plan FILE sizes one.")
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
-    app.command("fleet")(fleet)
+    fleet_app.command("run")(fleet)
+    fleet_app.command("plan")(plan)
+    app.add_typer(fleet_app, name="fleet")

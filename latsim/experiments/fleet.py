@@ -198,6 +198,7 @@ def pooled_row(fp: FleetPlan, results: list[ReplicationResult]) -> dict:
     row: dict = {"K": run.node.K, "policy": run.node.policy, "cost": fp.plan.cost.spec,
                  "lead": fp.cell.lead, "placement": run.fleet.placement,
                  "admission": run.fleet.admission, "autoscale": run.fleet.autoscale,
+                 "target_util": run.fleet.target_util if run.fleet.autoscale else None,
                  "nodes_initial": run.fleet.nodes_initial, "nodes_max": run.fleet.nodes_max,
                  "max_sessions": run.node.max_sessions, "arrivals": run.workload.arrivals.spec,
                  "duration": fp.horizon, "offered_load": run.workload.offered_load(fp.horizon)}
