@@ -18,6 +18,7 @@ from latsim.analysis.fleet import level_means
 from latsim.analysis.queueing import erlang_b
 from latsim.analysis.serving import serving_metrics
 from latsim.cli.app import app
+from latsim.errors import DEFAULT_MAX_EVENTS as DEFAULT_EVENTS
 from latsim.errors import LatsimError
 from latsim.experiments.engine import run_experiment
 from latsim.experiments.fleet import (
@@ -477,3 +478,37 @@ def test_plan_command_prints_both_policies(tmp_path):
     bad = runner.invoke(app, ["fleet", "plan", str(path), "--slo-l95", "-1", "--slo-stall",
                               "5"])
     assert bad.exit_code == 2 and "--slo-l95" in bad.stderr
+
+
+@pytest.mark.slow
+def test_reproduce_fleet_regenerates_the_sharding_error_and_the_day(tmp_path):
+    """The committed sharded_vs_exact.csv and the day's curve, byte for byte (the diurnal
+    and policy tables take half a minute more; latsim reproduce fleet writes all three)."""
+    from pathlib import Path
+
+    from latsim.experiments.fleet_paper import diurnal_curve, sharded_table
+    from latsim.run.files import write_rows_csv
+
+    committed = Path(__file__).resolve().parent.parent / "results" / "fleet"
+    write_rows_csv(tmp_path / "sharded_vs_exact.csv", sharded_table(DEFAULT_EVENTS))
+    for name in ("sharded_vs_exact.csv",):
+        assert (tmp_path / name).read_bytes() == (committed / name).read_bytes()
+    curve = diurnal_curve(tmp_path / "diurnal_curve.csv")
+    assert curve.read_bytes() == (committed / "diurnal_curve.csv").read_bytes()
+    rates = [float(line.split(",")[1]) for line in curve.read_text().splitlines()[1:]]
+    assert max(rates) / min(rates) == pytest.approx(5.0, rel=1e-4)  # 6 decimals
+
+
+def test_the_committed_fleet_tables_say_what_the_readme_says():
+    import csv
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "results" / "fleet"
+    day = {(r["fleet"], r["placement"]): r
+           for r in csv.DictReader((root / "diurnal.csv").open())}
+    scaled = float(day[("autoscaled", "min-max")]["cost_usd_vs_static_round_robin_pct"])
+    assert -40 < scaled < -15  # autoscaling saves a fifth to two fifths of the cost
+    policy = list(csv.DictReader((root / "policy.csv").open()))
+    tight = [r for r in policy if float(r["slo_l95"]) == 3.0]
+    assert all(r["nodes_needed"] == "" for r in tight if r["policy"] == "baseline")
+    assert all(r["nodes_needed"] != "" for r in tight if r["policy"] == "speculative")

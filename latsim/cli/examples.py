@@ -30,6 +30,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "reproduce": ("latsim reproduce",),
     "reproduce serving": ("latsim reproduce serving",),
     "reproduce systems": ("latsim reproduce systems",),
+    "reproduce fleet": ("latsim reproduce fleet --jobs 2",),
     "reproduce replan-rule": ("latsim reproduce replan-rule",
                               "latsim reproduce replan-rule --json --out /tmp/rule"),
     "plot timeline": ("latsim plot timeline runs/K8-speculative",),
