@@ -161,14 +161,21 @@ class _Fleet:
         self.present = self.playing = self.held = 0  # the counts a level logs
         for _ in range(setup.fleet.nodes_initial):
             self.nodes.append(_Node(self, len(self.nodes), 0.0))
+        self._up = 0
+        self._taking: list[_Node] = []
+        self.recount()
+
+    def recount(self) -> None:
+        """Recount the nodes up and those taking sessions (after any node changes state)."""
+        self._up = sum(1 for n in self.nodes if n.up)
+        self._taking = [n for n in self.nodes if self._takes(n)]
 
     # ---------------------------------------------------------------- levels
 
     def note(self) -> None:
         """Log the counts if they changed (one level per change, at most one per instant)."""
-        level = Level(self.env.now, self.present, self.playing, len(self.queue),
-                      sum(1 for n in self.nodes if n.up),
-                      sum(1 for n in self.nodes if self._takes(n)), self.held)
+        level = Level(self.env.now, self.present, self.playing, len(self.queue), self._up,
+                      len(self._taking), self.held)
         if self.levels and _counts(self.levels[-1]) == _counts(level):
             return
         if self.levels and self.levels[-1].t == level.t:
@@ -183,7 +190,7 @@ class _Fleet:
 
     def _room(self) -> list[_Node]:
         cap = self.setup.node.max_sessions
-        return [n for n in self.nodes if self._takes(n) and len(n.held) < cap]
+        return [n for n in self._taking if len(n.held) < cap]
 
     def _load(self, node: _Node) -> NodeLoad:
         now = self.env.now
@@ -327,6 +334,7 @@ class _Fleet:
         state.node = None
         if node.draining and not node.held and not node.playing:
             node.removed_at = self.env.now
+            self.recount()
         self.admit_waiting()
 
     def admit_waiting(self) -> None:
@@ -361,8 +369,10 @@ class _Fleet:
         node = _Node(self, len(self.nodes), env.now + self.setup.fleet.provision_delay_s)
         self.nodes.append(node)
         self.last_action = env.now
+        self.recount()
 
         def usable(_: object) -> None:
+            self.recount()
             self.admit_waiting()
             self.note()
 
@@ -375,6 +385,7 @@ class _Fleet:
         self.last_action = self.env.now
         if not node.held and not node.playing:
             node.removed_at = self.env.now
+        self.recount()
         self.note()
 
     # ---------------------------------------------------------------- the run

@@ -1,0 +1,98 @@
+"""Fleet speed (issue "fleet"): the sharded mode's wall time and memory at growing viewer
+counts on 1 and 2 local workers, and the exact mode's events per second at 64 and 512
+sessions.
+
+Run: ``.venv/bin/python bench/bench_fleet.py [--viewers 250 1000] [--duration 600]
+[--exact 64 512]``. Each case runs in a fresh process (the peak resident set only grows).
+The workload: Poisson arrivals with λ·E[D] = the viewer count (fixed 600 s sessions, so
+about that many are present once warm), always active, conditions at 0.1/s; nodes of one
+DiT GPU with 4 sessions at Wan1.3B's timing (K = 8, C = 0.5 s), 25 % more nodes than the
+viewers need. The target is 10,000 viewers over one simulated hour, sharded on 2 workers,
+under 10 minutes and 4 GiB; the report extrapolates it from the measured cost per
+viewer-second. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+
+
+def _fleet(viewers: int, duration: float, mode: str):  # noqa: ANN202
+    from latsim.model.fleet import parse_fleet
+
+    nodes = max(1, math.ceil(1.25 * viewers / 4))
+    return parse_fleet({
+        "workload": {"arrivals": f"poisson:{viewers / 600:.6g}", "duration": "fixed:600",
+                     "updates": "poisson:0.1"},
+        "node": {"K": 8, "cost": "fixed:0.5", "pools": "dit=1", "max_sessions": 4},
+        "fleet": {"nodes_initial": nodes, "nodes_max": nodes, "placement": "least-loaded"},
+        "run": {"duration": duration, "seeds": 1, "mode": mode}}, "bench")
+
+
+def one(viewers: int, duration: float, mode: str, jobs: int) -> dict:
+    from latsim.experiments.executors import using
+    from latsim.experiments.fleet import plan_fleet, run_fleet
+
+    fp = plan_fleet(_fleet(viewers, duration, mode), max_events=10**12)
+    started = time.perf_counter()
+    with using("local", jobs):
+        (result,) = run_fleet(fp)
+    wall = time.perf_counter() - started
+    metrics = result.metrics
+    viewer_seconds = metrics["active_mean"] * duration
+    return {"viewers": viewers, "duration": duration, "mode": mode, "jobs": jobs,
+            "wall_s": round(wall, 2),
+            "peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "viewer_seconds": round(viewer_seconds),
+            "us_per_viewer_second": round(1e6 * wall / viewer_seconds, 1),
+            "slots_per_s": round(viewer_seconds * 4 / wall),  # 4 latent slots a second
+            "active_mean": round(metrics["active_mean"], 1), "L95": metrics["L95"]}
+
+
+def _run(*args: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", *args], capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--viewers", type=int, nargs="*", default=[250, 1000])
+    parser.add_argument("--duration", type=float, default=600.0)
+    parser.add_argument("--exact", type=int, nargs="*", default=[64, 512])
+    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.one:
+        viewers, duration, mode, jobs = options.one
+        print(json.dumps(one(int(viewers), float(duration), mode, int(jobs))))
+        return
+    rows = []
+    for viewers in options.viewers:
+        for jobs in (1, 2):
+            rows.append(_run(str(viewers), str(options.duration), "sharded", str(jobs)))
+            print(rows[-1], flush=True)
+    for viewers in options.exact:
+        rows.append(_run(str(viewers), str(options.duration), "exact", "1"))
+        print(rows[-1], flush=True)
+    sharded2 = [r for r in rows if r["mode"] == "sharded" and r["jobs"] == 2]
+    if sharded2:
+        largest = max(sharded2, key=lambda r: r["viewers"])
+        target_s = largest["us_per_viewer_second"] * 1e-6 * 10_000 * 3600
+        print(f"10,000 viewers x 1 h sharded on 2 workers, extrapolated from "
+              f"{largest['viewers']} viewers at {largest['us_per_viewer_second']} us per "
+              f"viewer-second: {target_s / 60:.1f} min (target under 10 min)")
+    for viewers in options.viewers:
+        pair = {r["jobs"]: r for r in rows if r["mode"] == "sharded" and r["viewers"] == viewers}
+        if 1 in pair and 2 in pair:
+            print(f"{viewers} viewers: 2 workers / 1 worker wall = "
+                  f"{pair[2]['wall_s'] / pair[1]['wall_s']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
