@@ -202,3 +202,29 @@ def test_damaged_files_in_out_are_one_line_errors_and_keep_the_finished_cells(tm
     (out / "grid.json").write_text('{"format": "latsim-gr')
     with pytest.raises(LatsimError, match="not a grid's record"):
         run_grid(spec, out)
+
+
+def test_each_cell_carries_its_metrics_standard_errors_and_replications(tmp_path):
+    """``{metric}_se`` is the spread of the metric over the cell's replications, each
+    replication summarised alone (from the same runs as the pooled value)."""
+    import math
+
+    from latsim.experiments.engine import replication_rows
+    from latsim.experiments.grid import experiment
+
+    spec = load_grid(_grid(tmp_path, duration=30, rates="[0.2]"))
+    result = run_grid(spec, tmp_path / "out", "local", 1)
+    for row in result.rows:
+        assert row["n_runs"] == spec.seeds == 3
+        per_run = replication_rows(run_experiment(experiment(spec, row["cell"]), jobs=1))
+        for metric in spec.metrics:
+            values = [r[metric] for r in per_run]
+            mean = sum(values) / len(values)
+            se = math.sqrt(sum((v - mean) ** 2 for v in values) / 2 / 3)
+            assert row[f"{metric}_se"] == pytest.approx(se, abs=1e-12), metric
+    baseline = [r for r in result.rows if r["policy"] == "baseline"]
+    assert all(r["w_se"] == 0.0 for r in baseline)  # the baseline wastes nothing, ever
+    with pytest.raises(LatsimError, match="format 'latsim-grid/1'"):
+        meta = tmp_path / "out" / "grid.json"
+        meta.write_text(meta.read_text().replace("latsim-grid/2", "latsim-grid/1"))
+        run_grid(spec, tmp_path / "out", "local", 1)

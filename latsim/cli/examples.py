@@ -17,7 +17,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                  "--slo-stall 0.1",),
     "compare": ("latsim compare results/compare/runs",),
     "grid": ("latsim grid EXPERIMENT.toml --out grid/ --scheduler dask-local",),
-    "fleet run": ("latsim fleet examples/fleet.toml --out fleet/",
+    "fleet run": ("latsim fleet run examples/fleet.toml --out fleet/",
                   "latsim fleet examples/fleet.toml --nodes 2 --placement round-robin --json"),
     "fleet plan": ("latsim fleet plan examples/fleet.toml --slo-l95 2.0 --slo-stall 1 "
                    "--slo-ttfc 5",),

@@ -643,6 +643,16 @@ def _row(p: Plan, cell: Cell, runs: dict) -> dict:
     )
 
 
+def replication_rows(result: ExperimentResult, index: int = 0) -> list[dict]:
+    """Row ``index`` of ``result`` (a (K, policy) summary) for each replication alone: what
+    a metric's standard error over the replications is taken from."""
+    p = result.plan
+    shown = [cell for cell in p.cells if cell.policy.name in p.experiment.policies]
+    cell = shown[index]
+    return [_row(p, cell, {key: [runs[r]] for key, runs in result.runs.items()})
+            for r in range(p.replications)]
+
+
 def experiment_config(result: ExperimentResult) -> dict:
     """``config.json`` of an experiment folder: the run-folder format and every input."""
     experiment, p = result.plan.experiment, result.plan

@@ -25,7 +25,8 @@ Settings (:data:`SETTINGS`) are those of ``latsim simulate``: ``K``, ``policy``,
 (:data:`NOT_SETTINGS` says why the other options are not settings). A cell is one point of
 the axes' product (in file order, the last axis fastest); it runs ``seeds`` replications of
 one (K, policy) and gives one row: the cell's settings, then the metrics of its summary
-row (:func:`latsim.experiments.engine.run_experiment`).
+row (:func:`latsim.experiments.engine.run_experiment`), each beside its standard error over
+the replications (``{metric}_se``), then their number (``n_runs``).
 
 **Output.** ``DIR/grid.json`` (the grid, its hash, status), ``DIR/cells.jsonl`` (one line
 per finished cell, appended as results stream back), and ``DIR/cells.csv`` and
@@ -51,11 +52,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from latsim.errors import LatsimError, check_int
 from latsim.experiments.executors import LOCAL, local_only, work_pool
 from latsim.run.files import clean
 
-FORMAT = "latsim-grid/1"
+#: Version 2: each metric has its standard error (``{metric}_se``) and a row its ``n_runs``.
+FORMAT = "latsim-grid/2"
 MAX_CELLS = 100_000
 #: Experiment settings a grid may fix or vary, and their types.
 SETTINGS: dict[str, type | tuple[type, ...]] = {
@@ -268,8 +272,28 @@ def run_cells(work: tuple[GridSpec, tuple[int, ...]]) -> list[tuple[int, dict]]:
     out = []
     with local_only():
         for index in cells:
-            out.append((index, run_experiment(experiment(spec, index), jobs=1).rows[0]))
+            result = run_experiment(experiment(spec, index), jobs=1)
+            out.append((index, _with_errors(spec, result)))
     return out
+
+
+def _with_errors(spec: GridSpec, result) -> dict:  # noqa: ANN001
+    """The cell's summary row with each metric's standard error over its replications
+    (``{metric}_se``, None with one replication or a metric missing from one) and their
+    number (``n_runs``)."""
+    from latsim.experiments.engine import replication_rows
+
+    summary = dict(result.rows[0])
+    per_run = replication_rows(result)
+    for metric in spec.metrics:
+        values = [row.get(metric) for row in per_run]
+        numbers = [float(v) for v in values if isinstance(v, int | float)
+                   and not isinstance(v, bool) and math.isfinite(v)]
+        summary[f"{metric}_se"] = (
+            float(np.std(numbers, ddof=1) / math.sqrt(len(numbers)))
+            if len(numbers) > 1 and len(numbers) == len(values) else None)
+    summary["n_runs"] = len(per_run)
+    return summary
 
 
 # ---------------------------------------------------------------- the run
@@ -290,10 +314,17 @@ def _row(spec: GridSpec, index: int, summary: dict) -> dict:
     if missing:
         raise LatsimError(f"unknown metric(s) {', '.join(missing)}; a cell's summary has "
                           f"{', '.join(k for k in summary if not isinstance(summary[k], dict))}")
-    row = {"cell": index, **spec.cell(index), **{m: summary[m] for m in spec.metrics}}
+    row = {"cell": index, **spec.cell(index),
+           **{key: summary.get(key) for m in spec.metrics for key in (m, f"{m}_se")},
+           "n_runs": summary.get("n_runs")}
     # as JSON gives it back on a resume (numpy scalars as numbers, NaN as null), so a
     # resumed grid writes the same bytes as one that ran straight through
     return json.loads(json.dumps(clean(row), allow_nan=False, default=_plain))
+
+
+def _row_keys(spec: GridSpec) -> tuple[str, ...]:
+    """A cell row's keys besides ``cell`` and its settings."""
+    return (*(key for m in spec.metrics for key in (m, f"{m}_se")), "n_runs")
 
 
 def _plain(value: object) -> object:
@@ -327,7 +358,7 @@ def _read_done(path: Path, spec: GridSpec) -> dict[int, dict]:
             raise LatsimError(f"{path}:{number}: not a JSON line; use another --out") from None
         cell = row.get("cell") if isinstance(row, dict) else None
         ok = (type(cell) is int and 0 <= cell < spec.n_cells
-              and set(row) == {"cell", *spec.cell(cell), *spec.metrics}
+              and set(row) == {"cell", *spec.cell(cell), *_row_keys(spec)}
               and all(row[k] == v for k, v in spec.cell(cell).items()))
         if not ok:
             raise LatsimError(f"{path}:{number}: not a cell of this grid; use another --out")
@@ -377,6 +408,10 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
                               "use another --out") from None
         if not isinstance(earlier, dict):
             raise LatsimError(f"{meta_path}: not a grid's record; use another --out")
+        if earlier.get("format") != FORMAT:
+            raise LatsimError(f"{meta_path}: a grid of format {earlier.get('format')!r}, not "
+                              f"{FORMAT} (its rows lack the standard errors); use another "
+                              "--out")
         if earlier.get("digest") != spec.digest:
             raise LatsimError(f"{out} holds another grid ({earlier.get('name')!r}, "
                               f"digest {earlier.get('digest')}); use another --out")
