@@ -3,7 +3,8 @@ counts on 1 and 2 local workers, and the exact mode's events per second at 64 an
 sessions.
 
 Run: ``.venv/bin/python bench/bench_fleet.py [--viewers 250 1000] [--duration 600]
-[--exact 64 512]``. Each case runs in a fresh process (the peak resident set only grows).
+[--exact 64 512] [--jobs 1 2]`` (the target itself: ``--viewers 10000 --duration 3600
+--jobs 2 --exact``). Each case runs in a fresh process (the peak resident set only grows).
 The workload: Poisson arrivals with λ·E[D] = the viewer count (fixed 600 s sessions, so
 about that many are present once warm), always active, conditions at 0.1/s; nodes of one
 DiT GPU with 4 sessions at Wan1.3B's timing (K = 8, C = 0.5 s), 25 % more nodes than the
@@ -49,6 +50,8 @@ def one(viewers: int, duration: float, mode: str, jobs: int) -> dict:
     return {"viewers": viewers, "duration": duration, "mode": mode, "jobs": jobs,
             "wall_s": round(wall, 2),
             "peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "worker_peak_mib": round(  # the largest worker process (0: none forked)
+                resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
             "viewer_seconds": round(viewer_seconds),
             "us_per_viewer_second": round(1e6 * wall / viewer_seconds, 1),
             "slots_per_s": round(viewer_seconds * 4 / wall),  # 4 latent slots a second
@@ -66,6 +69,8 @@ def main() -> None:
     parser.add_argument("--viewers", type=int, nargs="*", default=[250, 1000])
     parser.add_argument("--duration", type=float, default=600.0)
     parser.add_argument("--exact", type=int, nargs="*", default=[64, 512])
+    parser.add_argument("--jobs", type=int, nargs="*", default=[1, 2],
+                        help="worker counts of the sharded runs")
     parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
@@ -74,7 +79,7 @@ def main() -> None:
         return
     rows = []
     for viewers in options.viewers:
-        for jobs in (1, 2):
+        for jobs in options.jobs:
             rows.append(_run(str(viewers), str(options.duration), "sharded", str(jobs)))
             print(rows[-1], flush=True)
     for viewers in options.exact:

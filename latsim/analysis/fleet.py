@@ -26,11 +26,15 @@ Over ``[0, horizon]`` of one run (keys in seconds unless named otherwise):
 from __future__ import annotations
 
 import math
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from latsim.analysis.metrics import summarize
 from latsim.run.fleet import REJECTED, SERVED, WAITING, FleetRecords
+from latsim.run.serving import ServingRecords
 
 
 def _quantile(values: list[float], level: float) -> float | None:
@@ -60,47 +64,90 @@ def level_means(run: FleetRecords, t0: float = 0.0, t1: float | None = None) -> 
     return means
 
 
-def _stall_seconds(run: FleetRecords, t0: float = 0.0, t1: float = math.inf
-                   ) -> tuple[float, float]:
-    """(stalled, played) seconds of every segment within global ``[t0, t1]``."""
-    stalled = played = 0.0
-    client = {}
-    for node, node_run in enumerate(run.node_runs):
-        for stall in node_run.client_stalls:
-            client.setdefault((node, stall.stream), []).append((stall.t_start, stall.t_end))
+@dataclass(frozen=True)
+class NodeTally:
+    """What a fleet's metrics need of one node's records, in global time: the end-to-end L
+    of every condition its clients were shown and when, every stall (server or client)
+    clipped to what its segment played, every DiT chunk's latency, and the work counts.
+    A sharded node sends this back instead of its records."""
+
+    latencies: array
+    shown_at: array
+    stalls: tuple[tuple[float, float], ...]
+    chunks: array
+    discarded: int
+    played_generated: int
+    dit_calls: int
+
+
+def node_tally(node_run: ServingRecords, origins: Sequence[float],
+               played: Sequence[float]) -> NodeTally:
+    """The tally of one node whose stream ``i`` started playing at ``origins[i]`` (global;
+    NaN: never) and played ``played[i]`` seconds."""
+    latencies, shown_at = array("d"), array("d")
+    for view in node_run.viewer:
+        if view.displayed:
+            latencies.append(view.L)
+            shown_at.append(origins[view.stream] + view.t_display)
+    client: dict[int, list[tuple[float, float]]] = {}
+    for stall in node_run.client_stalls:
+        client.setdefault(stall.stream, []).append((stall.t_start, stall.t_end))
+    stalls = []
+    started = []
+    for index, stream in enumerate(node_run.streams):
+        origin, length = origins[index], played[index]
+        if math.isnan(origin):
+            continue
+        started.append(stream)
+        for start, end in [(s.t_start, s.t_end) for s in stream.stalls] + client.get(index, []):
+            lo, hi = max(0.0, start), min(length, end)
+            if hi > lo:
+                stalls.append((origin + lo, origin + hi))
+    work = summarize(started) if started else None
+    return NodeTally(latencies, shown_at, tuple(sorted(stalls)),
+                     array("d", node_run.chunk_latencies()),
+                     0 if work is None else work.discarded,
+                     0 if work is None else work.played_generated,
+                     0 if work is None else work.dit_calls)
+
+
+def node_tallies(run: FleetRecords) -> list[NodeTally]:
+    """Every node's tally, from its records (an exact run's)."""
+    origins: dict[int, dict[int, tuple[float, float]]] = {}
     for segment in run.segments:
-        if math.isnan(segment.t_start):
-            continue
-        origin, length = segment.t_start, segment.played
-        lo, hi = max(0.0, t0 - origin), min(length, t1 - origin)
-        if hi <= lo:
-            continue
-        played += hi - lo
-        stream = run.node_runs[segment.node].streams[segment.stream]
-        intervals = [(s.t_start, s.t_end) for s in stream.stalls]
-        intervals += client.get((segment.node, segment.stream), [])
-        for start, end in intervals:
-            stalled += max(0.0, min(end, hi) - max(start, lo))
-    return stalled, played
-
-
-def _shown_latencies(run: FleetRecords, t0: float = 0.0, t1: float = math.inf
-                     ) -> list[float]:
-    """End-to-end L of every condition shown at a client within global ``[t0, t1)``."""
-    origin = {(s.node, s.stream): s.t_start for s in run.segments}
+        origins.setdefault(segment.node, {})[segment.stream] = (segment.t_start,
+                                                                segment.played)
     out = []
     for node, node_run in enumerate(run.node_runs):
-        for view in node_run.viewer:
-            if not view.displayed:
-                continue
-            shown = origin[(node, view.stream)] + view.t_display
-            if math.isinf(t1) or t0 <= shown < t1:
-                out.append(view.L)
+        own = origins.get(node, {})
+        spans = [own.get(i, (math.nan, 0.0)) for i in range(len(node_run.streams))]
+        out.append(node_tally(node_run, [a for a, _ in spans], [b for _, b in spans]))
     return out
 
 
-def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0) -> dict:
-    """The metrics of one fleet run (see the module docstring)."""
+def _played(run: FleetRecords, t0: float, t1: float) -> float:
+    """Seconds the segments played within global ``[t0, t1]``."""
+    return sum(max(0.0, min(s.t_start + s.played, t1) - max(s.t_start, t0))
+               for s in run.segments if not math.isnan(s.t_start))
+
+
+def _stalled(tallies: Sequence[NodeTally], t0: float, t1: float) -> float:
+    return sum(max(0.0, min(end, t1) - max(start, t0))
+               for tally in tallies for start, end in tally.stalls if start < t1 and end > t0)
+
+
+def _latencies(tallies: Sequence[NodeTally], t0: float = -math.inf,
+               t1: float = math.inf) -> list[float]:
+    return [value for tally in tallies
+            for value, at in zip(tally.latencies, tally.shown_at, strict=True)
+            if t0 <= at < t1]
+
+
+def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
+                  tallies: Sequence[NodeTally] | None = None) -> dict:
+    """The metrics of one fleet run (see the module docstring); ``tallies``: its nodes'
+    (a sharded run's, whose records stayed with the nodes), else made from its records."""
+    tallies = node_tallies(run) if tallies is None else tallies
     sessions = run.sessions
     arrived = len(sessions)
     admitted = [s for s in sessions if s.status == SERVED]
@@ -108,12 +155,13 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0) -> dict:
     waiting = sum(1 for s in sessions if s.status == WAITING)
     means = level_means(run)
     ttfc = [s.ttfc for s in admitted if math.isfinite(s.first_display)]
-    latencies = _shown_latencies(run)
-    stalled, played = _stall_seconds(run, 0.0, run.horizon)
-    chunks = [c for node_run in run.node_runs for c in node_run.chunk_latencies()]
-    streams = [run.node_runs[s.node].streams[s.stream] for s in run.segments
-               if not math.isnan(s.t_start)]
-    work = summarize(streams) if streams else None
+    latencies = _latencies(tallies)
+    played = _played(run, 0.0, run.horizon)
+    stalled = _stalled(tallies, 0.0, run.horizon)
+    chunks = [c for tally in tallies for c in tally.chunks]
+    discarded = sum(t.discarded for t in tallies)
+    generated = discarded + sum(t.played_generated for t in tallies)
+    dit_calls = sum(t.dit_calls for t in tallies)
     gpu_hours = run.node_hours() * run.gpus_per_node
     viewer_hours = played / 3600.0
     cost = gpu_hours * usd_per_gpu_hour
@@ -134,29 +182,31 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0) -> dict:
         "L99": _quantile(latencies, 99), "n_conditions_shown": len(latencies),
         "stall_pct": 100.0 * stalled / played if played else 0.0,
         "chunk_p99": _quantile(chunks, 99), "chunk_max": max(chunks) if chunks else None,
-        "w": None if work is None else work.w,
-        "dit_calls_per_viewer_hour": (work.dit_calls / viewer_hours
-                                      if work is not None and viewer_hours else None),
+        "w": discarded / generated if generated else None,
+        "dit_calls_per_viewer_hour": dit_calls / viewer_hours if viewer_hours else None,
         "gpu_hours": gpu_hours, "cost_usd": cost, "viewer_hours": viewer_hours,
         "cost_per_viewer_hour": cost / viewer_hours if viewer_hours else None,
     }
 
 
-def fleet_timeseries(run: FleetRecords, window_s: float = 60.0) -> list[dict]:
+def fleet_timeseries(run: FleetRecords, window_s: float = 60.0,
+                     tallies: Sequence[NodeTally] | None = None) -> list[dict]:
     """One row per window of ``window_s`` seconds: time averages of the counts, and the L95
     and stall % of what was shown and played in it."""
+    tallies = node_tallies(run) if tallies is None else tallies
     rows = []
     t = 0.0
     while t < run.horizon - 1e-9:
         t1 = min(run.horizon, t + window_s)
         means = level_means(run, t, t1)
-        stalled, played = _stall_seconds(run, t, t1)
-        latencies = _shown_latencies(run, t, t1)
+        played = _played(run, t, t1)
+        latencies = _latencies(tallies, t, t1)
         rows.append({"t_start": t, "t_end": t1, "sessions": means["present"],
                      "active": means["playing"], "queued": means["queued"],
                      "nodes": means["nodes"], "L95": _quantile(latencies, 95),
                      "n_conditions_shown": len(latencies),
-                     "stall_pct": 100.0 * stalled / played if played else None})
+                     "stall_pct": (100.0 * _stalled(tallies, t, t1) / played
+                                   if played else None)})
         t = t1
     return rows
 

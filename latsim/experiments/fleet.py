@@ -156,10 +156,16 @@ def _play(fp: FleetPlan, replication: int, node: int, plan: list):  # noqa: ANN2
     return simulate_node_plan(setup, node, plan, inputs, batch_rng(node))
 
 
-def run_node_unit(args: tuple) -> object:
-    """One node of a sharded replication (a work unit: top-level, for worker processes)."""
+def run_node_unit(args: tuple) -> tuple:
+    """One node of a sharded replication (a work unit: top-level, for worker processes):
+    what it made of its plan, its records tallied here so that only the tally goes back."""
+    from latsim.analysis.fleet import node_tally
+
     fp, replication, node, plan = args
-    return _play(fp, replication, node, plan)
+    play = _play(fp, replication, node, plan)
+    played = [0.0 if math.isnan(a) else max(0.0, b - a)
+              for a, b in zip(play.starts, play.ends, strict=True)]
+    return replace(play, records=None), node_tally(play.records, play.starts, played)
 
 
 @dataclass(frozen=True)
@@ -177,14 +183,21 @@ def run_replication(args: tuple[FleetPlan, int]) -> ReplicationResult:
     return _summarised(fp, replication, simulate_replication(fp, replication))
 
 
-def _summarised(fp: FleetPlan, replication: int, records: FleetRecords) -> ReplicationResult:
+def _summarised(fp: FleetPlan, replication: int, records: FleetRecords,
+                tallies: list | None = None) -> ReplicationResult:
+    """One replication's metrics, series and tables; ``tallies``: its nodes' (a sharded
+    run's), else made from its records."""
+    from latsim.analysis.fleet import node_tallies
+
+    tallies = node_tallies(records) if tallies is None else tallies
     sessions = [{"session": s.session, "arrival": s.arrival, "duration": s.duration,
                  "status": s.status, "node": s.node, "wait": _finite(s.wait),
                  "ttfc": _finite(s.ttfc), "left": _finite(s.left), "segments": s.segments,
                  "suspended": s.suspended} for s in records.sessions]
     return ReplicationResult(replication,
-                             fleet_metrics(records, fp.run.fleet.usd_per_gpu_hour),
-                             fleet_timeseries(records), node_rows(records), sessions)
+                             fleet_metrics(records, fp.run.fleet.usd_per_gpu_hour, tallies),
+                             fleet_timeseries(records, tallies=tallies), node_rows(records),
+                             sessions)
 
 
 def _finite(value: float) -> float | None:
@@ -292,18 +305,22 @@ def _run_sharded(fp: FleetPlan, pool, progress, done) -> list[ReplicationResult]
              for node, plan in plans.items()]
     left = {r: len(plans) for r, (_, plans) in planned.items()}
     plays: dict[int, dict] = {r: {} for r in planned}
+    tallies: dict[int, dict] = {r: {} for r in planned}
     results: list[ReplicationResult] = []
     finished = 0
     try:
-        for index, play in pool.map_unordered(run_node_unit, units):
+        for index, (play, tally) in pool.map_unordered(run_node_unit, units):
             _, replication, node, _ = units[index]
             plays[replication][node] = play
+            tallies[replication][node] = tally
             left[replication] -= 1
             finished += 1
             if left[replication] == 0:
                 control, plans = planned[replication]
+                own = tallies.pop(replication)
                 result = _summarised(fp, replication,
-                                     merge_plays(control, plans, plays.pop(replication)))
+                                     merge_plays(control, plans, plays.pop(replication)),
+                                     [own[n.node] for n in control.nodes])
                 results.append(result)
                 if done is not None:
                     done(result)

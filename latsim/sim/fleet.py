@@ -521,7 +521,7 @@ class NodePlay:
     """What a node made of its plan: its records, and per planned segment (in plan order)
     its stream's start and end and its first frame's display (global time; NaN: none)."""
 
-    records: ServingRecords
+    records: ServingRecords | None  # None once tallied (a sharded unit sends back a tally)
     starts: tuple[float, ...]
     ends: tuple[float, ...]
     first_displays: tuple[float, ...]
@@ -546,7 +546,7 @@ def merge_plays(control: FleetRecords, plans: dict[int, list[PlannedSegment]],
                 plays: dict[int, NodePlay]) -> FleetRecords:
     """A sharded run's records: the control plane's, with each segment's stream, start
     and end, each session's first frame and each node's records from what its node made of
-    its plan."""
+    its plan (no node records if the plays were tallied instead)."""
     where = {planned.segment_id: (node, index) for node, plan in plans.items()
              for index, planned in enumerate(plan)}
     segments = []
@@ -560,8 +560,9 @@ def merge_plays(control: FleetRecords, plans: dict[int, list[PlannedSegment]],
             first[segment.session] = play.first_displays[index]
     sessions = tuple(replace(s, first_display=first.get(s.session, math.nan))
                      for s in control.sessions)
+    runs = tuple(plays[n.node].records for n in control.nodes)
     return replace(control, segments=tuple(segments), sessions=sessions,
-                   node_runs=tuple(plays[n.node].records for n in control.nodes))
+                   node_runs=() if any(r is None for r in runs) else runs)  # type: ignore[arg-type]
 
 
 def simulate_node_plan(setup: FleetSetup, node: int, plan: Sequence[PlannedSegment],
