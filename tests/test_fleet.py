@@ -512,3 +512,57 @@ def test_the_committed_fleet_tables_say_what_the_readme_says():
     tight = [r for r in policy if float(r["slo_l95"]) == 3.0]
     assert all(r["nodes_needed"] == "" for r in tight if r["policy"] == "baseline")
     assert all(r["nodes_needed"] != "" for r in tight if r["policy"] == "speculative")
+
+
+# ---------------------------------------------------------------- a session log
+
+
+def _log(tmp_path, lines: list[str]):
+    path = tmp_path / "sessions.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_session_log_replays_its_sessions_periods_and_conditions(tmp_path):
+    path = _log(tmp_path, [
+        '{"arrival": 5, "duration": 60, "active": [[0, 20], [30, 60]], '
+        '"conditions": [2.5, 10, 35, 50]}',
+        '{"arrival": 1, "active": [[0, 40]], "conditions": [4, 20]}',
+        '{"arrival": 12, "duration": 30}'])
+    run = parse_fleet({"workload": {"log": str(path), "updates": "poisson:0"},
+                       "node": {**CHEAP, "max_sessions": 8}, "fleet": {}, "run": {
+                           "duration": 120}}, "f")
+    (records,) = replications(run, 1)
+    assert [s.arrival for s in records.sessions] == [1.0, 5.0, 12.0]  # in arrival order
+    assert [s.segments for s in records.sessions] == [1, 2, 1]
+    played = {}
+    for segment in records.segments:
+        played[segment.session] = played.get(segment.session, 0.0) + segment.played
+    assert played == pytest.approx({0: 40.0, 1: 50.0, 2: 30.0})
+    conditions = [len(s.conditions) for node in records.node_runs for s in node.streams]
+    assert sorted(conditions) == sorted([2, 2, 2, 0])  # per segment, the logged ones
+    from latsim.analysis.fleet import fleet_metrics
+
+    assert fleet_metrics(records)["n_conditions_shown"] == 6
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("[1, 2]", "not a JSON object"),
+    ('{"duration": 5}', "needs its arrival"),
+    ('{"arrival": 1}', "needs a duration or its active periods"),
+    ('{"arrival": -1, "duration": 5}', "arrival must be a number of seconds"),
+    ('{"arrival": 1, "active": [[5, 2]]}', "must be in order"),
+    ('{"arrival": 1, "active": [[0, 5], [3, 8]]}', "none overlapping"),
+    ('{"arrival": 1, "duration": 4, "active": [[0, 5]]}', "ends after the duration"),
+    ('{"arrival": 1, "duration": 9, "active": [[0, 5]], "conditions": [6]}',
+     "falls in no active period"),
+    ('{"arrival": 1, "duration": 9, "conditions": [5, 2]}', "in time order"),
+    ('{"arrival": 1, "duration": 9, "speed": 2}', "unknown key(s) speed"),
+])
+def test_a_bad_session_log_line_is_one_error_naming_it(tmp_path, line, message):
+    path = _log(tmp_path, ['{"arrival": 0, "duration": 9}', line])
+    with pytest.raises(LatsimError) as error:
+        parse_fleet({"workload": {"log": str(path)}}, "f")
+    assert message in str(error.value) and f"{path}:2" in str(error.value)
+    with pytest.raises(LatsimError, match="takes no arrivals"):
+        parse_fleet({"workload": {"log": str(path), "arrivals": "poisson:1"}}, "f")

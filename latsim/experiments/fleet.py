@@ -26,6 +26,7 @@ from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
 from latsim.experiments.engine import DEFAULT_COST, Cell, Experiment, Plan, plan
 from latsim.experiments.executors import LocalPool, active_pool
 from latsim.model.fleet import FleetRun
+from latsim.model.traces import Trace
 from latsim.model.workload import Session, sample_sessions
 from latsim.run.fleet import FleetRecords
 
@@ -71,7 +72,7 @@ def plan_fleet(run: FleetRun, max_events: int = DEFAULT_MAX_EVENTS) -> FleetPlan
     workload = run.workload
     cap = run.fleet.nodes_max * run.node.max_sessions
     present = min(workload.offered_load(p.duration), cap)
-    slots = present * workload.activity.active_fraction * p.duration / cell.timing.delta
+    slots = present * workload.active_fraction * p.duration / cell.timing.delta
     events = slots * run.seeds
     if events > max_events:
         raise LatsimError(f"the fleet would play about {events:.3g} latent slots over "
@@ -115,11 +116,13 @@ def _parts(fp: FleetPlan, replication: int) -> tuple:
     run, p, seed = fp.run, fp.plan, fp.run.seed
     timing = fp.cell.timing
 
-    def inputs(segment: int, join: float, length: float) -> StreamInput:
+    def inputs(segment: int, join: float, length: float,
+               conditions: tuple[float, ...] | None = None) -> StreamInput:
         arrivals = np.random.SeedSequence(seed, spawn_key=(replication, 2 * segment))
         costs = np.random.SeedSequence(seed, spawn_key=(replication, 2 * segment + 1))
-        trace = p.arrivals.trace((replication + segment) % p.replications,
-                                 np.random.default_rng(arrivals), length, timing)
+        trace = (Trace(f"log segment {segment}", conditions, length) if conditions is not None
+                 else p.arrivals.trace((replication + segment) % p.replications,
+                                       np.random.default_rng(arrivals), length, timing))
         return StreamInput(trace, join, np.random.default_rng(costs),
                            tuple(np.random.default_rng(c) for c in costs.spawn(4)))
 

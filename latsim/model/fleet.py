@@ -140,8 +140,10 @@ class FleetRun:
 
     def describe(self) -> dict[str, Any]:
         w = self.workload
-        return {"workload": {"arrivals": w.arrivals.spec, "duration": w.duration.spec,
-                             "activity": w.activity.spec, "updates": w.updates},
+        workload = ({"log": w.log_path, "updates": w.updates} if w.log is not None else
+                    {"arrivals": w.arrivals.spec, "duration": w.duration.spec,
+                     "activity": w.activity.spec, "updates": w.updates})
+        return {"workload": workload,
                 "node": self.node.describe(),
                 "fleet": {k: getattr(self.fleet, k) for k in FleetSpec.__dataclass_fields__},
                 "run": {"duration": self.duration, "seeds": self.seeds, "seed": self.seed,
@@ -150,7 +152,8 @@ class FleetRun:
 
 # ---------------------------------------------------------------- the file
 
-_WORKLOAD_KEYS = {"arrivals": str, "duration": str, "activity": str, "updates": str}
+_WORKLOAD_KEYS = {"arrivals": str, "duration": str, "activity": str, "updates": str,
+                  "log": str}
 _NODE_OWN = {"K": int, "cost": str, "policy": str, "lead": (int, float), "r": int,
              "fps": (int, float), "max_sessions": int}
 _FLEET_KEYS: dict[str, Any] = {
@@ -164,7 +167,7 @@ _FLEET_KEYS: dict[str, Any] = {
 #: silently ignored setting.
 _NOT_BUILT = {"migration": "migration is not built yet (sessions stay on their node)",
               "state_bytes": "migration is not built yet", "bandwidth": "migration is not "
-              "built yet", "log": "replaying a session log is not built yet"}
+              "built yet"}
 _RUN_KEYS = {"duration": (int, float), "seeds": int, "seed": int, "mode": str}
 
 
@@ -194,10 +197,18 @@ def parse_fleet(data: dict[str, Any], path: str = "fleet file") -> FleetRun:
     if unknown:
         raise LatsimError(f"{path}: unknown table(s) {', '.join(sorted(unknown))} (a fleet "
                           "file has [workload], [node], [fleet] and [run])")
-    workload = _table(data, "workload", _WORKLOAD_KEYS, path, ("arrivals",))
+    workload = _table(data, "workload", _WORKLOAD_KEYS, path)
+    if "log" in workload:
+        given = sorted({"arrivals", "duration", "activity"} & set(workload))
+        if given:
+            raise LatsimError(f"{path}: workload.log replays its sessions; it takes no "
+                              f"{', '.join(given)}")
+    elif "arrivals" not in workload:
+        raise LatsimError(f"{path}: [workload] needs arrivals (or a session log)")
     workload_spec = parse_workload(
-        workload["arrivals"], workload.get("duration", "fixed:60"),
-        workload.get("activity", "always"), workload.get("updates", "poisson:0.1"))
+        workload.get("arrivals", ""), workload.get("duration", "fixed:60"),
+        workload.get("activity", "always"), workload.get("updates", "poisson:0.1"),
+        workload.get("log"))
     node = _node(data.get("node", {}), path)
     fleet = FleetSpec(**_table(data, "fleet", _FLEET_KEYS, path))
     run = _table(data, "run", _RUN_KEYS, path)

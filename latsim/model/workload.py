@@ -23,7 +23,8 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -298,12 +299,113 @@ def parse_activity(spec: str) -> Activity:
 class Session:
     """One viewer's session: it arrives at ``arrival`` (global time) and watches for
     ``duration`` seconds once admitted; ``segments`` are its active periods ``(start,
-    length)`` in its own time."""
+    length)`` in its own time. ``conditions``, from a session log, are its condition times
+    per segment (each in that segment's own time); None: drawn from the updates spec."""
 
     index: int
     arrival: float
     duration: float
     segments: tuple[tuple[float, float], ...]
+    conditions: tuple[tuple[float, ...], ...] | None = None
+
+
+#: The keys of a session log's line.
+LOG_KEYS = ("session", "arrival", "duration", "active", "conditions")
+
+
+def load_session_log(path: str | Path) -> tuple[Session, ...]:
+    """A provider's sessions from a JSONL log, one session a line (docs/fleet.md)::
+
+        {"arrival": 12.5, "duration": 300, "active": [[0, 120], [150, 300]],
+         "conditions": [3.1, 40.0, 170.2]}
+
+    ``arrival`` (s, global) is required; ``duration`` defaults to the end of the last
+    active period; ``active`` (periods in the session's own time, in order, not
+    overlapping) defaults to the whole duration; ``conditions`` (the session's own time)
+    are split over its active periods (one outside every period is an error), and without
+    them the updates spec draws them. Sessions are numbered in arrival order. Any bad line is
+    a one-line error naming the file and the line."""
+    import json
+
+    text = read_input_file(path, "session log")
+    sessions = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise LatsimError(f"{where}: not a JSON object") from None
+        if not isinstance(row, dict):
+            raise LatsimError(f"{where}: not a JSON object")
+        unknown = set(row) - set(LOG_KEYS)
+        if unknown:
+            raise LatsimError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} "
+                              f"(known: {', '.join(LOG_KEYS)})")
+        sessions.append(_logged(row, where))
+        _check_count(len(sessions), str(path))
+    if not sessions:
+        raise LatsimError(f"{path}: a session log needs at least one session")
+    sessions.sort(key=lambda s: s.arrival)
+    return tuple(replace(s, index=i) for i, s in enumerate(sessions))
+
+
+def _number(where: str, key: str, value: object, lo: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            math.isfinite(value) and lo <= value <= MAX_DURATION):
+        raise LatsimError(f"{where}: {key} must be a number of seconds in [{lo:g}, "
+                          f"{MAX_DURATION:g}], got {value!r}")
+    return float(value)
+
+
+def _logged(row: dict, where: str) -> Session:
+    if "arrival" not in row:
+        raise LatsimError(f"{where}: a session needs its arrival")
+    arrival = _number(where, "arrival", row["arrival"])
+    active = row.get("active")
+    periods: list[tuple[float, float]] = []
+    if active is not None:
+        if not isinstance(active, list) or not active:
+            raise LatsimError(f"{where}: active must be a non-empty list of [start, end]")
+        for period in active:
+            if not (isinstance(period, list) and len(period) == 2):
+                raise LatsimError(f"{where}: each active period is [start, end], got "
+                                  f"{period!r}")
+            start, end = (_number(where, "an active period's time", v) for v in period)
+            if end <= start or (periods and start < periods[-1][1]):
+                raise LatsimError(f"{where}: active periods must be in order, each ending "
+                                  "after it starts and none overlapping")
+            periods.append((start, end))
+    if "duration" in row:
+        duration = _number(where, "duration", row["duration"])
+    elif periods:
+        duration = periods[-1][1]
+    else:
+        raise LatsimError(f"{where}: a session needs a duration or its active periods")
+    if duration <= 0:
+        raise LatsimError(f"{where}: duration must be positive")
+    if not periods:
+        periods = [(0.0, duration)]
+    if periods[-1][1] > duration + 1e-9:
+        raise LatsimError(f"{where}: an active period ends after the duration {duration:g}")
+    segments = tuple((start, end - start) for start, end in periods)
+    conditions = None
+    if "conditions" in row:
+        times = row["conditions"]
+        if not isinstance(times, list):
+            raise LatsimError(f"{where}: conditions must be a list of times")
+        values = [_number(where, "a condition's time", t) for t in times]
+        if values != sorted(values):
+            raise LatsimError(f"{where}: conditions must be in time order")
+        split: list[list[float]] = [[] for _ in periods]
+        for t in values:
+            k = next((i for i, (start, end) in enumerate(periods) if start <= t < end), None)
+            if k is None:
+                raise LatsimError(f"{where}: condition at {t:g} s falls in no active period")
+            split[k].append(t - periods[k][0])
+        conditions = tuple(tuple(c) for c in split)
+    return Session(0, arrival, duration, segments, conditions)
 
 
 @dataclass(frozen=True)
@@ -312,22 +414,43 @@ class Workload:
     duration: DurationLaw
     activity: Activity
     updates: str
+    log: tuple[Session, ...] | None = None  # replayed sessions instead of drawn ones
+    log_path: str | None = None
 
     @property
     def population(self) -> bool:
-        return self.arrivals.kind == "population"
+        return self.log is None and self.arrivals.kind == "population"
 
     def offered_load(self, horizon: float) -> float:
-        """Sessions present on average with unlimited capacity (M/G/∞: λ·E[D])."""
+        """Sessions present on average with unlimited capacity (M/G/∞: λ·E[D]; a log's own
+        sessions' time within the horizon)."""
+        if self.log is not None:
+            return sum(max(0.0, min(s.arrival + s.duration, horizon) - s.arrival)
+                       for s in self.log if s.arrival < horizon) / horizon
         if self.population:
             return float(self.arrivals.population)
         return self.arrivals.mean_rate(horizon) * self.duration.mean
 
+    @property
+    def active_fraction(self) -> float:
+        if self.log is None:
+            return self.activity.active_fraction
+        total = sum(s.duration for s in self.log)
+        return sum(length for s in self.log for _, length in s.segments) / total
 
-def parse_workload(arrivals: str, duration: str, activity: str, updates: str) -> Workload:
+
+def parse_workload(arrivals: str, duration: str, activity: str, updates: str,
+                   log: str | None = None) -> Workload:
+    """The workload of a fleet file's ``[workload]``; with ``log``, its sessions replayed
+    (``arrivals``, ``duration`` and ``activity`` then describe nothing and are not
+    given)."""
     from latsim.model.arrivals import parse_updates
 
     parse_updates(updates)  # a bad updates spec fails before any work
+    if log is not None:
+        sessions = load_session_log(log)
+        return Workload(SessionArrivals(f"log:{log}", "log"), parse_duration("fixed:1"),
+                        parse_activity("always"), updates, sessions, log)
     return Workload(parse_arrivals(arrivals), parse_duration(duration),
                     parse_activity(activity), updates)
 
@@ -337,6 +460,8 @@ def sample_sessions(workload: Workload, horizon: float, rng: np.random.Generator
     """The sessions of one run of ``horizon`` seconds. A population's sessions join at
     ``joins`` (one per session, as the serving model's ``start`` places streams) and watch
     for the whole run."""
+    if workload.log is not None:
+        return tuple(s for s in workload.log if s.arrival < horizon)
     if workload.population:
         return tuple(Session(i, join, horizon, ((0.0, horizon),))
                      for i, join in enumerate(joins))

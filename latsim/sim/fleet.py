@@ -50,8 +50,9 @@ from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunWindow
 from latsim.sim.serving import ServingNode, StreamInput, _Draining, _StreamPort
 
-#: ``inputs(segment_id, join, length)``: a segment's arrivals and random streams.
-InputsFor = Callable[[int, float, float], StreamInput]
+#: ``inputs(segment_id, join, length, conditions)``: a segment's arrivals (``conditions``,
+#: its own time, from a session log; None: drawn) and random streams.
+InputsFor = Callable[[int, float, float, "tuple[float, ...] | None"], StreamInput]
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,12 @@ class _Segment:
     """A segment as it runs (its record is made at the end)."""
 
     __slots__ = ("segment_id", "session", "k", "node", "port", "length", "t_request",
-                 "t_start", "t_end", "stream")
+                 "t_start", "t_end", "stream", "conditions")
 
     def __init__(self, segment_id: int, session: int, k: int, node: int,
-                 port: _StreamPort | None, length: float, t_request: float) -> None:
+                 port: _StreamPort | None, length: float, t_request: float,
+                 conditions: tuple[float, ...] | None = None) -> None:
+        self.conditions = conditions
         self.segment_id = segment_id
         self.session = session
         self.k = k
@@ -251,10 +254,11 @@ class _Fleet:
         if node.serving is not None:
             window = RunWindow(length, self.window_drain)
             port = node.serving.add(self.setup.config, window,
-                                    self.inputs(segment_id, self.env.now, length))
+                                    self.inputs(segment_id, self.env.now, length,
+                                                _conditions(state.session, k)))
         state.started += 1
         segment = _Segment(segment_id, state.session.index, k, node.index, port, length,
-                           self.env.now)
+                           self.env.now, _conditions(state.session, k))
         self.segments.append(segment)
         if state.first is None:
             state.first = segment
@@ -433,7 +437,7 @@ class _Fleet:
             window = RunWindow(self.setup.horizon, self.window_drain)
             port = node.serving.add(self.setup.config, window,
                                     self.inputs(state.session.index, state.session.arrival,
-                                                self.setup.horizon))
+                                                self.setup.horizon, None))
             ports.append(port)
             state.started = 1
             state.first = _Segment(state.session.index, state.session.index, 0, node.index,
@@ -494,6 +498,10 @@ class _Fleet:
 
 
 
+def _conditions(session: Session, k: int) -> tuple[float, ...] | None:
+    return None if session.conditions is None else session.conditions[k]
+
+
 def _counts(level: Level) -> tuple[int, ...]:
     return (level.present, level.playing, level.queued, level.nodes, level.usable, level.held)
 
@@ -514,6 +522,7 @@ class PlannedSegment:
     segment_id: int
     t_request: float
     length: float
+    conditions: tuple[float, ...] | None = None  # from a session log
 
 
 @dataclass(frozen=True)
@@ -538,7 +547,7 @@ def plan_fleet_run(setup: FleetSetup, sessions: Sequence[Session], inputs: Input
     plans: dict[int, list[PlannedSegment]] = {n.node: [] for n in control.nodes}
     for segment in fleet.segments:
         plans[segment.node].append(PlannedSegment(segment.segment_id, segment.t_request,
-                                                  segment.length))
+                                                  segment.length, segment.conditions))
     return control, plans
 
 
@@ -580,7 +589,8 @@ def simulate_node_plan(setup: FleetSetup, node: int, plan: Sequence[PlannedSegme
     def join(index: int) -> None:
         planned = plan[index]
         port = serving.add(setup.config, RunWindow(planned.length, 0.0),
-                           inputs(planned.segment_id, env.now, planned.length))
+                           inputs(planned.segment_id, env.now, planned.length,
+                                  planned.conditions))
         ports[index] = port
 
         def started(port: _StreamPort) -> None:
