@@ -239,13 +239,15 @@ def test_more_nodes_never_raise_l95_or_stall_beyond_noise():
        autoscale=st.booleans(), suspend=st.sampled_from([None, 2.0]),
        placement=st.sampled_from(["round-robin", "least-loaded", "power-of-two", "min-max",
                                   "least-slack"]),
-       seed=st.integers(0, 2**16))
+       migration=st.booleans(), seed=st.integers(0, 2**16))
 def test_fleet_bookkeeping_holds_for_any_fleet(rate, duration, activity, admission, nodes,
                                                max_sessions, autoscale, suspend, placement,
-                                               seed):
+                                               migration, seed):
     fleet_ = {"nodes_initial": 1 if autoscale else nodes, "nodes_min": 1, "nodes_max": nodes,
               "admission": admission, "autoscale": autoscale, "placement": placement,
-              "cooldown_s": 5, "provision_delay_s": 5, "resume_s": 0.5}
+              "cooldown_s": 5, "provision_delay_s": 5, "resume_s": 0.5,
+              "migration": migration, "migration_fixed_s": 0.3, "rebalance_gap": 1,
+              "autoscale_interval_s": 3}
     if suspend is not None:
         fleet_["suspend_after_s"] = suspend
     run = fleet({"arrivals": f"poisson:{rate}", "duration": duration, "activity": activity,
@@ -290,8 +292,8 @@ def test_fleet_bookkeeping_holds_for_any_fleet(rate, duration, activity, admissi
      "a node's streams are the sessions"),
     ({"workload": {"arrivals": "poisson:0.1"}, "fleet": {"placement": "random"}},
      "fleet.placement must be one of least-loaded, least-slack, min-max"),
-    ({"workload": {"arrivals": "poisson:0.1"}, "fleet": {"migration": True}},
-     "migration is not built yet"),
+    ({"workload": {"arrivals": "poisson:0.1"}, "fleet": {"migration": True},
+      "run": {"mode": "sharded"}}, "fleet.migration needs run.mode exact"),
     ({"workload": {"arrivals": "poisson:0.1"}, "run": {"mode": "split"}},
      "run.mode must be exact or sharded"),
     ({"workload": {"arrivals": "poisson:0.1"}, "fleet": {"nodes_min": 3, "nodes_max": 2}},
@@ -566,3 +568,58 @@ def test_a_bad_session_log_line_is_one_error_naming_it(tmp_path, line, message):
     assert message in str(error.value) and f"{path}:2" in str(error.value)
     with pytest.raises(LatsimError, match="takes no arrivals"):
         parse_fleet({"workload": {"log": str(path), "arrivals": "poisson:1"}}, "f")
+
+
+# ---------------------------------------------------------------- migration
+
+
+def _imbalanced(migration: bool, state_bytes: float = 0.0, seeds: int = 4):
+    """Round-robin placement of heavy-tailed sessions on 3 nodes: the nodes drift apart."""
+    return fleet({"arrivals": "poisson:0.15", "duration": "lognormal:60,2.0",
+                  "updates": "poisson:0.2"},
+                 {"K": 8, "r": 4, "fps": 16.0, "cost": "fixed:0.3", "max_sessions": 12,
+                  "lead": 1.0},
+                 {"nodes_initial": 3, "nodes_max": 3, "placement": "round-robin",
+                  "migration": migration, "state_bytes": state_bytes, "bandwidth": 1e9,
+                  "migration_fixed_s": 0.05, "autoscale_interval_s": 5},
+                 {"duration": 900, "seeds": seeds})
+
+
+def test_migration_keeps_the_nodes_balanced_and_every_session_whole():
+    def peaks(run) -> tuple[list[int], list]:
+        records = replications(run, 4)
+        return [max(n.sessions_max for n in r.nodes) for r in records], records
+
+    still, _ = peaks(_imbalanced(False))
+    moved, records = peaks(_imbalanced(True))
+    assert sum(moved) < sum(still), (moved, still)
+    assert all(sum(s.migrations for s in r.sessions) > 0 for r in records)
+    for r in records:  # a moved session still plays its whole watch time, on one stream
+        for s in r.sessions:
+            if s.status == "served" and math.isfinite(s.left):
+                played = sum(g.played for g in r.segments if g.session == s.session)
+                assert played == pytest.approx(s.duration, abs=1e-6)
+
+
+def test_a_longer_migration_pause_costs_the_viewers_stalls():
+    """The buffer plays through the pause: a pause longer than it holds shows as stalls."""
+    from latsim.analysis.fleet import fleet_metrics
+
+    quick = [fleet_metrics(r)["stall_pct"] for r in replications(_imbalanced(True, 0), 4)]
+    slow = [fleet_metrics(r)["stall_pct"] for r in replications(_imbalanced(True, 8e9), 4)]
+    assert sum(slow) > sum(quick) + 0.1, (slow, quick)
+
+
+def test_with_migration_a_draining_node_empties_and_scaling_in_costs_less():
+    base = {"arrivals": "poisson:0.3", "duration": "lognormal:200,1.5", "updates": "poisson:0"}
+    hours = {}
+    for migration in (False, True):
+        run = fleet(base, {"max_sessions": 4},
+                    {"nodes_initial": 8, "nodes_min": 1, "nodes_max": 8, "autoscale": True,
+                     "target_util": 0.7, "hysteresis": 0.15, "cooldown_s": 20,
+                     "provision_delay_s": 30, "migration": migration,
+                     "autoscale_interval_s": 10},
+                    {"duration": 1200, "seeds": 3})
+        fp = plan_fleet(run)
+        hours[migration] = [r.metrics["gpu_hours"] for r in run_fleet(fp)]
+    assert sum(hours[True]) < sum(hours[False]), hours

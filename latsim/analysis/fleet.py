@@ -5,7 +5,8 @@ Over ``[0, horizon]`` of one run (keys in seconds unless named otherwise):
 - sessions: ``sessions_arrived``, ``sessions_admitted``, ``sessions_rejected``,
   ``sessions_queued`` (admitted after a wait, or still waiting at the end), ``blocking``
   (rejected / arrived), ``wait_mean`` (admission wait of the admitted), ``queue_mean``
-  (time-average sessions waiting), ``sessions_suspended`` (idle periods suspended);
+  (time-average sessions waiting), ``sessions_suspended`` (idle periods suspended),
+  ``migrations`` (sessions moved between nodes);
 - occupancy: ``sessions_mean`` (time-average sessions present: admitted and not left,
   idle ones included), ``active_mean`` (time-average segments playing), ``nodes_mean``,
   ``util_pct`` (time-average slots held over the slots of the nodes taking sessions);
@@ -173,6 +174,7 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
         "wait_mean": _mean([s.wait for s in admitted]),
         "queue_mean": means["queued"],
         "sessions_suspended": sum(s.suspended for s in sessions),
+        "migrations": sum(s.migrations for s in sessions),
         "sessions_mean": means["present"], "active_mean": means["playing"],
         "nodes_mean": means["nodes"],
         "util_pct": 100.0 * means["held"] / means["slots"] if means["slots"] else None,

@@ -196,7 +196,8 @@ def _summarised(fp: FleetPlan, replication: int, records: FleetRecords,
     sessions = [{"session": s.session, "arrival": s.arrival, "duration": s.duration,
                  "status": s.status, "node": s.node, "wait": _finite(s.wait),
                  "ttfc": _finite(s.ttfc), "left": _finite(s.left), "segments": s.segments,
-                 "suspended": s.suspended} for s in records.sessions]
+                 "suspended": s.suspended, "migrations": s.migrations}
+                for s in records.sessions]
     return ReplicationResult(replication,
                              fleet_metrics(records, fp.run.fleet.usd_per_gpu_hour, tallies),
                              fleet_timeseries(records, tallies=tallies), node_rows(records),

@@ -38,6 +38,7 @@ class SessionRecord:
     left: float
     segments: int  # active periods started
     suspended: int  # idle periods it was suspended for
+    migrations: int = 0  # times it moved to another node while playing
 
     @property
     def wait(self) -> float:

@@ -97,12 +97,13 @@ class _Segment:
     """A segment as it runs (its record is made at the end)."""
 
     __slots__ = ("segment_id", "session", "k", "node", "port", "length", "t_request",
-                 "t_start", "t_end", "stream", "conditions")
+                 "t_start", "t_end", "stream", "conditions", "owner")
 
     def __init__(self, segment_id: int, session: int, k: int, node: int,
                  port: _StreamPort | None, length: float, t_request: float,
                  conditions: tuple[float, ...] | None = None) -> None:
         self.conditions = conditions
+        self.owner: _Node | None = None  # the node whose records hold its stream
         self.segment_id = segment_id
         self.session = session
         self.k = k
@@ -121,7 +122,7 @@ class _Segment:
 
 class _SessionState:
     __slots__ = ("session", "node", "first_node", "admitted", "first", "left", "started",
-                 "suspended", "status", "next_segment")
+                 "suspended", "status", "next_segment", "migrations")
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -134,6 +135,7 @@ class _SessionState:
         self.suspended = 0
         self.status = WAITING
         self.next_segment = 0  # the segment placing it starts (a resume's)
+        self.migrations = 0
 
 
 class _Fleet:
@@ -259,6 +261,7 @@ class _Fleet:
         state.started += 1
         segment = _Segment(segment_id, state.session.index, k, node.index, port, length,
                            self.env.now, _conditions(state.session, k))
+        segment.owner = node
         self.segments.append(segment)
         if state.first is None:
             state.first = segment
@@ -282,8 +285,8 @@ class _Fleet:
         node, k = state.node, segment.k
         assert node is not None
         now = self.env.now
-        if segment.port is not None:
-            node.serving.close(segment.port, now)  # type: ignore[union-attr]
+        if segment.port is not None:  # closed where its records are (it may have moved)
+            segment.owner.serving.close(segment.port, now)  # type: ignore[union-attr]
         node.playing.discard(segment)
         self.playing -= 1
         segment.t_end = now
@@ -392,12 +395,64 @@ class _Fleet:
         self.recount()
         self.note()
 
+    # ---------------------------------------------------------------- migration
+
+    def _movable(self, segment: _Segment) -> bool:
+        """At a chunk boundary: playing, no job in flight, not moving already."""
+        port = segment.port
+        return (port is not None and not port.closed and not math.isnan(segment.t_start)
+                and not port.run.controller.jobs_in_flight
+                and port.hold_until <= self.env.now)
+
+    def rebalance(self, _: object = None) -> None:
+        """Empty the draining nodes into the others, then move one session from the
+        fullest node to the emptiest while they differ by ``rebalance_gap`` or more; only
+        sessions at a chunk boundary move. Looks again every ``autoscale_interval_s``."""
+        fleet, cap = self.setup.fleet, self.setup.node.max_sessions
+        for node in [n for n in self.nodes if n.up and n.draining]:
+            for segment in sorted(node.playing, key=lambda s: s.segment_id):
+                room = [n for n in self._room() if n is not node]
+                if room and self._movable(segment):
+                    self.migrate(segment, node, min(room, key=lambda n: (len(n.held),
+                                                                         n.index)))
+        taking = self._taking
+        if len(taking) > 1:
+            fullest = max(taking, key=lambda n: (len(n.held), -n.index))
+            emptiest = min(taking, key=lambda n: (len(n.held), n.index))
+            if (len(fullest.held) - len(emptiest.held) >= fleet.rebalance_gap
+                    and len(emptiest.held) < cap):
+                movable = [s for s in sorted(fullest.playing, key=lambda s: s.segment_id)
+                           if self._movable(s)]
+                if movable:
+                    self.migrate(movable[0], fullest, emptiest)
+        self.env.timeout(fleet.autoscale_interval_s).callbacks.append(self.rebalance)
+
+    def migrate(self, segment: _Segment, source: _Node, target: _Node) -> None:
+        """Move ``segment``'s session from ``source`` to ``target``: its slot at once, its
+        next job after the pause of moving its state (its buffer plays meanwhile)."""
+        state = self.states[segment.session]
+        source.held.discard(state.session.index)
+        source.playing.discard(segment)
+        target.held.add(state.session.index)
+        target.playing.add(segment)
+        target.sessions_max = max(target.sessions_max, len(target.held))
+        state.node = target
+        state.migrations += 1
+        segment.port.move_to(target.serving.engine,  # type: ignore[union-attr]
+                             self.env.now + self.setup.fleet.migration_pause_s)
+        if source.draining and not source.held and not source.playing:
+            source.removed_at = self.env.now
+            self.recount()
+        self.note()
+
     # ---------------------------------------------------------------- the run
 
     def run(self) -> FleetRecords:
         env, setup = self.env, self.setup
         if setup.fleet.autoscale:
             env.timeout(setup.fleet.autoscale_interval_s).callbacks.append(self.autoscale)
+        if setup.fleet.migration:
+            env.timeout(setup.fleet.autoscale_interval_s).callbacks.append(self.rebalance)
         if setup.population:
             end = self._run_population()
         else:
@@ -486,7 +541,7 @@ class _Fleet:
         sessions = tuple(
             SessionRecord(s.session.index, s.session.arrival, s.session.duration, s.status,
                           s.first_node, s.admitted, _first_display(s.first), s.left,
-                          s.started, s.suspended)
+                          s.started, s.suspended, s.migrations)
             for s in self.states)
         nodes = tuple(NodeRecord(n.index, n.t_provisioned, n.usable_at, n.removed_at,
                                  n.sessions_max) for n in self.nodes)

@@ -244,10 +244,11 @@ class _Engine:
         self._batch_rng = batch_rng
 
     def submit(self, stream: _StreamPort, job_id: int, kind: str, step: Step, first: bool,
-               then: Callable[[float, float], None]) -> None:
+               then: Callable[[float, float], None], since: float | None = None) -> None:
         self._seq += 1
+        queued = self.env.now if since is None else since
         self.pools[step.pool].submit(_Task(stream, job_id, kind, step.stage, step.latents,
-                                           step.duration, self.env.now, self._seq, then, first))
+                                           step.duration, queued, self._seq, then, first))
 
     def add_task(self, task: TaskRecord) -> None:
         if self.tally is None:
@@ -337,6 +338,7 @@ class _StreamPort:
         self.client_stalls: list[ClientStallRecord] = []
         self.first_display: float | None = None
         self.closed = False  # the stream left (a fleet's session): its events do nothing
+        self.hold_until = -math.inf  # no job starts before this (a fleet's migration)
 
     # ---------------------------------------------------------------- clock
 
@@ -392,8 +394,24 @@ class _StreamPort:
         self.run_steps(job.job_id, job.kind, lambda: self.deliver(JobDone(job.job_id)))
 
     def run_steps(self, job_id: int, kind: str, ready: Callable[[], None]) -> None:
-        """Run the job's steps one after the other on their pools, then call ``ready``."""
-        _JobSteps(self, job_id, kind, ready).next_step(first=True)
+        """Run the job's steps one after the other on their pools, then call ``ready``.
+        While the stream is held (a fleet moving it to another node), the first step
+        waits for the hold to end, as if queued since now."""
+        steps = _JobSteps(self, job_id, kind, ready)
+        hold = self.hold_until - self.env.now
+        if hold > 0:
+            steps.since = self.env.now
+            self.env.timeout(hold).callbacks.append(lambda _: steps.next_step(first=True))
+        else:
+            steps.next_step(first=True)
+
+    def move_to(self, engine: _Engine, hold_until: float) -> None:
+        """The stream's jobs go to ``engine``'s pools from now on (a fleet's migration, at
+        a chunk boundary); none starts before ``hold_until`` (its state's transfer). Its
+        controller, playback and records stay as they are."""
+        self.engine = engine
+        self.generator = engine.generator
+        self.hold_until = hold_until
 
     def job_started(self, job_id: int, now: float, took: float, waited: bool) -> None:
         """A device took the job's first step: tell the controller if it waited, and note
@@ -444,7 +462,7 @@ class _JobSteps:
     closures that call themselves: those are reference cycles, which only the garbage
     collector frees, some twenty objects a job)."""
 
-    __slots__ = ("port", "job_id", "kind", "steps", "ready", "started")
+    __slots__ = ("port", "job_id", "kind", "steps", "ready", "started", "since")
 
     def __init__(self, port: _StreamPort, job_id: int, kind: str,
                  ready: Callable[[], None]) -> None:
@@ -454,6 +472,7 @@ class _JobSteps:
         self.steps = port.generator.steps(port.K, kind, port.streams)
         self.ready = ready
         self.started = 0.0  # when its first step started (global time)
+        self.since: float | None = None  # queued since (a held job's request), else now
 
     def next_step(self, first: bool = False) -> None:
         port = self.port
@@ -466,7 +485,8 @@ class _JobSteps:
             self.ready()
             return
         port.engine.submit(port, self.job_id, self.kind, step, first,
-                           self._first_done if first else self._done)
+                           self._first_done if first else self._done,
+                           self.since if first else None)
 
     def _first_done(self, start: float, _end: float) -> None:
         self.started = start
