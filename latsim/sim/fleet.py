@@ -168,12 +168,27 @@ class _Fleet:
             self.nodes.append(_Node(self, len(self.nodes), 0.0))
         self._up = 0
         self._taking: list[_Node] = []
+        #: a plan's loads of the nodes with room, by node index (None: no room), kept as
+        #: they change: what placement is offered, without rebuilding every node's load
+        #: for every session (a plan has no slack to read, so a load changes only with its
+        #: node's sessions)
+        self._room_loads: list[NodeLoad | None] = []
         self.recount()
 
     def recount(self) -> None:
         """Recount the nodes up and those taking sessions (after any node changes state)."""
         self._up = sum(1 for n in self.nodes if n.up)
         self._taking = [n for n in self.nodes if self._takes(n)]
+        if self.planned:
+            self._room_loads = [None] * len(self.nodes)
+            for node in self._taking:
+                self._refresh(node)
+
+    def _refresh(self, node: _Node) -> None:
+        """A plan's load of ``node`` after its sessions changed."""
+        if self.planned:
+            room = self._takes(node) and len(node.held) < self.setup.node.max_sessions
+            self._room_loads[node.index] = self._load(node) if room else None
 
     # ---------------------------------------------------------------- levels
 
@@ -197,6 +212,12 @@ class _Fleet:
         cap = self.setup.node.max_sessions
         return [n for n in self._taking if len(n.held) < cap]
 
+    def _offers(self) -> list[NodeLoad]:
+        """The loads placement is offered: the nodes with room, in index order."""
+        if self.planned:
+            return [load for load in self._room_loads if load is not None]
+        return [self._load(n) for n in self._room()]
+
     def _load(self, node: _Node) -> NodeLoad:
         now = self.env.now
         slack = min((s.port.slack(now) for s in node.playing if s.port is not None),
@@ -208,18 +229,22 @@ class _Fleet:
     def place(self, state: _SessionState) -> bool:
         """Put ``state`` on a node with room (the placement plug-in chooses); False if
         none has room."""
-        room = self._room()
-        if not room:
+        loads = self._offers()
+        if not loads:
             return False
-        loads = [self._load(n) for n in room]
         chosen = self.choose(loads, self.placement_rng)
-        if not isinstance(chosen, NodeLoad) or chosen not in loads:
+        offered = isinstance(chosen, NodeLoad) and (
+            0 <= chosen.index < len(self.nodes)
+            and self._room_loads[chosen.index] is chosen if self.planned
+            else any(chosen is load for load in loads))
+        if not offered:
             from latsim.errors import LatsimError
 
             raise LatsimError(f"placement {self.setup.fleet.placement!r} returned "
                               f"{chosen!r}, not one of the nodes it was offered")
         node = self.nodes[chosen.index]
         node.held.add(state.session.index)
+        self._refresh(node)
         self.held += 1
         node.sessions_max = max(node.sessions_max, len(node.held))
         state.node = node
@@ -337,6 +362,7 @@ class _Fleet:
         node = state.node
         assert node is not None
         node.held.discard(state.session.index)
+        self._refresh(node)
         self.held -= 1
         state.node = None
         if node.draining and not node.held and not node.playing:
