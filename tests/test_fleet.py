@@ -623,3 +623,37 @@ def test_with_migration_a_draining_node_empties_and_scaling_in_costs_less():
         fp = plan_fleet(run)
         hours[migration] = [r.metrics["gpu_hours"] for r in run_fleet(fp)]
     assert sum(hours[True]) < sum(hours[False]), hours
+
+
+def test_the_readmes_fleet_numbers_are_the_committed_tables():
+    """Every number the README states about results/fleet is that file's, as rounded."""
+    import csv
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = " ".join((root / "README.md").read_text().split())
+    sve = {r["metric"]: r for r in csv.DictReader(
+        (root / "results" / "fleet" / "sharded_vs_exact.csv").open())}
+    for metric, digits in (("L95", 3), ("stall_pct", 3), ("ttfc_mean", 3), ("gpu_hours", 3)):
+        diff, se = float(sve[metric]["difference"]), float(sve[metric]["difference_se"])
+        assert f"{diff:+.{digits}f} ± {se:.{digits}f}".replace("-", "−") in readme, metric
+    day = {(r["fleet"], r["placement"]): r for r in csv.DictReader(
+        (root / "results" / "fleet" / "diurnal.csv").open())}
+    static, scaled = day[("static peak", "round-robin")], day[("autoscaled", "round-robin")]
+    assert (f"{-float(scaled['cost_usd_vs_static_round_robin_pct']):.0f} % less: "
+            f"{float(scaled['gpu_hours']):.1f} against {float(static['gpu_hours']):.1f}"
+            ) in readme
+    assert (f"{float(scaled['ttfc_mean_vs_static_round_robin_pct']):.0f} % more in mean "
+            f"TTFC") in readme
+    migration = day[("autoscaled", "min-max + migration")]
+    assert f"saves {-float(migration['cost_usd_vs_static_round_robin_pct']):.1f} %" in readme
+    policy = list(csv.DictReader((root / "results" / "fleet" / "policy.csv").open()))
+    loose = {r["policy"]: int(r["nodes_needed"]) for r in policy
+             if r["setting"] == "Wan1.3B long" and float(r["slo_l95"]) == 7.0}
+    assert (f"chunk-boundary commitment needs {loose['baseline']} nodes and latent-boundary "
+            f"needs {loose['speculative']}") in readme
+    spec = [r for r in policy if r["policy"] == "speculative" and float(r["slo_l95"]) == 7.0]
+    assert all(f"A ≈ {float(r['A']):.2f}" in readme for r in spec)
+    tight = {int(r["nodes_needed"]) for r in policy
+             if r["policy"] == "speculative" and float(r["slo_l95"]) == 3.0}
+    assert tight == {4} and "the speculative fleet needs 4" in readme
