@@ -42,6 +42,7 @@ class RunData:
     end_time: float | None = None  # where a partial run's records end
     duration: float | None = None  # the run's window
     notes: tuple[str, ...] = ()  # e.g. a torn last row dropped
+    stream: int | None = None  # a serving folder's stream
 
     @property
     def T(self) -> float:  # noqa: N802 - the paper's symbol
@@ -144,7 +145,7 @@ def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = N
                 end_time = folder.records_end()
     return RunData(policy, int(K), int(run), delta, eager, picked["jobs"], picked["slots"],
                    picked["discards"], picked["conditions"], picked["stalls"], status,
-                   end_time, duration, notes)
+                   end_time, duration, notes, stream)
 
 
 def default_window(data: RunData) -> tuple[float, float]:
@@ -225,8 +226,10 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
             ax_time.broken_barh([(job.t_ready - share * width, share * width)],
                                 (y_gen - 0.35, 0.7), facecolors="none", hatch="////",
                                 edgecolor="black", linewidth=0)
-        ax_time.text(job.t_start + width / 2, y_gen, f"{job.kind[:2]} v{int(job.version)}",
-                     ha="center", va="center", fontsize=6, clip_on=True)
+        narrow = width < 0.07 * (t1 - t0)  # the label would overprint: above the bar
+        ax_time.text(job.t_start + width / 2, y_gen + (0.5 if narrow else 0.0),
+                     f"{job.kind} v{int(job.version)}", ha="center", va="center",
+                     fontsize=5 if narrow else 6, clip_on=True)
     visible = slots[(slots["t_start"] + delta >= t0) & (slots["t_start"] <= t1)]
     for version, group in visible.groupby("version"):
         ax_time.broken_barh([(t, delta) for t in group["t_start"]], (y_play - 0.35, 0.7),
@@ -264,10 +267,14 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
                                                  "generator\njobs"])
     ax_time.set_ylim(-0.6, 2.6)
     status = data.status_line()
-    ax_time.set_title(f"{data.policy}: K={K}, δ={delta:.3f} s, T={data.T:.2f} s, "
-                      f"run {data.run}  (colour = condition version, grey = V0; hatched = "
-                      f"discarded part; red = stall)" + (f"\n{status}" if status else ""),
+    of_run = "" if data.duration is None else f" of a {data.duration:g} s run"
+    where = f"run {data.run}" + ("" if data.stream is None else f", stream {data.stream}")
+    ax_time.set_title(f"{data.policy}: K={K}, δ={delta:.3f} s, T={data.T:.2f} s, {where}; "
+                      f"shown: {t0:g}–{t1:g} s{of_run}\n(colour = condition version, grey = "
+                      f"V0; hatched = discarded part; red = stall)"
+                      + (f"\n{status}" if status else ""),
                       fontsize=9, color="#b00000" if data.partial else "black")
+    ax_time.tick_params(labelbottom=True)  # its own time axis, not only the lower panel's
     if data.partial and data.end_time is not None and data.end_time < t1:
         for ax in (ax_time, ax_pos):
             ax.axvspan(max(t0, data.end_time), t1, color="#808080", alpha=0.12, lw=0)
@@ -327,8 +334,13 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
               "lazy: cached future stays replaceable (faded) until it plays")
     ax_pos.set_title(f"prediction cache: line = cached from ready until played (block) or "
                      f"discarded (dotted, x); {commit}; staircase = playhead", fontsize=8)
-    versions = sorted({int(v) for v in jobs["version"]} | {int(v) for v in slots["version"]})
+    drawn_jobs = jobs[(jobs["kind"] != "prebuffer") & (jobs["t_ready"] >= t0)
+                      & (jobs["t_start"] <= t1)]
+    versions = sorted({int(v) for v in drawn_jobs["version"]}
+                      | {int(v) for v in visible["version"]})  # those the window draws
     handles = [Patch(color=_version_color(v), label=f"V{v}") for v in versions[:10]]
+    if len(versions) > 10:
+        handles.append(Patch(color="white", label=f"(+{len(versions) - 10} more)"))
     handles += [Patch(facecolor="white", hatch="////", edgecolor="black", label="discarded"),
                 Patch(color="#d62728", alpha=0.15, label="stall")]
     ax_pos.legend(handles=handles, fontsize=7, loc="upper left", ncol=2)
