@@ -1,5 +1,7 @@
-"""The SimPy driver of a fleet (DESIGN §8), exact mode: every node's serving model and the
-control plane on one clock, so each decision reads the nodes' real state.
+"""The SimPy driver of a fleet (DESIGN §8). Exact mode: every node's serving model and the
+control plane on one clock, so each decision reads the nodes' real state. Sharded mode: the
+control plane alone on its predictors (:func:`plan_fleet_run`), each node then running its
+plan on its own clock (:func:`simulate_node_plan`), merged back (:func:`merge_plays`).
 
 A node is a :class:`~latsim.sim.serving.ServingNode`. A session arrives, is admitted or
 rejected or queued (:class:`~latsim.model.fleet.FleetSpec` ``admission``), is placed on a
@@ -15,6 +17,11 @@ sessions waiting) over the slots of the usable nodes that take sessions. Above `
 ``nodes_max`` are up; below ``target_util − hysteresis`` it consolidates: the emptiest usable
 node takes no new sessions and is removed once its last one leaves (sessions do not
 migrate), while more than ``nodes_min`` would stay. One action per ``cooldown_s``.
+
+With ``migration``, every ``autoscale_interval_s`` the draining nodes' playing sessions
+move to nodes with room, then the fullest node gives one to the emptiest while they differ
+by ``rebalance_gap``; a session moves only at a chunk boundary, keeps its stream (the same
+controller and buffer) and its next job waits for its state's transfer.
 
 A ``population:N`` workload is the serving model itself: its N sessions are admitted at 0,
 join at their start times, play ``horizon`` seconds each and drain as ``simulate --streams
