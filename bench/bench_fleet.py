@@ -3,8 +3,9 @@ counts on 1 and 2 local workers, and the exact mode's events per second at 64 an
 sessions.
 
 Run: ``.venv/bin/python bench/bench_fleet.py [--viewers 250 1000] [--duration 600]
-[--exact 64 512] [--jobs 1 2]`` (the target itself: ``--viewers 10000 --duration 3600
---jobs 2 --exact``). Each case runs in a fresh process (the peak resident set only grows).
+[--exact 64 512] [--jobs 1 2] [--scheduler local|dask-local]`` (the target itself:
+``--viewers 10000 --duration 3600 --jobs 2 --exact``). Each case runs in a fresh process
+(the peak resident set only grows).
 The workload: Poisson arrivals with λ·E[D] = the viewer count (fixed 600 s sessions, so
 about that many are present once warm), always active, conditions at 0.1/s; nodes of one
 DiT GPU with 4 sessions at Wan1.3B's timing (K = 8, C = 0.5 s), 25 % more nodes than the
@@ -36,18 +37,19 @@ def _fleet(viewers: int, duration: float, mode: str):  # noqa: ANN202
         "run": {"duration": duration, "seeds": 1, "mode": mode}}, "bench")
 
 
-def one(viewers: int, duration: float, mode: str, jobs: int) -> dict:
+def one(viewers: int, duration: float, mode: str, jobs: int, scheduler: str = "local") -> dict:
     from latsim.experiments.executors import using
     from latsim.experiments.fleet import plan_fleet, run_fleet
 
     fp = plan_fleet(_fleet(viewers, duration, mode), max_events=10**12)
     started = time.perf_counter()
-    with using("local", jobs):
+    with using(scheduler, jobs):
         (result,) = run_fleet(fp)
     wall = time.perf_counter() - started
     metrics = result.metrics
     viewer_seconds = metrics["active_mean"] * duration
     return {"viewers": viewers, "duration": duration, "mode": mode, "jobs": jobs,
+            "scheduler": scheduler,
             "wall_s": round(wall, 2),
             "peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "worker_peak_mib": round(  # the largest worker process (0: none forked)
@@ -71,19 +73,22 @@ def main() -> None:
     parser.add_argument("--exact", type=int, nargs="*", default=[64, 512])
     parser.add_argument("--jobs", type=int, nargs="*", default=[1, 2],
                         help="worker counts of the sharded runs")
-    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--scheduler", default="local",
+                        help="local (forked processes) or dask-local (a Dask LocalCluster)")
+    parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
-        viewers, duration, mode, jobs = options.one
-        print(json.dumps(one(int(viewers), float(duration), mode, int(jobs))))
+        viewers, duration, mode, jobs, scheduler = options.one
+        print(json.dumps(one(int(viewers), float(duration), mode, int(jobs), scheduler)))
         return
     rows = []
     for viewers in options.viewers:
         for jobs in options.jobs:
-            rows.append(_run(str(viewers), str(options.duration), "sharded", str(jobs)))
+            rows.append(_run(str(viewers), str(options.duration), "sharded", str(jobs),
+                             options.scheduler))
             print(rows[-1], flush=True)
     for viewers in options.exact:
-        rows.append(_run(str(viewers), str(options.duration), "exact", "1"))
+        rows.append(_run(str(viewers), str(options.duration), "exact", "1", "local"))
         print(rows[-1], flush=True)
     sharded2 = [r for r in rows if r["mode"] == "sharded" and r["jobs"] == 2]
     if sharded2:
