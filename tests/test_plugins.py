@@ -1,6 +1,6 @@
 """The extension points: registries filled from entry points, the built-ins registered as a
 third party's would be, one-line errors for broken plug-ins, and a real third-party package
-(the one README "Extending latsim" shows) installed and used through the command line."""
+(the one docs/extending.md shows) installed and used through the command line."""
 
 from __future__ import annotations
 
@@ -166,8 +166,8 @@ def test_a_schedule_that_returns_a_stranger_fails_the_simulation_in_one_line(
 
 
 def _readme_package(root: Path) -> Path:
-    """The package README "Extending latsim" shows, written out under ``root``."""
-    text = (ROOT / "README.md").read_text()
+    """The package docs/extending.md shows, written out under ``root``."""
+    text = (ROOT / "docs" / "extending.md").read_text()
     section = text[text.index("## Extending latsim"):]
     blocks = re.findall(r"```(?:toml|python)\n# (\S+)\n(.*?)```", section, re.S)
     assert [Path(path).name for path, _ in blocks] == ["pyproject.toml",

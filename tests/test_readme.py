@@ -30,3 +30,15 @@ def test_the_glossary_names_every_summary_column_the_main_table_leads_with():
     glossary = _section("Glossary")
     for term in ("K", "T", "C", "lead", "R, Q", "L", "w", "A", "stall %"):
         assert f"| {term} |" in glossary, term
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves():
+    root = README.parent
+    broken = []
+    for page in [README, root / "CHANGELOG.md", *sorted((root / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"(https?:|#|mailto:)", target):
+                continue
+            if not (page.parent / target.split("#")[0]).exists():
+                broken.append(f"{page.name}: {target}")
+    assert not broken, broken

@@ -216,7 +216,8 @@ def stall_fraction(C: float, T: float) -> float:  # noqa: N803
 ABOUT: dict[str, str] = {
     "residual_wait_mean": "eq. (6), C²/(2T): every idle arrival's job starts at once",
     "speculative_R_mean": (
-        "eq. (6) plus the refill deferral (README, 'Replans need a replaceable future'); "
+        "eq. (6) plus the refill deferral (docs/implementation.md, 'Replans need a "
+        "replaceable future'); "
         "compare a simulation's speculative R_mean with this one, not residual_wait_mean "
         "(fixed C = lead <= T, rare updates)"
     ),

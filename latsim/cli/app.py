@@ -479,7 +479,7 @@ def plugins(
     """List the registered cost models, schedules, live generators and fleet placements, and
     who provides each.
 
-    They come from entry points (README "Extending latsim")."""
+    They come from entry points (docs/extending.md)."""
     from latsim.plugins import registry
 
     output = output_format(fmt, as_json)
