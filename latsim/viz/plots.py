@@ -120,6 +120,13 @@ def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) ->
     return path
 
 
+def dkw_band(n: int, confidence: float = 0.95) -> float:
+    """The half-width of the Dvoretzky–Kiefer–Wolfowitz confidence band of an empirical CDF
+    of ``n`` values: sup |F_n − F| <= ε with probability ``confidence``,
+    ε = sqrt(ln(2 / (1 − confidence)) / (2n))."""
+    return math.sqrt(math.log(2 / (1 - confidence)) / (2 * n))
+
+
 def _ecdf(values) -> tuple[list[float], list[float]]:
     xs = sorted(values)
     return xs, [(i + 1) / len(xs) for i in range(len(xs))]
@@ -207,23 +214,32 @@ def compare_cdf_figure(comparison):
             color = POLICY_COLORS.get(row["policy"])
             partial = _partial_label(row)
             if run.latencies:
-                ax.step(*_ecdf(run.latencies), where="post", color=color,
-                        lw=1.2 if partial else 2, ls=":" if partial else "-",
-                        label=f"{row['policy']} measured (n={len(run.latencies)}){partial}")
-            if predicted:
-                ax.plot(*_ecdf(predicted), "--", color=color, lw=1,
-                        label=f"{row['policy']} predicted{partial}")
+                xs, ys = _ecdf(run.latencies)
+                band = dkw_band(len(xs))
+                ax.fill_between(xs, [max(0.0, y - band) for y in ys],
+                                [min(1.0, y + band) for y in ys], step="post", color=color,
+                                alpha=0.15, lw=0)
+                ax.step(xs, ys, where="post", color=color, lw=1.2 if partial else 2,
+                        ls=":" if partial else "-", zorder=2,
+                        label=f"{row['policy']} measured (n={len(xs)}, 95% band "
+                        f"±{band:.2f}){partial}")
+            if predicted:  # drawn over the measured curve, so it shows where they agree
+                ax.plot(*_ecdf(predicted), "--", color="black" if color is None else color,
+                        lw=1.2, zorder=3, dashes=(3, 2),
+                        label=f"{row['policy']} predicted (n={len(predicted)}){partial}")
         ax.set_title(f"K={K}")
         ax.set_xlabel("latency L (s)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     axes[0][0].set_ylabel("CDF")
     replications = _joined(row["replications"] for row in rows)
-    fig.suptitle(
-        f"measured vs predicted latency: {compare_setup_title(comparison)}\n"
-        f"predicted = re-simulated with the run's own measured C (its job times resampled "
-        f"per job kind; {replications} replications), same trace, policy, K and lead",
-        fontsize=8)
+    import textwrap
+
+    about = (f"predicted = re-simulated with the run's own measured C (its job times "
+             f"resampled per job kind; {replications} replications), same trace, policy, K "
+             f"and lead; shaded: the measured CDF's 95% band (DKW)")
+    fig.suptitle(f"measured vs predicted latency: {compare_setup_title(comparison)}\n"
+                 + textwrap.fill(about, int(fig.get_figwidth() * 15)), fontsize=8)
     fig.tight_layout()
     return fig
 
