@@ -120,6 +120,17 @@ def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) ->
     return path
 
 
+def bootstrap_quantile_se(values, level: float, resamples: int = 400) -> float:
+    """The bootstrap standard error of the ``level`` percentile of ``values`` (a fixed
+    seed: the same figure every time)."""
+    data = np.asarray(values, dtype=float)
+    if data.size < 2:
+        return 0.0
+    rng = np.random.default_rng(0)
+    draws = np.percentile(rng.choice(data, size=(resamples, data.size)), level, axis=1)
+    return float(draws.std(ddof=1))
+
+
 def dkw_band(n: int, confidence: float = 0.95) -> float:
     """The half-width of the Dvoretzky–Kiefer–Wolfowitz confidence band of an empirical CDF
     of ``n`` values: sup |F_n − F| <= ε with probability ``confidence``,
@@ -268,6 +279,8 @@ def compare_overlay_figure(comparison):
     L95 = lead + 0.95·T; the speculative policy has a closed form for its mean only.
     """
     rows = sorted(comparison.rows, key=lambda r: r["K"])
+    measured_of = {id(row): run.latencies for row, run in zip(comparison.rows, comparison.runs,
+                                                               strict=True)}
     groups = list(dict.fromkeys(r["measurement"] for r in rows))
     styles = ("-", "--", "-.", (0, (3, 1, 1, 1, 1, 1)))
     ks = sorted({r["K"] for r in rows})
@@ -286,11 +299,18 @@ def compare_overlay_figure(comparison):
                 if pts:
                     ax.plot(*zip(*pts, strict=True), linestyle=style, marker=".", color=color,
                             label=_label_once(seen, f"{policy} simulated{tag}"))
-                pts = [(r["K"], r[f"{metric}_measured"]) for r in full
-                       if r[f"{metric}_measured"] is not None]
-                if pts:
-                    ax.plot(*zip(*pts, strict=True), "o", color=color, ms=7, mfc="none",
-                            mew=2, label=_label_once(seen, f"{policy} measured"))
+                measured = [r for r in full if r[f"{metric}_measured"] is not None]
+                if measured:
+                    level = 50 if metric == "L50" else 95
+                    n = sorted({len(measured_of[id(r)]) for r in measured})
+                    ax.errorbar([r["K"] for r in measured],
+                                [r[f"{metric}_measured"] for r in measured],
+                                yerr=[bootstrap_quantile_se(measured_of[id(r)], level)
+                                      for r in measured],
+                                fmt="o", color=color, ms=7, mfc="none", mew=2, capsize=3,
+                                zorder=3, label=_label_once(
+                                    seen, f"{policy} measured ± bootstrap SE (n="
+                                    f"{'/'.join(map(str, n))} per run)"))
                 for r in in_group:
                     if r["policy"] != policy or r["status"] == "complete":
                         continue
