@@ -8,8 +8,10 @@ replication ``r`` draws as stream ``k`` of a serving replication does (:mod:`eng
 one node holding a ``population:N`` is ``latsim simulate --streams N`` event for event, and
 its node's summary row is the same (``tests/test_fleet.py``).
 
-A replication runs as one work unit on the active pool (``--jobs``, ``--scheduler``) and
-sends back its metrics, its time series and its node and session tables, not its records.
+In exact mode a replication is one work unit on the active pool (``--jobs``,
+``--scheduler``) and sends back its metrics, its time series and its node and session
+tables, not its records; in sharded mode every node of every replication is one, and sends
+back its tally (:class:`latsim.analysis.fleet.NodeTally`).
 """
 
 from __future__ import annotations
@@ -107,9 +109,9 @@ def sessions_of(fp: FleetPlan, replication: int) -> tuple[Session, ...]:
     return sample_sessions(fp.run.workload, fp.horizon, rng, joins)
 
 
-def _parts(fp: FleetPlan, replication: int) -> tuple:
+def _parts(fp: FleetPlan, replication: int, with_sessions: bool = True) -> tuple:
     """(setup, sessions, segment inputs, node batch streams, placement stream) of one
-    replication."""
+    replication (no sessions drawn for a sharded node, which needs only the rest)."""
     from latsim.sim.fleet import FleetSetup
     from latsim.sim.serving import StreamInput
 
@@ -136,7 +138,8 @@ def _parts(fp: FleetPlan, replication: int) -> tuple:
                        mode="exact" if run.workload.population else run.mode)
     placement = np.random.default_rng(np.random.SeedSequence(
         seed, spawn_key=(replication, _PLACEMENT_KEY)))
-    return setup, sessions_of(fp, replication), inputs, batch_rng, placement
+    sessions = sessions_of(fp, replication) if with_sessions else ()
+    return setup, sessions, inputs, batch_rng, placement
 
 
 def simulate_replication(fp: FleetPlan, replication: int) -> FleetRecords:
@@ -155,7 +158,7 @@ def simulate_replication(fp: FleetPlan, replication: int) -> FleetRecords:
 def _play(fp: FleetPlan, replication: int, node: int, plan: list):  # noqa: ANN202
     from latsim.sim.fleet import simulate_node_plan
 
-    setup, _, inputs, batch_rng, _ = _parts(fp, replication)
+    setup, _, inputs, batch_rng, _ = _parts(fp, replication, with_sessions=False)
     return simulate_node_plan(setup, node, plan, inputs, batch_rng(node))
 
 
