@@ -26,6 +26,7 @@ ending every session (the viewers get ``end`` with status ``interrupted``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import logging
@@ -150,9 +151,13 @@ class StreamServer:
                 await asyncio.sleep(0.05)  # let the end messages go out
 
     def stop(self) -> None:
-        """Stop serving (from any thread)."""
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+        """Stop serving (from any thread; again, or after the loop has closed, it does
+        nothing: a timer's stop and the context manager's may race)."""
+        loop, stop = self._loop, self._stop
+        if loop is None or stop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # it closed between the check and the call
+            loop.call_soon_threadsafe(stop.set)
 
     def close(self) -> None:
         if self.device is not None:
