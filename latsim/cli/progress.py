@@ -44,7 +44,10 @@ class ProgressBar:
             self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(),
                                  TextColumn("eta"), TimeRemainingColumn(),
-                                 console=Console(stderr=True), transient=True)
+                                 console=Console(stderr=True), transient=True,
+                                 # rich would move what is printed on stdout meanwhile
+                                 # onto the bar's console (stderr): results stay on stdout
+                                 redirect_stdout=False)
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=total)
         self._bar.update(self._task, completed=done, total=total)
