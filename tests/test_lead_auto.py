@@ -42,16 +42,28 @@ def _shared(streams: int, C: float = 0.5, lead=None, **serving) -> Experiment:  
                       serving=ServingConfig(streams=streams, pools=(("dit", 1),), **serving))
 
 
-def test_the_chosen_lead_is_the_base_plus_the_wait_and_the_summary_says_so():
+def test_the_chosen_lead_is_the_base_plus_each_policys_wait_and_the_summary_says_so():
     p = plan(_shared(3, lead="auto"))
     wait = periodic_wait_quantile(0.99, 3, 2.0, 0.5)
-    assert all(cell.lead == pytest.approx(0.5 + wait) for cell in p.cells)
-    assert dict(p.auto_leads)[8] == (wait, "nD/D/1")
+    leads = {cell.policy.name: cell.lead for cell in p.cells}
+    assert leads["speculative"] == pytest.approx(0.5 + wait)
+    assert dict(p.auto_leads)[8, "speculative"] == (wait, "nD/D/1")
+    # the baseline never replans: its evenly staggered phases never collide (a pilot run
+    # finds no wait), while random ones start with collisions that its pilot run measures
+    assert leads["baseline"] == 0.5
+    assert dict(p.auto_leads)[8, "baseline"] == (0.0, "pilot run of 120 s")
+    shuffled = plan(_shared(3, lead="auto", start="random"))
+    waited, model = dict(shuffled.auto_leads)[8, "baseline"]
+    assert model == "pilot run of 120 s" and 0 < waited < 2 * 0.5
+    # auto is the serving model's default; cost is C's quantile alone, the single worker's
+    assert plan(_shared(3)).cells == p.cells
+    assert [c.lead for c in plan(_shared(3, lead="cost")).cells] == [0.5, 0.5]
+    assert plan(_shared(3, lead="cost")).auto_leads == ()
     # a cost with a spread has no closed form: a pilot run measures the wait
     pilot = plan(Experiment(Ks=(8,), cost="lognormal:0.5,0.3", updates="poisson:0.04",
                             lead="auto", duration=300.0, seeds=2,
                             serving=ServingConfig(streams=3, pools=(("dit", 1),))))
-    waited, model = dict(pilot.auto_leads)[8]
+    waited, model = dict(pilot.auto_leads)[8, "speculative"]
     assert model.startswith("pilot run") and waited > 0
 
 
@@ -61,20 +73,21 @@ def test_the_chosen_lead_is_the_base_plus_the_wait_and_the_summary_says_so():
 def test_auto_lead_keeps_stalls_under_a_tenth_of_a_percent_where_c_alone_does_not(streams,
                                                                                   start):
     stalls = {}
-    for lead in (None, "auto"):
+    for lead in ("cost", "auto"):
         rows = run_experiment(_shared(streams, lead=lead, start=start), jobs=1).rows
-        (row,) = [r for r in rows if r["policy"] == "speculative"]
-        stalls[lead] = row["viewer_stall_pct"]
-        if lead == "auto":
-            assert row["lead_model"] == "nD/D/1" and row["lead_wait"] > 0
-    assert stalls["auto"] <= 0.1
-    assert stalls[None] > stalls["auto"]
+        for row in rows:
+            stalls[lead, row["policy"]] = row["viewer_stall_pct"]
+            if lead == "auto" and row["policy"] == "speculative":
+                assert row["lead_model"] == "nD/D/1" and row["lead_wait"] > 0
+    # each policy's own lead holds it under a tenth of a percent, the baseline included
+    assert stalls["auto", "speculative"] <= 0.1 and stalls["auto", "baseline"] <= 0.1
+    assert stalls["cost", "speculative"] > stalls["auto", "speculative"]
 
 
 def test_lead_auto_is_for_the_serving_model_and_other_words_are_refused():
     with pytest.raises(LatsimError, match="for the serving model"):
         Experiment(Ks=(8,), lead="auto")
-    with pytest.raises(LatsimError, match="a number of seconds or auto"):
+    with pytest.raises(LatsimError, match="a number of seconds, auto or cost"):
         Experiment(Ks=(8,), lead="soon", serving=ServingConfig(streams=2))
 
 
@@ -85,11 +98,11 @@ def test_a_loose_latency_slo_is_bounded_by_the_device_not_by_the_lead():
     from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
 
     found = {}
-    for lead in (None, "auto"):
+    for lead in ("cost", None):
         experiment = Experiment(Ks=(8,), cost="fixed:0.5", updates="poisson:0.04",
                                 policies=("speculative",), lead=lead, duration=600.0,
                                 serving=ServingConfig(pools=(("dit", 1),)))
         found[lead] = search_capacity(CapacityQuery(experiment, SLO(10.0, 0.1),
                                                     max_streams=8)).max_streams
-    assert found == {None: 1, "auto": 3}
+    assert found == {"cost": 1, None: 3}  # auto, the serving model's default
     assert np.floor(2.0 / 0.5 - 1e-9) == 3  # N·C < T

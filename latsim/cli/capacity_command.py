@@ -99,7 +99,7 @@ def capacity(
         capacity_payload,
         search_capacity,
     )
-    from latsim.experiments.engine import DEFAULT_COST, Experiment
+    from latsim.experiments.engine import DEFAULT_COST, Experiment, lead_mode
     from latsim.model.costs import FixedCost
     from latsim.run.files import write_rows_csv
 
@@ -124,7 +124,8 @@ def capacity(
 
     config = {"K": K, "policy": policy, "r": r, "fps": fps,
               "cost": experiment.cost if isinstance(experiment.cost, str)
-              else experiment.cost.spec, "lead": experiment.lead, "updates": updates,
+              else experiment.cost.spec, "lead": lead_mode(experiment) or experiment.lead,
+              "updates": updates,
               "duration": duration, "seed": seed, "serving": serving_config.describe()}
     measured = []
 
@@ -175,7 +176,7 @@ def capacity(
                    ("confidence_meets", "P(meets)>=", 3, 2), ("L95", "L95", 3, 0),
                    ("L95_se", "±", 3, 1), ("viewer_stall_pct", "stall%", 3, 0),
                    ("viewer_stall_pct_se", "±", 3, 1), ("busy_pct", "dit busy%", 1, 2),
-                   ("R_mean", "R", 3, 3), ("n_runs", "runs", 0, 1)]
+                   ("R_mean", "R", 3, 3), ("lead", "lead", 3, 3), ("n_runs", "runs", 0, 1)]
         print_table(f"capacity: L95 <= {slo_l95:g} s, viewer stall <= {slo_stall:g}% "
                     f"(confidence {confidence:g})",
                     [Column(header, rank) for _, header, _, rank in columns],

@@ -25,23 +25,28 @@ CostOpt = Annotated[
 ]
 LeadOpt = Annotated[
     str | None, typer.Option(
-        help="planning lead: seconds, or auto (serving model: C's 0.99 quantile plus that "
-        "of the wait for devices shared with other streams, nD/D/1 or a pilot run); "
-        "default: C's 0.99 quantile", metavar="S|auto")
+        help="planning lead: seconds; cost (C's 0.99 quantile, plus decode's and the replan "
+        "overhead's); or auto (serving model: cost plus the 0.99 quantile of the wait each "
+        "policy's refills see for devices shared with other streams, nD/D/1 or a pilot "
+        "run). Default: auto for the serving model (--streams, --pools), else cost",
+        metavar="S|auto|cost")
 ]
 
 
 def parse_lead(text: str | None) -> float | str | None:
-    """``--lead``: None, ``auto``, or a number of seconds (range-checked later)."""
-    if text is None or text == "auto":
+    """``--lead``: None (the default), ``auto``, ``cost``, or a number of seconds
+    (range-checked later)."""
+    if text is None or text in ("auto", "cost"):
         return text
     try:
         return float(text)
     except ValueError:
         from latsim.errors import LatsimError
 
-        raise LatsimError(f"--lead must be a number of seconds or auto, got "
+        raise LatsimError(f"--lead must be a number of seconds, auto or cost, got "
                           f"{text[:40]!r}") from None
+
+
 QOpt = Annotated[
     int | None, typer.Option("--q", help="speculative policy's commit unit (must divide K)")
 ]

@@ -83,6 +83,10 @@ class Verdict:
     p_l95: float
     p_stall: float
     verdict: str  # meets | fails | uncertain
+    #: the lead the runs planned with, and what ``--lead auto`` added to it (and its model)
+    lead: float | None = None
+    lead_wait: float | None = None
+    lead_model: str | None = None
 
     @property
     def meets(self) -> bool:
@@ -104,7 +108,9 @@ class Verdict:
             "busy_pct": m["busy_pct"], "busy_pct_by_pool": m["busy_pct_by_pool"],
             "queue_wait_mean_by_stage": m["queue_wait_mean_by_stage"],
             "R_mean": m["R_mean"], "ttff_mean": m["ttff_mean"], "cpr": m["cpr"],
-            "n_conditions": m["n_conditions"],
+            "n_conditions": m["n_conditions"], "lead": self.lead,
+            **({} if self.lead_model is None else
+               {"lead_wait": self.lead_wait, "lead_model": self.lead_model}),
         }
 
 
@@ -178,6 +184,14 @@ def _judge(query: CapacityQuery, streams: int, runs: list[ServingRecords],
     return Verdict(streams, len(runs), metrics, l95_se, stall_se, p_l95, p_stall, verdict)
 
 
+def _lead_of(experiment: Experiment, index: int) -> dict:
+    """Cell ``index``'s lead in ``experiment``'s plan, and what ``--lead auto`` added."""
+    p = plan(experiment)
+    cell = p.cells[index]
+    wait, model = dict(p.auto_leads).get((cell.timing.K, cell.policy.name), (None, None))
+    return {"lead": cell.lead, "lead_wait": wait, "lead_model": model}
+
+
 def search_capacity(query: CapacityQuery,
                     progress: Callable[[Verdict], None] | None = None,
                     max_events: int | None = None) -> CapacityResult:
@@ -224,6 +238,7 @@ def search_capacity(query: CapacityQuery,
             last = replications >= query.max_seeds
             verdict = _judge(query, streams, runs, rng, last)
             if verdict.verdict:
+                verdict = replace(verdict, **_lead_of(trial, cell_index))
                 break
             replications = min(query.max_seeds, 2 * replications)
         verdicts[streams] = verdict

@@ -123,10 +123,10 @@ class Experiment:
         check_int("r", self.r, 1, MAX_R)
         check_number("fps", self.fps, MIN_FPS, MAX_FPS, positive=True)
         if isinstance(self.lead, str):
-            if self.lead != AUTO_LEAD:
-                raise LatsimError(f"--lead must be a number of seconds or auto, got "
+            if self.lead not in LEAD_WORDS:
+                raise LatsimError(f"--lead must be a number of seconds, auto or cost, got "
                                   f"{self.lead[:40]!r}")
-            if self.serving is None:
+            if self.lead == AUTO_LEAD and self.serving is None:
                 raise LatsimError("--lead auto adds the wait for a shared device: it is for "
                                   "the serving model (--streams, --pools); one stream on its "
                                   "own worker never waits")
@@ -188,8 +188,9 @@ class Plan:
     replications: int
     cells: tuple[Cell, ...]
     serving: ServingConfig | None = None  # with its DiT degree resolved
-    #: K -> (the refills' 0.99 wait quantile added to the lead, its model), --lead auto
-    auto_leads: tuple[tuple[int, tuple[float, str]], ...] = ()
+    #: (K, policy) -> (the refills' 0.99 wait quantile added to its lead, its model), under
+    #: ``--lead auto``
+    auto_leads: tuple[tuple[tuple[int, str], tuple[float, str]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ def plan(experiment: Experiment) -> Plan:
     if isinstance(arrivals, ArrivalChecks):
         arrivals.check(duration, experiment.duration is not None)
     cells = []
-    auto: dict[int, tuple[float, str]] = {}  # K -> (wait quantile, its model), --lead auto
+    auto: dict[tuple[int, str], tuple[float, str]] = {}  # see Plan.auto_leads
     stream = serving or ServingConfig()  # its defaults are the single worker's settings
     for K in experiment.Ks:  # noqa: N806
         timing = Timing(K, experiment.r, experiment.fps)
@@ -265,17 +266,17 @@ def plan(experiment: Experiment) -> Plan:
             if serving is not None:
                 lead = _check_job_time("lead (C's plus decode's and replan overhead's 0.99 "
                                        "quantiles)", lead + serving.lead_extra(K), K, cost.spec)
-            if experiment.lead == AUTO_LEAD:
-                assert serving is not None
-                wait, model = auto_lead_wait(experiment, K, lead)
-                auto[K] = (wait, model)
-                lead = _check_job_time(f"lead (plus the refills' 0.99 wait quantile, {model})",
-                                       lead + wait, K, cost.spec)
         names = list(experiment.policies)
         if "speculative" in names and "baseline" not in names:
             names.insert(0, "baseline")  # the twin that A is measured against
         for name in names:
-            cells.append(Cell(timing, _policy(experiment, name), lead, stream.discard,
+            policy, own = _policy(experiment, name), lead
+            if serving is not None and lead_mode(experiment) == AUTO_LEAD:
+                wait, model = auto_lead_wait(experiment, K, lead, name)
+                auto[K, name] = (wait, model)
+                own = _check_job_time(f"{name}'s lead (plus the refills' 0.99 wait quantile, "
+                                      f"{model})", lead + wait, K, cost.spec)
+            cells.append(Cell(timing, policy, own, stream.discard,
                               stream.in_flight, stream.in_flight_policy,
                               experiment.run_ahead, experiment.replan_at_cache_end))
             cells[-1].config  # noqa: B018 - validates q against K
@@ -292,9 +293,24 @@ def plan(experiment: Experiment) -> Plan:
     return p
 
 
-#: ``--lead auto``: the serving model's lead is C's (and the other stages') 0.99 quantile
-#: plus the 0.99 quantile of the wait a stream's refills see for the shared devices.
+#: ``--lead auto`` (the serving model's default): each policy's lead is C's (and the other
+#: stages') 0.99 quantile plus the 0.99 quantile of the wait its refills see for the shared
+#: devices. ``--lead cost``: C's (and the other stages') quantile alone, the single worker's
+#: default.
 AUTO_LEAD = "auto"
+COST_LEAD = "cost"
+LEAD_WORDS = (AUTO_LEAD, COST_LEAD)
+
+
+def lead_mode(experiment: Experiment) -> str | None:
+    """How ``experiment``'s lead is set: :data:`AUTO_LEAD`, :data:`COST_LEAD`, or None for
+    a fixed number of seconds. The default (``lead=None``) is ``auto`` for the serving
+    model and ``cost`` for one stream on its own worker."""
+    if isinstance(experiment.lead, float | int):
+        return None
+    if experiment.lead is None:
+        return COST_LEAD if experiment.serving is None else AUTO_LEAD
+    return experiment.lead
 #: The longest pilot run ``--lead auto`` simulates where no closed form holds (seconds).
 PILOT_S = 120.0
 AUTO_QUANTILE = 0.99
@@ -322,46 +338,51 @@ def closed_form_wait(serving: ServingConfig, cost: CostModel, timing: Timing
 
 
 @lru_cache(maxsize=64)
-def auto_lead_wait(experiment: Experiment, K: int, base_lead: float  # noqa: N803
-                   ) -> tuple[float, str]:
-    """(seconds, model) that ``--lead auto`` adds to ``base_lead`` at chunk size ``K``: the
-    wait for devices shared with other streams. Nothing with one stream (its own chunks in
-    flight queue behind each other by design, and a longer lead there only costs L); the
-    closed form where it holds (:func:`closed_form_wait`), else the 0.99 quantile of the
-    jobs' total wait for devices (summed over their stages) in a pilot run of the same
-    configuration at the base lead: replication 0, the first :data:`PILOT_S` seconds, every
-    policy asked for, refills and replans together (a replan the queue delays by more than
-    the lead leaves C stalls the player under on-start discard)."""
+def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,  # noqa: N803
+                   policy: str) -> tuple[float, str]:
+    """(seconds, model) that ``--lead auto`` adds to ``base_lead`` for ``policy``'s cell at
+    chunk size ``K``: the wait for devices shared with other streams. Each policy gets its
+    own, as its refills see their own queue.
+
+    - One stream: nothing (its own chunks in flight queue behind each other by design, and
+      a longer lead there only costs L).
+    - A policy that replans (lazy commit), where the closed form holds: the nD/D/1
+      quantile (:func:`closed_form_wait`). Its replans keep the streams' phases mixing.
+    - Else the 0.99 quantile of the jobs' total wait for devices (summed over their
+      stages) in a pilot run of the policy's own cell at the base lead: replication 0, the
+      first :data:`PILOT_S` seconds, refills and replans together (a replan the queue
+      delays by more than the lead leaves C stalls the player under on-start discard). An
+      eager policy never replans, so its phases stay where the start put them: evenly
+      staggered phases that never collide give it nothing to add, random ones the wait of
+      the collisions they start with.
+    """
     cost, _ = _sources(experiment)
     serving, cost = experiment.serving.resolve(cost)  # type: ignore[union-attr]
     if serving.streams == 1:  # its own chunks in flight, or a pipeline's round, are not it
         return 0.0, "one stream: no device shared"
     timing = Timing(K, experiment.r, experiment.fps)
-    wait = closed_form_wait(serving, cost, timing)
-    if wait is not None:
-        return wait, "nD/D/1"
+    if _policy(experiment, policy).commit == "lazy":
+        wait = closed_form_wait(serving, cost, timing)
+        if wait is not None:
+            return wait, "nD/D/1"
     pilot = replace(experiment, Ks=(K,), lead=base_lead, records="all", seeds=1,
                     duration=min(PILOT_S, experiment.duration or PILOT_S))
     p = plan(pilot)
-    waits: list[float] = []
-    for index, cell in enumerate(p.cells):
-        if cell.policy.name not in experiment.policies:
-            continue
-        run = run_cell(pilot, index, 0, p)
-        # a stage's wait is its first record's: a pipeline records one per rank, each
-        # later rank starting a round later (the traversal, which C already counts)
-        per_stage: dict[tuple[int, int, str], float] = {}
-        for task in run.tasks:  # type: ignore[union-attr]
-            if task.kind != "prebuffer":
-                key = (task.stream, task.job_id, task.stage)
-                per_stage[key] = min(per_stage.get(key, math.inf), task.wait)
-        per_job: dict[tuple[int, int], float] = {}
-        for (stream, job_id, _), wait in per_stage.items():
-            per_job[stream, job_id] = per_job.get((stream, job_id), 0.0) + wait
-        waits += per_job.values()
-    if not waits:
+    (index,) = [i for i, cell in enumerate(p.cells) if cell.policy.name == policy]
+    run = run_cell(pilot, index, 0, p)
+    # a stage's wait is its first record's: a pipeline records one per rank, each later
+    # rank starting a round later (the traversal, which C already counts)
+    per_stage: dict[tuple[int, int, str], float] = {}
+    for task in run.tasks:  # type: ignore[union-attr]
+        if task.kind != "prebuffer":
+            key = (task.stream, task.job_id, task.stage)
+            per_stage[key] = min(per_stage.get(key, math.inf), task.wait)
+    per_job: dict[tuple[int, int], float] = {}
+    for (stream, job_id, _), wait in per_stage.items():
+        per_job[stream, job_id] = per_job.get((stream, job_id), 0.0) + wait
+    if not per_job:
         return 0.0, "pilot run (no jobs)"
-    quantile = float(np.quantile(waits, AUTO_QUANTILE, method="higher"))
+    quantile = float(np.quantile(list(per_job.values()), AUTO_QUANTILE, method="higher"))
     return quantile, f"pilot run of {p.duration:g} s"
 
 
@@ -634,7 +655,7 @@ def _row(p: Plan, cell: Cell, runs: dict) -> dict:
     A, A_se = work_ratio(_stream_runs(own), _stream_runs(runs[(K, "baseline")]))  # noqa: N806
     identity = RunIdentity.of(cell.config, p.cost.spec, p.cost.mean(K), p.arrivals.spec,
                               p.duration, p.experiment.seed)
-    auto = dict(p.auto_leads).get(K)
+    auto = dict(p.auto_leads).get((K, cell.policy.name))
     return summary_row(
         identity, metrics, A=A, A_se=A_se,
         A_from_w=theory.work_amplification(metrics["w"]) if metrics["w"] is not None else None,

@@ -25,7 +25,15 @@ import numpy as np
 
 from latsim.analysis.fleet import fleet_metrics, fleet_timeseries, node_rows
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
-from latsim.experiments.engine import DEFAULT_COST, Cell, Experiment, Plan, plan
+from latsim.experiments.engine import (
+    AUTO_LEAD,
+    COST_LEAD,
+    DEFAULT_COST,
+    Cell,
+    Experiment,
+    Plan,
+    plan,
+)
 from latsim.experiments.executors import LocalPool, active_pool
 from latsim.model.fleet import FleetRun
 from latsim.model.traces import Trace
@@ -44,13 +52,34 @@ FLEET_FORMAT_VERSION = 1
 
 def fleet_experiment(run: FleetRun) -> Experiment:
     """The serving experiment a node runs: the node's K, policy, cost and serving model
-    (a population's N sessions as its streams), the workload's updates, the run's seeds."""
+    (a population's N sessions as its streams), the workload's updates, the run's seeds.
+
+    Its lead is ``node.lead``: seconds; ``"cost"`` (the default: C's 0.99 quantile, plus
+    decode's and the replan overhead's); or ``"auto"``, which adds ``--lead auto``'s wait:
+    for a population that of its N streams (one node is then ``simulate --streams N``),
+    else that of a full node, ``max_sessions`` streams at random phases, as sessions that
+    come and go have (:func:`node_auto_lead`). It is not the default because a node's
+    occupancy varies: a full node's wait overstates a part-full one's, and where the full
+    node is at ρ ≥ 1 its pilot run measures a queue that only grows."""
     node, workload = run.node, run.workload
     streams = workload.arrivals.population if workload.population else 1
-    return Experiment(Ks=(node.K,), r=node.r, fps=node.fps, cost=node.cost or DEFAULT_COST,
-                      lead=node.lead, policies=(node.policy,), updates=workload.updates,
-                      duration=run.duration, seeds=run.seeds, seed=run.seed,
-                      serving=replace(node.serving, streams=streams), records="conditions")
+    experiment = Experiment(
+        Ks=(node.K,), r=node.r, fps=node.fps, cost=node.cost or DEFAULT_COST,
+        lead=COST_LEAD if node.lead is None else node.lead, policies=(node.policy,),
+        updates=workload.updates, duration=run.duration, seeds=run.seeds, seed=run.seed,
+        serving=replace(node.serving, streams=streams), records="conditions")
+    if workload.population or node.lead != AUTO_LEAD:
+        return experiment
+    return replace(experiment, lead=node_auto_lead(experiment, node.max_sessions))
+
+
+def node_auto_lead(experiment: Experiment, sessions: int) -> float:
+    """``--lead auto``'s lead for ``experiment``'s policy with ``sessions`` streams joining
+    at random phases on one node."""
+    serving = replace(experiment.serving, streams=sessions, start="random")
+    full = plan(replace(experiment, serving=serving, seeds=1))
+    (cell,) = [c for c in full.cells if c.policy.name == experiment.policies[0]]
+    return cell.lead
 
 
 @dataclass(frozen=True)

@@ -302,16 +302,17 @@ def _lead_experiment(streams: int, lead: float | str, max_events: int) -> Experi
 
 
 def lead_table(jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS) -> list[dict]:
-    """Each policy at C's 0.99 quantile as the lead (the default) and at ``--lead auto``
-    (plus the wait for the shared device): the lead, its model, stall and the price in L."""
+    """Each policy at ``--lead cost`` (C's 0.99 quantile) and at ``--lead auto``, the
+    serving model's default (plus the wait for the shared device its own refills see): the
+    lead, its model, stall and the price in L."""
     rows = []
     for streams in LEAD_STREAMS:
-        for lead in (LEAD_C, "auto"):
+        for lead in ("cost", "auto"):
             result = run_experiment(_lead_experiment(streams, lead, max_events), jobs=jobs)
             for row in result.rows:
                 rows.append({
                     "streams": streams, "rho": round(streams * LEAD_C / 2.0, 6),
-                    "lead_rule": "C q99" if lead == LEAD_C else "auto",
+                    "lead_rule": lead,
                     "policy": row["policy"], "lead": round(row["lead"], 6),
                     "lead_model": row.get("lead_model", ""),
                     **{key: (None if row[key] is None else round(float(row[key]), 6))
@@ -333,7 +334,7 @@ def reproduce_serving(out: Path, traces_root: Path | None = None, jobs: int | No
         with prefetched([_shared_device_experiment(root, max_events, streams, **options)
                          for streams, options in SHARED_ROWS]
                         + [_lead_experiment(streams, lead, max_events)
-                           for streams in LEAD_STREAMS for lead in (LEAD_C, "auto")], jobs):
+                           for streams in LEAD_STREAMS for lead in ("cost", "auto")], jobs):
             tables = {"e2e": e2e, "headroom": headroom,
                       "discard": discard_table(root, jobs, max_events),
                       "schedule": schedule_table(root, jobs, max_events),

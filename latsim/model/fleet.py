@@ -52,7 +52,7 @@ class NodeSpec:
     K: int  # noqa: N815
     cost: str | None  # None: latsim's default (Wan1.3B's affine cost)
     policy: str
-    lead: float | None
+    lead: float | str | None  # seconds, "auto" or "cost"; None: cost
     r: int
     fps: float
     serving: ServingConfig
@@ -173,7 +173,7 @@ class FleetRun:
 
 _WORKLOAD_KEYS = {"arrivals": str, "duration": str, "activity": str, "updates": str,
                   "log": str}
-_NODE_OWN = {"K": int, "cost": str, "policy": str, "lead": (int, float), "r": int,
+_NODE_OWN = {"K": int, "cost": str, "policy": str, "lead": (int, float, str), "r": int,
              "fps": (int, float), "max_sessions": int}
 _FLEET_KEYS: dict[str, Any] = {
     "nodes_initial": int, "nodes_min": int, "nodes_max": int, "placement": str,
@@ -262,17 +262,25 @@ def _node(body: Any, path: str) -> NodeSpec:
     if cost is not None:
         load_cost(cost)  # a bad cost fails here, naming it
     spec = NodeSpec(K=check_int("node.K", own.get("K", 8), 1, 4096), cost=cost, policy=policy,
-                    lead=None if "lead" not in own else float(own["lead"]),
+                    lead=_node_lead(path, own.get("lead")),
                     r=check_int("node.r", own.get("r", 4), 1, 1024),
                     fps=check_number("node.fps", own.get("fps", 16.0), 1e-3, 1e3,
                                      positive=True),
                     serving=serving,
                     max_sessions=check_int("node.max_sessions", own.get("max_sessions", 4), 1,
                                            MAX_NODE_SESSIONS))
-    if spec.lead is not None:
-        check_number("node.lead", spec.lead, 0, 86_400, unit="s")
     check_int("node devices", spec.gpus, 1, MAX_DEVICES)
     return spec
+
+
+def _node_lead(path: str | Path, value: object) -> float | str | None:
+    """``node.lead``: seconds, ``"auto"`` or ``"cost"`` (as ``--lead``), or None."""
+    if value is None or value in ("auto", "cost"):
+        return value  # type: ignore[return-value]
+    if isinstance(value, str):
+        raise LatsimError(f"{path}: node.lead must be seconds, \"auto\" or \"cost\", got "
+                          f"{value[:40]!r}")
+    return check_number("node.lead", float(value), 0, 86_400, unit="s")
 
 
 def load_fleet(path: str | Path) -> FleetRun:
