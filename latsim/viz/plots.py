@@ -1,24 +1,19 @@
-"""Figures drawn from result rows and records (matplotlib is imported here only)."""
+"""Figures drawn from result rows and records (matplotlib is imported here only; the look
+of every figure comes from :mod:`latsim.viz.style`)."""
 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from latsim.analysis import theory
+from latsim.viz import style
+from latsim.viz.style import FONT, SOURCE_COLORS, STATUS_MARKERS, policy_color, policy_style
 
-from latsim.analysis import theory  # noqa: E402
-
-POLICY_COLORS = {"baseline": "#7f7f7f", "speculative": "#2ca02c"}
-
-
-#: Marker, line style and a small offset on the K axis per policy, so that two policies at
-#: the same point (one K, or a speculative policy that gains nothing) both show.
-POLICY_MARKS = {"baseline": ("o", "-", -0.12), "speculative": ("s", "--", 0.12)}
+plt = style.pyplot()
 
 
 def replication_quantile_se(runs: list, level: float) -> float | None:
@@ -50,18 +45,18 @@ def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) ->
     is C + T/2 and its 95th percentile C + 0.95·T; for latent commitment the rare-update mean
     (eq. 6 plus Q) and the ideal C + δ/2.
     """
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
+    fig, axes = plt.subplots(1, 2, figsize=style.TWO_PANELS, sharex=True)
     policies = sorted({row["policy"] for row in rows})
     Ks = sorted({row["K"] for row in rows})  # noqa: N806
     for ax, metric in zip(axes, ("L50", "L95"), strict=True):
         level = 50 if metric == "L50" else 95
         for policy in policies:
-            marker, line, shift = POLICY_MARKS.get(policy, ("^", "-", 0.0))
+            look = policy_style(policy)
             sel = sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["K"])
             sel = [r for r in sel if r[metric] is not None]
             if not sel:
                 continue
-            xs = [r["K"] * (1 + shift * 0.25) for r in sel]  # dodged: both show
+            xs = [r["K"] * (1 + look.offset * 0.25) for r in sel]  # dodged: both show
             ys = [r[metric] for r in sel]
             errors = None
             if runs is not None:
@@ -69,26 +64,27 @@ def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) ->
                           for r in sel]
                 errors = [0.0 if e is None else e for e in errors]
             n = f", n = {sel[0]['n_runs']} runs" if errors is not None else ""
-            ax.errorbar(xs, ys, yerr=errors, marker=marker, linestyle=line, capsize=3,
-                        color=POLICY_COLORS.get(policy), label=f"{policy} (simulated{n})")
+            ax.errorbar(xs, ys, yerr=errors, linestyle=look.linestyle, capsize=3,
+                        label=f"{policy} (simulated{n})", **look.marker_kwargs())
         base = sorted((r for r in rows if r["policy"] == "baseline"), key=lambda r: r["K"])
         fixed = [r for r in base if r["L_mean_theory"] is not None]
         if fixed:
             share = 0.5 if metric == "L50" else 0.95
             ax.plot([r["K"] for r in fixed],
                     [theory.baseline_latency_quantile(r["lead"], r["T"], share) for r in fixed],
-                    ":", marker="_", markersize=14, color=POLICY_COLORS["baseline"],
+                    ":", marker="_", markersize=14, color=policy_color("baseline"),
                     label=f"baseline theory C + {share:g}·T")
         spec = sorted((r for r in rows if r["policy"] == "speculative"), key=lambda r: r["K"])
         spec_fixed = [r for r in spec if r["L_mean_theory"] is not None]
         if metric == "L50" and spec_fixed:
             ax.plot([r["K"] for r in spec_fixed], [r["L_mean_theory"] for r in spec_fixed], ":",
-                    marker="_", markersize=14, color=POLICY_COLORS["speculative"],
+                    marker="_", markersize=14, color=policy_color("speculative"),
                     label="speculative theory: mean (eq. 6 + Q)")
             ax.plot([r["K"] for r in spec_fixed],
                     [theory.speculative_latency_ideal(r["C_mean"], r["delta"])
                      for r in spec_fixed],
-                    "-.", marker="_", markersize=14, color="#98df8a", label="ideal C + δ/2")
+                    "-.", marker="_", markersize=14, color=SOURCE_COLORS["ideal"],
+                    label="ideal C + δ/2")
         ax.set_xlabel("chunk size K (latents)")
         ax.set_ylabel(f"{metric} latency (s)")
         ax.set_title(metric)
@@ -101,23 +97,21 @@ def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) ->
             ax.minorticks_off()
         if len(Ks) == 1:  # room around the one K for both policies' points
             ax.set_xlim(Ks[0] * 0.8, Ks[0] * 1.2)
-        ax.grid(alpha=0.3)
+        style.style_axes(ax)
         tops = [float(np.nanmax(line.get_ydata())) for line in ax.get_lines()  # error caps
                 if len(line.get_ydata())]  # are lines too: their tops count
         ax.set_ylim(0, 1.12 * max(tops, default=1.0))
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=FONT["legend"], loc="best")
     if rows:
         first = rows[0]
         fig.suptitle(
             f"{first['fps']:g} fps, r={first['r']}, cost {first['cost']}, updates "
             f"{first['updates']}, {first['duration']:g} s × {first['n_runs']} runs"
             + ("" if runs is None else "; error bars: ±1 standard error over the runs"),
-            fontsize=9,
+            fontsize=FONT["suptitle"],
         )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return style.save(fig, path)
 
 
 def bootstrap_quantile_se(values, level: float, resamples: int = 400) -> float:
@@ -141,10 +135,6 @@ def dkw_band(n: int, confidence: float = 0.95) -> float:
 def _ecdf(values) -> tuple[list[float], list[float]]:
     xs = sorted(values)
     return xs, [(i + 1) / len(xs) for i in range(len(xs))]
-
-
-#: Marker of a measured point by run status: a partial run stands out (filled triangle).
-STATUS_MARKERS = {"complete": "o", "interrupted": "v", "failed": "X", "incomplete": "^"}
 
 
 def _joined(values) -> str:
@@ -186,7 +176,8 @@ def plot_viewer_cdf(comparison, path: Path) -> Path:
     """Per client run, the CDF of measured (steps) and predicted (dashed) end-to-end L;
     the legend says how many viewers each prediction simulated on the shared device."""
     rows = comparison.rows
-    fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 4.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(rows), figsize=style.row_of_panels(len(rows), 4.0, 4.0),
+                             squeeze=False)
     for ax, row, measured, predicted in zip(axes[0], rows, comparison.measured,
                                             comparison.predicted, strict=True):
         if measured:
@@ -195,34 +186,32 @@ def plot_viewer_cdf(comparison, path: Path) -> Path:
         if predicted:
             ax.plot(*_ecdf(predicted), "--", lw=1,
                     label=f"predicted ({row['predicted_with']} viewer(s) on the device)")
-        ax.set_title(f"{row['run']} ({row['status']})", fontsize=9)
+        style.title(ax, f"{row['run']} ({row['status']})")
         ax.set_xlabel("end-to-end L (s), client send to display")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        style.style_axes(ax, legend=True, legend_size=FONT["legend_small"])
     axes[0][0].set_ylabel("CDF")
     fig.suptitle("viewer side: measured vs the serving model with the runs' own C, uplink "
-                 "and deliver samples", fontsize=9)
+                 "and deliver samples", fontsize=FONT["suptitle"])
     fig.tight_layout()
     return _save(fig, path)
 
 
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=120, metadata={"Software": None})
-    plt.close(fig)
-    return path
+def _save(fig, path: Path) -> Path:  # noqa: ANN001 - a matplotlib Figure
+    return style.save(fig, path)
 
 
 def compare_cdf_figure(comparison):
     """The figure of :func:`plot_compare_cdf` (the caller closes it)."""
     rows = comparison.rows
     ks = sorted({row["K"] for row in rows})
-    fig, axes = plt.subplots(1, len(ks), figsize=(4 * len(ks), 4.0), squeeze=False)
+    fig, axes = plt.subplots(1, len(ks), figsize=style.row_of_panels(len(ks), 4.0, 4.0),
+                             squeeze=False)
     for ax, K in zip(axes[0], ks, strict=True):  # noqa: N806
         for run, row, predicted in zip(comparison.runs, rows, comparison.predicted_latencies,
                                        strict=True):
             if row["K"] != K:
                 continue
-            color = POLICY_COLORS.get(row["policy"])
+            color = policy_color(row["policy"])
             partial = _partial_label(row)
             if run.latencies:
                 xs, ys = _ecdf(run.latencies)
@@ -235,22 +224,20 @@ def compare_cdf_figure(comparison):
                         label=f"{row['policy']} measured (n={len(xs)}, 95% band "
                         f"±{band:.2f}){partial}")
             if predicted:  # drawn over the measured curve, so it shows where they agree
-                ax.plot(*_ecdf(predicted), "--", color="black" if color is None else color,
+                ax.plot(*_ecdf(predicted), "--", color=color,
                         lw=1.2, zorder=3, dashes=(3, 2),
                         label=f"{row['policy']} predicted (n={len(predicted)}){partial}")
         ax.set_title(f"K={K}")
         ax.set_xlabel("latency L (s)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        style.style_axes(ax, legend=True, legend_size=FONT["legend_small"])
     axes[0][0].set_ylabel("CDF")
     replications = _joined(row["replications"] for row in rows)
-    import textwrap
-
     about = (f"predicted = re-simulated with the run's own measured C (its job times "
              f"resampled per job kind; {replications} replications), same trace, policy, K "
              f"and lead; shaded: the measured CDF's 95% band (DKW)")
     fig.suptitle(f"measured vs predicted latency: {compare_setup_title(comparison)}\n"
-                 + textwrap.fill(about, int(fig.get_figwidth() * 15)), fontsize=8)
+                 + textwrap.fill(about, int(fig.get_figwidth() * 15)),
+                 fontsize=FONT["suptitle_small"])
     fig.tight_layout()
     return fig
 
@@ -282,22 +269,22 @@ def compare_overlay_figure(comparison):
     measured_of = {id(row): run.latencies for row, run in zip(comparison.rows, comparison.runs,
                                                                strict=True)}
     groups = list(dict.fromkeys(r["measurement"] for r in rows))
-    styles = ("-", "--", "-.", (0, (3, 1, 1, 1, 1, 1)))
+    styles = style.MEASUREMENT_LINES
     ks = sorted({r["K"] for r in rows})
-    fig, axes = plt.subplots(1, 2, figsize=(10, 5.2), sharex=True)
+    fig, axes = plt.subplots(1, 2, figsize=(style.TWO_PANELS[0], 5.2), sharex=True)
     for ax, metric in zip(axes, ("L50", "L95"), strict=True):
         seen: set[str] = set()
         for g, group in enumerate(groups):
-            style = styles[g % len(styles)]
+            line = styles[g % len(styles)]
             tag = f" ({group})" if len(groups) > 1 else ""
             in_group = [r for r in rows if r["measurement"] == group]
             for policy in sorted({r["policy"] for r in in_group}):
-                color = POLICY_COLORS.get(policy)
+                color = policy_color(policy)
                 full = [r for r in in_group if r["policy"] == policy and r["status"] == "complete"]
                 pts = [(r["K"], r[f"{metric}_predicted"]) for r in full
                        if r[f"{metric}_predicted"] is not None]
                 if pts:
-                    ax.plot(*zip(*pts, strict=True), linestyle=style, marker=".", color=color,
+                    ax.plot(*zip(*pts, strict=True), linestyle=line, marker=".", color=color,
                             label=_label_once(seen, f"{policy} simulated{tag}"))
                 measured = [r for r in full if r[f"{metric}_measured"] is not None]
                 if measured:
@@ -329,7 +316,7 @@ def compare_overlay_figure(comparison):
                           key=lambda kv: kv[0])
             pts = [(k, v) for k, v in base if v is not None]
             if pts:
-                ax.plot(*zip(*pts, strict=True), ":", color=POLICY_COLORS["baseline"],
+                ax.plot(*zip(*pts, strict=True), ":", color=policy_color("baseline"),
                         label=_label_once(seen, "baseline theory: lead + T/2 (L50), "
                                           "lead + 0.95·T (L95)"))
         ax.set_xticks(ks)
@@ -337,11 +324,12 @@ def compare_overlay_figure(comparison):
         ax.set_xlabel("chunk size K (latents)")
         ax.set_ylabel(f"{metric} (s)")
         ax.set_title(f"{metric}: measured vs predicted")
-        ax.grid(alpha=0.3)
+        style.style_axes(ax)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=FONT["legend"],
+               frameon=False)
     fig.suptitle(f"{compare_setup_title(comparison)}; predicted = re-simulated with measured "
-                 "C; lines join one measurement's complete runs", fontsize=8)
+                 "C; lines join one measurement's complete runs", fontsize=FONT["suptitle_small"])
     rows_of_legend = -(-len(labels) // 3)
     fig.tight_layout(rect=(0, min(0.45, 0.035 * rows_of_legend + 0.02), 1, 1))
     return fig
@@ -355,11 +343,10 @@ def plot_capacity(payload: dict, path: Path, config: dict | None = None) -> Path
     hollow is within this panel's SLO although its verdict failed, on the other metric.
     ``config`` (the command's K, cost, lead, policy, serving) names the setting."""
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import MaxNLocator
 
     rows = sorted(payload["rows"], key=lambda r: r["streams"])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), sharex=True)
-    colors = {"meets": "#2ca02c", "fails": "#d62728", "uncertain": "#ff7f0e"}
+    fig, (left, right) = plt.subplots(1, 2, figsize=style.TWO_PANELS, sharex=True)
+    colors = style.VERDICT_COLORS
     for ax, key, se_key, limit, label in (
             (left, "L95", "L95_se", payload["slo"]["L95"], "end-to-end L95 (s)"),
             (right, "viewer_stall_pct", "viewer_stall_pct_se", payload["slo"]["viewer_stall_pct"],
@@ -375,26 +362,26 @@ def plot_capacity(payload: dict, path: Path, config: dict | None = None) -> Path
         ax.axhline(limit, ls="--", color="k", lw=1)
         ax.set_xlabel("streams N")
         ax.set_ylabel(label)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
+        style.integer_ticks(ax.xaxis)  # stream counts
+        style.style_axes(ax)
     keys = [Line2D([], [], marker="o", ls="", color=c, label=f"N {verdict}")
             for verdict, c in colors.items() if any(r["verdict"] == verdict for r in rows)]
     limits = {"L95": payload["slo"]["L95"],
               "viewer_stall_pct": payload["slo"]["viewer_stall_pct"]}
     if any(r["verdict"] != "meets" and r[k] is not None and r[k] <= limit
            for r in rows for k, limit in limits.items()):
-        keys.append(Line2D([], [], marker="o", ls="", color="#d62728",
+        keys.append(Line2D([], [], marker="o", ls="", color=colors["fails"],
                            markerfacecolor="white", label="within this SLO, failed on the other"))
     keys.append(Line2D([], [], ls="--", color="k", lw=1, label="SLO"))
-    right.legend(handles=keys, fontsize=7, loc="upper left")
+    right.legend(handles=keys, fontsize=FONT["legend"], loc="upper left")
     busy = right.twinx()
     busy.plot([r["streams"] for r in rows], [r["busy_pct"] for r in rows], ":",
-              color="#1f77b4", label="DiT busy %")
-    busy.set_ylabel("DiT pool busy (%)", color="#1f77b4")
+              color=style.PALETTE["blue"], label="DiT busy %")
+    busy.set_ylabel("DiT pool busy (%)", color=style.PALETTE["blue"])
     if payload["max_streams"] is not None:
-        left.axvline(payload["max_streams"], color="#2ca02c", lw=1, alpha=0.6,
+        left.axvline(payload["max_streams"], color=colors["meets"], lw=1, alpha=0.6,
                      label=f"capacity {payload['max_streams']}")
-        left.legend(fontsize=7, loc="upper left")
+        left.legend(fontsize=FONT["legend"], loc="upper left")
     title = "capacity search"
     if config:
         pools = (config.get("serving") or {}).get("pools")
@@ -405,6 +392,6 @@ def plot_capacity(payload: dict, path: Path, config: dict | None = None) -> Path
         title += (f": K={config.get('K')}, {config.get('policy')}, cost {config.get('cost')}, "
                   f"lead {config.get('lead') if config.get('lead') is not None else 'C q99'}"
                   + (f", pools {pools}" if pools else ""))
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=FONT["suptitle"])
     fig.tight_layout()
     return _save(fig, path)
