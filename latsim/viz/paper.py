@@ -28,15 +28,16 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def _small_bar_note(ax, x: float, value: float | None, top: float, color: str) -> None:  # noqa: ANN001
+def _small_bar_note(ax, x: float, value: float | None, top: float) -> None:  # noqa: ANN001
     """Say the value of a bar too short to see (under 1.5% of the axis), or that it has
-    none, so that no bar is missing without a note."""
+    none, so that no bar is missing without a note; over where the bar stands."""
     if value is None:
-        ax.text(x, 0.015 * top, "n/a", ha="center", fontsize=FONT["tiny"], color=color,
-                rotation=90)
+        ax.text(x, 0.015 * top, "n/a", ha="center", va="bottom", fontsize=FONT["note"],
+                color=style.PALETTE["note"], rotation=90)
     elif abs(value) < 0.015 * top:
         ax.text(x, 0.015 * top, "0" if abs(value) < 5e-4 else f"{value:.2f}", ha="center",
-                fontsize=FONT["tiny"], color=color)
+                va="bottom", fontsize=FONT["note"], color=style.PALETTE["note"],
+                rotation=90)  # upright: as narrow as its bar
 
 
 def plot_reproduction(result: Reproduction, path: Path) -> Path:
@@ -66,7 +67,7 @@ def reproduction_figure(result: Reproduction) -> Figure:
         ax.bar(x + (i - 1.5) * 0.2, [0.0 if v is None else v for v in values], 0.2,
                label=label, color=color)
         for j, value in enumerate(values):
-            _small_bar_note(ax, x[j] + (i - 1.5) * 0.2, value, top, color)
+            _small_bar_note(ax, x[j] + (i - 1.5) * 0.2, value, top)
     for j, row in enumerate(result.settings):
         if row["C_over_T"] > 1:  # the closed form assumes C <= T: say why ours is 0
             ax.text(x[j], 0.45, f"C = {row['C_over_T']:.2f} T:\nstalls, no gain",

@@ -84,6 +84,7 @@ PALETTE: dict[str, str] = {
     "dark_orange": "#c85a00",
     "purple": "#9467bd",
     "black": "#000000",
+    "note": "#333333",  # text drawn in a panel
 }
 
 #: Colours of series that are not policies and have no colour of their own, in order.
