@@ -1,6 +1,6 @@
 """The figures' shared style (latsim/viz/style.py) and what the paper figures promise:
-a distinct look per policy, integer ticks on counts, honest axes, and marks that say which
-bar they belong to."""
+a distinct look per policy, integer ticks on counts, honest axes, marks that say which bar
+they belong to, and a serving timeline that shows the other streams on the shared device."""
 
 from __future__ import annotations
 
@@ -155,3 +155,58 @@ def test_reproduction_figure_axes_are_honest(close_figures):
     assert [t.get_text() for t in probability.get_yticklabels()] == ["P(busy)"]
     assert probability.get_xlim() == (0.0, 1.0)
     assert "probability" not in seconds.get_xlabel()
+
+
+def test_condition_lanes_separate_overlapping_conditions():
+    from latsim.viz.timeline import condition_lanes
+
+    assert condition_lanes([(0, 1), (2, 3), (4, 5)]) == [0, 0, 0]
+    assert condition_lanes([(0, 2), (1, 3), (2.5, 4)]) == [0, 1, 0]
+    assert max(condition_lanes([(0, 10)] * 5, most=3)) == 2
+
+
+@pytest.fixture(scope="module")
+def serving_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from latsim.experiments.engine import Experiment, run_experiment, write_experiment
+    from latsim.model.serving import ServingConfig
+
+    out = tmp_path_factory.mktemp("serving")
+    exp = Experiment(Ks=(8,), cost="fixed:0.5", updates="poisson:0.3", duration=20.0,
+                     seeds=1, seed=3, serving=ServingConfig(streams=3, pools=(("dit", 1),)))
+    write_experiment(run_experiment(exp, jobs=1), out)
+    return out
+
+
+def test_a_serving_timeline_draws_the_other_streams_on_the_device(serving_dir, close_figures):
+    from matplotlib.colors import to_hex
+
+    from latsim.viz.timeline import select_run, timeline_figure
+
+    data = select_run(serving_dir, policy="speculative", stream=1)
+    assert data.other_streams and data.shared_devices == ("dit 0",)
+    own = data.jobs[data.jobs["kind"] != "prebuffer"]
+    for start, end in data.other_streams:  # one device: never while this stream's job runs
+        assert not ((own["t_start"] < end - 1e-9) & (own["t_ready"] > start + 1e-9)).any()
+    fig = timeline_figure(data, 0.0, 20.0)
+    close_figures(fig)
+    lanes = fig.axes[0]
+    band = to_hex(style.TIMELINE_COLORS["other_streams"])
+    assert any(to_hex(c) == band for coll in lanes.collections for c in coll.get_facecolors())
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert "other streams on the shared device" in labels
+    assert "other streams" in fig.axes[0].get_title()
+
+
+def test_a_single_worker_timeline_has_no_other_streams(tmp_path, close_figures):
+    from latsim.experiments.engine import Experiment, run_experiment, write_experiment
+    from latsim.viz.timeline import select_run, timeline_figure
+
+    exp = Experiment(Ks=(4,), cost="fixed:0.6", updates="poisson:0.3", duration=10.0,
+                     seeds=1, seed=4)
+    write_experiment(run_experiment(exp, jobs=1), tmp_path)
+    data = select_run(tmp_path)
+    assert data.other_streams == () and data.waits == ()
+    fig = timeline_figure(data)
+    close_figures(fig)
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert not any("other streams" in label for label in labels)

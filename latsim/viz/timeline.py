@@ -9,6 +9,13 @@ A partial run (:attr:`latsim.run.folder.RunFolder.state` other than ``complete``
 failed, or left ``incomplete`` by a killed writer) says so in the figure's title, with the time
 its records end (the ``end_time`` it stated, else its last finished job), which is marked on
 the time axis; a torn last CSV row, dropped on reading, is noted there too.
+
+A serving folder (several streams on shared devices: a ``stream`` column, ``tasks.csv`` and
+``starts.csv``) is drawn one stream at a time, on that stream's clock. Its generator row
+also shows the other streams' tasks on the devices this stream uses (a light grey band,
+"other streams") and each of this stream's waits for a device (a dashed box), so that a
+wait for the device shows what it waited for. Colours and sizes come from
+:mod:`latsim.viz.style`.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 
 from latsim.errors import LatsimError
 from latsim.run.folder import COMPLETE, RunFolder, read_run_folder
+from latsim.viz.style import FONT, TIMELINE_COLORS, version_color
 
 RECORD_FILES = ("jobs", "slots", "discards", "conditions", "stalls")
 REQUIRED = ("jobs", "slots")
@@ -43,6 +51,11 @@ class RunData:
     duration: float | None = None  # the run's window
     notes: tuple[str, ...] = ()  # e.g. a torn last row dropped
     stream: int | None = None  # a serving folder's stream
+    #: a serving folder: the other streams' tasks on the devices this stream uses, and
+    #: this stream's waits for a device, as ``(start, end)`` on this stream's clock
+    other_streams: tuple[tuple[float, float], ...] = ()
+    waits: tuple[tuple[float, float], ...] = ()
+    shared_devices: tuple[str, ...] = ()  # those devices, "pool device"
 
     @property
     def T(self) -> float:  # noqa: N802 - the paper's symbol
@@ -143,9 +156,44 @@ def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = N
             end_time = folder.end_time
             if end_time is None and folder.kind != "experiment":
                 end_time = folder.records_end()
+    others, waits, devices = (), (), ()
+    if stream is not None:
+        others, waits, devices = _device_use(folder, policy, int(K), int(run), stream)
     return RunData(policy, int(K), int(run), delta, eager, picked["jobs"], picked["slots"],
                    picked["discards"], picked["conditions"], picked["stalls"], status,
-                   end_time, duration, notes, stream)
+                   end_time, duration, notes, stream, others, waits, devices)
+
+
+def _device_use(folder: RunFolder, policy: str, K: int, run: int,  # noqa: N803
+                stream: int) -> tuple[tuple, tuple, tuple]:
+    """From a serving folder's ``tasks.csv``: the other streams' tasks on the devices
+    ``stream`` uses, this stream's waits for a device (enqueued until started), and those
+    devices; all on the stream's clock (its records start at its ``t_origin`` of
+    ``starts.csv``). Empty where the folder kept no tasks."""
+    if not (folder.path / "tasks.csv").exists():
+        return (), (), ()
+    try:
+        tasks = _select(folder.frame("tasks"), policy, K, run)
+    except LatsimError:  # tasks counted, not kept (--records)
+        return (), (), ()
+    if tasks.empty or "stream" not in tasks.columns:
+        return (), (), ()
+    origin = 0.0
+    if (folder.path / "starts.csv").exists():
+        starts = _select(folder.frame("starts"), policy, K, run, stream)
+        if not starts.empty:
+            origin = float(starts.iloc[0]["t_origin"])
+    device = tasks["pool"].astype(str) + " " + tasks["device"].astype(int).astype(str)
+    mine = tasks["stream"] == stream
+    own = tasks[mine]
+    devices = sorted(set(device[mine]))
+    others = tasks[~mine & device.isin(devices)]
+    spans = tuple(sorted((float(a) - origin, float(b) - origin)
+                         for a, b in zip(others["t_start"], others["t_end"], strict=True)))
+    waits = tuple(sorted((float(a) - origin, float(b) - origin)
+                         for a, b in zip(own["t_enqueue"], own["t_start"], strict=True)
+                         if b - a > 1e-9))
+    return spans, waits, tuple(devices)
 
 
 def default_window(data: RunData) -> tuple[float, float]:
@@ -160,18 +208,33 @@ def default_window(data: RunData) -> tuple[float, float]:
     return 0.0, 4 * data.T
 
 
-def _version_color(version: int):
-    import matplotlib
+def _version_color(version: int):  # noqa: ANN202 - a matplotlib colour
+    return version_color(version)
 
-    if version <= 0:
-        return "#b0b0b0"  # V0: the prebuffer, grey as in the paper's figures
-    return matplotlib.colormaps["tab10"]((version - 1) % 10)
+
+def condition_lanes(spans: list[tuple[float, float]], most: int = 3) -> list[int]:
+    """A lane per condition ``(start, end)`` span (arrival to the end of its label), the
+    first lane free at its start, so that conditions whose spans overlap are drawn on
+    different lanes; at most ``most`` lanes, reused in turn beyond that."""
+    ends: list[float] = []
+    lanes = []
+    for start, end in spans:
+        lane = next((i for i, last in enumerate(ends) if last <= start), None)
+        if lane is None:
+            if len(ends) < most:
+                lane = len(ends)
+                ends.append(end)
+            else:
+                lane = min(range(most), key=lambda i: ends[i])
+        ends[lane] = max(ends[lane], end)
+        lanes.append(lane)
+    return lanes
 
 
 def plot_timeline(data: RunData, out: str | Path, t0: float | None = None,
                   t1: float | None = None) -> Path:
     """Draw the timeline of ``data`` between ``t0`` and ``t1`` into the PNG ``out``."""
-    import matplotlib.pyplot as plt
+    from latsim.viz import style
 
     path = Path(out)
     if path.is_dir():
@@ -180,18 +243,16 @@ def plot_timeline(data: RunData, out: str | Path, t0: float | None = None,
         raise LatsimError(f"--out {out}: give a .png path or an existing folder")
     fig = timeline_figure(data, t0, t1)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return style.save(fig, path)
 
 
 def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = None):
     """The figure of :func:`plot_timeline` (the caller closes it)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+
+    from latsim.viz import style
+
+    plt = style.pyplot()
 
     lo, hi = default_window(data)
     t0 = lo if t0 is None else t0
@@ -204,7 +265,7 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
     discards = data.discards
     conds = data.conditions
     fig, (ax_time, ax_pos) = plt.subplots(
-        2, 1, figsize=(12, 7.5), sharex=True, gridspec_kw={"height_ratios": [1.1, 1.6]}
+        2, 1, figsize=style.TIMELINE, sharex=True, gridspec_kw={"height_ratios": [1.1, 1.6]}
     )
 
     # --- lanes over time: generator, playback, conditions
@@ -213,6 +274,25 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
     if not discards.empty:
         for job_id, count in discards.groupby("job_id")["count"].sum().items():
             discarded_by_job[int(job_id)] = int(count)
+    other_color = TIMELINE_COLORS["other_streams"]
+    others = [(a, b - a) for a, b in data.other_streams if b >= t0 and a <= t1]
+    if others:  # behind this stream's jobs: what a wait for the device waited for
+        ax_time.broken_barh(others, (y_gen - 0.35, 0.7), facecolors=other_color,
+                            edgecolor="none", zorder=0)
+        for a, width in others:
+            if width > 0.06 * (t1 - t0):
+                ax_time.text(a + width / 2, y_gen, "other\nstreams", ha="center",
+                             va="center", fontsize=FONT["tiny"],
+                             color=TIMELINE_COLORS["other_streams_text"], clip_on=True,
+                             zorder=1)
+    waits = [(a, b - a) for a, b in data.waits if b >= t0 and a <= t1]
+    if waits:
+        ax_time.broken_barh(waits, (y_gen - 0.35, 0.7), facecolors="none",
+                            edgecolor="black", linewidth=0.9, linestyle="--", zorder=3)
+        for a, width in waits:
+            if width > 0.05 * (t1 - t0):
+                ax_time.text(a + width / 2, y_gen - 0.5, f"wait {width:.2f}", ha="center",
+                             va="center", fontsize=FONT["tiny"], clip_on=True)
     for job in jobs.itertuples():
         if job.kind == "prebuffer" or job.t_ready < t0 or job.t_start > t1:
             continue
@@ -238,49 +318,75 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
     if not data.stalls.empty:
         for stall in data.stalls.itertuples():
             for ax in (ax_time, ax_pos):
-                ax.axvspan(stall.t_start, stall.t_end, color="#d62728", alpha=0.15, lw=0)
+                ax.axvspan(stall.t_start, stall.t_end, color=TIMELINE_COLORS["stall"],
+                           alpha=0.15, lw=0)
 
     shown = conds
     if not conds.empty and "displayed" in conds.columns:
         shown = conds[conds["displayed"].astype(str) == "True"]
-    for cond in (shown.itertuples() if not shown.empty else []):
-        if cond.t_play < t0 or cond.t_arrival > t1:
-            continue
+    in_window = [cond for cond in (shown.itertuples() if not shown.empty else [])
+                 if not (cond.t_play < t0 or cond.t_arrival > t1)]
+    label_width = 0.15 * (t1 - t0)  # "v3 shown, L=1.23 s" to the right of its marker
+    lanes = condition_lanes([(c.t_arrival, c.t_play + label_width) for c in in_window])
+    n_lanes = max(lanes, default=0) + 1
+    lane_height = 0.9 / n_lanes
+    for cond, lane in zip(in_window, lanes, strict=True):
+        y = y_cond + 0.45 - lane_height * (lane + 0.5)
+        bar = 0.55 * lane_height
         superseded = str(cond.superseded) == "True"
         for ax in (ax_time, ax_pos):
             ax.axvline(cond.t_arrival, color=_version_color(int(cond.version)), ls="--",
                        lw=0.9)
-        segments = (("R", cond.t_arrival, cond.t_start, "#ff7f0e"),
-                    ("C", cond.t_start, cond.t_ready, "#1f77b4"),
-                    ("Q", cond.t_ready, cond.t_play, "#9467bd"))
-        for label, a, b, color in segments:
+        segments = (("R", cond.t_arrival, cond.t_start),
+                    ("C", cond.t_start, cond.t_ready),
+                    ("Q", cond.t_ready, cond.t_play))
+        for label, a, b in segments:
             if b - a > 1e-9:
-                ax_time.broken_barh([(a, b - a)], (y_cond - 0.25, 0.5), facecolors=color,
+                color = TIMELINE_COLORS[label]
+                ax_time.broken_barh([(a, b - a)], (y - bar / 2, bar), facecolors=color,
                                     alpha=0.6 if superseded else 0.9)
-                ax_time.text((a + b) / 2, y_cond, f"{label} {b - a:.2f}", ha="center",
-                             va="center", fontsize=6, color="white", clip_on=True)
-        ax_time.plot([cond.t_play], [y_cond], marker="v", color="black", ms=6)
-        ax_time.text(cond.t_play, y_cond + 0.35,
+                if b - a > 0.045 * (t1 - t0):
+                    ax_time.text((a + b) / 2, y, f"{label} {b - a:.2f}", ha="center",
+                                 va="center", fontsize=FONT["note"], color="white",
+                                 clip_on=True)
+                else:  # too narrow for its label: below the bar, in its colour
+                    ax_time.text((a + b) / 2, y - bar / 2 - 0.02, f"{label} {b - a:.2f}",
+                                 ha="center", va="top", fontsize=FONT["tiny"], color=color,
+                                 clip_on=True)
+        ax_time.plot([cond.t_play], [y], marker="v", color="black", ms=6 if n_lanes == 1
+                     else 4)
+        ax_time.text(cond.t_play, y + bar / 2 + 0.03,
                      f"v{int(cond.version)} shown, L={cond.L:.2f} s"
-                     + (" (superseded)" if superseded else ""), fontsize=6, clip_on=True)
+                     + (" (superseded)" if superseded else ""), fontsize=FONT["note"],
+                     va="bottom", clip_on=True)
     ax_time.set_yticks([y_cond, y_play, y_gen], ["conditions\n(R, C, Q)", "playback",
                                                  "generator\njobs"])
     ax_time.set_ylim(-0.6, 2.6)
     status = data.status_line()
     of_run = "" if data.duration is None else f" of a {data.duration:g} s run"
     where = f"run {data.run}" + ("" if data.stream is None else f", stream {data.stream}")
+    device_keys = []  # what the window draws of the shared device, said once
+    if others:
+        device_keys.append("light grey = other streams' tasks on "
+                           + ", ".join(data.shared_devices))
+    if waits:
+        device_keys.append("dashed box = this stream waiting for a device")
+    shared = ";\n" + ", ".join(device_keys) if device_keys else ""
     ax_time.set_title(f"{data.policy}: K={K}, δ={delta:.3f} s, T={data.T:.2f} s, {where}; "
                       f"shown: {t0:g}–{t1:g} s{of_run}\n(colour = condition version, grey = "
-                      f"V0; hatched = discarded part; red = stall)"
+                      f"V0; hatched = discarded part; red = stall{shared})"
                       + (f"\n{status}" if status else ""),
-                      fontsize=9, color="#b00000" if data.partial else "black")
+                      fontsize=FONT["title"],
+                      color=TIMELINE_COLORS["partial"] if data.partial else "black")
     ax_time.tick_params(labelbottom=True)  # its own time axis, not only the lower panel's
     if data.partial and data.end_time is not None and data.end_time < t1:
         for ax in (ax_time, ax_pos):
-            ax.axvspan(max(t0, data.end_time), t1, color="#808080", alpha=0.12, lw=0)
-            ax.axvline(data.end_time, color="#b00000", lw=1.2)
-        ax_time.text(data.end_time, 2.45, f" records end ({data.status})", fontsize=7,
-                     color="#b00000", va="center", clip_on=True)
+            ax.axvspan(max(t0, data.end_time), t1, color=TIMELINE_COLORS["unrecorded"],
+                       alpha=0.12, lw=0)
+            ax.axvline(data.end_time, color=TIMELINE_COLORS["partial"], lw=1.2)
+        ax_time.text(data.end_time, 2.45, f" records end ({data.status})",
+                     fontsize=FONT["legend"], color=TIMELINE_COLORS["partial"], va="center",
+                     clip_on=True)
 
     # --- content positions over time: prediction cache, locked prefix, replaceable future
     played_at = dict(zip(slots["position"], slots["t_start"], strict=False))
@@ -319,10 +425,10 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
                     solid_capstyle="butt")
         ax_pos.plot([cond.t_arrival] * 2, [branch - 0.5, branch + K - 0.5], color="black",
                     lw=1.2, ls=(0, (1, 1)))
-        ax_pos.text(cond.t_arrival, (head + branch) / 2, " locked prefix", fontsize=6,
-                    va="center")
+        ax_pos.text(cond.t_arrival, (head + branch) / 2, " locked prefix",
+                    fontsize=FONT["note"], va="center")
         ax_pos.text(cond.t_arrival, branch + K / 2, " replaceable future → branch "
-                    f"{branch}", fontsize=6, va="center")
+                    f"{branch}", fontsize=FONT["note"], va="center")
     ax_pos.step(slots["t_start"], slots["position"], where="post", color="black", lw=0.8)
     low = visible["position"].min() if not visible.empty else 0
     high = visible["position"].max() if not visible.empty else K
@@ -333,7 +439,8 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
     commit = ("eager: a finished chunk is locked at once (solid)" if data.eager else
               "lazy: cached future stays replaceable (faded) until it plays")
     ax_pos.set_title(f"prediction cache: line = cached from ready until played (block) or "
-                     f"discarded (dotted, x); {commit}; staircase = playhead", fontsize=8)
+                     f"discarded (dotted, x); {commit}; staircase = playhead",
+                     fontsize=FONT["suptitle_small"])
     drawn_jobs = jobs[(jobs["kind"] != "prebuffer") & (jobs["t_ready"] >= t0)
                       & (jobs["t_start"] <= t1)]
     versions = sorted({int(v) for v in drawn_jobs["version"]}
@@ -342,7 +449,13 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
     if len(versions) > 10:
         handles.append(Patch(color="white", label=f"(+{len(versions) - 10} more)"))
     handles += [Patch(facecolor="white", hatch="////", edgecolor="black", label="discarded"),
-                Patch(color="#d62728", alpha=0.15, label="stall")]
-    ax_pos.legend(handles=handles, fontsize=7, loc="upper left", ncol=2)
+                Patch(color=TIMELINE_COLORS["stall"], alpha=0.15, label="stall")]
+    if others:
+        handles.append(Patch(facecolor=other_color, edgecolor="none",
+                             label="other streams on the shared device"))
+    if waits:
+        handles.append(Patch(facecolor="none", edgecolor="black", linestyle="--",
+                             label="waiting for the device"))
+    ax_pos.legend(handles=handles, fontsize=FONT["legend"], loc="upper left", ncol=2)
     fig.tight_layout()
     return fig
