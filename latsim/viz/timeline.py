@@ -309,7 +309,7 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
         narrow = width < 0.07 * (t1 - t0)  # the label would overprint: above the bar
         ax_time.text(job.t_start + width / 2, y_gen + (0.5 if narrow else 0.0),
                      f"{job.kind} v{int(job.version)}", ha="center", va="center",
-                     fontsize=5 if narrow else 6, clip_on=True)
+                     fontsize=FONT["tiny"] if narrow else FONT["note"], clip_on=True)
     visible = slots[(slots["t_start"] + delta >= t0) & (slots["t_start"] <= t1)]
     for version, group in visible.groupby("version"):
         ax_time.broken_barh([(t, delta) for t in group["t_start"]], (y_play - 0.35, 0.7),
