@@ -287,6 +287,9 @@ def serve(
         help="conditions one session may send per second; more are refused")] = 20.0,
     max_fps: Annotated[float, typer.Option(
         help="the highest frame rate a viewer may ask for")] = 60.0,
+    job_timeout: Annotated[float | None, typer.Option(
+        "--job-timeout", help="a session's job running this long (s) has hung: that session "
+        "fails (error, then end); default max(10 x lead, lead + 5 s)")] = None,
 ) -> None:
     """Live server: a generator and the controller behind a WebSocket endpoint.
 
@@ -309,8 +312,11 @@ def serve(
         max_sessions=max_sessions, max_duration=max_duration, warmup=warmup,
         downlink=Shaper(delay, jitter, loss), token=token, allow_anonymous=allow_anonymous,
         origins=None if not allow_origin else tuple(allow_origin),
-        max_condition_rate=max_condition_rate, max_fps=max_fps)
+        max_condition_rate=max_condition_rate, max_fps=max_fps, job_timeout=job_timeout)
+    from harness.live.faults import faults_from_env
     from harness.serve.config import loopback
+
+    faults_from_env()  # a malformed LATSIM_FAULT fails before any work
 
     if token is None and not loopback(host):
         typer.echo(f"latsim serve: warning: serving {host} to anyone who can reach it (no "

@@ -96,7 +96,10 @@ class _Stub:
     stream = None
 
     def __init__(self) -> None:
+        from harness.live.faults import JobFaults
+
         self.payloads: dict = {}
+        self.faults = JobFaults("stub", ())
 
 
 @pytest.mark.parametrize("schedule, expected", [

@@ -370,3 +370,63 @@ def test_a_client_killed_outright_leaves_every_row_up_to_the_kill(tmp_path):
     assert result.exit_code == 0, result.output
     row = json.loads((tmp_path / "cmp" / "compare_viewer.json").read_text())["rows"][0]
     assert row["status"] == "running" and 2.5 < row["window_s"] < 6.0
+
+
+async def _viewer(port: int, duration: float) -> list[dict]:
+    """One viewer: hello, then every text message up to ``end`` (or a close, or 10 s)."""
+    from websockets.asyncio.client import connect
+
+    messages: list[dict] = []
+    async with connect(f"ws://127.0.0.1:{port}") as ws:
+        await ws.send(json.dumps({"type": "hello", "K": 4, "duration": duration}))
+        try:
+            while True:
+                message = await asyncio.wait_for(ws.recv(), 10.0)
+                if isinstance(message, str):
+                    messages.append(json.loads(message))
+                    if messages[-1]["type"] == "end":
+                        break
+        except Exception:  # noqa: BLE001, S110 - the close ends the viewer either way
+            pass
+    return messages
+
+
+def test_a_generator_error_fails_its_own_session_and_the_others_run_on(monkeypatch):
+    """``LATSIM_FAULT`` reaches a server session's jobs: session 1's second job raises, and
+    that viewer alone gets ``error`` then a failed ``end``; session 2 shares the device
+    and completes with every slot it was due."""
+    monkeypatch.setenv("LATSIM_FAULT", "raise@2/s1-")
+    built = _server()
+    with ServerThread(built) as port:
+        async def both() -> list:
+            return await asyncio.gather(_viewer(port, 3.0), _viewer(port, 3.0))
+
+        first, second = asyncio.run(both())
+    by_session = {m[0]["session"]: m for m in (first, second) if m and m[0]["type"] == "ready"}
+    assert sorted(s.split("-")[0] for s in by_session) == ["s1", "s2"]
+    (failed,) = [m for s, m in by_session.items() if s.startswith("s1-")]
+    (honest,) = [m for s, m in by_session.items() if s.startswith("s2-")]
+    assert [m["type"] for m in failed[-2:]] == ["error", "end"]
+    assert "job 2" in failed[-2]["error"] and "raised" in failed[-2]["error"]
+    assert failed[-1]["status"] == "failed"
+    assert honest[-1]["type"] == "end" and honest[-1]["status"] == "complete"
+    assert "error" not in [m["type"] for m in honest]
+
+
+def test_a_hung_session_job_times_out_and_the_device_serves_the_next_viewer(monkeypatch):
+    """A 60 s stall of session 1's second job, with ``job_timeout`` 1 s: that session fails
+    as hung within a few seconds (the stall is abandoned, freeing the device), and a viewer
+    after it is served to completion."""
+    monkeypatch.setenv("LATSIM_FAULT", "stall@2:60/s1-")
+    built = _server(job_timeout=1.0)
+    with ServerThread(built) as port:
+        started = time.perf_counter()
+        hung = asyncio.run(_viewer(port, 3.0))
+        took = time.perf_counter() - started
+        after = asyncio.run(_viewer(port, 2.0))
+    assert [m["type"] for m in hung[-2:]] == ["error", "end"]
+    assert hung[-1]["status"] == "failed" and "hung" in hung[-2]["error"]
+    assert took < 30.0  # bounded by the timeout, not the 60 s stall
+    assert after[-1]["type"] == "end" and after[-1]["status"] == "complete"
+    with pytest.raises(LatsimError, match="--job-timeout"):
+        ServerConfig(job_timeout=0.0)

@@ -13,19 +13,26 @@ it misbehave on purpose, so the failure paths can be tested in CI on the tiny pr
     sigterm@2          job 2 sends the process SIGTERM, then runs
     raise@1/calibration   only in passes whose label contains ``calibration``
 
-``N`` counts the jobs one executor has run, from 1: each live run (label: its run folder's
-name, e.g. ``K4-baseline``), each in-run calibration pass (``calibration-K4``) and each K of
-a profile (``profile-K4``) has its own executor, so in a run job N is the controller's job
-id N. ``WHERE`` is matched as a substring of that label. Warm-up jobs do not go through
-an executor and are never faulted. A stall or slowdown ends early when the executor is
-closed (the driver closes it when it abandons a hung worker), so a test leaves no thread
-holding the generator. A malformed value is a one-line error before any work.
+``N`` counts the jobs one executor has run, from 1 (:class:`JobFaults` keeps the count):
+each live run (label: its run folder's name, e.g. ``K4-baseline``), each in-run calibration
+pass (``calibration-K4``) and each K of a profile (``profile-K4``) has its own executor, so
+in a run job N is the controller's job id N. ``WHERE`` is matched as a substring of that
+label. Warm-up jobs do not go through an executor and are never faulted. A stall or slowdown
+ends early when the executor is closed (the driver closes it when it abandons a hung
+worker), so a test leaves no thread holding the generator. A malformed value is a one-line
+error before any work.
+
+``latsim serve`` applies them per session: a session's jobs are counted from 1 and its
+label is its id (``s<N>-<hex>``), so ``raise@2/s1-`` fails the second job of the first
+session only. Its faults act on the shared device, holding it while they stall.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import signal
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from latsim.errors import LatsimError
@@ -90,3 +97,49 @@ def faults_from_env(environ: Mapping[str, str] | None = None) -> tuple[Fault, ..
 
 class InjectedFault(RuntimeError):
     """The error a ``raise`` fault raises."""
+
+
+class ExecutorClosed(RuntimeError):
+    """A job was given to (or held in) an executor the driver has closed."""
+
+
+class JobFaults:
+    """The faults of one pass (label ``label``), applied to its jobs in turn: call
+    :meth:`before` as each job starts; :meth:`close` refuses further jobs and ends an
+    injected stall or slowdown now."""
+
+    def __init__(self, label: str = "", faults: Sequence[Fault] | None = None) -> None:
+        self.label = label
+        self.faults = tuple(faults_from_env() if faults is None else faults)
+        self.jobs_run = 0
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        self._closed.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def before(self) -> bool:
+        """Count the job starting now and apply its faults; whether it was delayed (a stall
+        or slowdown, which then counts in its measured time). Raises
+        :class:`InjectedFault` for a ``raise``, :class:`ExecutorClosed` once closed."""
+        where = self.label or "this pass"
+        if self._closed.is_set():
+            raise ExecutorClosed(f"executor of {where} is closed")
+        self.jobs_run += 1
+        number, delayed = self.jobs_run, False
+        for fault in self.faults:
+            if not fault.applies(number, self.label):
+                continue
+            if fault.kind == "raise":
+                raise InjectedFault(f"{FAULT_ENV} {fault}: job {number} of {where} raised")
+            if fault.kind in ("stall", "slow"):
+                delayed = True
+                if self._closed.wait(fault.seconds):
+                    raise ExecutorClosed(f"{FAULT_ENV} {fault}: job {number} abandoned")
+            else:
+                os.kill(os.getpid(), signal.SIGINT if fault.kind == "sigint"
+                        else signal.SIGTERM)
+        return delayed

@@ -57,6 +57,9 @@ class ServerConfig:
     hello_timeout: float = 10.0  # seconds a connection may take to say hello
     #: connections that have not said hello (yet) held at once; more are refused
     max_pending: int = 64
+    #: a session's job still running this long (s) after its controller started it has
+    #: hung: the session fails (``error``, then ``end``). None: max(10 x lead, lead + 5 s)
+    job_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.schedule not in available("schedules"):
@@ -85,3 +88,5 @@ class ServerConfig:
             raise LatsimError(f"hello timeout must be in (0, 600] s, got {self.hello_timeout!r}")
         if not 1 <= self.max_pending <= 4096:
             raise LatsimError(f"pending connections must be 1..4096, got {self.max_pending!r}")
+        if self.job_timeout is not None:
+            check_option("--job-timeout", self.job_timeout)

@@ -1,7 +1,9 @@
 """The shared device of ``latsim serve``: one generator, its jobs run one at a time for every
 session, in the order of the schedule plug-in (:mod:`latsim.model.schedules`: the same
 implementation the serving simulator picks with). A job that waited tells its controller
-when the device took it, so the wait counts in R as simulated.
+when the device took it, so the wait counts in R as simulated. A session's ``LATSIM_FAULT``
+faults (:class:`harness.live.faults.JobFaults`) act as its job takes the device; a job's
+error goes to its own session only, and the device goes on with the others' jobs.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from harness.live.faults import JobFaults
 from latsim.controller import StartJob
 from latsim.errors import LatsimError
 from latsim.plugins import (
@@ -32,6 +35,7 @@ class DeviceStream(Protocol):
     index: int
     stream: Any
     payloads: dict[tuple[int, int], tuple[str, tuple[int, ...], bytes]]
+    faults: JobFaults  # its LATSIM_FAULT faults, counting its jobs
 
 
 @dataclass(eq=False)
@@ -143,11 +147,15 @@ class SharedDevice:
                 self._busy = True
             try:
                 with self.lock:
+                    t_taken = time.perf_counter()
                     if request.waited:
-                        request.started(time.perf_counter())
+                        request.started(t_taken)
                     session = request.session
+                    delayed = session.faults.before()
                     request.timing = self.generator.run_job(request.job, self.decode_group,
                                                             session.stream)
+                    if delayed:  # an injected stall or slowdown counts in its time
+                        request.timing = replace(request.timing, t_start=t_taken)
                     job = request.job
                     for position in range(job.branch, job.branch + job.length):
                         session.payloads[(job.job_id, position)] = self.generator.payload(

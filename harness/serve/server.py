@@ -171,7 +171,8 @@ class StreamServer:
                  result.stop_reason if result else "no result", session.accepted,
                  len(result.jobs) if result else 0)
         try:
-            session.send(session.end_message(), time.perf_counter())
+            for message in session.end_messages():
+                session.send(message, time.perf_counter())
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._release, session.id)
         except RuntimeError:  # the event loop has closed: nobody is listening

@@ -9,12 +9,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from harness.live.driver import DriverConfig, LiveDriver
+from harness.live.driver import FAILED, DriverConfig, LiveDriver
+from harness.live.faults import JobFaults
+from harness.live.lead import default_job_timeout
 from harness.net.netclock import Shaper
 from harness.net.wire import (
     Ack,
     Condition,
     End,
+    Error,
     Hello,
     JobDone,
     ProtocolError,
@@ -54,6 +57,11 @@ class _SessionExecutor:
     def run_queued(self, job: StartJob, playable_until: float,
                    started: Callable[[float], None]) -> JobTiming:
         return self.device.run(self.session, job, playable_until, started)
+
+    def close(self) -> None:
+        """The driver gave up on a hung job: end an injected stall now (a generator that
+        really hangs keeps the device, and the other sessions' jobs time out behind it)."""
+        self.session.faults.close()
 
 
 class Session:
@@ -106,9 +114,12 @@ class Session:
         self.refused_conditions = 0  # over the rate limit
         # the rate limit's token bucket: full at the start, refilled at the rate
         self._bucket = (config.max_condition_rate, time.perf_counter())
+        self.faults = JobFaults(session_id)  # LATSIM_FAULT, this session's jobs
+        self.job_timeout = (default_job_timeout(self.lead) if config.job_timeout is None
+                            else config.job_timeout)
         self.driver = LiveDriver(
             self.controller_config, _SessionExecutor(server.device, self),
-            None, DriverConfig(self.duration, drain, job_timeout_s=None),
+            None, DriverConfig(self.duration, drain, job_timeout_s=self.job_timeout),
             on_record=self._on_record, on_play=self._on_play, on_job=self._on_job)
         self.result = None
         self._ready_lock = threading.Lock()
@@ -218,10 +229,16 @@ class Session:
         self.accepted += 1
         return Ack(cid, self.accepted, self.server_time(arrival))
 
-    def end_message(self) -> str:
+    def end_messages(self) -> list[str]:
+        """What ends the session: ``end`` with its status and summary, after an ``error``
+        naming the reason where it failed (a generator error, a hung job)."""
         result = self.result
         if result is None:
-            return End("failed", "no result").to_json()
+            return [Error(f"session {self.id} failed: no result").to_json(),
+                    End(FAILED, "no result").to_json()]
         summary = summarize([result.records]).as_dict()
-        return End(result.status, result.stop_reason, summary,
-                   self.stream_to_server(result.end_time)).to_json()
+        end = End(result.status, result.stop_reason, summary,
+                  self.stream_to_server(result.end_time)).to_json()
+        if result.status != FAILED:
+            return [end]
+        return [Error(f"session {self.id} failed: {result.stop_reason}").to_json(), end]
