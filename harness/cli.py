@@ -137,8 +137,10 @@ def profile(
     config = ProfileConfig(built, tuple(K), jobs_per_kind=jobs, gap_s=gap,
                            generator_name=generator)
     require_device(device)
-    with StatusLine(width=40) as status:
-        document = run_profile(config, out, progress=status)
+    from latsim.cli.progress import ProgressBar
+
+    with ProgressBar("profile") as bar:
+        document = run_profile(config, out, progress=bar.status)
     for k, kinds in document["summary"].items():
         typer.echo(f"K={k:>3}  " + "  ".join(
             f"{kind}: mean {s['mean'] * 1e3:.1f} ms p50 {s['p50'] * 1e3:.1f} "
@@ -221,8 +223,10 @@ def measure(
         job_timeout=job_timeout,
     )
 
-    with StatusLine() as status:
-        results = run_measure(config, progress=status)
+    from latsim.cli.progress import ProgressBar
+
+    with ProgressBar("measure") as bar:  # counts the live seconds of every run
+        results = run_measure(config, progress=bar.status)
     if output != "table":
         emit(output, [res.summary for res in results], lambda: None, seed=seed,
              out=None if out is None else str(out))

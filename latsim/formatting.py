@@ -57,7 +57,10 @@ class StatusLine:
         self.always = always
         self.used = False
 
-    def __call__(self, line: str) -> None:
+    def __call__(self, line: str, done: float | None = None, total: float | None = None
+                 ) -> None:
+        """Show ``line`` (``done`` and ``total``, which a progress bar counts, are not
+        shown: a status line says its own count)."""
         stream = self.stream or sys.stderr
         if not (self.always or _is_terminal(stream)) or quiet():
             return

@@ -76,7 +76,7 @@ def _stats(values: list[float]) -> dict:
 
 
 def _time_jobs(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
-               progress: Callable[[str], None] | None,
+               progress: Callable[..., None] | None,
                generator: LiveGenerator | None = None) -> None:
     """Time the jobs into ``costs`` (K -> kind -> seconds) as they finish."""
     if generator is None:
@@ -97,7 +97,9 @@ def _time_jobs(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
             samples[kind].append(executor.run_job(job).wall_s)
             branch, job_id = branch + K, job_id + 1
             if progress:
-                progress(f"K={K}: {i + 1}/{2 * config.jobs_per_kind} jobs")
+                done = config.Ks.index(K) * 2 * config.jobs_per_kind + i + 1
+                progress(f"K={K}: {i + 1}/{2 * config.jobs_per_kind} jobs", done,
+                         2 * config.jobs_per_kind * len(config.Ks))
 
 
 def _document(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
@@ -116,7 +118,7 @@ def _document(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
     }
 
 
-def profile(config: ProfileConfig, progress: Callable[[str], None] | None = None,
+def profile(config: ProfileConfig, progress: Callable[..., None] | None = None,
             generator: LiveGenerator | None = None) -> dict:
     """Time ``jobs_per_kind`` refill and replan jobs per K; returns the profile document."""
     costs: dict[str, dict[str, list[float]]] = {}
@@ -131,7 +133,7 @@ def partial_path(out: Path) -> Path:
 
 
 def run_profile(config: ProfileConfig, out: Path,
-                progress: Callable[[str], None] | None = None,
+                progress: Callable[..., None] | None = None,
                 generator: LiveGenerator | None = None) -> dict:
     """Profile and write ``out`` (what ``latsim profile`` does); see the module docstring
     for the checks before any work and what an interruption keeps."""

@@ -187,7 +187,8 @@ class _Measurement:
     trace: Trace
     duration: float
     env: dict
-    progress: Callable[[str], None] | None
+    #: ``progress(line, done_s, total_s)``: a status line, and the live seconds run of all
+    progress: Callable[..., None] | None
     on_driver: Callable[[LiveDriver], None] | None
 
 
@@ -201,6 +202,7 @@ class _RunPlan:
     warmup: Warmup
     run_dir: Path
     baseline: DriverResult | None  # the baseline's run of the same K, for A
+    index: int = 0  # runs of the measurement before this one
 
     @property
     def decode_group(self) -> int:
@@ -296,13 +298,14 @@ def _stop_reason_of(exc: BaseException) -> str:
 
 def measure(
     config: MeasureConfig,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[..., None] | None = None,
     generator: LiveGenerator | None = None,
     on_driver: Callable[[LiveDriver], None] | None = None,
 ) -> list[RunResult]:
     """Run every (K, policy) of ``config`` live; returns one result per run folder.
 
-    ``progress`` receives a one-line status about twice a second. ``on_driver`` sees each
+    ``progress(line, done_s, total_s)`` receives a one-line status about twice a second,
+    with the live seconds run so far and in all (every run's window). ``on_driver`` sees each
     driver before it runs (tests use it to stop a run early). Ctrl-C or SIGTERM end the
     current run, write what it measured (marked interrupted) and raise
     :class:`~latsim.errors.Interrupted` saying what was kept and where; a failed run (a
@@ -394,7 +397,7 @@ def _measure_all(session: _Measurement, timings: dict[int, Timing], policies: li
             run_dir = root / f"{prefix}K{K}-{policy.name}"
             kept.stage, kept.current = f"run {run_dir.name}", run_dir
             result = _run_one(session, _RunPlan(timing, policy, lead, warmups[group], run_dir,
-                                                baseline))
+                                                baseline, len(results)))
             kept.current = None
             kept.folders.append(run_dir)
             results.append(result)
@@ -475,11 +478,16 @@ def _run_one(session: _Measurement, plan: _RunPlan) -> RunResult:
     session.generator.reset_stream(K)
     line = _progress_line(run_id, duration)
     progress = session.progress
+    before = plan.index * duration
+    total = len(session.config.Ks) * len(session.config.policies) * duration
+
+    def report(t: float, ctrl) -> None:  # noqa: ANN001 - the driver's controller
+        progress(line(t, ctrl), before + min(t, duration), total)  # type: ignore[misc]
+
     driver = LiveDriver(
         ctrl_config, GeneratorExecutor(session.generator, plan.decode_group, run_id),
         Trace(session.trace.name, tuple(trace_times), duration),
-        driver_config, on_record=writer,
-        progress=(lambda t, ctrl: progress(line(t, ctrl))) if progress else None,
+        driver_config, on_record=writer, progress=report if progress else None,
     )
     writer.on_error = driver.fail  # records that cannot be written fail the run
     if session.on_driver is not None:
@@ -493,7 +501,7 @@ def _run_one(session: _Measurement, plan: _RunPlan) -> RunResult:
     if writer.error is not None and not result.failed:  # failed in the last flush
         result = replace(result, failed=True, stop_reason=writer.error)
     if progress is not None:
-        progress(line(result.end_time, result.controller))
+        report(result.end_time, result.controller)
 
     if sampler is not None:
         activity = sampler.activity(result.t0_unix,

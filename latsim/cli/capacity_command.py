@@ -137,20 +137,24 @@ def capacity(
             write_json(out / "capacity.json",
                        envelope(payload["rows"], seed, **_beside_rows(payload, config)))
 
+    from latsim.cli.progress import ProgressBar
+
+    bar = ProgressBar("capacity")
+
     def progress(verdict) -> None:  # noqa: ANN001
         measured.append(verdict)
         keep(capacity_payload(query, measured, None, "running"))
-        if output == "table":
-            typer.echo(f"N={verdict.streams}: {verdict.verdict} (L95 "
-                       f"{_fmt(verdict.metrics['L95'], 3)} s, viewer stall "
-                       f"{_fmt(verdict.metrics['viewer_stall_pct'], 3)}%, "
-                       f"{verdict.replications} runs)", err=True)
+        bar.label = (f"capacity: N={verdict.streams} {verdict.verdict} (L95 "
+                     f"{_fmt(verdict.metrics['L95'], 3)} s, stall "
+                     f"{_fmt(verdict.metrics['viewer_stall_pct'], 3)}%)")
+        bar(len(measured), len(measured) + evaluations_left(measured, max_streams))
 
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     try:
-        with scheduler_context(scheduler, jobs, local_pool=True):
+        with scheduler_context(scheduler, jobs, local_pool=True), bar:
             result = search_capacity(query, progress=progress)
+            bar(len(measured), len(measured))
     except KeyboardInterrupt:
         keep(capacity_payload(query, measured, None, "interrupted"))
         where = f"; kept in {out}/capacity.json (partial)" if out is not None else ""
@@ -189,6 +193,20 @@ def capacity(
                           highlight=False)
 
     emit(output, payload["rows"], table, seed=seed, **_beside_rows(payload, config))
+
+
+def evaluations_left(verdicts: list, max_streams: int) -> int:
+    """At most how many more stream counts the search will measure, given the verdicts so
+    far: the doublings up to ``max_streams`` and a bisection of the bracket left."""
+    import math
+
+    best = max((v.streams for v in verdicts if v.meets), default=0)
+    worst = min((v.streams for v in verdicts if not v.meets), default=None)
+    if worst is not None:
+        return 0 if worst - best <= 1 else math.ceil(math.log2(worst - best))
+    if best >= max_streams:
+        return 0
+    return math.ceil(math.log2(max_streams / best)) + math.ceil(math.log2(best))
 
 
 def _beside_rows(payload: dict, config: dict) -> dict:

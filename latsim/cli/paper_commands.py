@@ -259,6 +259,7 @@ def reproduce_fleet(
 ) -> None:
     """The fleet questions on stated workloads: sharded against exact, a diurnal day
     (static vs autoscaled, round-robin vs min-max) and commitment policy at fleet scale."""
+    from latsim.cli.progress import ProgressBar
     from latsim.cli.tables import Column, print_table
     from latsim.experiments.fleet_paper import reproduce_fleet as run
     from latsim.formatting import fmt as cell
@@ -266,8 +267,9 @@ def reproduce_fleet(
 
     output = output_format(fmt, as_json)
     check_writable(out)
-    with scheduler_context(scheduler, jobs, local_pool=True):
-        tables = run(out, max_events)
+    with scheduler_context(scheduler, jobs, local_pool=True), \
+            ProgressBar("reproduce fleet") as bar:
+        tables = run(out, max_events, bar)
 
     def table() -> None:
         print_table("a compressed diurnal day (5:1 peak to trough)",

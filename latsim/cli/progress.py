@@ -13,6 +13,9 @@ from typing import Any
 
 from latsim.formatting import quiet
 
+#: The widest label a bar shows (a status line is cut to it).
+LABEL_WIDTH = 60
+
 
 class ProgressBar:
     """``progress(done, total)`` as a bar labelled ``label``; a context manager."""
@@ -24,6 +27,12 @@ class ProgressBar:
         self._bar: Any = None
         self._task: Any = None
         self._enabled = sys.stderr.isatty() and not quiet()
+
+    def status(self, line: str, done: float, total: float) -> None:
+        """``done`` of ``total`` with a status ``line`` as the bar's label (a long line is
+        cut to fit beside the bar): the progress callback of ``measure`` and ``profile``."""
+        self.label = line if len(line) <= LABEL_WIDTH else line[:LABEL_WIDTH - 1] + "…"
+        self(round(done), round(total))
 
     def __call__(self, done: int, total: int) -> None:
         if not self._enabled:
@@ -50,7 +59,7 @@ class ProgressBar:
                                  redirect_stdout=False)
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=total)
-        self._bar.update(self._task, completed=done, total=total)
+        self._bar.update(self._task, completed=done, total=total, description=self.label)
 
     def __enter__(self) -> ProgressBar:
         return self

@@ -21,6 +21,7 @@ is public); the nodes' timings are the paper's.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from latsim.errors import DEFAULT_MAX_EVENTS
@@ -66,7 +67,7 @@ def _fleet(workload: dict, fleet: dict, run: dict, node: dict | None = None) -> 
                         "fleet": fleet, "run": run}, "reproduce fleet")
 
 
-def sharded_table(max_events: int) -> list[dict]:
+def sharded_table(max_events: int, step: Callable[[], None] = lambda: None) -> list[dict]:
     run = _fleet({"arrivals": "poisson:0.1", "duration": "lognormal:120,1.0",
                   "activity": "active_idle:60,20", "updates": "poisson:0.1"},
                  {"nodes_initial": 1, "nodes_max": 6, "autoscale": True,
@@ -74,10 +75,13 @@ def sharded_table(max_events: int) -> list[dict]:
                   "provision_delay_s": 60, "suspend_after_s": 15, "resume_s": 1.0,
                   "usd_per_gpu_hour": 3.0},
                  {"duration": 1800, "seeds": 4})
-    return sharded_vs_exact(run, max_events)
+    rows = sharded_vs_exact(run, max_events)
+    step()
+    return rows
 
 
-def diurnal_table(curve: Path, max_events: int) -> list[dict]:
+def diurnal_table(curve: Path, max_events: int, step: Callable[[], None] = lambda: None
+                  ) -> list[dict]:
     peak_nodes = math.ceil(PEAK_RATE * 120 / NODE["max_sessions"])
     base_workload = {"arrivals": f"curve:{curve}", "duration": "lognormal:120,1.0",
                      "activity": "active_idle:60,20", "updates": "poisson:0.1"}
@@ -102,6 +106,7 @@ def diurnal_table(curve: Path, max_events: int) -> list[dict]:
                      {"duration": DAY_S, "seeds": SEEDS})
         fp = plan_fleet(run, max_events)
         row = pooled_row(fp, run_fleet(fp))
+        step()
         rows.append({"fleet": fleet_kind, "placement": placement,
                      **{key: row[key] for key in (
                          "nodes_max", "nodes_mean", "gpu_hours", "gpu_hours_se", "cost_usd",
@@ -124,7 +129,7 @@ POLICY_SETTINGS = (("Wan1.3B long", 21, 4, 16.0, 0.8925), ("Sol-H3 long", 124, 1
 POLICY_SLOS = (7.0, 3.0)
 
 
-def policy_table(max_events: int) -> list[dict]:
+def policy_table(max_events: int, step: Callable[[], None] = lambda: None) -> list[dict]:
     rows = []
     for name, K, r, fps, C in POLICY_SETTINGS:  # noqa: N806
         base_work = None  # the baseline's work at the loosest SLO it meets: A's denominator
@@ -138,6 +143,7 @@ def policy_table(max_events: int) -> list[dict]:
         for l95 in POLICY_SLOS:
             plans, _ = plan_fleet_size(run, FleetSLO(l95, 1.0), max_nodes=8,
                                        max_events=max_events)
+            step()
             by_policy = {p["policy"]: p for p in plans}
             base_work = base_work or by_policy["baseline"]["static_dit_calls_per_viewer_hour"]
             for policy, plan in by_policy.items():
@@ -153,15 +159,31 @@ def policy_table(max_events: int) -> list[dict]:
     return rows
 
 
-def reproduce_fleet(out: Path, max_events: int = DEFAULT_MAX_EVENTS) -> dict[str, list[dict]]:
-    """Write the three tables (and the day's curve) into ``out``; returns the tables."""
+#: The steps :func:`reproduce_fleet` reports: the sharded-vs-exact pair, each diurnal
+#: configuration, each (setting, SLO) fleet plan.
+STEPS = 1 + 5 + len(POLICY_SETTINGS) * len(POLICY_SLOS)
+
+
+def reproduce_fleet(out: Path, max_events: int = DEFAULT_MAX_EVENTS,
+                    progress: Callable[[int, int], None] | None = None
+                    ) -> dict[str, list[dict]]:
+    """Write the three tables (and the day's curve) into ``out``; returns the tables.
+    ``progress(done, total)`` counts :data:`STEPS`."""
     from latsim.run.files import write_rows_csv
+
+    done = 0
+
+    def step() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, STEPS)
 
     out.mkdir(parents=True, exist_ok=True)
     curve = diurnal_curve(out / "diurnal_curve.csv")
-    tables = {"sharded_vs_exact": sharded_table(max_events),
-              "diurnal": diurnal_table(curve, max_events),
-              "policy": policy_table(max_events)}
+    tables = {"sharded_vs_exact": sharded_table(max_events, step),
+              "diurnal": diurnal_table(curve, max_events, step),
+              "policy": policy_table(max_events, step)}
     for name, rows in tables.items():
         write_rows_csv(out / f"{name}.csv", rows)
     return tables

@@ -390,7 +390,7 @@ def plot_capacity(payload: dict, path: Path, config: dict | None = None) -> Path
         elif isinstance(pools, list | tuple):
             pools = ",".join(f"{name}={size}" for name, size in pools)
         title += (f": K={config.get('K')}, {config.get('policy')}, cost {config.get('cost')}, "
-                  f"lead {config.get('lead') if config.get('lead') is not None else 'C q99'}"
+                  f"lead {config.get('lead') if config.get('lead') is not None else 'cost'}"
                   + (f", pools {pools}" if pools else ""))
     fig.suptitle(title, fontsize=FONT["suptitle"])
     fig.tight_layout()
