@@ -52,8 +52,8 @@ duration = 300
 seeds = 2
 """
 
-#: Printed as rich tables by their own code (latsim/viz/paper.py's report), laid out at
-#: their natural width whatever COLUMNS says: a terminal wraps their rows.
+#: Commands whose tables ignore COLUMNS (expected failures; none now: reproduce's report
+#: went through latsim.cli.tables last). A name here that fits fails the test.
 TOO_WIDE: set[str] = set()
 
 #: name -> (arguments, what the output must show, whether it prints a table that must fit
