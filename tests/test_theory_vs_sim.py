@@ -67,6 +67,33 @@ def test_speculative_residual_wait_and_refined_mean_under_rare_updates(K, C, lea
     assert abs(L.mean() - expected) < Z * se(L)
 
 
+@pytest.mark.parametrize("K, C, lead", [  # noqa: N803
+    (8, 0.7, None), (4, 0.62, None), (21, 3.565, None), (8, 0.3, 0.55), (8, 0.55, None),
+])
+def test_speculative_latency_distribution_under_rare_updates(K, C, lead):  # noqa: N803
+    """The whole distribution of L, not only its mean: the empirical CDF of 1200 isolated
+    conditions stays within the DKW band of the phase map's CDF (false alarm 1e-4), the
+    segments' mean is the exact mean, and the quantiles invert the CDF."""
+    timing = Timing(K=K, r=4, fps=16.0)
+    T, delta = timing.T, timing.delta  # noqa: N806
+    times = isolated_arrivals(timing, C, 1200, seed=K + 1)
+    records = run(timing, SPECULATIVE, times, times[-1] + 1, C, lead=lead)
+    L = np.sort([c.L for c in records.conditions if c.displayed and not c.superseded])  # noqa: N806
+    assert L.size == len(times)
+    band = math.sqrt(math.log(2 / 1e-4) / (2 * L.size))
+    theory_cdf = np.array([theory.speculative_latency_cdf(x, C, T, delta, lead) for x in L])
+    above = np.arange(1, L.size + 1) / L.size - theory_cdf  # F_n just after each sample
+    below = theory_cdf - np.arange(L.size) / L.size  # and just before it
+    assert max(above.max(), below.max()) < band
+    segments = theory.speculative_latency_segments(C, T, delta, lead)
+    mean = sum((b - a) * (c - (a + b) / 2) for a, b, c in segments) / T
+    assert mean == pytest.approx(theory.speculative_latency_mean(C, T, delta, lead), abs=1e-12)
+    for level in (0.05, 0.5, 0.95):
+        q = theory.speculative_latency_quantile(C, T, delta, level, lead)
+        assert theory.speculative_latency_cdf(q, C, T, delta, lead) == pytest.approx(
+            level, abs=1e-9)
+
+
 @pytest.mark.parametrize("K, C", [(8, 0.7), (4, 0.62), (8, 1.9), (4, 0.95)])  # noqa: N803
 def test_replans_started_at_the_cache_end_wait_as_eq_6_and_show_at_the_same_slot(K, C):  # noqa: N803
     """replan_at_cache_end=start: an idle arrival whose branch would be the cache end starts

@@ -147,6 +147,62 @@ def speculative_latency_mean(
     return C + residual + q_total / T + (0.0 if lead is None else lead - C)
 
 
+def speculative_latency_segments(C: float, T: float, delta: float,  # noqa: N803
+                                 lead: float | None = None) -> list[tuple[float, float, float]]:
+    """The map from an arrival's phase to its L under latent-boundary commitment, fixed C,
+    rare updates and a ``lead`` >= C (default C): segments ``(a, b, c)`` on which an
+    arrival at phase u in [a, b) of a chunk period waits L = c − u.
+
+    The phase u is measured from a refill's start (which is ``lead`` before its chunk
+    boundary). A busy arrival (u < C) replans when the refill lands, at u = C, and shows at
+    the first slot at least ``lead`` later: the slot m = ⌈C/δ⌉ after the boundary, so
+    c = mδ + lead. An idle one replans at once and shows at the first slot starting at least
+    ``lead`` after it: for u in ((k − 1)δ, kδ], c = kδ + lead (a branch at the cache end is
+    the refill's, which shows at the same boundary). u is uniform on [0, T) for uniform
+    arrivals, so these segments give L's distribution (:func:`speculative_latency_quantile`)
+    and its mean, :func:`speculative_latency_mean`."""
+    _check_positive(T=T, delta=delta)
+    lead = C if lead is None else lead
+    _require(math.isfinite(lead) and lead >= C, f"need lead >= C; got lead={lead!r}, C={C!r}")
+    _require(C < T, f"the segments need C < T (an idle worker between refills); got C={C:g}")
+    _require(abs(T / delta - round(T / delta)) < 1e-9, "T must be a whole number of slots δ")
+    m = math.ceil(C / delta - 1e-9)
+    segments = [(0.0, C, m * delta + lead)] if C > 0 else []
+    for k in range(1, round(T / delta) + 1):
+        a, b = max(C, (k - 1) * delta), k * delta
+        if b > a:
+            segments.append((a, b, k * delta + lead))
+    return segments
+
+
+def speculative_latency_cdf(x: float, C: float, T: float, delta: float,  # noqa: N803
+                            lead: float | None = None) -> float:
+    """P(L <= x) under latent-boundary commitment, fixed C, rare updates, a ``lead`` >= C
+    (default C), C < T: the share of a chunk period's phases whose L is at most ``x``
+    (:func:`speculative_latency_segments`)."""
+    segments = speculative_latency_segments(C, T, delta, lead)
+    return sum(max(0.0, b - max(a, c - x)) for a, b, c in segments) / T
+
+
+def speculative_latency_quantile(C: float, T: float, delta: float,  # noqa: N803
+                                 level: float, lead: float | None = None) -> float:
+    """The ``level`` quantile of L under latent-boundary commitment, fixed C, rare updates,
+    a ``lead`` >= C (default C), C < T: the inverse of :func:`speculative_latency_cdf`,
+    exact to 1e-12 s by bisection."""
+    _require(0 < level < 1, f"level must be in (0, 1), got {level!r}")
+    segments = speculative_latency_segments(C, T, delta, lead)
+
+    def cdf(x: float) -> float:
+        return sum(max(0.0, b - max(a, c - x)) for a, b, c in segments) / T
+
+    low = min(c - b for a, b, c in segments)
+    high = max(c - a for a, b, c in segments)
+    while high - low > 1e-12:
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < level else (low, middle)
+    return high
+
+
 def speculative_latency_mean_design(C: float, T: float, delta: float) -> float:  # noqa: N803
     """DESIGN §2's form C + C²/(2T) + (1 − C/T)·δ/2 + (C/T)·δ·(⌈C/δ⌉ − C/δ).
 
@@ -287,9 +343,12 @@ def theory_lines(row: dict) -> dict[str, float | None]:
     """Closed forms at a run's measured mean C (``row["C_measured_mean"]``), its ``T``,
     ``delta`` and ``lead`` (None outside their validity): the baseline's L is uniform on
     [lead, lead + T); the speculative mean is eq. (6) + Q planned ``lead`` ahead
-    (:func:`speculative_latency_mean`)."""
+    (:func:`speculative_latency_mean`) and its quantiles those of the phase map
+    (:func:`speculative_latency_quantile`). They assume fixed C and rare updates: a
+    measured C varies, so they are references, not predictions."""
     C, T, delta, lead = row["C_measured_mean"], row["T"], row["delta"], row["lead"]  # noqa: N806
     out: dict[str, float | None] = {"baseline_L50": None, "baseline_L95": None,
+                                    "speculative_L50": None, "speculative_L95": None,
                                     "speculative_L_mean": None}
     if C is None:
         return out
@@ -298,4 +357,7 @@ def theory_lines(row: dict) -> dict[str, float | None]:
         out["baseline_L95"] = baseline_latency_quantile(lead, T, 0.95)
     if C <= T and C <= lead:
         out["speculative_L_mean"] = speculative_latency_mean(C, T, delta, lead)
+    if C < T and C <= lead:
+        for level, key in ((0.5, "speculative_L50"), (0.95, "speculative_L95")):
+            out[key] = speculative_latency_quantile(C, T, delta, level, lead)
     return out

@@ -145,6 +145,14 @@ def _joined(values) -> str:
     return "/".join(str(v) for v in unique)
 
 
+#: The closed-form quantile lines of the overlay, at each run's mean measured C (fixed C
+#: and rare updates: a reference, not the prediction).
+THEORY_LINES = {
+    "baseline": "baseline theory: lead + T/2 (L50), lead + 0.95·T (L95)",
+    "speculative": "speculative theory: the phase map's quantiles (fixed C, rare updates)",
+}
+
+
 def compare_setup_title(comparison) -> str:
     """The setup line of the comparison figures: preset, resolution, steps and device where
     the runs give them, the trace and the K values (values differing between runs joined
@@ -311,14 +319,14 @@ def compare_overlay_figure(comparison):
                                 ms=7, mew=1.5,
                                 label=_label_once(seen, f"{policy} simulated over a "
                                                   "partial run's window"))
-            base = sorted({(r["K"], theory.theory_lines(r)["baseline_" + metric])
-                           for r in in_group if r["policy"] == "baseline"},
-                          key=lambda kv: kv[0])
-            pts = [(k, v) for k, v in base if v is not None]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), ":", color=policy_color("baseline"),
-                        label=_label_once(seen, "baseline theory: lead + T/2 (L50), "
-                                          "lead + 0.95·T (L95)"))
+            for policy, text in THEORY_LINES.items():
+                lines = sorted({(r["K"], theory.theory_lines(r)[f"{policy}_{metric}"])
+                                for r in in_group if r["policy"] == policy},
+                               key=lambda kv: kv[0])
+                pts = [(k, v) for k, v in lines if v is not None]
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), ":", color=policy_color(policy),
+                            label=_label_once(seen, text))
         ax.set_xticks(ks)
         ax.set_xticklabels([str(k) for k in ks])
         ax.set_xlabel("chunk size K (latents)")
