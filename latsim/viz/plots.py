@@ -42,8 +42,9 @@ def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) ->
     ``runs`` (an experiment's records by (K, policy)) adds error bars: the jackknife
     standard error over replications of each pooled percentile; the legend says n.
     Theory lines (fixed C, lead = C): the baseline's L is uniform on [C, C+T), so its median
-    is C + T/2 and its 95th percentile C + 0.95·T; for latent commitment the rare-update mean
-    (eq. 6 plus Q) and the ideal C + δ/2.
+    is C + T/2 and its 95th percentile C + 0.95·T; for latent commitment the rare-update
+    quantiles (:func:`latsim.analysis.theory.speculative_latency_quantile`) and the ideal
+    C + δ/2.
     """
     fig, axes = plt.subplots(1, 2, figsize=style.TWO_PANELS, sharex=True)
     policies = sorted({row["policy"] for row in rows})
@@ -75,11 +76,16 @@ def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) ->
                     ":", marker="_", markersize=14, color=policy_color("baseline"),
                     label=f"baseline theory C + {share:g}·T")
         spec = sorted((r for r in rows if r["policy"] == "speculative"), key=lambda r: r["K"])
-        spec_fixed = [r for r in spec if r["L_mean_theory"] is not None]
+        spec_fixed = [r for r in spec if r["L_mean_theory"] is not None
+                      and r["C_mean"] < r["T"] and r["C_mean"] <= r["lead"]]
+        if spec_fixed:
+            share = 0.5 if metric == "L50" else 0.95
+            ax.plot([r["K"] for r in spec_fixed],
+                    [theory.speculative_latency_quantile(r["C_mean"], r["T"], r["delta"], share,
+                                                         r["lead"]) for r in spec_fixed],
+                    ":", marker="_", markersize=14, color=policy_color("speculative"),
+                    label=f"speculative theory: its {metric} (fixed C, rare updates)")
         if metric == "L50" and spec_fixed:
-            ax.plot([r["K"] for r in spec_fixed], [r["L_mean_theory"] for r in spec_fixed], ":",
-                    marker="_", markersize=14, color=policy_color("speculative"),
-                    label="speculative theory: mean (eq. 6 + Q)")
             ax.plot([r["K"] for r in spec_fixed],
                     [theory.speculative_latency_ideal(r["C_mean"], r["delta"])
                      for r in spec_fixed],
