@@ -16,6 +16,10 @@ delay, jitter, loss; the viewer's ``shape`` message may set it), in order: a pro
 queues behind the frames sent before it, as on one connection. Server times in messages are
 ``perf_counter()`` plus ``clock_offset`` (0 unless a test moves the server's clock).
 
+The same port serves the browser viewer (``harness/viewer/web``: ``index.html`` and
+``viewer.js``) to a plain HTTP GET of ``/`` that asks for no WebSocket upgrade; the page needs
+no token, its WebSocket does (``?token=T`` in the page's URL, passed on).
+
 **Faults.** A malformed message gets an ``error`` reply and a log line, never an exception;
 a condition naming another session is refused the same way; a viewer that disconnects ends
 its own session only (its job, if running, finishes; its later jobs are never run); a
@@ -180,7 +184,15 @@ class StreamServer:
 
     def _check_token(self, connection, request):  # noqa: ANN001, ANN202 - websockets'
         """At the handshake: no token configured, or the right one in the URL's ``token``
-        query or an ``Authorization: Bearer`` header; else 401 (counted as refused)."""
+        query or an ``Authorization: Bearer`` header; else 401 (counted as refused).
+
+        A plain HTTP GET (no WebSocket upgrade) of ``/`` or ``/viewer.js`` gets the browser
+        viewer's page instead (:func:`web_page`), without a token: the page is given the
+        token by its URL and presents it when it opens its WebSocket, which is checked
+        here like any other."""
+        page = _web_response(connection, request)
+        if page is not None:
+            return page
         token = self.config.token
         if token is None:
             return None
@@ -371,6 +383,42 @@ class StreamServer:
             raise
         except Exception as exc:  # noqa: BLE001 - the viewer went away
             log.info("send failed: %s", exc)
+
+
+#: The browser viewer's files (``harness/viewer/web``, package data), by URL path.
+WEB_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
+             "/index.html": ("index.html", "text/html; charset=utf-8"),
+             "/viewer.js": ("viewer.js", "text/javascript; charset=utf-8")}
+
+
+def web_page(path: str) -> tuple[str, str] | None:
+    """(text, content type) of the browser viewer's file at URL ``path`` (its query
+    ignored), or ``None`` where it names none."""
+    from importlib.resources import files
+    from urllib.parse import urlsplit
+
+    entry = WEB_FILES.get(urlsplit(path).path)
+    if entry is None:
+        return None
+    name, content_type = entry
+    return (files("harness.viewer") / "web" / name).read_text(encoding="utf-8"), content_type
+
+
+def _web_response(connection, request):  # noqa: ANN001, ANN202 - websockets' types
+    """The viewer page's HTTP response for a GET that asks for no WebSocket, else ``None``
+    (the handshake goes on)."""
+    if "websocket" in request.headers.get("Upgrade", "").lower():
+        return None
+    page = web_page(request.path)
+    if page is None:
+        return None
+    text, content_type = page
+    response = connection.respond(HTTPStatus.OK, text)
+    del response.headers["Content-Type"]
+    response.headers["Content-Type"] = content_type
+    response.headers["Cache-Control"] = "no-cache"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 def _refused_cid(raw: str | bytes) -> int | None:
