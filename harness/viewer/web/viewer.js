@@ -695,9 +695,14 @@
     viewer.run().catch((err) => viewer.fail(err.message || String(err)));
   }
 
-  document.getElementById("start").addEventListener("click", start);
-  document.getElementById("condition").addEventListener("click", () => viewer && viewer.condition());
-  document.getElementById("stop").addEventListener("click", () => viewer && viewer.stop());
+  // a clicked button gives the focus back, so that space is a condition, not a second click
+  const button = (id, action) => document.getElementById(id).addEventListener("click", (e) => {
+    e.currentTarget.blur();
+    action();
+  });
+  button("start", start);
+  button("condition", () => viewer && viewer.condition());
+  button("stop", () => viewer && viewer.stop());
   document.addEventListener("keydown", (e) => {
     if (e.repeat || e.ctrlKey || e.metaKey || e.altKey) return;
     if (e.key === " " || e.key === "Enter") {
