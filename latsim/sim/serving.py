@@ -366,10 +366,13 @@ class _StreamPort:
         commands, carried out here), else the tick as an event."""
         if self.closed:
             return
-        tick, ctrl, now = timer.value, self.run.controller, self.env.now - self.origin
+        tick, ctrl, env = timer.value, self.run.controller, self.env
+        now = env.now - self.origin
         if ctrl.play_tick(tick.position, now):
             self._show(tick.position, now)
-            self.schedule(ctrl.next_due, SlotDue(tick.position + 1))
+            # schedule()'s timer, inlined: the next tick
+            env.timeout(max(0.0, ctrl.next_due + self.origin - env.now),
+                        SlotDue(tick.position + 1)).callbacks.append(self._on_tick)
         else:
             self.run.deliver(tick, now)
 
@@ -430,12 +433,15 @@ class _StreamPort:
         """The server plays ``position`` at ``t``: it goes to the client, which shows it
         after the playout delay, or when it arrives if that is later (a client stall)."""
         deliver = self.serving.deliver
-        arrives = t if deliver is None else t + deliver.sample(1, self.deliver_rng)
-        placed = self.playout.show(t, arrives)
-        shown = placed.shown
-        if placed.stalled:
-            self.client_stalls.append(
-                ClientStallRecord(self.index, position, placed.due, shown))
+        if deliver is None:  # it arrives as played, never after it is due: no client stall
+            playout = self.playout
+            shown = t + playout.delay + playout.shift  # as ClientPlayout.show's due
+        else:
+            placed = self.playout.show(t, t + deliver.sample(1, self.deliver_rng))
+            shown = placed.shown
+            if placed.stalled:
+                self.client_stalls.append(
+                    ClientStallRecord(self.index, position, placed.due, shown))
         if self.first_display is None:
             self.first_display = shown
         # the conditions this slot resolved: the controller records them as it plays it
