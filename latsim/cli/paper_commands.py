@@ -154,11 +154,12 @@ def reproduce(
     if ctx.invoked_subcommand is not None:
         return
     output = output_format(fmt, as_json)
+    from latsim.cli.paper_report import print_report
     from latsim.cli.progress import ProgressBar
     from latsim.experiments import paper
     from latsim.experiments.engine import reporting_progress
     from latsim.run.files import check_writable
-    from latsim.viz.paper import plot_reproduction, print_report
+    from latsim.viz.paper import plot_reproduction
 
     check_writable(out)  # before the first simulation
     with (scheduler_context(scheduler, jobs, local_pool=True),

@@ -16,8 +16,6 @@ from latsim.experiments.paper import (
     AMP_KS,
     AMP_PS,
     AMP_SEEDS,
-    C_METHOD_TEXT,
-    EQ6_PHASES,
     Reproduction,
 )
 from latsim.formatting import fmt
@@ -150,78 +148,6 @@ def reproduction_figure(result: Reproduction) -> Figure:
 
 
 # ---------------------------------------------------------------- terminal report
-
-
-def _signed(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:+.{digits}f}"
-
-
-def print_report(result: Reproduction) -> None:
-    """Tables of ours beside the paper's, with the differences, laid out for the terminal
-    (:func:`latsim.cli.tables.print_table`: at 80 columns the least important go first)."""
-    from latsim.cli.tables import Column, print_table
-
-    def columns(*spec: tuple[str, int]) -> list[Column]:
-        return [Column(header, rank, "left" if rank == 0 and header in LEFT else "right")
-                for header, rank in spec]
-
-    LEFT = {"setting", "C from", "quantity", "case", "policy", "metric", "load"}  # noqa: N806
-    print_table(
-        "Six serving settings and the generation time C used for each",
-        columns(("setting", 0), ("K", 0), ("r", 2), ("fps", 2), ("T (s)", 1), ("δ (s)", 2),
-                ("C (s)", 0), ("C/T", 1), ("C from", 3), ("C implied by paper Δ", 3)),
-        [[row["setting"], str(row["K"]), str(row["r"]), fmt(row["fps"], 0), fmt(row["T"]),
-          fmt(row["delta"]), fmt(row["C"]), fmt(row["C_over_T"], 2), row["C_method"],
-          fmt(row["C_implied_by_paper"])] for row in result.settings],
-        [*(f"[dim]C from {method}: {text}[/dim]" for method, text in C_METHOD_TEXT.items()),
-         "[dim]C implied = the C with (T−δ)/2 − C²/(2T) = the paper's Δ (– : none, the "
-         "paper's Δ exceeds (T−δ)/2)[/dim]"])
-    print_table(
-        "Mean-latency reduction Δ = baseline − speculative L_mean (s): paper vs theory vs "
-        "ours (simulated on the committed trace sets)",
-        columns(("setting", 0), ("paper Δ", 0), ("theory (T−δ)/2", 1), ("theory−paper", 3),
-                ("theory Δ(C)", 2), ("sim low ±se", 0), ("sim high ±se", 0),
-                ("low−paper", 2), ("high−paper", 2)),
-        [[row["setting"], fmt(row["paper_reduction"]), fmt(row["theory_reduction"]),
-          _signed(row["diff_theory_minus_paper"]), fmt(row["theory_reduction_at_C"]),
-          f"{fmt(row['sim_low_reduction'])}±{fmt(row['sim_low_reduction_se'], 2)}",
-          f"{fmt(row['sim_high_reduction'])}±{fmt(row['sim_high_reduction_se'], 2)}",
-          _signed(row["diff_sim_low_minus_paper"]), _signed(row["diff_sim_high_minus_paper"])]
-         for row in result.settings],
-        ["[dim]theory Δ(C) = C + T/2 − refined speculative mean (eq. 6 + Q), "
-         "theory.speculative_latency_mean; – where C > T[/dim]"])
-    print_table(
-        f"Eq. (6) worked example, T = 5 s (K=20, r=1, 4 fps), C = 1.6 s; simulation over "
-        f"{EQ6_PHASES} arrival phases",
-        columns(("quantity", 0), ("theory", 0), ("simulated", 0), ("sim−theory", 1),
-                ("paper", 0), ("theory−paper", 1)),
-        [[row["quantity"], fmt(row["theory"]), fmt(row["simulated"]),
-          _signed(row["diff_sim_minus_theory"], 4), fmt(row["paper"]),
-          _signed(row["diff_theory_minus_paper"])] for row in result.eq6])
-    print_table(
-        f"Work amplification A: theory vs simulation (C = {AMP_C} s ≪ δ = 0.25 s, "
-        f"bernoulli:p, {AMP_SEEDS} × {AMP_DURATION:g} s)",
-        columns(("K", 0), ("p", 0), ("λT", 1), ("Kp/(1−(1−p)^K)", 0), ("1+λ(T−δ)/2", 2),
-                ("sim A", 0), ("sim 1/(1−w)", 2), ("sim−theory", 1)),
-        [[str(row["K"]), fmt(row["p"]), fmt(row["lambda_T"], 2), fmt(row["A_independent"]),
-          fmt(row["A_poisson_approx"]), fmt(row["A_sim"]), fmt(row["A_sim_from_w"]),
-          _signed(row["diff_sim_minus_independent"])] for row in result.amplification])
-    print_table(
-        "Stall regime: LTX-2.3 short chunk (K=3, T=1 s) with C > T, and a C/T sweep",
-        columns(("case", 0), ("policy", 0), ("C", 2), ("C/T", 0), ("theory stall %", 1),
-                ("sim stall %", 0), ("paper %", 0), ("sim−paper", 2), ("sim L mean", 3),
-                ("3T/2 at C=T", 3)),
-        [[row["case"], row["policy"], fmt(row["C"]), fmt(row["C_over_T"], 2),
-          fmt(row["theory_stall_pct"], 2), fmt(row["sim_stall_pct"], 2),
-          fmt(row["paper_stall_pct"], 3), _signed(row["diff_sim_minus_paper"], 2),
-          fmt(row["sim_L_mean"]), fmt(row["theory_saturated_L_mean"])]
-         for row in result.stall])
-    print_table(
-        "Paper Table 3 values beside ours (L50 s, stall %)",
-        columns(("setting", 0), ("metric", 0), ("load", 0), ("paper", 0), ("ours", 0),
-                ("ours−paper", 0)),
-        [[row["setting"], row["metric"], row["load"], fmt(row["paper"]), fmt(row["ours"]),
-          _signed(row["diff_ours_minus_paper"])] for row in result.l50])
 
 
 def plot_serving(tables: dict[str, list[dict]], path: Path) -> Path:
