@@ -201,3 +201,42 @@ def row_of(text: str) -> dict:
     rows = rows_of(text)
     assert len(rows) == 1, f"expected one row, got {len(rows)}"
     return rows[0]
+
+
+#: A small fleet file (two nodes of three sessions, 2 x 300 s): seconds to run.
+SMALL_FLEET = """
+[workload]
+arrivals = "poisson:0.1"
+duration = "exponential:30"
+updates = "poisson:0.2"
+
+[node]
+K = 4
+r = 8
+fps = 8
+cost = "fixed:0.2"
+pools = "dit=1"
+max_sessions = 3
+
+[fleet]
+nodes_initial = 2
+nodes_max = 2
+usd_per_gpu_hour = 2.5
+
+[run]
+duration = 300
+seeds = 2
+"""
+
+#: A small grid file (K = 4, 8; 2 seeds of 20 s).
+SMALL_GRID = """
+name = "tiny"
+seeds = 2
+metrics = ["L50", "stall_pct"]
+
+[fixed]
+duration = 20
+
+[axes]
+K = [4, 8]
+"""

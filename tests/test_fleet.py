@@ -29,7 +29,7 @@ from latsim.experiments.fleet import (
     simulate_replication,
 )
 from latsim.model.fleet import parse_fleet
-from tests.helpers import envelope_of
+from tests.helpers import SMALL_FLEET, envelope_of
 
 runner = CliRunner()
 
@@ -323,34 +323,11 @@ def test_bad_fleet_input_is_one_line(doc, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
-FILE = """
-[workload]
-arrivals = "poisson:0.1"
-duration = "exponential:30"
-updates = "poisson:0.2"
-
-[node]
-K = 4
-r = 8
-fps = 8
-cost = "fixed:0.2"
-pools = "dit=1"
-max_sessions = 3
-
-[fleet]
-nodes_initial = 2
-nodes_max = 2
-usd_per_gpu_hour = 2.5
-
-[run]
-duration = 300
-seeds = 2
-"""
 
 
 def test_the_command_prints_the_envelope_and_writes_its_folder(tmp_path):
     path = tmp_path / "fleet.toml"
-    path.write_text(FILE)
+    path.write_text(SMALL_FLEET)
     out = tmp_path / "out"
     result = runner.invoke(app, ["fleet", str(path), "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
@@ -378,7 +355,7 @@ def test_the_command_prints_the_envelope_and_writes_its_folder(tmp_path):
 
 def test_the_command_refuses_bad_flags_and_work_beyond_its_bound(tmp_path):
     path = tmp_path / "fleet.toml"
-    path.write_text(FILE)
+    path.write_text(SMALL_FLEET)
     for args, message in ((["--autoscale", "maybe"], "--autoscale must be on or off"),
                           (["--placement", "nearest"], "fleet.placement must be one of"),
                           (["--max-events", "100"], "more than the work bound")):
@@ -484,7 +461,7 @@ def test_plan_finds_the_smallest_static_fleet_and_an_autoscaled_one_no_dearer(tm
 
 def test_plan_command_prints_both_policies(tmp_path):
     path = tmp_path / "fleet.toml"
-    path.write_text(FILE)
+    path.write_text(SMALL_FLEET)
     result = runner.invoke(app, ["fleet", "plan", str(path), "--slo-l95", "3", "--slo-stall",
                                  "5", "--seeds", "1", "--max-nodes", "4", "--json",
                                  "--out", str(tmp_path / "plan")])

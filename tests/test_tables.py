@@ -11,46 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from latsim.cli import app
+from tests.helpers import SMALL_FLEET, SMALL_GRID
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 CUT_NUMBER = re.compile(r"\d…|…\d")
 
-GRID = """
-name = "tiny"
-seeds = 2
-metrics = ["L50", "stall_pct"]
 
-[fixed]
-duration = 20
-
-[axes]
-K = [4, 8]
-"""
-
-FLEET = """
-[workload]
-arrivals = "poisson:0.1"
-duration = "exponential:30"
-updates = "poisson:0.2"
-
-[node]
-K = 4
-r = 8
-fps = 8
-cost = "fixed:0.2"
-pools = "dit=1"
-max_sessions = 3
-
-[fleet]
-nodes_initial = 2
-nodes_max = 2
-usd_per_gpu_hour = 2.5
-
-[run]
-duration = 300
-seeds = 2
-"""
 
 #: Commands whose tables ignore COLUMNS (expected failures; none now: reproduce's report
 #: went through latsim.cli.tables last). A name here that fits fails the test.
@@ -96,8 +63,8 @@ def _case(name: str):
 @pytest.mark.parametrize("name", [_case(name) for name in CASES])
 def test_tables_never_cut_a_number(name, columns, tmp_path, monkeypatch):
     args, shown, fits = CASES[name]
-    (tmp_path / "grid.toml").write_text(GRID)
-    (tmp_path / "fleet.toml").write_text(FLEET)
+    (tmp_path / "grid.toml").write_text(SMALL_GRID)
+    (tmp_path / "fleet.toml").write_text(SMALL_FLEET)
     for kind in ("low", "high"):  # one trace of each set: reproduce* in seconds
         (tmp_path / "traces" / kind).mkdir(parents=True)
         trace = f"{kind}_000.jsonl"

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from latsim.cli import app
+from tests.helpers import SMALL_FLEET, SMALL_GRID
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -63,45 +64,12 @@ def test_the_bar_is_silent_off_a_terminal_and_under_quiet(quiet, stderr, monkeyp
     assert err.getvalue() == "" and out.getvalue() == ""
 
 
-GRID = """
-name = "tiny"
-seeds = 2
-metrics = ["L50"]
 
-[fixed]
-duration = 10
-
-[axes]
-K = [4, 8]
-"""
-
-FLEET = """
-[workload]
-arrivals = "poisson:0.1"
-duration = "exponential:30"
-updates = "poisson:0.2"
-
-[node]
-K = 4
-r = 8
-fps = 8
-cost = "fixed:0.2"
-pools = "dit=1"
-max_sessions = 3
-
-[fleet]
-nodes_initial = 2
-nodes_max = 2
-
-[run]
-duration = 120
-seeds = 2
-"""
 
 
 def _commands(tmp_path: Path) -> dict[str, list[str]]:
-    (tmp_path / "grid.toml").write_text(GRID)
-    (tmp_path / "fleet.toml").write_text(FLEET)
+    (tmp_path / "grid.toml").write_text(SMALL_GRID)
+    (tmp_path / "fleet.toml").write_text(SMALL_FLEET)
     traces = tmp_path / "traces"
     for kind in ("low", "high"):  # one trace of each set: reproduce* in a second or two
         (traces / kind).mkdir(parents=True)
