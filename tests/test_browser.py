@@ -152,7 +152,7 @@ def test_a_browser_session_replays_its_trace_and_meets_the_prediction(tmp_path):
 
     run = tmp_path / "browser"
     run.mkdir()
-    assert set(files) == {"config.json", "summary.json", "trace.jsonl", "viewer.csv",
+    assert set(files) == {"config.json", "summary.json", "trace.jsonl", "conditions.csv",
                           "slots.csv", "stalls.csv", "jobs.csv", "probes.csv"}
     for name, text in files.items():
         (run / name).write_text(text, newline="")
@@ -162,10 +162,11 @@ def test_a_browser_session_replays_its_trace_and_meets_the_prediction(tmp_path):
     records = read_viewer_records(run)
     assert [c.status for c in records.conditions] == ["shown"] * len(TRACE)
     for c in records.conditions:
-        assert c.sent < c.arrival <= c.start < c.ready <= c.played < c.received <= c.displayed
-        assert c.L == pytest.approx(c.displayed - c.sent)
+        assert (c.t_sent < c.t_arrival <= c.t_start < c.t_ready <= c.t_play < c.t_received
+                <= c.t_displayed)
+        assert c.L == pytest.approx(c.t_displayed - c.t_sent)
     # each slot's display is a requestAnimationFrame frame at or after the rule's time
-    lateness = [s.displayed - s.shown for s in records.slots if math.isfinite(s.displayed)]
+    lateness = [s.t_displayed - s.t_shown for s in records.slots if math.isfinite(s.t_displayed)]
     assert len(lateness) == len(records.slots) >= DURATION / 0.25 - 2
     assert min(lateness) >= -1e-6 and max(lateness) < 0.1, (min(lateness), max(lateness))
     assert [s.position for s in records.slots] == sorted(s.position for s in records.slots)

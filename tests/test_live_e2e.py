@@ -116,7 +116,7 @@ def test_a_killed_server_leaves_the_client_a_partial_folder(tmp_path):
     records = read_viewer_records(tmp_path / "cut")
     assert records.slots and records.jobs
     assert any(c.status == "shown" for c in records.conditions)
-    assert all(c.sent <= config["end_time"] for c in records.conditions)
+    assert all(c.t_sent <= config["end_time"] for c in records.conditions)
     # compared over the window it covers, and said to be partial
     (row,) = compare_client_runs([tmp_path / "cut"], replications=5).rows
     assert row["predicted_with"] == 1  # a partial run is predicted alone

@@ -32,21 +32,34 @@ def _server(**config) -> StreamServer:
 
 
 async def _hello(port: int, duration: float = 3.0) -> tuple[list[str], int | None, str]:
-    """One viewer: hello, then every text message's type until the server closes (or 4 s),
-    and the close code and reason."""
+    """One viewer: hello, then every text message's type until the server closes (or 6 s
+    of quiet), and the close code and reason."""
+    messages, code, reason = await _session(port, duration, until_end=False, quiet_s=6.0)
+    return [m["type"] for m in messages], code, reason
+
+
+async def _viewer(port: int, duration: float) -> list[dict]:
+    """One viewer: hello, then every text message up to ``end`` (or a close, or 10 s)."""
+    return (await _session(port, duration, until_end=True, quiet_s=10.0))[0]
+
+
+async def _session(port: int, duration: float, until_end: bool, quiet_s: float
+                   ) -> tuple[list[dict], int | None, str]:
     from websockets.asyncio.client import connect
 
-    types: list[str] = []
+    messages: list[dict] = []
     async with connect(f"ws://127.0.0.1:{port}") as ws:
         await ws.send(json.dumps({"type": "hello", "K": 4, "duration": duration}))
         try:
             while True:
-                message = await asyncio.wait_for(ws.recv(), 6.0)
+                message = await asyncio.wait_for(ws.recv(), quiet_s)
                 if isinstance(message, str):
-                    types.append(json.loads(message)["type"])
+                    messages.append(json.loads(message))
+                    if until_end and messages[-1]["type"] == "end":
+                        break
         except Exception:  # noqa: BLE001, S110 - the close ends the viewer either way
             pass
-        return types, ws.close_code, ws.close_reason
+        return messages, ws.close_code, ws.close_reason
 
 
 def _client_process(tmp_path, port: int, times: tuple[float, ...], **popen):
@@ -356,10 +369,10 @@ def test_a_client_killed_outright_leaves_every_row_up_to_the_kill(tmp_path):
     assert folder.config["status"] == "running" and folder.state == "incomplete"
     records = read_viewer_records(tmp_path / "run")
     assert [c.status for c in records.conditions] == ["shown", "shown"]
-    assert len(records.slots) >= 8 and all(s.displayed == s.displayed for s in records.slots)
+    assert len(records.slots) >= 8 and all(s.t_displayed == s.t_displayed for s in records.slots)
     assert records.probes and records.jobs
     for c in records.conditions:
-        assert c.L == pytest.approx(c.displayed - c.sent)
+        assert c.L == pytest.approx(c.t_displayed - c.t_sent)
     # compare takes it as partial, over the window its rows cover
     from typer.testing import CliRunner
 
@@ -370,25 +383,6 @@ def test_a_client_killed_outright_leaves_every_row_up_to_the_kill(tmp_path):
     assert result.exit_code == 0, result.output
     row = json.loads((tmp_path / "cmp" / "compare_viewer.json").read_text())["rows"][0]
     assert row["status"] == "running" and 2.5 < row["window_s"] < 6.0
-
-
-async def _viewer(port: int, duration: float) -> list[dict]:
-    """One viewer: hello, then every text message up to ``end`` (or a close, or 10 s)."""
-    from websockets.asyncio.client import connect
-
-    messages: list[dict] = []
-    async with connect(f"ws://127.0.0.1:{port}") as ws:
-        await ws.send(json.dumps({"type": "hello", "K": 4, "duration": duration}))
-        try:
-            while True:
-                message = await asyncio.wait_for(ws.recv(), 10.0)
-                if isinstance(message, str):
-                    messages.append(json.loads(message))
-                    if messages[-1]["type"] == "end":
-                        break
-        except Exception:  # noqa: BLE001, S110 - the close ends the viewer either way
-            pass
-    return messages
 
 
 def test_a_generator_error_fails_its_own_session_and_the_others_run_on(monkeypatch):

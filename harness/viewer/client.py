@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +57,7 @@ from latsim.controller.playout import ClientPlayout
 from latsim.controller.records import write_csv
 from latsim.errors import LatsimError, check_option
 from latsim.model.traces import Trace, write_trace
-from latsim.run.folder import FORMAT_VERSION, RUNNING, write_json
+from latsim.run.folder import CLIENT_FORMAT_VERSION, RUNNING, write_json
 from latsim.run.stream import COMPLETE, INTERRUPTED
 from latsim.run.viewer import (
     KIND,
@@ -68,6 +68,8 @@ from latsim.run.viewer import (
     ViewerRecords,
     ViewerSlot,
     ViewerStall,
+    condition_row,
+    table_keys,
     write_viewer_records,
 )
 
@@ -146,13 +148,15 @@ class _RowLog:
     ``running``). The client rewrites the tables whole when it stops, ordered and with the
     rows only the end decides (conditions lost, refused or censored)."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, config: dict) -> None:
         self._out = out
+        self._keys = {table: table_keys(table, config) for table in TABLES}
         for table, record_type in TABLES.items():
-            write_csv(out / f"{table}.csv", record_type, ())
+            write_csv(out / f"{table}.csv", record_type, (), extra=self._keys[table])
 
     def add(self, table: str, row: object) -> None:
-        write_csv(self._out / f"{table}.csv", TABLES[table], (row,), append=True)
+        write_csv(self._out / f"{table}.csv", TABLES[table], (row,), extra=self._keys[table],
+                  append=True)
 
 
 class _Client:
@@ -232,11 +236,12 @@ class _Client:
                 self.origin = message.start - self.offset
                 self.ready = message
                 try:
-                    self.rows = _RowLog(self.config.out)
                     # a folder killed from now on says what its session was (still running)
                     config_path = self.config.out / "config.json"
-                    write_json(config_path, {**json.loads(config_path.read_text()),
-                                             **self.session_fields()})
+                    folder_config = {**json.loads(config_path.read_text()),
+                                     **self.session_fields()}
+                    self.rows = _RowLog(self.config.out, folder_config)
+                    write_json(config_path, folder_config)
                 except OSError as exc:
                     raise LatsimError(f"cannot write {self.config.out}: "
                                       f"{exc.strerror or exc}") from None
@@ -252,7 +257,7 @@ class _Client:
                 pending.arrival = message.arrival
             elif isinstance(message, JobDone):
                 gen_start, gen_end = message.gen_start, message.gen_end
-                self.jobs.append(ViewerJob(
+                self.jobs.append(ViewerJob(  # the server's times, converted
                     message.job_id, message.kind, message.branch, message.length,
                     message.version, self.from_server(message.start),
                     self.from_server(message.ready),
@@ -280,7 +285,7 @@ class _Client:
         position = header.position
         if self.last_played is not None and played - self.last_played > delta + 1e-6:
             self.stalls.append(ViewerStall("server", position, self.last_played + delta,
-                                           played))
+                                           played))  # a gap between played slots
             self._log("stalls", self.stalls[-1])
         self.last_played = played
         placed = self.playout.show(played, arrives)
@@ -307,7 +312,7 @@ class _Client:
         for version in self._resolved_at.pop(position, ()):  # conditions now shown
             for pending in self.conditions:
                 if pending.version == version:
-                    self._log("viewer", self._condition_row(pending))
+                    self._log("conditions", self._condition_row(pending))
 
     def session_fields(self) -> dict:
         """What ``config.json`` says of the session once it is ready: the server's answer
@@ -408,7 +413,7 @@ class _Client:
             else:
                 self.stop_reason = f"no end from the server {limit:g} s after the start"
         # let the scheduled displays run
-        last = max((s.shown for s in self.slots), default=0.0) + self.origin
+        last = max((s.t_shown for s in self.slots), default=0.0) + self.origin
         await asyncio.sleep(min(max(0.0, last - self.clock()), 2 * config.playout_delay + 5)
                             + 0.01)
 
@@ -449,24 +454,21 @@ class _Client:
         resolved = self.resolves.get(pending.version) if pending.version else None
         if resolved is None:
             status = "refused" if pending.refused else "censored" if pending.version else "lost"
-            return ViewerCondition(pending.cid, pending.version, sent, arrival, NAN, NAN, NAN,
-                                   NAN, NAN, NAN, NAN, NAN, status)
+            return condition_row(pending.cid, pending.version, sent, arrival, status)
         info, position = resolved
         slot = self._slot_at(position)
         assert slot is not None
         shown_at = self.displayed.get(position)
         displayed = NAN if shown_at is None else self.stream_time(shown_at)
-        played = slot.played
-        return ViewerCondition(
-            pending.cid, pending.version, sent, arrival, self.from_server(info["start"]),
-            self.from_server(info["ready"]), played, slot.received, slot.shown, displayed,
-            displayed - sent, played - arrival, "shown" if shown_at is not None else "censored")
+        return condition_row(
+            pending.cid, pending.version, sent, arrival,
+            "shown" if shown_at is not None else "censored", slot,
+            self.from_server(info["start"]), self.from_server(info["ready"]), displayed)
 
     def _slot_row(self, s: ViewerSlot) -> ViewerSlot:
         displayed = (self.stream_time(self.displayed[s.position])
                      if s.position in self.displayed else NAN)
-        return ViewerSlot(s.position, s.version, s.job_id, s.played, s.server_sent, s.received,
-                          s.due, s.shown, displayed, s.bytes, s.payload)
+        return replace(s, t_displayed=displayed)
 
 
 def run_client(config: ClientConfig, progress: Callable[[str], None] | None = None) -> dict:
@@ -479,7 +481,7 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
     except OSError as exc:
         raise LatsimError(f"cannot write {out}: {exc.strerror or exc}") from None
     started = _dt.datetime.now().isoformat(timespec="seconds")
-    base = {"format_version": FORMAT_VERSION, "kind": KIND, "status": RUNNING,
+    base = {"format_version": CLIENT_FORMAT_VERSION, "kind": KIND, "status": RUNNING,
             "url": config.url, "K": config.K, "policy": config.policy,
             "duration": config.window, "playout_delay": config.playout_delay,
             "r": config.r, "fps": config.fps, "seed": config.seed,
@@ -501,10 +503,10 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
         raise
     client.rows = None  # the tables are written whole now
     records = client.records()
-    sent = [c.sent for c in records.conditions]
+    sent = [c.t_sent for c in records.conditions]
     write_trace(out / "trace.jsonl", sent, {"duration": config.window,
                                             "source": config.trace.name})
-    write_viewer_records(out, records)
+    write_viewer_records(out, records, base)
     ready = client.ready.to_dict() if client.ready is not None else {}
     end = client.end.to_dict() if client.end is not None else {}
     status = COMPLETE if (end.get("status") == COMPLETE and not client.stop_reason) \
@@ -515,9 +517,10 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
     drift = estimate_drift(client.probes)
     first = client.estimate
     end_time = max([config.window]
-                   + [s.shown for s in records.slots if math.isfinite(s.shown)]) \
+                   + [s.t_shown for s in records.slots if math.isfinite(s.t_shown)]) \
         if status == COMPLETE else max(
-            [0.0] + [s.received for s in records.slots] + [c.sent for c in records.conditions])
+            [0.0] + [s.t_received for s in records.slots]
+            + [c.t_sent for c in records.conditions])
     window = config.window if status == COMPLETE else min(config.window, end_time)
     summary = {"status": status, "stop_reason": stop_reason, "session": ready.get("session"),
                "window_s": window, **viewer_metrics(records, window),

@@ -4,8 +4,8 @@ The prediction re-simulates the run through the serving model (:mod:`latsim.sim.
 with one stream on one dedicated device: the same conditions (client send times, stream
 time), K, policy, lead, window and playout delay D; each job's C drawn from the run's own
 jobs (controller start to ready, by job kind); the uplink and deliver stages drawn from the
-run's own measured one-way delays (``arrival − sent`` per condition, ``received − played``
-per slot, both with the offset the client used, so the two carry its error with opposite
+run's own measured one-way delays (``t_arrival − t_sent`` per condition, ``t_received −
+t_start`` per slot, both with the offset the client used, so the two carry its error with opposite
 signs, as the live playout did). Conditions the server never acknowledged (lost, refused)
 are left out on both sides. Errors are ``100·(predicted − measured)/measured``; stall % is
 compared in percentage points (the viewer's: server stalls plus late slots).
@@ -74,7 +74,7 @@ class ClientRun:
 
     def served(self) -> list[float]:
         """Send times of the conditions the server acknowledged."""
-        return [c.sent for c in self.records.conditions if c.version > 0]
+        return [c.t_sent for c in self.records.conditions if c.version > 0]
 
 
 def load_client_run(path: Path) -> ClientRun:
@@ -91,8 +91,8 @@ def load_client_run(path: Path) -> ClientRun:
     duration = folder.duration  # a number, or a one-line error
     end = config.get("end_time")
     if end is None and config.get("status") != COMPLETE:  # killed: as far as its rows go
-        end = max([0.0] + [s.received for s in records.slots]
-                  + [c.sent for c in records.conditions])
+        end = max([0.0] + [s.t_received for s in records.slots]
+                  + [c.t_sent for c in records.conditions])
     window = duration if config.get("status") == COMPLETE else min(duration, float(end))
     return ClientRun(path, config, records, window)
 
@@ -129,8 +129,8 @@ def predict_viewers(runs: list[ClientRun], replications: int = 20, seed: int = 0
         for job in run.records.jobs:
             if job.kind != "prebuffer":
                 jobs.setdefault((K, job.kind), []).append(job.C)
-        uplinks += [c.arrival - c.sent for c in run.records.conditions]
-        delivers += [s.received - s.played for s in run.records.slots]
+        uplinks += [c.t_arrival - c.t_sent for c in run.records.conditions]
+        delivers += [s.t_received - s.t_start for s in run.records.slots]
     for K in {k for k, _ in jobs}:  # noqa: N806
         if (K, "refill") not in jobs:
             jobs[(K, "refill")] = [c for (k, _), values in jobs.items() if k == K

@@ -9,8 +9,10 @@ A run folder holds the records of one or more runs and what they were run with::
     trace.jsonl     the arrival trace of a single run (``config["trace_copy"]``)
 
 ``kind`` is ``experiment`` (``latsim simulate/sweep --out``: every (policy, K, replication)
-in one folder), ``simulated`` (one simulated run, e.g. for ``latsim compare``) or
-``measured`` (one live run, written by the harness with extra telemetry files).
+in one folder), ``simulated`` (one simulated run, e.g. for ``latsim compare``),
+``measured`` (one live run, written by the harness with extra telemetry files), ``served``
+(one session of ``latsim serve --out``, the server's side) or ``client`` (the viewer's side
+of one: :mod:`latsim.run.viewer`, its own format version).
 ``status`` is ``complete``, ``running`` (the writer has not finished; a folder left so by a
 killed process reads as ``incomplete``), or why the run stopped early. A finished single run's
 config also holds ``end_time``, the time its records cover (past ``duration`` by the drain for
@@ -55,10 +57,17 @@ from latsim.run.serving import SERVING_RECORD_TYPES, ServingRecords
 from latsim.run.stream import COMPLETE, INTERRUPTED, RunRecords
 
 FORMAT_VERSION = 1
+#: A client folder's format (:mod:`latsim.run.viewer`): 2 has the simulator's table and
+#: column names (conditions.csv, ``t_*``) and the ``policy, K, run`` columns; 1 (viewer.csv,
+#: ``sent``/``shown``...) is still read.
+CLIENT_FORMAT_VERSION = 2
 KINDS = ("experiment", "simulated", "measured")
+#: One session of ``latsim serve --out``, the server's side (``harness.serve``): the
+#: controller's records like a measured run's, but on a device other sessions shared.
+SERVED = "served"
 #: Every kind a run folder's config.json may name (``client``: a viewer's,
-#: :data:`latsim.run.viewer.KIND`); another is a foreign folder.
-KNOWN_KINDS = (*KINDS, "client")
+#: :data:`latsim.run.viewer.KIND`; ``served``: :data:`SERVED`); another is a foreign folder.
+KNOWN_KINDS = (*KINDS, "client", SERVED)
 RUNNING = "running"
 INCOMPLETE = "incomplete"  # "running" in a folder no process is writing any more
 FAILED = "failed"  # stopped early by an error (a failed generator)
@@ -425,9 +434,10 @@ def read_run_folder(path: str | Path) -> RunFolder:
         version = int(config.get("format_version", 0))
     except (TypeError, ValueError):
         raise LatsimError(f"{folder / 'config.json'}: format_version is not a number") from None
-    if version > FORMAT_VERSION:
+    newest = CLIENT_FORMAT_VERSION if kind == "client" else FORMAT_VERSION
+    if version > newest:
         raise LatsimError(f"{folder}: run-folder format {version} is newer than this latsim "
-                          f"reads ({FORMAT_VERSION}); upgrade latsim")
+                          f"reads ({newest}); upgrade latsim")
     summary_path = folder / "summary.json"
     summaries: tuple[dict, ...] = ()
     if summary_path.is_file():

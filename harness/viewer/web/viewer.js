@@ -11,14 +11,15 @@
 // Every time recorded is stream time on this page's clock (performance.now() seconds minus
 // the client time of the server's playback start), as latsim.run.viewer says; when the
 // session ends the page writes its summary into #latsim-summary and offers the run folder
-// (config.json kind "client", viewer/slots/stalls/jobs/probes CSVs, trace.jsonl,
-// summary.json) for download, and as window.latsimRecords {filename: text}.
+// (config.json kind "client" format 2, conditions/slots/stalls/jobs/probes CSVs with the
+// simulator's column names and leading policy, K, run columns, trace.jsonl, summary.json)
+// for download, and as window.latsimRecords {filename: text}.
 "use strict";
 
 (function () {
   const params = new URLSearchParams(location.search);
   const EPS = 1e-9; // latsim.controller.machine.EPS
-  const FORMAT_VERSION = 1;
+  const FORMAT_VERSION = 2; // latsim.run.folder.CLIENT_FORMAT_VERSION
 
   function num(name, fallback) {
     const raw = params.get(name);
@@ -122,25 +123,29 @@
   // ------------------------------------------------------------------ the run folder
 
   const COLUMNS = { // latsim.run.viewer's record types, in column order
-    viewer: ["cid", "version", "sent", "arrival", "start", "ready", "played", "received",
-             "shown", "displayed", "L", "L_server", "status"],
-    slots: ["position", "version", "job_id", "played", "server_sent", "received", "due",
-            "shown", "displayed", "bytes", "payload"],
+    conditions: ["cid", "version", "t_sent", "t_arrival", "job_id", "t_start", "t_ready",
+                 "t_play", "t_received", "t_shown", "t_displayed", "R", "C", "Q", "L_server",
+                 "L", "superseded", "displayed", "status"],
+    slots: ["position", "version", "job_id", "t_start", "t_server_sent", "t_received", "t_due",
+            "t_shown", "t_displayed", "bytes", "payload"],
     stalls: ["side", "position", "t_start", "t_end"],
-    jobs: ["job_id", "kind", "branch", "length", "version", "start", "ready", "gen_start",
-           "gen_end"],
+    jobs: ["job_id", "kind", "branch", "length", "version", "t_start", "t_ready",
+           "t_gen_start", "t_gen_end"],
     probes: ["t0", "t1", "t2", "t3", "rtt", "offset"],
   };
+  const KEYED = ["conditions", "slots", "stalls", "jobs"]; // latsim.run.viewer.KEYED
 
   function cell(value) { // latsim.controller.records._cell: NaN is an empty cell
     if (typeof value === "number") return Number.isNaN(value) ? "" : String(value);
+    if (typeof value === "boolean") return value ? "True" : "False";
     return String(value);
   }
 
-  function csv(table, rows) { // Python's csv module: \r\n line ends
+  function csv(table, rows, keys) { // Python's csv module: \r\n line ends
+    const lead = KEYED.includes(table) ? keys : {}; // the leading policy, K, run columns
     const names = COLUMNS[table];
-    return [names.join(","), ...rows.map((r) => names.map((n) => cell(r[n])).join(","))]
-      .join("\r\n") + "\r\n";
+    const row = (r) => [...Object.values(lead), ...names.map((n) => r[n])].map(cell).join(",");
+    return [[...Object.keys(lead), ...names].join(","), ...rows.map(row)].join("\r\n") + "\r\n";
   }
 
   // Python's json.dumps spacing, for trace.jsonl's lines
@@ -216,9 +221,10 @@
         case "job":
           this.jobs.push({
             job_id: m.job_id, kind: m.kind, branch: m.branch, length: m.length,
-            version: m.version, start: this.fromServer(m.start), ready: this.fromServer(m.ready),
-            gen_start: m.gen_start == null ? NaN : this.fromServer(m.gen_start),
-            gen_end: m.gen_end == null ? NaN : this.fromServer(m.gen_end),
+            version: m.version, t_start: this.fromServer(m.start),
+            t_ready: this.fromServer(m.ready),
+            t_gen_start: m.gen_start == null ? NaN : this.fromServer(m.gen_start),
+            t_gen_end: m.gen_end == null ? NaN : this.fromServer(m.gen_end),
           });
           break;
         case "error":
@@ -282,10 +288,10 @@
         this.stalls.push({ side: "client", position: header.position, t_start: due, t_end: shown });
       }
       const slot = {
-        position: header.position, version: header.version, job_id: header.job_id, played,
-        server_sent: this.fromServer(header.sent), received: arrives, due, shown,
-        displayed: NaN, bytes: payload.length, payload: header.payload,
-        shape: header.shape, data: payload,
+        position: header.position, version: header.version, job_id: header.job_id,
+        t_start: played, t_server_sent: this.fromServer(header.sent), t_received: arrives,
+        t_due: due, t_shown: shown, t_displayed: NaN, bytes: payload.length,
+        payload: header.payload, shape: header.shape, data: payload,
       };
       this.slots.push(slot);
       this.slotAt.set(slot.position, slot);
@@ -299,10 +305,10 @@
 
     frame(timestamp) { // requestAnimationFrame: what this frame draws, and when
       const t = timestamp / 1000;
-      while (this.toShow.length && this.toShow[0].shown + this.origin <= t) {
+      while (this.toShow.length && this.toShow[0].t_shown + this.origin <= t) {
         const slot = this.toShow.shift();
         this.displayed.set(slot.position, t);
-        slot.displayed = this.streamTime(t);
+        slot.t_displayed = this.streamTime(t);
         if (this.current) this.current.data = null; // keep only what is on screen
         this.current = slot;
       }
@@ -311,13 +317,14 @@
 
     // -------------------------------------------------------------- records
 
-    conditionRow(c) { // harness.viewer.client._Client._condition_row
+    conditionRow(c) { // harness.viewer.client._Client._condition_row, latsim.run.viewer.condition_row
       const sent = this.streamTime(c.sent);
       const arrival = Number.isNaN(c.arrival) ? NaN : this.fromServer(c.arrival);
       const resolved = c.version ? this.resolves.get(c.version) : undefined;
-      const row = { cid: c.cid, version: c.version, sent, arrival, start: NaN, ready: NaN,
-                    played: NaN, received: NaN, shown: NaN, displayed: NaN, L: NaN,
-                    L_server: NaN };
+      const row = { cid: c.cid, version: c.version, t_sent: sent, t_arrival: arrival, job_id: -1,
+                    t_start: NaN, t_ready: NaN, t_play: NaN, t_received: NaN, t_shown: NaN,
+                    t_displayed: NaN, R: NaN, C: NaN, Q: NaN, L_server: NaN, L: NaN,
+                    superseded: false, displayed: false };
       if (!resolved) {
         row.status = c.refused ? "refused" : c.version ? "censored" : "lost";
         return row;
@@ -325,10 +332,13 @@
       const slot = this.slotAt.get(resolved.position);
       const shownAt = this.displayed.get(resolved.position);
       const displayed = shownAt === undefined ? NaN : this.streamTime(shownAt);
+      const start = this.fromServer(resolved.info.start), ready = this.fromServer(resolved.info.ready);
+      const play = slot.t_start;
       Object.assign(row, {
-        start: this.fromServer(resolved.info.start), ready: this.fromServer(resolved.info.ready),
-        played: slot.played, received: slot.received, shown: slot.shown, displayed,
-        L: displayed - sent, L_server: slot.played - arrival,
+        job_id: slot.job_id, t_start: start, t_ready: ready, t_play: play,
+        t_received: slot.t_received, t_shown: slot.t_shown, t_displayed: displayed,
+        R: start - arrival, C: ready - start, Q: play - ready, L_server: play - arrival,
+        L: displayed - sent, superseded: slot.version > c.version, displayed: shownAt !== undefined,
         status: shownAt !== undefined ? "shown" : "censored",
       });
       return row;
@@ -349,10 +359,10 @@
         ...stats(shown.map((c) => c.L_server), "L_server"),
         stall_pct: pct(server), client_stall_pct: pct(client),
         viewer_stall_pct: pct(server + client),
-        ...stats(rows.map((c) => c.arrival - c.sent), "uplink"),
-        ...stats(this.slots.map((s) => s.received - s.played), "deliver"),
-        ...stats(this.slots.map((s) => s.displayed - s.shown), "display_lateness"),
-        C_mean: ran.length ? mean(ran.map((j) => j.ready - j.start)) : null,
+        ...stats(rows.map((c) => c.t_arrival - c.t_sent), "uplink"),
+        ...stats(this.slots.map((s) => s.t_received - s.t_start), "deliver"),
+        ...stats(this.slots.map((s) => s.t_displayed - s.t_shown), "display_lateness"),
+        C_mean: ran.length ? mean(ran.map((j) => j.t_ready - j.t_start)) : null,
         n_jobs: ran.length, n_slots: this.slots.length,
         bytes_received: this.slots.reduce((a, s) => a + s.bytes, 0),
       };
@@ -378,8 +388,8 @@
         : `server: ${(this.end && this.end.stop_reason) || "unknown"}`);
       const rows = this.conditions.map((c) => this.conditionRow(c));
       const endTime = complete
-        ? Math.max(config.duration, ...this.slots.map((s) => s.shown).filter(Number.isFinite))
-        : Math.max(0, ...this.slots.map((s) => s.received), ...rows.map((c) => c.sent));
+        ? Math.max(config.duration, ...this.slots.map((s) => s.t_shown).filter(Number.isFinite))
+        : Math.max(0, ...this.slots.map((s) => s.t_received), ...rows.map((c) => c.t_sent));
       const window = complete ? config.duration : Math.min(config.duration, endTime);
       const final = estimateOffset(this.probes);
       const summary = {
@@ -405,19 +415,19 @@
         end_time: endTime, ...this.sessionFields(),
       };
       const trace = [pyJson({ meta: { duration: config.duration, source: config.traceName } }),
-        ...rows.map((c, i) => pyJson({ t: Math.round(c.sent * 1e6) / 1e6, version: i + 1 }))];
-      const slotRows = this.slots.map((s) => s);
+        ...rows.map((c, i) => pyJson({ t: Math.round(c.t_sent * 1e6) / 1e6, version: i + 1 }))];
+      const keys = { policy: config.policy, K: config.K, run: 0 }; // latsim.run.viewer.run_keys
       return {
         summary,
         files: {
           "config.json": JSON.stringify(configJson, null, 2) + "\n",
           "summary.json": JSON.stringify(summary, null, 2) + "\n",
           "trace.jsonl": trace.join("\n") + "\n",
-          "viewer.csv": csv("viewer", rows),
-          "slots.csv": csv("slots", slotRows),
-          "stalls.csv": csv("stalls", this.stalls),
-          "jobs.csv": csv("jobs", this.jobs),
-          "probes.csv": csv("probes", this.probes),
+          "conditions.csv": csv("conditions", rows, keys),
+          "slots.csv": csv("slots", this.slots, keys),
+          "stalls.csv": csv("stalls", this.stalls, keys),
+          "jobs.csv": csv("jobs", this.jobs, keys),
+          "probes.csv": csv("probes", this.probes, keys),
         },
       };
     }
@@ -475,7 +485,7 @@
     finishSoon() { // let the scheduled displays run, then write the records
       if (this.finishing) return;
       this.finishing = true;
-      const last = Math.max(0, ...this.toShow.map((s) => s.shown + this.origin));
+      const last = Math.max(0, ...this.toShow.map((s) => s.t_shown + this.origin));
       const limit = clock() + Math.min(Math.max(0, last - clock()), 2 * this.config.D + 5) + 0.1;
       const wait = () => {
         if (this.toShow.length && clock() < limit) { setTimeout(wait, 20); return; }
@@ -545,7 +555,7 @@
     if (slot.payload === "pixels" && slot.data && slot.shape.length === 4 && slot.shape[3] === 3) {
       // [frames, height, width, 3] uint8: the slot's frames over its δ seconds
       const [frames, fh, fw] = slot.shape;
-      const index = Math.min(frames - 1, Math.max(0, Math.floor((now - slot.shown) / ready.delta * frames)));
+      const index = Math.min(frames - 1, Math.max(0, Math.floor((now - slot.t_shown) / ready.delta * frames)));
       if (scratch.width !== fw || scratch.height !== fh) { scratch.width = fw; scratch.height = fh; }
       const image = new ImageData(fw, fh);
       const src = slot.data, base = index * fh * fw * 3;
