@@ -35,6 +35,7 @@ from latsim.run.folder import read_run_folder  # noqa: E402
 from latsim.run.viewer import read_viewer_records  # noqa: E402
 from latsim.viz.perfetto import perfetto_trace  # noqa: E402
 from tests.helpers import envelope_of  # noqa: E402
+from tests.test_perfetto import check_trace  # noqa: E402
 
 OFFSET = 250.0  # the server's clock runs this far ahead of the client's
 
@@ -160,15 +161,18 @@ def test_client_session_measures_and_aligns_its_clock(server, tmp_path):
     records = read_viewer_records(tmp_path / "run")
     assert [c.status for c in records.conditions] == ["shown"] * 3
     for c in records.conditions:
-        assert c.sent < c.arrival <= c.start < c.ready <= c.played < c.received <= c.displayed
-        assert c.L == pytest.approx(c.displayed - c.sent)
-        assert c.arrival - c.sent > 0.008 - summary["offset_uncertainty"]
+        assert (c.t_sent < c.t_arrival <= c.t_start < c.t_ready <= c.t_play < c.t_received
+                <= c.t_displayed)
+        assert c.L == pytest.approx(c.t_displayed - c.t_sent)
+        assert c.t_arrival - c.t_sent > 0.008 - summary["offset_uncertainty"]
     positions = [s.position for s in records.slots]
     assert positions == sorted(positions) and len(positions) >= 15
     assert all(s.bytes > 0 and s.payload == "latent" for s in records.slots)
     assert summary["n_jobs"] == len(records.jobs) - 1 > 0  # the prebuffer ran on no device
-    with pytest.raises(LatsimError, match="viewer-side"):  # not a server-side run folder
-        perfetto_trace(tmp_path / "run")
+    # the Perfetto export shows it: the server's side as told, and the viewer's clock
+    trace = perfetto_trace(tmp_path / "run")
+    check_trace(trace)
+    assert trace["metadata"]["offset"] == summary["offset"]
     # latsim compare takes the client run to the viewer-side table and its files
     result = CliRunner().invoke(app, ["compare", str(tmp_path / "run"), "--out",
                                       str(tmp_path / "cmp"), "--replications", "3"])
@@ -248,7 +252,7 @@ def test_a_server_that_stops_leaves_a_partial_run_folder(tmp_path):
     records = read_viewer_records(tmp_path / "cut")
     assert [c.status for c in records.conditions][:2] == ["shown", "shown"]
     assert len(records.conditions) == 2  # the later ones were never sent
-    assert all(math.isfinite(s.received) for s in records.slots)
+    assert all(math.isfinite(s.t_received) for s in records.slots)
 
 
 def test_bad_client_options_and_unreachable_servers_are_one_line_errors(tmp_path):

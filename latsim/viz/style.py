@@ -170,6 +170,8 @@ TIMELINE_COLORS: dict[str, str] = {
     "R": PALETTE["orange"],
     "C": PALETTE["blue"],
     "Q": PALETTE["purple"],
+    "uplink": "#17becf",  # a client run's: send to arrival, and play to display
+    "to_screen": PALETTE["green"],
     "stall": PALETTE["red"],
     "other_streams": "#e4e4e4",  # lighter than V0's grey, and without its black edge
     "other_streams_text": "#555555",

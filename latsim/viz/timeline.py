@@ -16,20 +16,40 @@ also shows the other streams' tasks on the devices this stream uses (a light gre
 "other streams") and each of this stream's waits for a device (a dashed box), so that a
 wait for the device shows what it waited for. Colours and sizes come from
 :mod:`latsim.viz.style`.
+
+A client folder (:mod:`latsim.run.viewer`, the viewer's side of a ``latsim serve`` session)
+is drawn with both clocks on one stream-time axis: the server's jobs and playback as the
+client converted them (server times minus the server's playback start: no offset), a lane of
+what the viewer displayed on its own clock (each slot from its display time; late slots, the
+client stalls, boxed in red), and each condition from its send to its display: uplink, R, C,
+Q, then delivery and playout ("to screen"), with L the end-to-end latency. The title gives
+the clock offset the client times carry and its bound.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from latsim.errors import LatsimError
 from latsim.run.folder import COMPLETE, RunFolder, read_run_folder
+from latsim.run.viewer import KIND as CLIENT_KIND
 from latsim.viz.style import FONT, TIMELINE_COLORS, version_color
 
 RECORD_FILES = ("jobs", "slots", "discards", "conditions", "stalls")
 REQUIRED = ("jobs", "slots")
+
+
+@dataclass(frozen=True)
+class ClientView:
+    """What a client folder adds to its run: the viewer's own clock."""
+
+    slots: Any  # DataFrame: position, version, t_shown, t_displayed (client clock)
+    stalls: Any  # DataFrame: the client stalls (a late slot), t_start, t_end
+    offset: float | None  # server minus client, the estimate the client times use
+    offset_uncertainty: float | None  # its bound, RTT_min / 2
+    session: str | None
 
 
 @dataclass(frozen=True)
@@ -56,6 +76,7 @@ class RunData:
     other_streams: tuple[tuple[float, float], ...] = ()
     waits: tuple[tuple[float, float], ...] = ()
     shared_devices: tuple[str, ...] = ()  # those devices, "pool device"
+    client: ClientView | None = None  # a client folder: the viewer's clock
 
     @property
     def T(self) -> float:  # noqa: N802 - the paper's symbol
@@ -112,6 +133,8 @@ def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = N
     a serving folder (records with a ``stream`` column), one stream; ``None`` picks the
     first present."""
     folder = read_run_folder(run_dir)
+    if folder.kind == CLIENT_KIND:
+        return _client_run(folder, policy, K, run, stream)
     for name in REQUIRED:
         if not (folder.path / f"{name}.csv").exists():
             raise LatsimError(f"{folder.path / (name + '.csv')}: missing "
@@ -196,15 +219,73 @@ def _device_use(folder: RunFolder, policy: str, K: int, run: int,  # noqa: N803
     return spans, waits, tuple(devices)
 
 
+def _client_run(folder: RunFolder, policy: str | None, K: int | None,  # noqa: N803
+                run: int | None, stream: int | None) -> RunData:
+    """A client folder as :class:`RunData`: the server's side as the client converted it,
+    the viewer's clock in :attr:`RunData.client`."""
+    import pandas as pd
+
+    from latsim.run.viewer import ViewerCondition, read_viewer_records
+
+    config = folder.config
+    have_policy, have_k = str(config.get("policy", "")), config.get("K")
+    if stream is not None:
+        raise LatsimError(f"{folder.path}: a client folder has one stream; drop --stream")
+    for option, asked, have in (("--policy", policy, have_policy), ("--K", K, have_k),
+                                ("--run", run, 0)):
+        if asked is not None and asked != have:
+            raise LatsimError(f"{folder.path}: a client run of {have_policy} K={have_k} "
+                              f"(run 0); {option} {asked} names none")
+    if not isinstance(have_k, int) or not config.get("r") or not config.get("fps"):
+        raise LatsimError(f"{folder.path}/config.json: no session (K, r, fps): nothing to draw")
+    records = read_viewer_records(folder.path)
+    if not records.jobs or not records.slots:
+        raise LatsimError(f"{folder.path}: no jobs or slots recorded: nothing to draw")
+
+    def frame(rows: tuple, columns: list[str]) -> Any:
+        return pd.DataFrame([{c: getattr(r, c) for c in columns} for r in rows],
+                            columns=columns)
+
+    jobs = frame(records.jobs, ["job_id", "kind", "branch", "length", "version", "t_start",
+                                "t_ready"])
+    slots = frame(records.slots, ["position", "version", "job_id", "t_start"])
+    conditions = frame(records.conditions, [f.name for f in fields(ViewerCondition)])
+    server = [s for s in records.stalls if s.side == "server"]
+    client = [s for s in records.stalls if s.side == "client"]
+    view = ClientView(frame(records.slots, ["position", "version", "t_shown", "t_displayed"]),
+                      frame(tuple(client), ["t_start", "t_end"]),
+                      config.get("offset"), config.get("offset_uncertainty"),
+                      config.get("session"))
+    status = folder.state
+    end_time = None
+    if status != COMPLETE:
+        end_time = folder.end_time
+        if end_time is None:
+            end_time = max([0.0] + [s.t_received for s in records.slots]
+                           + [c.t_sent for c in records.conditions])
+    duration = folder.duration if "duration" in config else None
+    delta = float(config["r"]) / float(config["fps"])
+    return RunData(have_policy, have_k, 0, delta, config.get("policy") == "baseline", jobs,
+                   slots, pd.DataFrame(), conditions,
+                   frame(tuple(server), ["position", "t_start", "t_end"]), status, end_time,
+                   duration, client=view)
+
+
+def _span(cond: Any, client: bool) -> tuple[float, float]:
+    """A condition's drawn span: arrival to play, or for a client run send to display."""
+    if client:
+        return float(cond.t_sent), float(cond.t_displayed)
+    return float(cond.t_arrival), float(cond.t_play)
+
+
 def default_window(data: RunData) -> tuple[float, float]:
     """Around the first shown condition (1.5 T either side), else the first 4 T."""
     conds = data.conditions
     if not conds.empty and "displayed" in conds.columns:
         shown = conds[conds["displayed"].astype(str) == "True"]
         if not shown.empty:
-            first = shown.iloc[0]
-            return max(0.0, float(first["t_arrival"]) - 1.5 * data.T), float(
-                first["t_play"]) + 1.5 * data.T
+            first, last = _span(shown.iloc[0], data.client is not None)
+            return max(0.0, first - 1.5 * data.T), last + 1.5 * data.T
     return 0.0, 4 * data.T
 
 
@@ -268,8 +349,10 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
         2, 1, figsize=style.TIMELINE, sharex=True, gridspec_kw={"height_ratios": [1.1, 1.6]}
     )
 
-    # --- lanes over time: generator, playback, conditions
-    y_gen, y_play, y_cond = 2.0, 1.0, 0.0
+    # --- lanes over time: generator, playback, (a client's display,) conditions
+    client = data.client
+    y_gen, y_play, y_cond = (3.0, 2.0, 0.0) if client is not None else (2.0, 1.0, 0.0)
+    y_view = 1.0  # a client run's: what the viewer displayed, on its clock
     discarded_by_job: dict[int, int] = {}
     if not discards.empty:
         for job_id, count in discards.groupby("job_id")["count"].sum().items():
@@ -320,29 +403,48 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
             for ax in (ax_time, ax_pos):
                 ax.axvspan(stall.t_start, stall.t_end, color=TIMELINE_COLORS["stall"],
                            alpha=0.15, lw=0)
+    if client is not None:  # each slot from the time the viewer displayed it
+        view = client.slots
+        start = view["t_displayed"].where(view["t_displayed"].notna(), view["t_shown"])
+        view = view.assign(at=start)
+        view = view[(view["at"] + delta >= t0) & (view["at"] <= t1)]
+        for version, group in view.groupby("version"):
+            ax_time.broken_barh([(t, delta) for t in group["at"]], (y_view - 0.35, 0.7),
+                                facecolors=_version_color(int(version)), edgecolor="white",
+                                linewidth=0.3)
+        late = [(a, b - a) for a, b in zip(client.stalls["t_start"], client.stalls["t_end"],
+                                            strict=True) if b >= t0 and a <= t1]
+        if late:
+            ax_time.broken_barh(late, (y_view - 0.42, 0.84), facecolors="none",
+                                edgecolor=TIMELINE_COLORS["stall"], linewidth=1.2, zorder=3)
 
     shown = conds
     if not conds.empty and "displayed" in conds.columns:
         shown = conds[conds["displayed"].astype(str) == "True"]
+    in_client = client is not None
     in_window = [cond for cond in (shown.itertuples() if not shown.empty else [])
-                 if not (cond.t_play < t0 or cond.t_arrival > t1)]
+                 if not (_span(cond, in_client)[1] < t0 or _span(cond, in_client)[0] > t1)]
     label_width = 0.15 * (t1 - t0)  # "v3 shown, L=1.23 s" to the right of its marker
-    lanes = condition_lanes([(c.t_arrival, c.t_play + label_width) for c in in_window])
+    lanes = condition_lanes([(_span(c, in_client)[0], _span(c, in_client)[1] + label_width)
+                             for c in in_window])
     n_lanes = max(lanes, default=0) + 1
     lane_height = 0.9 / n_lanes
     for cond, lane in zip(in_window, lanes, strict=True):
         y = y_cond + 0.45 - lane_height * (lane + 0.5)
         bar = 0.55 * lane_height
         superseded = str(cond.superseded) == "True"
+        begin, shown_at = _span(cond, in_client)
         for ax in (ax_time, ax_pos):
-            ax.axvline(cond.t_arrival, color=_version_color(int(cond.version)), ls="--",
-                       lw=0.9)
+            ax.axvline(begin, color=_version_color(int(cond.version)), ls="--", lw=0.9)
         segments = (("R", cond.t_arrival, cond.t_start),
                     ("C", cond.t_start, cond.t_ready),
                     ("Q", cond.t_ready, cond.t_play))
+        if in_client:  # on the client's clock before and after: the offset's error is there
+            segments = (("uplink", cond.t_sent, cond.t_arrival), *segments,
+                        ("to screen", cond.t_play, cond.t_displayed))
         for label, a, b in segments:
             if b - a > 1e-9:
-                color = TIMELINE_COLORS[label]
+                color = TIMELINE_COLORS[label.replace(" ", "_")]
                 ax_time.broken_barh([(a, b - a)], (y - bar / 2, bar), facecolors=color,
                                     alpha=0.6 if superseded else 0.9)
                 if b - a > 0.045 * (t1 - t0):
@@ -353,15 +455,20 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
                     ax_time.text((a + b) / 2, y - bar / 2 - 0.02, f"{label} {b - a:.2f}",
                                  ha="center", va="top", fontsize=FONT["tiny"], color=color,
                                  clip_on=True)
-        ax_time.plot([cond.t_play], [y], marker="v", color="black", ms=6 if n_lanes == 1
+        ax_time.plot([shown_at], [y], marker="v", color="black", ms=6 if n_lanes == 1
                      else 4)
-        ax_time.text(cond.t_play, y + bar / 2 + 0.03,
+        ax_time.text(shown_at, y + bar / 2 + 0.03,
                      f"v{int(cond.version)} shown, L={cond.L:.2f} s"
                      + (" (superseded)" if superseded else ""), fontsize=FONT["note"],
                      va="bottom", clip_on=True)
-    ax_time.set_yticks([y_cond, y_play, y_gen], ["conditions\n(R, C, Q)", "playback",
-                                                 "generator\njobs"])
-    ax_time.set_ylim(-0.6, 2.6)
+    if client is not None:
+        ax_time.set_yticks([y_cond, y_view, y_play, y_gen],
+                           ["conditions\n(send to display)", "viewer display\n(client clock)",
+                            "server playback\n(server clock)", "generator\njobs (server)"])
+    else:
+        ax_time.set_yticks([y_cond, y_play, y_gen], ["conditions\n(R, C, Q)", "playback",
+                                                     "generator\njobs"])
+    ax_time.set_ylim(-0.6, y_gen + 0.6)
     status = data.status_line()
     of_run = "" if data.duration is None else f" of a {data.duration:g} s run"
     where = f"run {data.run}" + ("" if data.stream is None else f", stream {data.stream}")
@@ -372,6 +479,14 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
     if waits:
         device_keys.append("dashed box = this stream waiting for a device")
     shared = ";\n" + ", ".join(device_keys) if device_keys else ""
+    if client is not None:
+        offset = ("unknown" if client.offset is None else f"{1e3 * client.offset:+.2f} ms"
+                  + ("" if client.offset_uncertainty is None
+                     else f" ± {1e3 * client.offset_uncertainty:.2f} ms"))
+        where += f", client session {client.session}" if client.session else ", client run"
+        shared += (f";\nclient times (send, display) are the client's clock, offset {offset} "
+                   "(server − client, bound RTT_min/2); red box = client stall; "
+                   "L = send to display")
     ax_time.set_title(f"{data.policy}: K={K}, δ={delta:.3f} s, T={data.T:.2f} s, {where}; "
                       f"shown: {t0:g}–{t1:g} s{of_run}\n(colour = condition version, grey = "
                       f"V0; hatched = discarded part; red = stall{shared})"
@@ -384,7 +499,7 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
             ax.axvspan(max(t0, data.end_time), t1, color=TIMELINE_COLORS["unrecorded"],
                        alpha=0.12, lw=0)
             ax.axvline(data.end_time, color=TIMELINE_COLORS["partial"], lw=1.2)
-        ax_time.text(data.end_time, 2.45, f" records end ({data.status})",
+        ax_time.text(data.end_time, y_gen + 0.45, f" records end ({data.status})",
                      fontsize=FONT["legend"], color=TIMELINE_COLORS["partial"], va="center",
                      clip_on=True)
 
