@@ -294,10 +294,15 @@ def serve(
     job_timeout: Annotated[float | None, typer.Option(
         "--job-timeout", help="a session's job running this long (s) has hung: that session "
         "fails (error, then end); default max(10 x lead, lead + 5 s)")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="write a server-side run folder per session (its controller's records) and "
+             "the shared device's tasks (tasks.csv) here")] = None,
 ) -> None:
     """Live server: a generator and the controller behind a WebSocket endpoint.
 
     One session per viewer (latsim client), all sharing the device; runs until Ctrl-C.
+    With --out DIR, each session's server side is a run folder DIR/SESSION (kind served)
+    and DIR/tasks.csv holds every job the shared device ran.
     """
     require_live_extra("serve", ("websockets",))
     import logging
@@ -316,7 +321,12 @@ def serve(
         max_sessions=max_sessions, max_duration=max_duration, warmup=warmup,
         downlink=Shaper(delay, jitter, loss), token=token, allow_anonymous=allow_anonymous,
         origins=None if not allow_origin else tuple(allow_origin),
-        max_condition_rate=max_condition_rate, max_fps=max_fps, job_timeout=job_timeout)
+        max_condition_rate=max_condition_rate, max_fps=max_fps, job_timeout=job_timeout,
+        out=out)
+    if out is not None:
+        from latsim.run.files import check_writable
+
+        check_writable(out, keep=True)  # before the model is built and warmed up
     from harness.live.faults import faults_from_env
     from harness.serve.config import loopback
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from harness.net.netclock import Shaper
 from latsim.errors import LatsimError, check_option
@@ -60,6 +61,9 @@ class ServerConfig:
     #: a session's job still running this long (s) after its controller started it has
     #: hung: the session fails (``error``, then ``end``). None: max(10 x lead, lead + 5 s)
     job_timeout: float | None = None
+    #: ``--out``: a server-side run folder per session (kind ``served``, named by its id)
+    #: and the shared device's tasks of every session (``tasks.csv``) in this folder
+    out: Path | None = None
 
     def __post_init__(self) -> None:
         if self.schedule not in available("schedules"):

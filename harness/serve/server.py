@@ -63,12 +63,18 @@ from harness.net.wire import (
 from harness.serve.config import ServerConfig
 from harness.serve.device import SharedDevice
 from harness.serve.session import Session
+from latsim.controller import StartJob
+from latsim.controller.records import write_csv
 from latsim.errors import LatsimError
 from latsim.model.lead import LIVE
 from latsim.plugins import (
     LiveGenerator,
     build_generator,
 )
+from latsim.run.serving import TaskRecord
+
+#: ``--out DIR``'s file of the shared device's tasks (every session's, every server run's)
+DEVICE_TASKS = "tasks.csv"
 
 log = logging.getLogger("latsim.serve")
 
@@ -98,6 +104,9 @@ class StreamServer:
         self.port: int | None = None
         # names this server run in every ready: viewers of one run shared its device
         self.run_id = uuid.uuid4().hex[:12]
+        self._tasks_lock = threading.Lock()  # --out's tasks.csv, appended from sessions
+        self._task_ids = itertools.count()
+        self.task_error: str | None = None  # the first failed write of tasks.csv
 
     # ------------------------------------------------------------ set-up
 
@@ -166,6 +175,26 @@ class StreamServer:
     def close(self) -> None:
         if self.device is not None:
             self.device.stop()
+
+    def device_task(self, session: Session, job: StartJob, t_enqueue: float, t_start: float,
+                    t_end: float) -> None:
+        """With ``--out``: append the job the device ran for ``session`` to ``tasks.csv``
+        (server-clock times: queued, taken, done), with the server run and session first.
+        On the session's generator thread, after the job: one short row, under a lock."""
+        out = self.config.out
+        if out is None or self.task_error is not None:
+            return
+        shift = self.config.clock_offset
+        record = TaskRecord(session.index, job.job_id, "dit", job.kind, "dit", 0,
+                            next(self._task_ids), t_enqueue + shift, t_start + shift,
+                            t_end + shift)
+        try:
+            with self._tasks_lock:
+                write_csv(out / DEVICE_TASKS, TaskRecord, (record,), append=True,
+                          extra=(("server_run", self.run_id), ("session", session.id)))
+        except OSError as exc:
+            self.task_error = f"cannot write {out / DEVICE_TASKS}: {exc.strerror or exc}"
+            log.warning("%s; no more device tasks are recorded", self.task_error)
 
     def session_ended(self, session: Session) -> None:
         """On the session's thread, after its driver returned."""
@@ -298,6 +327,8 @@ class StreamServer:
                         # would hold up the event loop's shutdown
                         await asyncio.to_thread(session.driver.started.wait, 10.0)
                         session.send_ready()
+                        if session.folder is not None:
+                            await asyncio.to_thread(session.folder_started)
                     elif isinstance(message, Shape):
                         if session is not None:
                             raise ProtocolError("shape the connection before hello")

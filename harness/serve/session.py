@@ -1,17 +1,29 @@
 """One viewer session of ``latsim serve``: its controller in a live driver on its own thread,
 its generator stream state and the shaped, ordered outbox of its connection.
+
+With ``--out DIR`` the session's server side is a run folder ``DIR/<session id>``, kind
+``served`` (:data:`latsim.run.folder.SERVED`), in the run-folder format of a measured run:
+``config.json`` (the stream, the session, its ``server_run`` and ``server_start``, the
+server-clock time of its stream time 0), the controller's record CSVs appended while it
+runs by :class:`harness.live.recorder.RecordWriter` (stream time on the server's clock, the
+``policy, K, run`` columns first), ``trace.jsonl`` (the conditions as they arrived) and
+``summary.json`` at the end. The shared device's tasks go to the server's ``tasks.csv``.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from harness.live.driver import FAILED, DriverConfig, LiveDriver
 from harness.live.faults import JobFaults
 from harness.live.lead import default_job_timeout
+from harness.live.recorder import RecordWriter, writing
 from harness.net.netclock import Shaper
 from harness.net.wire import (
     Ack,
@@ -32,7 +44,11 @@ from latsim.controller import ControllerConfig, PlaySlot, StartJob
 from latsim.controller.policies import PRESETS
 from latsim.controller.records import ConditionRecord, JobRecord
 from latsim.controller.timing import Timing
+from latsim.model.traces import write_trace
 from latsim.plugins import GeneratorInfo, JobTiming
+from latsim.run.folder import SERVED, RunIdentity, run_config, summary_row, write_json
+
+log = logging.getLogger("latsim.serve")
 
 
 class SessionHost(Protocol):
@@ -47,6 +63,9 @@ class SessionHost(Protocol):
 
     def session_ended(self, session: Session) -> None: ...
 
+    def device_task(self, session: Session, job: StartJob, t_enqueue: float,
+                    t_start: float, t_end: float) -> None: ...
+
 
 class _SessionExecutor:
     """A session's view of the shared device (:class:`harness.live.driver.QueuedExecutor`)."""
@@ -56,7 +75,19 @@ class _SessionExecutor:
 
     def run_queued(self, job: StartJob, playable_until: float,
                    started: Callable[[float], None]) -> JobTiming:
-        return self.device.run(self.session, job, playable_until, started)
+        t_enqueue = time.perf_counter()
+        taken: list[float] = []
+
+        def on_start(t: float) -> None:  # the device took a job that waited
+            taken.append(t)
+            started(t)
+
+        timing = self.device.run(self.session, job, playable_until, on_start)
+        # one that did not wait was taken as its generator started (a stall's start is the
+        # time it was taken)
+        self.session.server.device_task(self.session, job, t_enqueue,
+                                        taken[0] if taken else timing.t_start, timing.t_end)
+        return timing
 
     def close(self) -> None:
         """The driver gave up on a hung job: end an injected stall now (a generator that
@@ -98,6 +129,7 @@ class Session:
         self.lead = choice.lead if hello.lead is None else hello.lead
         self.lead_source = choice.source if hello.lead is None else "the viewer's hello"
         drain = hello.drain
+        self.drain = drain  # None: the simulator's default drain
         self.controller_config = ControllerConfig(self.timing, PRESETS[hello.policy], self.lead)
         self.policy = hello.policy
         assert server.device is not None
@@ -122,6 +154,10 @@ class Session:
             None, DriverConfig(self.duration, drain, job_timeout_s=self.job_timeout),
             on_record=self._on_record, on_play=self._on_play, on_job=self._on_job)
         self.result = None
+        self.folder: Path | None = None  # with --out: its server-side run folder
+        self.writer: RecordWriter | None = None
+        if config.out is not None:
+            self._open_folder(config.out / session_id)
         self._ready_lock = threading.Lock()
         self._ready_sent = False
         self.thread = threading.Thread(target=self._run, name=f"latsim-session-{session_id}",
@@ -138,6 +174,8 @@ class Session:
     # ------------------------------------------------------------ driver-side hooks
 
     def _on_record(self, record: object) -> None:
+        if self.writer is not None:
+            self.writer(record)
         kind = type(record)
         if kind is ConditionRecord and record.displayed:  # type: ignore[attr-defined]
             self._resolved.append(record)  # type: ignore[arg-type]
@@ -201,7 +239,78 @@ class Session:
         try:
             self.result = self.driver.run()
         finally:
+            try:
+                self._close_folder()
+            except Exception as exc:  # noqa: BLE001 - the viewer still gets its end
+                log.warning("session %s: its run folder: %s", self.id, exc)
             self.server.session_ended(self)
+
+    # ------------------------------------------------------------ the run folder (--out)
+
+    def _folder_config(self, **extra: Any) -> dict:
+        server = self.server
+        return {**run_config(self.controller_config, self.duration, "measured"),
+                "kind": SERVED, "session": self.id, "server_run": server.run_id,
+                "schedule": server.config.schedule, "generator": server.info.as_dict(),
+                "lead_source": self.lead_source, "drain": self.drain,
+                "job_timeout_s": self.job_timeout, "records_clock": (
+                    "stream time on the server's clock: server time minus server_start"),
+                "started_at": self._started_at, **extra}
+
+    def _open_folder(self, folder: Path) -> None:
+        self.folder = folder
+        self._started_at = _dt.datetime.now().isoformat(timespec="seconds")
+        with writing(folder):
+            folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / "config.json", self._folder_config())
+        self.writer = RecordWriter(folder, (("policy", self.policy), ("K", self.timing.K),
+                                            ("run", 0)))
+        self.writer.start()
+
+    def folder_started(self) -> None:
+        """Once playback started: its server-clock start goes into config.json (a folder
+        left by a killed server can still be matched and placed on the device's clock)."""
+        if self.folder is not None:
+            with writing(self.folder / "config.json"):
+                write_json(self.folder / "config.json", self._folder_config(
+                    server_start=self.server_time(self.driver.t0)))
+
+    def _close_folder(self) -> None:
+        """The records written, then the trace of arrivals, the summary and the final
+        config (the measured run's order: config.json says running until the end)."""
+        if self.writer is None or self.folder is None:
+            return
+        self.writer.close()
+        folder, result = self.folder, self.result
+        started = self.driver.started.is_set()
+        start = {"server_start": self.server_time(self.driver.t0)} if started else {}
+        if result is None:
+            write_json(folder / "config.json", self._folder_config(
+                **start, status=FAILED, stop_reason="no result"))
+            return
+        from harness.measure.folder import covered
+
+        arrivals = sorted(c.t_arrival for c in result.records.conditions)
+        with writing(folder / "trace.jsonl"):
+            write_trace(folder / "trace.jsonl", arrivals,
+                        {"duration": self.duration, "source": f"viewer of session {self.id}"})
+        run_c = [j.wall_s for j in result.jobs]
+        identity = RunIdentity.of(self.controller_config, f"live:{self.server.info.label}",
+                                  sum(run_c) / len(run_c) if run_c else float("nan"),
+                                  f"viewer:{self.id}", self.duration, None)
+        summary = summary_row(identity, summarize([covered(result)]).as_dict(),
+                              session=self.id, server_run=self.server.run_id,
+                              status=result.status, stop_reason=result.stop_reason,
+                              end_time=result.end_time,
+                              n_conditions_refused=self.refused_conditions)
+        with writing(folder / "summary.json"):
+            write_json(folder / "summary.json", summary)
+        status = FAILED if self.writer.error is not None else result.status
+        with writing(folder / "config.json"):
+            write_json(folder / "config.json", self._folder_config(
+                **start, status=status,
+                stop_reason=self.writer.error or result.stop_reason,
+                end_time=result.end_time))
 
     def condition(self, message: Condition) -> Ack:
         """Accept a viewer's condition (on the event loop thread); the ``ack`` reply."""

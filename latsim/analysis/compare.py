@@ -60,6 +60,7 @@ from latsim.model.traces import Trace
 from latsim.run.folder import (
     COMPLETE,
     KINDS,
+    SERVED,
     RunFolder,
     RunIdentity,
     measurement_of,
@@ -524,6 +525,11 @@ def compare_runs(paths: list[Path], replications: int = 20, seed: int = 0,
     found, passed_over = scan_run_folders(paths)
     found = [p for p in found if read_run_folder(p).config.get("kind") != VIEWER_KIND]
     skipped = [{"path": str(p), "reason": reason} for p, reason in passed_over]
+    served = [p for p in found if read_run_folder(p).kind == SERVED]
+    skipped += [{"path": str(p), "reason": "a served session (latsim serve --out): its jobs "
+                 "shared a device with other sessions; compare its client folder, predicted "
+                 "with the others"} for p in served]
+    found = [p for p in found if p not in served]
     runs = []
     for path in found:
         try:

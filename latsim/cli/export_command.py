@@ -13,15 +13,21 @@ export_app = typer.Typer(help="Run folders in other tools' formats.", no_args_is
 
 @export_app.command("perfetto")
 def perfetto(
-    run_dir: Annotated[Path, typer.Argument(help="a run folder (simulated, measured, serving)")],
+    run_dir: Annotated[Path, typer.Argument(
+        help="a run folder (simulated, measured, serving, a served session, or a client's)")],
     out: Annotated[Path, typer.Option(help="the trace-event JSON to write")],
+    server: Annotated[Path | None, typer.Option(
+        help="with a client folder: its server's session folder, or the folder latsim serve "
+             "--out wrote (the session is found by its id)")] = None,
 ) -> None:
     """Devices, playback, stalls and condition lifetimes (R/C/Q) as a trace for
-    ui.perfetto.dev or chrome://tracing."""
+    ui.perfetto.dev or chrome://tracing. A client folder shows both sides of its session:
+    the server's (from --server's folder, else as the client was told) and the viewer's
+    own clock, the offset and its bound in the metadata."""
     from latsim.run.folder import write_json
-    from latsim.viz.perfetto import perfetto_trace
+    from latsim.viz.perfetto import client_trace, perfetto_trace
 
-    trace = perfetto_trace(run_dir)
+    trace = perfetto_trace(run_dir) if server is None else client_trace(run_dir, server)
     write_json(out, trace)
     meta = trace["metadata"]
     status = "" if meta["status"] == "complete" else f"; status {meta['status']}"
