@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from latsim.controller.policies import Policy
 from latsim.controller.records import (
+    FOLD_AT,
     ConditionRecord,
     DiscardRecord,
     JobRecord,
@@ -43,6 +44,9 @@ class State(enum.Enum):
 
     PRODUCE = "Produce"  # a generation job is running
     CONSUME = "Consume"  # no job running: predictions are replayed from the cache
+
+    # by identity: Enum's own hash is Python code, and the tick path looks a state up
+    __hash__ = object.__hash__
 
 
 # ---------------------------------------------------------------- events (inputs)
@@ -524,7 +528,7 @@ class Controller:
         played = position - first
         if not played or slowly:  # _play_slot kept the books
             return played
-        if self._fold_slots:
+        if self._fold_slots and len(starts) >= FOLD_AT:
             slots.fold()  # type: ignore[attr-defined]
         self._played_version = shown
         if not eager:

@@ -161,25 +161,28 @@ class SlotTally(SlotLog):
     started before ``end``, and of those how many a DiT job generated), in O(1) memory.
 
     It takes slots as a :class:`SlotLog` does (:meth:`add`, or the columns then
-    :meth:`fold`: the controller appends a run of slots to the columns and folds them
-    in), so the controller plays the same way into either. It reads as an empty sequence:
-    no rows were kept; :func:`count_slots_before` answers from the counts."""
+    :meth:`fold`: the controller appends runs of slots to the columns and folds them in
+    once :data:`FOLD_AT` wait, so a tick does not pay for a fold), so the controller plays
+    the same way into either. The counts fold what waits before they are read. It reads
+    as an empty sequence: no rows were kept; :func:`count_slots_before` answers from the
+    counts."""
 
-    __slots__ = ("end", "played", "before_end", "generated_before_end")
+    __slots__ = ("end", "_played", "_before_end", "_generated_before_end")
 
     def __init__(self, end: float) -> None:
         super().__init__()
         self.end = end
-        self.played = 0
-        self.before_end = 0
-        self.generated_before_end = 0
+        self._played = 0
+        self._before_end = 0
+        self._generated_before_end = 0
 
     def add(self, position: int, version: int, job_id: int, t_start: float) -> None:
-        self.played += 1
+        self.fold()  # in play order: what waits in the columns came first
+        self._played += 1
         if t_start < self.end:
-            self.before_end += 1
+            self._before_end += 1
             if job_id:
-                self.generated_before_end += 1
+                self._generated_before_end += 1
 
     def extend(self, positions: Iterable[int], versions: Iterable[int],
                job_ids: Iterable[int], t_starts: Iterable[float]) -> None:
@@ -189,40 +192,70 @@ class SlotTally(SlotLog):
     def fold(self) -> None:
         """Count the slots appended to the columns, and empty them."""
         starts, job_ids = self.t_start, self.job_id
-        if len(starts) == 1:  # a tick's one slot: the serving model's common case
-            self.played += 1
-            if starts[0] < self.end:
-                self.before_end += 1
-                if job_ids[0]:
-                    self.generated_before_end += 1
-            self.position.clear()
-            self.version.clear()
-            job_ids.clear()
-            starts.clear()
-            return
         if not starts:
             return
-        self.played += len(starts)
+        self._played += len(starts)
         before = bisect_left(starts, self.end)  # t_start never decreases
-        self.before_end += before
-        self.generated_before_end += before - job_ids[:before].count(0)
+        self._before_end += before
+        self._generated_before_end += before - job_ids[:before].count(0)
         for column in (self.position, self.version, job_ids, starts):
             column.clear()
+
+    @property
+    def played(self) -> int:
+        self.fold()
+        return self._played
+
+    @property
+    def before_end(self) -> int:
+        self.fold()
+        return self._before_end
+
+    @property
+    def generated_before_end(self) -> int:
+        self.fold()
+        return self._generated_before_end
 
     def count_before(self, end: float, generated_only: bool = False) -> int:
         if end != self.end:
             raise ValueError(f"slots were counted before {self.end!r}, not {end!r}")
         return self.generated_before_end if generated_only else self.before_end
 
+    # no rows are kept: an empty sequence, whatever waits to be folded
+    def rows(self) -> Iterator[tuple[int, int, int, float]]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __getitem__(self, index: int | slice) -> SlotRecord | list[SlotRecord]:  # type: ignore[override]
+        if isinstance(index, slice):
+            return []
+        raise IndexError("a SlotTally keeps no rows")
+
+    def __iter__(self) -> Iterator[SlotRecord]:
+        return iter(())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SlotTally):
+            return self.__getstate__() == other.__getstate__()
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
     def __getstate__(self) -> tuple:  # type: ignore[override]
         return (self.end, self.played, self.before_end, self.generated_before_end)
 
     def __setstate__(self, state: tuple) -> None:  # type: ignore[override]
         self.position, self.version, self.job_id, self.t_start = [], [], [], []
-        self.end, self.played, self.before_end, self.generated_before_end = state
+        self.end, self._played, self._before_end, self._generated_before_end = state
 
     def __repr__(self) -> str:
         return f"SlotTally({self.played} slots counted, none kept)"
+
+
+#: A :class:`SlotTally` folds its columns once this many slots wait in them.
+FOLD_AT = 256
 
 
 def count_slots_before(slots: Sequence[SlotRecord], end: float,
