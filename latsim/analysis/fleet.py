@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -194,22 +195,65 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
 def fleet_timeseries(run: FleetRecords, window_s: float = 60.0,
                      tallies: Sequence[NodeTally] | None = None) -> list[dict]:
     """One row per window of ``window_s`` seconds: time averages of the counts, and the L95
-    and stall % of what was shown and played in it."""
+    and stall % of what was shown and played in it.
+
+    Each record is put in the windows it touches in one pass, in the order the one-window
+    sums (:func:`level_means`, :func:`_played`, :func:`_stalled`, :func:`_latencies`) take
+    them, so every window's numbers are theirs bit for bit, in time linear in the records
+    rather than in records × windows."""
     tallies = node_tallies(run) if tallies is None else tallies
-    rows = []
+    starts, ends = [], []
     t = 0.0
     while t < run.horizon - 1e-9:
         t1 = min(run.horizon, t + window_s)
-        means = level_means(run, t, t1)
-        played = _played(run, t, t1)
-        latencies = _latencies(tallies, t, t1)
-        rows.append({"t_start": t, "t_end": t1, "sessions": means["present"],
-                     "active": means["playing"], "queued": means["queued"],
-                     "nodes": means["nodes"], "L95": _quantile(latencies, 95),
-                     "n_conditions_shown": len(latencies),
-                     "stall_pct": (100.0 * _stalled(tallies, t, t1) / played
-                                   if played else None)})
+        starts.append(t)
+        ends.append(t1)
         t = t1
+
+    def touched(a: float, b: float) -> range:
+        """The windows [t0, t1) with a < t1 and b > t0."""
+        return range(bisect_right(ends, a), bisect_left(starts, b))
+
+    keys = ("present", "playing", "queued", "nodes", "held")
+    totals = [dict.fromkeys((*keys, "slots"), 0.0) for _ in starts]
+    levels = run.levels
+    for i, level in enumerate(levels):
+        stop = levels[i + 1].t if i + 1 < len(levels) else math.inf
+        for k in touched(level.t, stop):
+            span = max(0.0, min(stop, ends[k]) - max(level.t, starts[k]))
+            if span <= 0:
+                continue
+            into = totals[k]
+            for key in keys:
+                into[key] += getattr(level, key) * span
+            into["slots"] += level.usable * run.max_sessions * span
+    played: list[list[float]] = [[] for _ in starts]
+    for seg in run.segments:
+        if not math.isnan(seg.t_start):
+            for k in touched(seg.t_start, seg.t_start + seg.played):
+                played[k].append(max(0.0, min(seg.t_start + seg.played, ends[k])
+                                     - max(seg.t_start, starts[k])))
+    stalled: list[list[float]] = [[] for _ in starts]
+    shown: list[list[float]] = [[] for _ in starts]
+    for tally in tallies:
+        for start, end in tally.stalls:
+            for k in touched(start, end):
+                stalled[k].append(max(0.0, min(end, ends[k]) - max(start, starts[k])))
+        for value, at in zip(tally.latencies, tally.shown_at, strict=True):
+            k = bisect_right(starts, at) - 1
+            if k >= 0 and at < ends[k]:
+                shown[k].append(value)
+    rows = []
+    for k, (t0, t1) in enumerate(zip(starts, ends, strict=True)):
+        width = t1 - t0
+        means = {key: value / width for key, value in totals[k].items()} if width > 0 \
+            else totals[k]
+        seconds = sum(played[k])
+        rows.append({"t_start": t0, "t_end": t1, "sessions": means["present"],
+                     "active": means["playing"], "queued": means["queued"],
+                     "nodes": means["nodes"], "L95": _quantile(shown[k], 95),
+                     "n_conditions_shown": len(shown[k]),
+                     "stall_pct": (100.0 * sum(stalled[k]) / seconds if seconds else None)})
     return rows
 
 
