@@ -18,10 +18,16 @@ random stream. Ties go to the lowest node index, so a run is reproducible.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 
 from latsim.plugins.protocols import NodeLoad, Placement
+
+#: Sort keys of the built-in placements (C-level tuples: placement scans every node with
+#: room for every session that arrives).
+_BY_SESSIONS = attrgetter("sessions", "index")
+_BY_CHUNK = attrgetter("chunk_s", "sessions", "index")
 
 
 def round_robin() -> Placement:
@@ -38,7 +44,7 @@ def round_robin() -> Placement:
 
 def least_loaded() -> Placement:
     def choose(nodes: Sequence[NodeLoad], rng: np.random.Generator) -> NodeLoad:
-        return min(nodes, key=lambda n: (n.sessions, n.index))
+        return min(nodes, key=_BY_SESSIONS)
 
     return choose
 
@@ -48,14 +54,14 @@ def power_of_two() -> Placement:
         if len(nodes) == 1:
             return nodes[0]
         first, second = rng.choice(len(nodes), size=2, replace=False)
-        return min(nodes[int(first)], nodes[int(second)], key=lambda n: (n.sessions, n.index))
+        return min(nodes[int(first)], nodes[int(second)], key=_BY_SESSIONS)
 
     return choose
 
 
 def min_max() -> Placement:
     def choose(nodes: Sequence[NodeLoad], rng: np.random.Generator) -> NodeLoad:
-        return min(nodes, key=lambda n: (n.chunk_s, n.sessions, n.index))
+        return min(nodes, key=_BY_CHUNK)
 
     return choose
 
