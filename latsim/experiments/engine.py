@@ -311,6 +311,8 @@ def lead_mode(experiment: Experiment) -> str | None:
     if experiment.lead is None:
         return COST_LEAD if experiment.serving is None else AUTO_LEAD
     return experiment.lead
+
+
 #: The longest pilot run ``--lead auto`` simulates where no closed form holds (seconds).
 PILOT_S = 120.0
 AUTO_QUANTILE = 0.99
