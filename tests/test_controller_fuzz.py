@@ -467,7 +467,9 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
         clamped = not dropped if not self.on_ready else start.branch == ctrl.cache_end
         if self.start_at_end and clamped:
             assert start.branch == ctrl.cache_end
-            assert self._first_feasible(-self._tol()) >= start.branch, (
+            # feasible by more than the tolerance, as "not the first feasible branch" reads
+            # it: at a large clock a branch exactly one lead ahead is a rounding either way
+            assert self._first_feasible(self._tol()) >= start.branch, (
                 "a replan clamped to the cache end although a branch before it was feasible")
             return
         assert self._feasible(start.branch, -self._tol()), (

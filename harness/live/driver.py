@@ -53,7 +53,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from harness.live.player import SPIN_S, ConditionInjector, PlayerClock, sleep_until
@@ -189,6 +189,15 @@ class DriverResult:
     def stopped_by_user(self) -> bool:
         """Ended by Ctrl-C or SIGTERM."""
         return self.interrupted and not self.failed and self.stop_reason in USER_STOPS
+
+    def covered(self) -> RunRecords:
+        """The run's records over the window they cover: a run stopped early (interrupted,
+        failed) is summarised over ``[0, end_time]``, not over the window it was asked for
+        (stall % over the nominal window read 9.8% where the covered one was 12.3%)."""
+        records = self.records
+        if self.status != COMPLETE and self.end_time < records.duration:
+            return replace(records, duration=self.end_time)
+        return records
 
     def slot_lateness(self) -> list[float]:
         """Slot-start lateness of every slot tick the driver handled: fired - due (s)."""

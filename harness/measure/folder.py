@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import platform
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,7 @@ from latsim.analysis.metrics import summarize, work_ratio
 from latsim.controller import ControllerConfig
 from latsim.model.lead import LIVE
 from latsim.run.folder import RunIdentity, summary_row, write_json
-from latsim.run.stream import COMPLETE, RunRecords
+from latsim.run.stream import RunRecords
 
 
 def save_json(path: Path, payload: object) -> Path:
@@ -111,16 +110,6 @@ def timing_diagnostics(result: DriverResult) -> dict:
     }
 
 
-def covered(result: DriverResult) -> RunRecords:
-    """The run's records over the window they cover: a run stopped early (interrupted,
-    failed) is summarised over ``[0, end_time]``, not over the window it was asked for
-    (stall % over the nominal window read 9.8% where the covered one was 12.3%)."""
-    records = result.records
-    if result.status != COMPLETE and result.end_time < records.duration:
-        return replace(records, duration=result.end_time)
-    return records
-
-
 def measured_summary(config: ControllerConfig, cost: str, updates: str, seed: int,
                      result: DriverResult, baseline: RunRecords | None, display: list[dict],
                      warmup: Warmup, activity: KernelActivity, **settings: object) -> dict:
@@ -128,7 +117,7 @@ def measured_summary(config: ControllerConfig, cost: str, updates: str, seed: in
     controller-timeline values beside it), C statistics (the generator's wall time per job),
     A against ``baseline`` (the baseline's run on the same trace; ``None`` if it was not
     measured), kernel activity, ``settings`` (device, preset, ...) and timing diagnostics."""
-    records = covered(result)
+    records = result.covered()
     metrics = summarize([records])
     run_c = [j.wall_s for j in result.jobs] or warmup.durations
     identity = RunIdentity.of(config, cost, float(np.mean(run_c)), updates,

@@ -288,8 +288,6 @@ class Session:
             write_json(folder / "config.json", self._folder_config(
                 **start, status=FAILED, stop_reason="no result"))
             return
-        from harness.measure.folder import covered
-
         arrivals = sorted(c.t_arrival for c in result.records.conditions)
         with writing(folder / "trace.jsonl"):
             write_trace(folder / "trace.jsonl", arrivals,
@@ -298,7 +296,7 @@ class Session:
         identity = RunIdentity.of(self.controller_config, f"live:{self.server.info.label}",
                                   sum(run_c) / len(run_c) if run_c else float("nan"),
                                   f"viewer:{self.id}", self.duration, None)
-        summary = summary_row(identity, summarize([covered(result)]).as_dict(),
+        summary = summary_row(identity, summarize([result.covered()]).as_dict(),
                               session=self.id, server_run=self.server.run_id,
                               status=result.status, stop_reason=result.stop_reason,
                               end_time=result.end_time,
