@@ -14,23 +14,13 @@ from typer.testing import CliRunner
 
 from latsim import __version__
 from latsim.cli.app import app
-from tests.helpers import envelope_of
+from tests.helpers import SMALL_GRID, envelope_of
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
-GRID = """
-name = "tiny"
-seeds = 2
-seed = 3
-metrics = ["L50", "stall_pct"]
-
-[fixed]
-duration = 20
-
-[axes]
-K = [4, 8]
-"""
+#: tests/helpers.SMALL_GRID with its own seed
+GRID = "seed = 3\n" + SMALL_GRID
 
 
 def _commands(tmp_path: Path) -> dict[str, list[str]]:
