@@ -180,7 +180,12 @@ def speculative_latency_cdf(x: float, C: float, T: float, delta: float,  # noqa:
     """P(L <= x) under latent-boundary commitment, fixed C, rare updates, a ``lead`` >= C
     (default C), C < T: the share of a chunk period's phases whose L is at most ``x``
     (:func:`speculative_latency_segments`)."""
-    segments = speculative_latency_segments(C, T, delta, lead)
+    return _share_at_most(speculative_latency_segments(C, T, delta, lead), T, x)
+
+
+def _share_at_most(segments: list[tuple[float, float, float]], T: float,  # noqa: N803
+                   x: float) -> float:
+    """The share of a period of length ``T`` whose phase map L = c − u is at most ``x``."""
     return sum(max(0.0, b - max(a, c - x)) for a, b, c in segments) / T
 
 
@@ -191,15 +196,12 @@ def speculative_latency_quantile(C: float, T: float, delta: float,  # noqa: N803
     exact to 1e-12 s by bisection."""
     _require(0 < level < 1, f"level must be in (0, 1), got {level!r}")
     segments = speculative_latency_segments(C, T, delta, lead)
-
-    def cdf(x: float) -> float:
-        return sum(max(0.0, b - max(a, c - x)) for a, b, c in segments) / T
-
     low = min(c - b for a, b, c in segments)
     high = max(c - a for a, b, c in segments)
     while high - low > 1e-12:
         middle = (low + high) / 2
-        low, high = (middle, high) if cdf(middle) < level else (low, middle)
+        low, high = ((middle, high) if _share_at_most(segments, T, middle) < level
+                     else (low, middle))
     return high
 
 
