@@ -63,6 +63,14 @@ def _us(seconds: float) -> float:
     return round(seconds * 1e6, 3)
 
 
+def _slice(start: float, end: float) -> dict[str, float]:
+    """A complete slice's ``ts`` and ``dur`` (µs): both ends rounded, so a slice that ends
+    where the next begins ends exactly there (rounding ``dur`` on its own could overlap
+    the next by a rounding step)."""
+    ts = _us(start)
+    return {"ts": ts, "dur": round(_us(end) - ts, 3)}
+
+
 def _group(extra: dict) -> tuple[str, str, str]:
     return (str(extra.get("policy", "")), str(extra.get("K", "")), str(extra.get("run", "")))
 
@@ -151,7 +159,7 @@ def _devices(pid: int, label: str, records: dict, origin: dict, versions: dict) 
             events.append({
                 "ph": "X", "pid": pid, "tid": threads[(task.pool, task.device)],
                 "name": f"{task.stage} {task.kind} v{version}", "cat": task.kind,
-                "ts": _us(task.t_start), "dur": _us(task.t_end - task.t_start),
+                **_slice(task.t_start, task.t_end),
                 "args": {"stream": task.stream, "job": task.job_id, "version": version,
                          "queued_s": task.t_start - task.t_enqueue, "batch": task.batch}})
         return events
@@ -162,8 +170,7 @@ def _devices(pid: int, label: str, records: dict, origin: dict, versions: dict) 
         shift = origin.get(int(extra.get("stream", 0)), 0.0)
         events.append({
             "ph": "X", "pid": pid, "tid": 1, "name": f"{job.kind} v{job.version}",
-            "cat": job.kind, "ts": _us(shift + job.t_start),
-            "dur": _us(job.t_ready - job.t_start),
+            "cat": job.kind, **_slice(shift + job.t_start, shift + job.t_ready),
             "args": {"job": job.job_id, "branch": job.branch, "length": job.length,
                      "version": job.version}})
     return events
@@ -174,13 +181,12 @@ def _stream(pid: int, name: str, own: dict, shift: float, delta: float, flow_id:
     events = [_meta(pid, None, name), _meta(pid, 1, "playback"), _meta(pid, 2, "conditions")]
     for slot in own["slots"]:
         events.append({"ph": "X", "pid": pid, "tid": 1, "name": f"slot v{slot.version}",
-                       "cat": "slot", "ts": _us(shift + slot.t_start), "dur": _us(delta),
+                       "cat": "slot", **_slice(shift + slot.t_start, shift + slot.t_start + delta),
                        "args": {"position": slot.position, "version": slot.version,
                                 "job": slot.job_id}})
     for stall in own["stalls"]:
         events.append({"ph": "X", "pid": pid, "tid": 1, "name": "stall", "cat": "stall",
-                       "ts": _us(shift + stall.t_start),
-                       "dur": _us(stall.t_end - stall.t_start),
+                       **_slice(shift + stall.t_start, shift + stall.t_end),
                        "args": {"position": stall.position, "open_at_end": stall.open_at_end}})
     for cond in sorted(own["conditions"], key=lambda c: (c.t_arrival, c.version)):
         arrival = _us(shift + cond.t_arrival)
@@ -353,7 +359,7 @@ def _shared_device(pid: int, server: RunFolder, session: str) -> list[dict]:
         events.append({
             "ph": "X", "pid": pid, "tid": 2,
             "name": f"{'this session' if who == session else who} {task.kind}",
-            "cat": "device", "ts": _us(begin), "dur": _us(end - begin),
+            "cat": "device", **_slice(begin, end),
             "args": {"session": who, "job": task.job_id, "queued_s": task.wait}})
     return events
 
@@ -376,7 +382,7 @@ def _viewer(pid: int, client: RunFolder, records: ViewerRecords, delta: float,
     for index, (at, slot) in enumerate(shown):
         following = shown[index + 1][0] if index + 1 < len(shown) else at + delta
         events.append({"ph": "X", "pid": pid, "tid": 1, "name": f"slot v{slot.version}",
-                       "cat": "display", "ts": _us(at), "dur": _us(min(delta, following - at)),
+                       "cat": "display", **_slice(at, min(at + delta, following)),
                        "args": {"position": slot.position, "version": slot.version,
                                 "job": slot.job_id, "received": slot.t_received,
                                 "shown": slot.t_shown, "displayed": slot.t_displayed}})
@@ -390,8 +396,7 @@ def _viewer(pid: int, client: RunFolder, records: ViewerRecords, delta: float,
     for stall in records.stalls:
         if stall.side == "client":
             events.append({"ph": "X", "pid": pid, "tid": 2, "name": "client stall",
-                           "cat": "stall", "ts": _us(stall.t_start),
-                           "dur": _us(stall.t_end - stall.t_start),
+                           "cat": "stall", **_slice(stall.t_start, stall.t_end),
                            "args": {"position": stall.position}})
     for cond in sorted(records.conditions, key=lambda c: (c.t_sent, c.cid)):
         sent = _us(cond.t_sent)
