@@ -161,19 +161,25 @@ class TaskTally:
         self._last: tuple[str, int, int] | None = None
 
     def add(self, task: TaskRecord) -> None:
-        waits = self.waits.get(task.stage)
+        self.add_values(task.stage, task.kind, task.pool, task.device, task.batch,
+                        task.t_enqueue, task.t_start, task.t_end)
+
+    def add_values(self, stage: str, kind: str, pool: str, device: int, batch: int,
+                   t_enqueue: float, t_start: float, t_end: float) -> None:
+        """:meth:`add` from a task record's fields (a driver tallying, which makes none)."""
+        waits = self.waits.get(stage)
         if waits is None:
-            waits = self.waits[task.stage] = array("d")
-        waits.append(task.wait)
-        if task.stage == "dit" and task.kind != "prebuffer":
-            self.chunks.append(task.t_end - task.t_enqueue)
-        key = (task.pool, task.device, task.batch)
+            waits = self.waits[stage] = array("d")
+        waits.append(t_start - t_enqueue)  # TaskRecord.wait
+        if stage == "dit" and kind != "prebuffer":
+            self.chunks.append(t_end - t_enqueue)
+        key = (pool, device, batch)
         if key == self._last:  # a batch occupies its device once (its tasks come together)
             return
         self._last = key
-        seconds = window_overlap(task.t_start, task.t_end, self._window_end)
-        group = self._degree if task.pool == DIT_POOL else 1  # a USP group
-        busy = self.busy[task.pool]
-        for device in range(task.device * group, (task.device + 1) * group):
-            busy[device] += seconds
+        seconds = window_overlap(t_start, t_end, self._window_end)
+        group = self._degree if pool == DIT_POOL else 1  # a USP group
+        busy = self.busy[pool]
+        for unit in range(device * group, (device + 1) * group):
+            busy[unit] += seconds
 
