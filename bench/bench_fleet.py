@@ -75,13 +75,16 @@ def main() -> None:
                         help="worker counts of the sharded runs")
     parser.add_argument("--scheduler", default="local",
                         help="local (forked processes) or dask-local (a Dask LocalCluster)")
+    parser.add_argument("--out", help="also write the rows and the summary lines to this "
+                        "JSON file")
     parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
         viewers, duration, mode, jobs, scheduler = options.one
         print(json.dumps(one(int(viewers), float(duration), mode, int(jobs), scheduler)))
         return
-    rows = []
+    rows: list[dict] = []
+    lines: list[str] = []
     for viewers in options.viewers:
         for jobs in options.jobs:
             rows.append(_run(str(viewers), str(options.duration), "sharded", str(jobs),
@@ -94,20 +97,30 @@ def main() -> None:
     if sharded2:
         largest = max(sharded2, key=lambda r: r["viewers"])
         if largest["viewers"] == 10_000 and largest["duration"] == 3600:
-            print(f"10,000 viewers x 1 h sharded on 2 workers, measured: "
-                  f"{largest['wall_s'] / 60:.2f} min, {largest['peak_mib']:.0f} MiB "
-                  "(target under 10 min and 4 GiB)")
+            lines.append(f"10,000 viewers x 1 h sharded on 2 workers, measured: "
+                         f"{largest['wall_s'] / 60:.2f} min, {largest['peak_mib']:.0f} MiB "
+                         "(target under 10 min and 4 GiB)")
         else:  # the fleet fills from empty: 600 s sessions, so V·(3600 − 300) viewer-s
             target_s = largest["us_per_viewer_second"] * 1e-6 * 10_000 * (3600 - 300)
-            print(f"10,000 viewers x 1 h sharded on 2 workers, extrapolated from "
-                  f"{largest['viewers']} viewers at {largest['us_per_viewer_second']} us per "
-                  f"viewer-second (the hour holds 10,000 x 3,300 viewer-seconds, as it fills "
-                  f"from empty): {target_s / 60:.1f} min (target under 10 min)")
+            lines.append(f"10,000 viewers x 1 h sharded on 2 workers, extrapolated from "
+                         f"{largest['viewers']} viewers at {largest['us_per_viewer_second']} "
+                         f"us per viewer-second (the hour holds 10,000 x 3,300 "
+                         f"viewer-seconds, as it fills from empty): {target_s / 60:.1f} min "
+                         "(target under 10 min)")
     for viewers in options.viewers:
         pair = {r["jobs"]: r for r in rows if r["mode"] == "sharded" and r["viewers"] == viewers}
         if 1 in pair and 2 in pair:
-            print(f"{viewers} viewers: 2 workers / 1 worker wall = "
-                  f"{pair[2]['wall_s'] / pair[1]['wall_s']:.2f}")
+            lines.append(f"{viewers} viewers on {options.scheduler}: 2 workers / 1 worker "
+                         f"wall = {pair[2]['wall_s'] / pair[1]['wall_s']:.2f}")
+    for viewers in options.exact:
+        (row,) = [r for r in rows if r["mode"] == "exact" and r["viewers"] == viewers]
+        lines.append(f"exact mode, {viewers} viewers: {row['slots_per_s']:,} slot-events/s")
+    for line in lines:
+        print(line)
+    if options.out:
+        with open(options.out, "w") as file:
+            json.dump({"rows": rows, "summary": lines}, file, indent=1)
+            file.write("\n")
 
 
 if __name__ == "__main__":

@@ -390,9 +390,13 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
                                 (y_gen - 0.35, 0.7), facecolors="none", hatch="////",
                                 edgecolor="black", linewidth=0)
         narrow = width < 0.07 * (t1 - t0)  # the label would overprint: above the bar
+        # on a white ground above the conditions' dashed lines (a replan's label sits on
+        # the arrival that started it)
         ax_time.text(job.t_start + width / 2, y_gen + (0.5 if narrow else 0.0),
                      f"{job.kind} v{int(job.version)}", ha="center", va="center",
-                     fontsize=FONT["tiny"] if narrow else FONT["note"], clip_on=True)
+                     fontsize=FONT["tiny"] if narrow else FONT["note"], clip_on=True,
+                     zorder=3, bbox={"facecolor": "white", "edgecolor": "none",
+                                     "pad": 0.4} if narrow else None)
     visible = slots[(slots["t_start"] + delta >= t0) & (slots["t_start"] <= t1)]
     for version, group in visible.groupby("version"):
         ax_time.broken_barh([(t, delta) for t in group["t_start"]], (y_play - 0.35, 0.7),
