@@ -415,10 +415,10 @@ class _StreamPort:
         if ctrl.play_tick(position, now):
             self._show(position, now)
             # schedule()'s timer, the next tick, with _tick_later inlined (a call a tick)
-            at = env._now  # type: ignore[attr-defined]
+            at, ids = env._now, env._eid  # type: ignore[attr-defined]
             heapq.heappush(env._queue,  # type: ignore[attr-defined]
-                           (at + max(0.0, ctrl.next_due + origin - at), _NORMAL,
-                            next(env._eid), _Call(self._tick_callbacks, position + 1)))  # type: ignore[attr-defined]
+                           (at + max(0.0, ctrl.next_due + origin - at), _NORMAL, next(ids),
+                            _Call(self._tick_callbacks, position + 1)))
         else:
             self.run.deliver(SlotDue(position), now)
 
