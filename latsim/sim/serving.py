@@ -380,6 +380,8 @@ class _StreamPort:
         self.closed = False  # the stream left (a fleet's session): its events do nothing
         self.hold_until = -math.inf  # no job starts before this (a fleet's migration)
         self._tick_callbacks = (self._on_tick,)
+        self._arrival_callbacks = (self._on_arrival,)
+        self._arrivals: list[tuple[float, int, int, float]] = []  # latest first (start_playback)
 
     # ---------------------------------------------------------------- clock
 
@@ -423,15 +425,38 @@ class _StreamPort:
             self.run.deliver(SlotDue(position), now)
 
     def start_playback(self) -> None:
-        """Schedule the arrivals (uplink included) and start the controller."""
-        window = self.run.window
-        uplink = self.serving.uplink
+        """Schedule the arrivals (uplink included) and start the controller.
+
+        Each arrival takes its place in the clock's order now, as ``env.timeout`` would
+        give it (its time and the next event id), but only the earliest waits on the clock:
+        the others wait here, each queued when the one before it arrives. The events run in
+        the same order, and the clock's heap holds one arrival a stream, not every one of
+        them (a fleet's exact mode: every session's)."""
+        env = self.env
+        window, uplink = self.run.window, self.serving.uplink
+        ids = env._eid  # type: ignore[attr-defined]
+        arrivals = []
         for t in self.inputs.trace.times:
             if t < window.duration:
                 arrives = t if uplink is None else t + uplink.sample(1, self.uplink_rng)
-                timer = self.env.timeout(arrives + self.origin - self.env.now)
-                timer.callbacks.append(lambda _, sent=t: self._condition(sent))
+                delay = arrives + self.origin - env.now
+                if delay < 0:
+                    raise ValueError(f"Negative delay {delay}")  # as simpy.Timeout says
+                arrivals.append((env.now + delay, _NORMAL, next(ids), t))
+        arrivals.sort(reverse=True)  # the earliest last: popped first
+        self._arrivals = arrivals
+        self._queue_arrival()
         self.run.start(self.now)
+
+    def _queue_arrival(self) -> None:
+        if self._arrivals:
+            at, priority, eid, sent = self._arrivals.pop()
+            heapq.heappush(self.env._queue,  # type: ignore[attr-defined]
+                           (at, priority, eid, _Call(self._arrival_callbacks, sent)))
+
+    def _on_arrival(self, arrival: _Call) -> None:
+        self._queue_arrival()
+        self._condition(arrival.value)  # type: ignore[arg-type]
 
     def _condition(self, sent: float) -> None:
         self.sent.append(sent)
