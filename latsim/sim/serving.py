@@ -79,12 +79,13 @@ def _later(env: simpy.Environment, delay: float, callback: Callable[[_Call], Non
            value: object = None) -> None:
     """Call ``callback(event)`` ``delay`` (≥ 0) from now, as
     ``env.timeout(delay, value).callbacks.append(callback)`` would."""
-    _tick_later(env, delay, (callback,), value)
+    _later_each(env, delay, (callback,), value)
 
 
-def _tick_later(env: simpy.Environment, delay: float,
+def _later_each(env: simpy.Environment, delay: float,
                 callbacks: tuple[Callable[[_Call], None], ...], value: object) -> None:
-    """:func:`_later` with the callbacks' tuple made once (a stream's ticks)."""
+    """Call each of ``callbacks`` ``delay`` from now, as :func:`_later` does one (a stream
+    makes its ticks' tuple once)."""
     heapq.heappush(env._queue,  # type: ignore[attr-defined]
                    (env._now + delay, _NORMAL, next(env._eid),  # type: ignore[attr-defined]
                     _Call(callbacks, value)))
@@ -200,9 +201,8 @@ class _PipelinePool:
         for rank in range(self.depth):
             start = entry + rank * self.round
             if start < end:
-                self.engine.add_task(TaskRecord(
-                    task.stream, task.job_id, task.stage, task.kind, self.name, rank,
-                    batch_id, task.t_enqueue, start, min(end, start + self.round)))
+                self.engine.add_task(task, self.name, rank, batch_id, start,
+                                     min(end, start + self.round))
 
 
 class _Pool:
@@ -284,11 +284,16 @@ class _Engine:
         self.pools[step.pool].submit(_Task(stream, job_id, kind, step.stage, step.latents,
                                            step.duration, queued, self._seq, then, first))
 
-    def add_task(self, task: TaskRecord) -> None:
+    def add_task(self, task: _Task, pool: str, device: int, batch_id: int, start: float,
+                 end: float) -> None:
+        """Record ``task`` as run on ``device`` of ``pool`` from ``start`` to ``end``: kept
+        as a :class:`TaskRecord`, or added to the tally without making one."""
         if self.tally is None:
-            self.tasks.append(task)
+            self.tasks.append(TaskRecord(task.stream, task.job_id, task.stage, task.kind,
+                                         pool, device, batch_id, task.t_enqueue, start, end))
         else:
-            self.tally.add(task)
+            self.tally.add_values(task.stage, task.kind, pool, device, batch_id,
+                                  task.t_enqueue, start, end)
 
     def tally_tasks(self, window_end: float) -> None:
         """From now on add the task records up (:class:`TaskTally`) instead of keeping
@@ -315,15 +320,8 @@ class _Engine:
         """Record a batch's tasks as run until ``end`` (the end of the run for a batch still
         running then, as :class:`~latsim.run.stream.BusyInterval` does)."""
         pool, device, batch, start = self.running.pop(batch_id)
-        tally = self.tally
         for task in batch:
-            if tally is None:
-                self.tasks.append(TaskRecord(task.stream, task.job_id, task.stage, task.kind,
-                                             pool.name, device, batch_id, task.t_enqueue,
-                                             start, end))
-            else:  # the tally's sums without making the record
-                tally.add_values(task.stage, task.kind, pool.name, device, batch_id,
-                                 task.t_enqueue, start, end)
+            self.add_task(task, pool.name, device, batch_id, start, end)
 
     def start(self, pool: _Pool, device: int, batch: list[_Task]) -> None:
         env = self.env
@@ -400,7 +398,7 @@ class _StreamPort:
     def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
         delay = max(0.0, at + self.origin - self.env.now)
         if type(event) is SlotDue:
-            _tick_later(self.env, delay, self._tick_callbacks, event.position)
+            _later_each(self.env, delay, self._tick_callbacks, event.position)
         else:
             _later(self.env, delay, self._on_timer, event)
 
@@ -416,7 +414,7 @@ class _StreamPort:
         now = env._now - origin  # type: ignore[attr-defined]
         if ctrl.play_tick(position, now):
             self._show(position, now)
-            # schedule()'s timer, the next tick, with _tick_later inlined (a call a tick)
+            # schedule()'s timer, the next tick, with _later_each inlined (a call a tick)
             at, ids = env._now, env._eid  # type: ignore[attr-defined]
             heapq.heappush(env._queue,  # type: ignore[attr-defined]
                            (at + max(0.0, ctrl.next_due + origin - at), _NORMAL, next(ids),
