@@ -3,8 +3,10 @@
 Run: ``.venv/bin/python bench/bench_memory.py [--streams N] [--duration S] [--records L]``.
 Each level runs in a fresh process (the peak resident set, ``ru_maxrss``, only grows) and
 reports its wall time, its peak and the peak of the bare interpreter with latsim imported,
-beside the target: 4,096 streams x 600 s with ``--records none`` under 1 GiB. The pools
-are the speed bench's (K = 8, dit = streams / 4, vae = streams / 16). Asserts nothing.
+beside the target: 4,096 streams x 600 s with ``--records none`` under 1 GiB, for both of
+the engine issue's workloads (``bench_serving.run_workload``: K = 8, dit = streams / 4,
+``fixed:0.25`` alone, and ``fixed:0.3`` with a VAE stage on vae = streams / 16, decode
+``fixed:0.02``). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import json
 import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 
@@ -22,22 +23,22 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def one(streams: int, duration: float, records: str) -> dict:
+#: the engine issue's two workloads: (DiT cost, decode cost or None)
+WORKLOADS = {"dit": ("fixed:0.25", None), "dit+vae": ("fixed:0.3", "fixed:0.02")}
+
+
+def one(streams: int, duration: float, records: str, workload: str) -> dict:
     sys.path.insert(0, str(Path(__file__).parent))
     import bench_serving  # noqa: PLC0415  (the same streams, pools and costs)
 
     from latsim.analysis.serving import serving_metrics
-    from latsim.sim import serving
 
     before = _peak_mib()
-    simulate = serving.simulate_serving
-    bench_serving.simulate_serving = lambda *a, **k: simulate(*a, records=records, **k)
-    start = time.perf_counter()
-    run = bench_serving.run_serving(streams, duration, dit=streams // 4, vae=streams // 16)
-    took = time.perf_counter() - start
+    cost, decode = WORKLOADS[workload]
+    took, run = bench_serving.run_workload(streams, duration, cost, decode, records)
     metrics = serving_metrics([run])
     return {"streams": streams, "duration": duration, "records": records,
-            "wall_s": round(took, 2), "peak_mib": round(_peak_mib(), 1),
+            "workload": workload, "cpu_s": round(took, 2), "peak_mib": round(_peak_mib(), 1),
             "import_peak_mib": round(before, 1), "L95": metrics["L95"]}
 
 
@@ -45,22 +46,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=4096)
     parser.add_argument("--duration", type=float, default=600.0)
-    parser.add_argument("--records", nargs="*", default=["none", "all"])
+    parser.add_argument("--records", nargs="*", default=["none"])
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.one:
-        print(json.dumps(one(options.streams, options.duration, options.records[0])))
+        print(json.dumps(one(options.streams, options.duration, options.records[0],
+                             options.workloads[0])))
         return
-    for records in options.records:
-        out = subprocess.run([sys.executable, __file__, "--one", "--streams",
-                              str(options.streams), "--duration", str(options.duration),
-                              "--records", records], capture_output=True, text=True,
-                             check=True).stdout
-        row = json.loads(out)
-        print(f"  {row['streams']} streams x {row['duration']:g} s, --records "
-              f"{row['records']}: {row['wall_s']} s wall, peak {row['peak_mib']:.0f} MiB "
-              f"(interpreter and imports {row['import_peak_mib']:.0f} MiB; target under "
-              f"1024 MiB with none); L95 {row['L95']}")
+    for workload in options.workloads:
+        for records in options.records:
+            out = subprocess.run([sys.executable, __file__, "--one", "--streams",
+                                  str(options.streams), "--duration", str(options.duration),
+                                  "--records", records, "--workloads", workload],
+                                 capture_output=True, text=True, check=True).stdout
+            row = json.loads(out)
+            print(f"  {row['workload']}: {row['streams']} streams x {row['duration']:g} s, "
+                  f"--records {row['records']}: {row['cpu_s']} s CPU, peak "
+                  f"{row['peak_mib']:.0f} MiB "
+                  f"(interpreter and imports {row['import_peak_mib']:.0f} MiB; target under "
+                  f"1024 MiB with none); L95 {row['L95']}")
 
 
 if __name__ == "__main__":

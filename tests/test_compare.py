@@ -165,6 +165,22 @@ def test_committed_viewer_comparison_is_reproduced(tmp_path):
         assert abs(row["viewer_stall_pct_abs_err"]) <= 0.5, row["run"]
 
 
+def test_a_viewer_is_predicted_with_the_binding_its_server_used():
+    """A client folder says when its server's queued jobs took their condition (the ready
+    message's ``bind``); one that does not was served binding at enqueue (every committed
+    folder), so it is predicted that way: like for like."""
+    from latsim.analysis.viewer_compare import load_client_run
+
+    root = Path(__file__).resolve().parent.parent / "results" / "serve" / "runs"
+    run = load_client_run(sorted(p for p in root.iterdir() if p.is_dir())[0])
+    assert "bind" not in run.config and run.controller_config().bind == "enqueue"
+    told = type(run)(run.path, {**run.config, "bind": "start"}, run.records, run.window)
+    assert told.controller_config().bind == "start"
+    wrong = type(run)(run.path, {**run.config, "bind": "later"}, run.records, run.window)
+    with pytest.raises(LatsimError, match="lead or bind is not valid"):
+        wrong.controller_config()
+
+
 # ---------------------------------------------------------------- partial runs, mixed folders
 
 def _assert_no_error(row):

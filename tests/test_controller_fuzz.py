@@ -11,7 +11,8 @@ ever produces one well-behaved ordering of events. Here a hypothesis
   other events may be handled before an overdue timer;
 - conditions arrive at any time;
 - ``JobStarted`` for the running job at any time after the controller started it (it
-  waited for a shared device), at most once;
+  waited for a shared device), at most once; under ``bind="start"`` (drawn per run) the job
+  then carries the newest condition sent so far;
 - ``JobDone`` only for the running job, at any time after its start: the job time is drawn
   from a per-run scale of 0 to 3 T (C below, at and above T), or anything else;
 - stale ``WakeUp``\\ s arrive at any time, and stale ``SlotDue``\\ s for played positions.
@@ -64,7 +65,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -78,6 +79,7 @@ from hypothesis.stateful import (
 )
 
 from latsim.controller import (
+    BIND_MODES,
     EPS,
     REPLAN_AT_CACHE_END,
     ConditionArrived,
@@ -158,6 +160,11 @@ class _Running:
     job: StartJob
     t_start: float
     took_device: bool = False  # JobStarted was sent: the job waited for a device
+    version: int = -1  # the version it carries: its StartJob's, or its start's (bind start)
+
+    def __post_init__(self) -> None:
+        if self.version < 0:
+            self.version = self.job.version
 
 
 @dataclass(frozen=True)
@@ -212,9 +219,12 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
         at_end = data.draw(st.sampled_from(REPLAN_AT_CACHE_END), label="replan at cache end")
         self.start_at_end = at_end == "start" and not self.eager  # eager: nothing to replace
         policy = Policy(name="fuzz", q=q, commit=commit, commit_lead=commit_lead)
+        bind = data.draw(st.sampled_from(BIND_MODES), label="bind")
+        self.bind_at_start = bind == "start"
         self.ctrl = Controller(ControllerConfig(
             timing, policy, lead, "on-ready" if self.on_ready else "on-start",
-            replan_at_cache_end=at_end))
+            replan_at_cache_end=at_end, bind=bind))
+        self.conditions_sent = 0
         self.now = t0
         self.t0 = t0
         self.timers: list[_Timer] = []
@@ -244,6 +254,7 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
     @rule(data=st.data())
     def condition_arrives(self, data):
         STEP_COUNT["steps"] += 1
+        self.conditions_sent += 1
         self._handle(ConditionArrived(), self.now + self._dt(data, "dt"))
 
     @precondition(lambda self: self.ctrl is not None and self.timers)
@@ -301,6 +312,8 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
         self._handle(JobStarted(self.running.job.job_id), self.now + self._dt(data, "dt"))
         self.running.t_start = self.now
         self.running.took_device = True
+        if self.bind_at_start:  # it carries the newest condition sent by its start
+            self.running.version = self.planned_version = self.conditions_sent
 
     @precondition(lambda self: self.ctrl is not None)
     @rule(data=st.data())
@@ -338,8 +351,9 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
             assert not commands, "JobStarted decides nothing"
         if isinstance(event, JobDone):  # the job's K latents enter the model cache
             assert self.running is not None and event.job_id == self.running.job.job_id
-            finished = self.running.job
+            finished = replace(self.running.job, version=self.running.version)
             assert ctrl.jobs[-1].t_start == self.running.t_start, "R runs to the device start"
+            assert ctrl.jobs[-1].version == finished.version, "the version it was bound to"
             self.running = None
             first, end = finished.branch, finished.branch + finished.length
             if self.on_ready and finished.kind == "replan":

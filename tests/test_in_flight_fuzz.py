@@ -40,6 +40,7 @@ from hypothesis.stateful import (
 )
 
 from latsim.controller import (
+    BIND_MODES,
     ConditionArrived,
     Controller,
     ControllerConfig,
@@ -84,10 +85,18 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
         run_ahead = data.draw(st.sampled_from([T, T, delta, 0.0]), label="run-ahead")
         self.c_scale = data.draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]), label="C/T") * T
         self.K, self.delta, self.T = K, delta, T
+        bind = data.draw(st.sampled_from(BIND_MODES), label="bind")
+        self.bind_at_start = bind == "start"
         policy = Policy("fuzz", q, commit, commit_lead)
         self.ctrl = Controller(ControllerConfig(
             timing, policy, lead, in_flight=self.in_flight,
-            in_flight_policy="flush" if self.flush else "let-play", run_ahead=run_ahead))
+            in_flight_policy="flush" if self.flush else "let-play", run_ahead=run_ahead,
+            bind=bind))
+        self.conditions_sent = 0
+        # job id -> the versions it may carry: its StartJob's, and under bind="start" the
+        # newest sent when a device took it (it keeps the first where taking the newest
+        # would put a newer version before an older one in flight)
+        self.versions: dict[int, set[int]] = {}
         self.now = t0
         self.timers: list[_Timer] = []
         self.seq = 0
@@ -109,6 +118,7 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
     @precondition(lambda self: self.ctrl is not None)
     @rule(data=st.data())
     def condition_arrives(self, data):
+        self.conditions_sent += 1
         self._handle(ConditionArrived(), self.now + self._dt(data))
 
     @precondition(lambda self: self.ctrl is not None and self.flush and self.running)
@@ -116,6 +126,7 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
     def a_condition_meets_chunks_in_flight(self):
         """Under the flush policy, a condition now, while chunks are in flight: the case a
         flush is for (the other rules reach it only now and then)."""
+        self.conditions_sent += 1
         self._handle(ConditionArrived(), self.now)
 
     @precondition(lambda self: self.ctrl is not None and self.timers)
@@ -148,6 +159,8 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
         self._handle(JobStarted(job_id), self.now + self._dt(data))
         self.running[job_id] = self.now
         self.took.add(job_id)
+        if self.bind_at_start:
+            self.versions[job_id].add(self.conditions_sent)
 
     @precondition(lambda self: self.ctrl is not None)
     @rule(data=st.data())
@@ -189,6 +202,7 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
             if isinstance(command, StartJob):
                 assert command.job_id not in self.jobs and command.length == K
                 self.jobs[command.job_id] = command
+                self.versions[command.job_id] = {command.version}
                 self.running[command.job_id] = self.now
             elif isinstance(command, ScheduleWakeUp):
                 assert command.at >= self.now - tol(self.now)
@@ -205,7 +219,7 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
                 job = self.jobs[slot.job_id]
                 assert slot.job_id in self.finished and slot.job_id not in self.flushed
                 assert job.branch <= slot.position < job.branch + K
-                assert slot.version == job.version
+                assert slot.version in self.versions[slot.job_id]
         recent = ctrl.slots.t_start[max(0, n_slots - 1):]  # this event's, and the one before
         assert all(b - a >= self.delta - tol(b) for a, b in zip(recent, recent[1:],
                                                                   strict=False))

@@ -272,15 +272,15 @@ def test_bad_client_options_and_unreachable_servers_are_one_line_errors(tmp_path
 @pytest.mark.parametrize("schedule", ["fifo", "least-slack", "replan-first"])
 def test_the_server_and_the_simulator_pick_with_one_implementation(schedule):
     import numpy as np
-    import simpy
 
     from latsim.model.costs import FixedCost
     from latsim.model.generators import StagedGenerator
     from latsim.model.serving import ServingConfig
+    from latsim.sim.clock import Clock
     from latsim.sim.serving import _Engine
 
     device = SharedDevice(_FakeGenerator(threading.Event()), schedule)
-    engine = _Engine(simpy.Environment(), ServingConfig(schedule=schedule),
+    engine = _Engine(Clock(), ServingConfig(schedule=schedule),
                      np.random.default_rng(0), StagedGenerator(FixedCost(1.0)))
     try:
         assert device.schedule is engine.schedule

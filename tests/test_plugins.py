@@ -219,7 +219,8 @@ def test_a_plug_in_cost_gives_the_same_numbers_as_the_built_in_it_equals(third_p
 
 def _served_last_in(tasks_csv: Path) -> tuple[int, int]:
     """(picks of a DiT task that waited while others waited too, those that took the one
-    queued last), from the task records of a run on one device."""
+    queued last), from the task records of a run on one device. A pick among tasks queued
+    at the same latest instant is left out: their times cannot say which came last."""
     import pandas as pd
 
     tasks = pd.read_csv(tasks_csv)
@@ -230,8 +231,11 @@ def _served_last_in(tasks_csv: Path) -> tuple[int, int]:
             continue  # it did not wait: nothing was chosen
         others = tasks[(tasks.t_enqueue < start) & (tasks.t_start > start)]
         if len(others):
+            latest = max(enqueued, others.t_enqueue.max())
+            if (others.t_enqueue == latest).sum() + (enqueued == latest) > 1:
+                continue
             picks += 1
-            last += bool(enqueued > others.t_enqueue.max())
+            last += bool(enqueued == latest)
     return picks, last
 
 

@@ -287,6 +287,43 @@ def test_overloaded_device_stalls_grow_with_the_run_length():
     assert stalls[400.0] - stalls[100.0] >= rate * 300 - 2 * (streams * C + timing.T)
 
 
+# ---------------------------------------------------------------- binding a queued job
+
+
+def _two_streams_one_condition(bind: str):
+    """Two baseline streams on one device, joined together (K = 8, δ = 0.25 s, C = 0.5 s,
+    lead 1 s); stream 1's refill is queued at 1.0 s behind stream 0's and starts at 1.5 s;
+    its one condition arrives at 1.2 s, while that refill waits."""
+    timing = Timing(8, 4, 16.0)
+    config = ControllerConfig(timing, BASELINE, 1.0, bind=bind)
+    run = simulate_serving(config, FixedCost(0.5), ServingConfig(streams=2, start="together"),
+                           inputs([(), (1.2,)], [0.0, 0.0]), 6.0, np.random.default_rng(0))
+    return run.streams[1]
+
+
+def test_a_queued_job_takes_the_condition_known_when_the_device_starts_it():
+    """DESIGN §6: a job is conditioned on the newest version known when it starts. Bound at
+    start the queued refill carries the condition (L = R + C = 0.3 + 0.5); bound at enqueue
+    it waits for the next chunk's refill (L = 2.8 s, one T later)."""
+    at_start, at_enqueue = (_two_streams_one_condition(b) for b in ("start", "enqueue"))
+    refill = at_start.jobs[1]
+    assert (refill.kind, refill.t_start, refill.version) == ("refill", 1.5, 1)
+    (cond,) = at_start.conditions
+    assert cond.job_id == refill.job_id
+    assert cond.R == pytest.approx(0.3) and cond.L == pytest.approx(0.8)
+    assert at_enqueue.jobs[1].version == 0
+    (late,) = at_enqueue.conditions
+    assert late.job_id == at_enqueue.jobs[2].job_id and late.L == pytest.approx(2.8)
+    assert late.L - cond.L == pytest.approx(Timing(8, 4, 16.0).T)
+
+
+def test_bind_is_checked():
+    with pytest.raises(LatsimError, match="bind must be start or enqueue"):
+        ControllerConfig(Timing(8, 4, 16.0), BASELINE, 1.0, bind="later")
+    with pytest.raises(LatsimError, match="--bind must be one of start, enqueue"):
+        ServingConfig(bind="")
+
+
 # ---------------------------------------------------------------- discard on ready
 
 
@@ -372,12 +409,11 @@ class _FakeStream:
     ("replan-first", [1, 0, 2]),  # the one replan, then queue order
 ])
 def test_a_free_device_takes_the_task_its_schedule_names(schedule, expected):
-    import simpy
-
     from latsim.model.generators import StagedGenerator
+    from latsim.sim.clock import Clock
     from latsim.sim.serving import _Engine, _Task
 
-    env = simpy.Environment()
+    env = Clock()
     engine = _Engine(env, ServingConfig(schedule=schedule), np.random.default_rng(0),
                      StagedGenerator(FixedCost(1.0)))
     pool = engine.pools["dit"]

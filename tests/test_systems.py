@@ -200,9 +200,8 @@ def test_reproduce_systems_regenerates_the_committed_tables_and_their_findings(t
 def _pipeline_ends(steps: int, round_time: float, n: int, vae_devices: int, vae: float):
     """Submit ``n`` chunks at t = 0 to a Wave Forcing pipeline; their pipeline and decode
     end times."""
-    import simpy
-
     from latsim.model.generators import StagedGenerator, Step, WaveForcingCost
+    from latsim.sim.clock import Clock
     from latsim.sim.serving import _Engine
 
     class Stream:
@@ -214,7 +213,7 @@ def _pipeline_ends(steps: int, round_time: float, n: int, vae_devices: int, vae:
         def job_started(self, *args):
             pass
 
-    env = simpy.Environment()
+    env = Clock()
     model = WaveForcingCost(round_time, steps, vae)
     engine = _Engine(env, ServingConfig(pools=(("dit", steps + 1), ("vae", vae_devices))),
                      np.random.default_rng(0), StagedGenerator(model))

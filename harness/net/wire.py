@@ -240,6 +240,9 @@ class Ready(Message):
     server_run: str  # shared by the sessions of one server run
     generator: dict[str, Any]
     downlink: dict[str, Any]
+    #: when a job that waited for the device takes its condition (BIND_MODES); a server
+    #: that does not say bound it at enqueue, as latsim's did before it said
+    bind: str = "enqueue"
 
 
 @dataclass(frozen=True)

@@ -208,6 +208,7 @@ class Session:
                 server.info.as_dict(),
                 {"delay": self.downlink.delay, "jitter": self.downlink.jitter,
                  "loss": self.downlink.loss},
+                self.controller_config.bind,
             ).to_json(), time.perf_counter())
 
     def _on_play(self, slot: PlaySlot, perf: float) -> None:
@@ -252,8 +253,8 @@ class Session:
         return {**run_config(self.controller_config, self.duration, "measured"),
                 "kind": SERVED, "session": self.id, "server_run": server.run_id,
                 "schedule": server.config.schedule, "generator": server.info.as_dict(),
-                "lead_source": self.lead_source, "drain": self.drain,
-                "job_timeout_s": self.job_timeout, "records_clock": (
+                "lead_source": self.lead_source, "bind": self.controller_config.bind,
+                "drain": self.drain, "job_timeout_s": self.job_timeout, "records_clock": (
                     "stream time on the server's clock: server time minus server_start"),
                 "started_at": self._started_at, **extra}
 

@@ -321,7 +321,8 @@ class _Client:
         first = self.estimate
         return {"session": ready.get("session"), "T": ready.get("T"),
                 "delta": ready.get("delta"), "lead": ready.get("lead"),
-                "lead_source": ready.get("lead_source"), "schedule": ready.get("schedule"),
+                "lead_source": ready.get("lead_source"), "bind": ready.get("bind"),
+                "schedule": ready.get("schedule"),
                 "generator": ready.get("generator"), "server_run": ready.get("server_run"),
                 "server_start": ready.get("start"), "server_downlink": ready.get("downlink"),
                 "drain": self.config.drain, "offset": self.offset,

@@ -64,13 +64,17 @@ class ClientRun:
         return str(self.config.get("status", "incomplete"))
 
     def controller_config(self) -> ControllerConfig:
+        """The session's controller, as the server ran it. A folder that does not say
+        when a queued job took its condition (``bind``) was served by a server that bound
+        it at enqueue: it is predicted that way, like for like."""
         c = self.config
         try:
             return ControllerConfig(Timing(int(c["K"]), int(c["r"]), float(c["fps"])),
-                                    PRESETS[str(c["policy"])], float(c["lead"]))
-        except (TypeError, ValueError, KeyError) as exc:
-            raise LatsimError(f"{self.path / 'config.json'}: the session's K, r, fps, policy "
-                              f"or lead is not valid ({type(exc).__name__})") from None
+                                    PRESETS[str(c["policy"])], float(c["lead"]),
+                                    bind=str(c.get("bind") or "enqueue"))
+        except (TypeError, ValueError, KeyError, LatsimError) as exc:
+            raise LatsimError(f"{self.path / 'config.json'}: the session's K, r, fps, policy, "
+                              f"lead or bind is not valid ({type(exc).__name__})") from None
 
     def served(self) -> list[float]:
         """Send times of the conditions the server acknowledged."""

@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 from latsim.cli.examples import epilog
 from latsim.cli.options import (
     BatchOpt,
+    BindOpt,
     ColdStartOpt,
     CommitLeadOpt,
     CommitOpt,
@@ -365,6 +366,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         batch: BatchOpt = None,
         start: StartOpt = None,
         discard: DiscardOpt = None,
+        bind: BindOpt = None,
         in_flight: InFlightOpt = None,
         in_flight_policy: InFlightPolicyOpt = None,
         cold_start: ColdStartOpt = None,
@@ -390,7 +392,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         serving_config, file_cost = serving_from_flags(
             serving, streams=streams, pools=pools, schedule=schedule, decode=decode,
             deliver=deliver, uplink=uplink, playout_delay=playout_delay,
-            replan_cost=replan_cost, batch=batch, start=start, discard=discard,
+            replan_cost=replan_cost, batch=batch, start=start, discard=discard, bind=bind,
             in_flight=in_flight, in_flight_policy=in_flight_policy, cold_start=cold_start,
             dit_degree=dit_degree)
         if C is None and cost is None:

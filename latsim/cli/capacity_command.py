@@ -10,6 +10,7 @@ import typer
 
 from latsim.cli.options import (
     BatchOpt,
+    BindOpt,
     ColdStartOpt,
     COpt,
     CostOpt,
@@ -69,6 +70,7 @@ def capacity(
     start: Annotated[str, typer.Option(
         help="stream join times: random (default), staggered or together")] = "random",
     discard: DiscardOpt = None,
+    bind: BindOpt = None,
     in_flight: InFlightOpt = None,
     in_flight_policy: InFlightPolicyOpt = None,
     cold_start: ColdStartOpt = None,
@@ -111,8 +113,8 @@ def capacity(
     serving_config, file_cost = serving_from_flags(
         serving, streams=1, pools=pools, schedule=schedule, decode=decode, deliver=deliver,
         uplink=uplink, playout_delay=playout_delay, replan_cost=replan_cost, batch=batch,
-        start=start, discard=discard, in_flight=in_flight, in_flight_policy=in_flight_policy,
-        cold_start=cold_start, dit_degree=dit_degree)
+        start=start, discard=discard, bind=bind, in_flight=in_flight,
+        in_flight_policy=in_flight_policy, cold_start=cold_start, dit_degree=dit_degree)
     experiment = Experiment(
         Ks=(K,), r=r, fps=fps,
         cost=FixedCost(C) if C is not None else cost or file_cost or DEFAULT_COST,

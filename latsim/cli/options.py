@@ -115,6 +115,10 @@ StartOpt = Annotated[str | None, typer.Option(
 DiscardOpt = Annotated[str | None, typer.Option(
     help="a replan discards the old future on-start (default) or on-ready",
     rich_help_panel=_SERVING)]
+BindOpt = Annotated[str | None, typer.Option(
+    help="a job that waited for a device takes the newest condition when the device starts "
+    "it (start, default) or the one known when it was queued (enqueue)",
+    rich_help_panel=_SERVING)]
 InFlightOpt = Annotated[int | None, typer.Option(
     help="chunks one stream may have in flight at once (default 1)", rich_help_panel=_SERVING)]
 InFlightPolicyOpt = Annotated[str | None, typer.Option(

@@ -6,6 +6,7 @@ Controller, StartJob``).
 """
 
 from latsim.controller.machine import (
+    BIND_MODES,
     DISCARD_MODES,
     EPS,
     IN_FLIGHT_POLICIES,
@@ -31,8 +32,8 @@ from latsim.controller.machine import (
 )
 
 __all__ = [
-    "DISCARD_MODES", "EPS", "IN_FLIGHT_POLICIES", "MAX_IN_FLIGHT", "REPLAN_AT_CACHE_END",
-    "TRANSITIONS", "Command",
+    "BIND_MODES", "DISCARD_MODES", "EPS", "IN_FLIGHT_POLICIES", "MAX_IN_FLIGHT",
+    "REPLAN_AT_CACHE_END", "TRANSITIONS", "Command",
     "ConditionArrived", "Controller",
     "ControllerConfig", "Decide", "Event", "JobDone", "JobStarted", "PlaySlot",
     "ScheduleWakeUp", "SlotDue", "StartJob", "State", "Transition", "WakeUp",

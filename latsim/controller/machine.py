@@ -252,6 +252,12 @@ MAX_IN_FLIGHT = 64
 #: branch to the cache end and start the replan at once, as an independent reference model
 #: reads the paper). Under eager commit nothing cached is replaceable and both are ``defer``.
 REPLAN_AT_CACHE_END = ("defer", "start")
+#: When a job that waited for a shared device takes its condition (DESIGN §6): ``start``
+#: (the newest version known when the device starts it, as a server assembles a job's
+#: inputs at dispatch: the default) or ``enqueue`` (the version known when it was queued,
+#: the reading before; kept for comparison). A worker that starts every job at once sends
+#: no :class:`JobStarted`, and the two agree.
+BIND_MODES = ("start", "enqueue")
 
 
 @dataclass(frozen=True)
@@ -261,7 +267,8 @@ class ControllerConfig:
     may have in flight and what a new condition does to them (:data:`IN_FLIGHT_POLICIES`),
     ``run_ahead``: seconds beyond the lead that refills start early (a deeper buffer, as
     a pipeline that runs ahead keeps; replans still branch one lead ahead), and
-    ``replan_at_cache_end`` (:data:`REPLAN_AT_CACHE_END`).
+    ``replan_at_cache_end`` (:data:`REPLAN_AT_CACHE_END`) and ``bind``, when a job that
+    waited for a device takes its condition (:data:`BIND_MODES`).
     """
 
     timing: Timing
@@ -272,9 +279,12 @@ class ControllerConfig:
     in_flight_policy: str = "let-play"
     run_ahead: float = 0.0
     replan_at_cache_end: str = "defer"
+    bind: str = "enqueue"
 
     def __post_init__(self) -> None:
         self.policy.commit_unit(self.timing.K)
+        if self.bind not in BIND_MODES:
+            raise LatsimError(f"bind must be start or enqueue, got {self.bind!r}")
         if self.replan_at_cache_end not in REPLAN_AT_CACHE_END:
             raise LatsimError(f"replan at cache end must be defer or start, got "
                               f"{self.replan_at_cache_end!r}")
@@ -362,6 +372,7 @@ class Controller:
         self._flush = config.in_flight_policy == "flush"
         self._start_at_cache_end = (config.replan_at_cache_end == "start"
                                     and not self._eager)
+        self._bind_at_start = config.bind == "start"
         self._on_record = on_record
 
         self.state = State.CONSUME
@@ -720,7 +731,20 @@ class Controller:
         raise RuntimeError(f"{what} for job {job_id}, but it is not running")
 
     def _act_note_job_start(self, event: JobStarted, now: float, out: list) -> None:
-        self._find_job(event.job_id, "job_started").t_start = now
+        job = self._find_job(event.job_id, "job_started")
+        job.t_start = now
+        if self._bind_at_start and job.flushed_by is None and self._rebinds(job):
+            # the device starts it now: it carries the newest version known now (DESIGN §6)
+            job.version = self._latest_version
+            self._planned_version = self._latest_version
+
+    def _rebinds(self, job: _RunningJob) -> bool:
+        """Whether ``job`` may take the newest version at its start: no live job behind it
+        (a later branch) already runs under an older one, so the versions along the
+        positions never decrease."""
+        return all(other.flushed_by is not None or other.branch < job.branch
+                   or other.version >= self._latest_version
+                   for other in self._running if other is not job)
 
     def _guard_last_job(self, event: JobDone, now: float) -> JobDone | None:
         return event if len(self._running) == 1 else None

@@ -169,12 +169,13 @@ class Cell:
     in_flight_policy: str = "let-play"
     run_ahead: float = 0.0
     replan_at_cache_end: str = "defer"
+    bind: str = "enqueue"
 
     @property
     def config(self) -> ControllerConfig:
         return ControllerConfig(self.timing, self.policy, self.lead, self.discard,
                                 self.in_flight, self.in_flight_policy, self.run_ahead,
-                                self.replan_at_cache_end)
+                                self.replan_at_cache_end, self.bind)
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,8 @@ def plan(experiment: Experiment) -> Plan:
                                       f"{model})", lead + wait, K, cost.spec)
             cells.append(Cell(timing, policy, own, stream.discard,
                               stream.in_flight, stream.in_flight_policy,
-                              experiment.run_ahead, experiment.replan_at_cache_end))
+                              experiment.run_ahead, experiment.replan_at_cache_end,
+                              stream.bind))
             cells[-1].config  # noqa: B018 - validates q against K
     p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
              tuple(cells), serving, tuple(auto.items()))

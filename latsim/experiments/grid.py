@@ -19,8 +19,8 @@ A grid file names axes (each a list of values), fixed settings, replications and
 Settings (:data:`SETTINGS`) are those of ``latsim simulate``: ``K``, ``policy``, ``cost`` or
 ``C`` (``fixed:C``), ``updates`` or ``rate`` (``poisson:RATE``), ``lead``, ``q``,
 ``duration``, ``r``, ``fps``, ``commit``, ``commit_lead``, and the serving model's
-``streams``, ``pools``, ``schedule``, ``discard``, ``playout_delay``, ``decode``, ``deliver``,
-``uplink``, ``replan_cost``, ``batch``, ``start``, ``dit_degree``, ``in_flight``,
+``streams``, ``pools``, ``schedule``, ``discard``, ``bind``, ``playout_delay``, ``decode``,
+``deliver``, ``uplink``, ``replan_cost``, ``batch``, ``start``, ``dit_degree``, ``in_flight``,
 ``in_flight_policy``, ``cold_start``, ``run_ahead`` and ``replan_at_cache_end``
 (:data:`NOT_SETTINGS` says why the other options are not settings). A cell is one point of
 the axes' product (in file order, the last axis fastest); it runs ``seeds`` replications of
@@ -66,13 +66,13 @@ SETTINGS: dict[str, type | tuple[type, ...]] = {
     "K": int, "policy": str, "cost": str, "C": (int, float), "updates": str,
     "rate": (int, float), "lead": (int, float, str), "q": int, "duration": (int, float),
     "r": int, "fps": (int, float), "commit": str, "commit_lead": (int, float),
-    "streams": int, "pools": str, "schedule": str, "discard": str,
+    "streams": int, "pools": str, "schedule": str, "discard": str, "bind": str,
     "playout_delay": (int, float), "decode": str, "deliver": str, "uplink": str,
     "replan_cost": str, "batch": str, "start": str, "dit_degree": int,
     "in_flight": int, "in_flight_policy": str, "cold_start": bool, "run_ahead": (int, float),
     "replan_at_cache_end": str,
 }
-SERVING = ("streams", "pools", "schedule", "discard", "playout_delay", "decode", "deliver",
+SERVING = ("streams", "pools", "schedule", "discard", "bind", "playout_delay", "decode", "deliver",
            "uplink", "replan_cost", "batch", "start", "dit_degree", "in_flight",
            "in_flight_policy", "cold_start")
 #: ``latsim simulate`` options a grid has no setting for, and why.

@@ -20,6 +20,7 @@ A TOML file holds the same settings (every key optional; flags override it)::
     start = "random"              # staggered | random | together
     schedule = "least-slack"      # fifo | least-slack | replan-first
     discard = "on-ready"          # on-start | on-ready
+    bind = "start"                # a queued job's condition: start (dispatch) | enqueue
     in_flight = 3                 # chunks one stream may have in flight (default 1)
     in_flight_policy = "flush"    # a new condition and chunks in flight: let-play | flush
     playout_delay = 0.08          # seconds; default: deliver's 0.99 quantile
@@ -54,7 +55,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from latsim.controller import DISCARD_MODES, IN_FLIGHT_POLICIES, MAX_IN_FLIGHT
+from latsim.controller import BIND_MODES, DISCARD_MODES, IN_FLIGHT_POLICIES, MAX_IN_FLIGHT
 from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_number
 from latsim.model.costs import CostModel
 from latsim.model.traces import read_toml
@@ -107,6 +108,7 @@ class ServingConfig:
     schedule: str = "fifo"
     start: str = "staggered"
     discard: str = "on-start"
+    bind: str = "enqueue"
     in_flight: int = 1
     in_flight_policy: str = "let-play"
     playout_delay: float | None = None
@@ -141,6 +143,7 @@ class ServingConfig:
         load_schedule(self.schedule)  # a plug-in that fails to import fails here
         for name, allowed in (("start", STARTS),
                               ("discard", DISCARD_MODES),
+                              ("bind", BIND_MODES),
                               ("in_flight_policy", IN_FLIGHT_POLICIES)):
             if getattr(self, name) not in allowed:
                 raise LatsimError(f"--{name.replace('_', '-')} must be one of "
@@ -215,7 +218,8 @@ class ServingConfig:
 
         return {
             "streams": self.streams, "pools": dict(self.pools), "schedule": self.schedule,
-            "start": self.start, "discard": self.discard, "cold_start": self.cold_start,
+            "start": self.start, "discard": self.discard, "bind": self.bind,
+            "cold_start": self.cold_start,
             "in_flight": self.in_flight, "in_flight_policy": self.in_flight_policy,
             "decode": spec(self.decode), "decode_pool": self.decode_pool,
             "deliver": spec(self.deliver), "uplink": spec(self.uplink),
@@ -264,7 +268,7 @@ def parse_batch(spec: str, max_size: int | None = None) -> Batching:
 
 
 #: TOML keys and what they hold (sections are checked separately).
-_TOP_KEYS = {"streams": int, "start": str, "schedule": str, "discard": str,
+_TOP_KEYS = {"streams": int, "start": str, "schedule": str, "discard": str, "bind": str,
              "playout_delay": (int, float), "cold_start": bool, "in_flight": int,
              "in_flight_policy": str}
 _SECTIONS = {"pools", "stages", "replan", "batch"}

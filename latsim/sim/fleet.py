@@ -36,7 +36,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-import simpy
 
 from latsim.controller import ControllerConfig
 from latsim.model.costs import CostModel
@@ -55,6 +54,7 @@ from latsim.run.fleet import (
 )
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunWindow
+from latsim.sim.clock import Clock
 from latsim.sim.serving import ServingNode, StreamInput, _Draining, _StreamPort
 
 #: ``inputs(segment_id, join, length, conditions)``: a segment's arrivals (``conditions``,
@@ -151,7 +151,7 @@ class _Fleet:
                  placement_rng: np.random.Generator) -> None:
         self.setup = setup
         self.planned = setup.mode == "sharded"
-        self.env = simpy.Environment()
+        self.env = Clock()
         self.inputs = inputs
         self.batch_rng = batch_rng
         self.placement_rng = placement_rng
@@ -667,7 +667,7 @@ def simulate_node_plan(setup: FleetSetup, node: int, plan: Sequence[PlannedSegme
     """Run one node of a sharded fleet on its own clock: each planned segment joins at its
     request time (its first chunk generated there with a cold start) and plays its length;
     the node's records end at the horizon."""
-    env = simpy.Environment()
+    env = Clock()
     serving = ServingNode(env, setup.cost, setup.node.serving, batch_rng, setup.records)
     serving.engine.tally_tasks(setup.horizon)
     ports: list[_StreamPort | None] = [None] * len(plan)

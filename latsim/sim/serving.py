@@ -53,42 +53,7 @@ from latsim.run.serving import (
     ViewerRecord,
 )
 from latsim.run.stream import RunRecords, RunWindow, StreamRun
-
-_NORMAL = simpy.events.NORMAL
-
-
-class _Call:
-    """A callback on the SimPy clock, lighter than a :class:`simpy.Timeout`: the two
-    attributes :meth:`simpy.Environment.step` reads of an event (``callbacks``, which it
-    only iterates, so one tuple may serve many; ``_ok``) and the value it carries.
-    :func:`_later` queues it under the key :meth:`simpy.Environment.schedule` gives a
-    timeout (its time, NORMAL priority, the next event id), so the events run in the order
-    ``env.timeout`` would give them, byte for byte. The serving model's ticks, timers and
-    device steps are most of its events, and a Timeout's construction was a fifth of a
-    tick's cost."""
-
-    __slots__ = ("callbacks", "_ok", "value")
-
-    def __init__(self, callbacks: tuple[Callable[[_Call], None], ...], value: object) -> None:
-        self.callbacks = callbacks
-        self._ok = True
-        self.value = value
-
-
-def _later(env: simpy.Environment, delay: float, callback: Callable[[_Call], None],
-           value: object = None) -> None:
-    """Call ``callback(event)`` ``delay`` (≥ 0) from now, as
-    ``env.timeout(delay, value).callbacks.append(callback)`` would."""
-    _later_each(env, delay, (callback,), value)
-
-
-def _later_each(env: simpy.Environment, delay: float,
-                callbacks: tuple[Callable[[_Call], None], ...], value: object) -> None:
-    """Call each of ``callbacks`` ``delay`` from now, as :func:`_later` does one (a stream
-    makes its ticks' tuple once)."""
-    heapq.heappush(env._queue,  # type: ignore[attr-defined]
-                   (env._now + delay, _NORMAL, next(env._eid),  # type: ignore[attr-defined]
-                    _Call(callbacks, value)))
+from latsim.sim.clock import NORMAL, Call, Clock
 
 
 @dataclass(frozen=True)
@@ -171,7 +136,7 @@ class _PipelinePool:
             rounds = math.ceil((env.now - self._anchor) / self.round - 1e-9)
             at = max(self._anchor + rounds * self.round, self._last_entry + self.round)
         self._entry_pending = True
-        _later(env, max(0.0, at - env.now), self._enter)
+        env.call_later(max(0.0, at - env.now), (self._enter,))
 
     def _enter(self, _: object) -> None:
         self._entry_pending = False
@@ -184,7 +149,7 @@ class _PipelinePool:
         self.in_flight[batch_id] = (task, now)
         if task.first and task.job_id:
             task.port.job_started(task.job_id, now, task.duration, now > task.t_enqueue)
-        _later(engine.env, task.duration, lambda _, b=batch_id: self._leave(b))
+        engine.env.call_later(task.duration, (lambda _, b=batch_id: self._leave(b),))
         self._plan()
 
     def _leave(self, batch_id: int) -> None:
@@ -224,7 +189,7 @@ class _Pool:
             # with batching, tasks queued at the same instant form one batch: dispatch once
             # the instant's other events have run (a zero-delay event)
             self._dispatch_pending = True
-            _later(self.engine.env, 0.0, self._deferred_dispatch)
+            self.engine.env.call_later(0.0, (self._deferred_dispatch,))
 
     def _deferred_dispatch(self, _: object) -> None:
         self._dispatch_pending = False
@@ -254,7 +219,7 @@ class _Pool:
 class _Engine:
     """The pools and the bookkeeping of tasks shared by all streams."""
 
-    def __init__(self, env: simpy.Environment, config: ServingConfig,
+    def __init__(self, env: Clock, config: ServingConfig,
                  batch_rng: np.random.Generator, generator: StagedGenerator) -> None:
         self.env = env
         self.config = config
@@ -348,7 +313,7 @@ class _Engine:
         if took == 0 and not batch[0].first:
             done()  # no SimPy event: see the module docstring
         else:
-            _later(env, took, done)
+            env.call_later(took, (done,))
 
 
 class _StreamPort:
@@ -378,6 +343,7 @@ class _StreamPort:
         self.closed = False  # the stream left (a fleet's session): its events do nothing
         self.hold_until = -math.inf  # no job starts before this (a fleet's migration)
         self._tick_callbacks = (self._on_tick,)
+        self._timer_callbacks = (self._on_timer,)
         self._arrival_callbacks = (self._on_arrival,)
         self._arrivals: list[tuple[float, int, int, float]] = []  # latest first (start_playback)
 
@@ -398,27 +364,26 @@ class _StreamPort:
     def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
         delay = max(0.0, at + self.origin - self.env.now)
         if type(event) is SlotDue:
-            _later_each(self.env, delay, self._tick_callbacks, event.position)
+            self.env.call_later(delay, self._tick_callbacks, event.position)
         else:
-            _later(self.env, delay, self._on_timer, event)
+            self.env.call_later(delay, self._timer_callbacks, event)
 
-    def _on_timer(self, timer: _Call) -> None:
+    def _on_timer(self, timer: Call) -> None:
         self.deliver(timer.value)
 
-    def _on_tick(self, timer: _Call) -> None:
+    def _on_tick(self, timer: Call) -> None:
         """A tick (its value the slot's position): the controller's fast path when it only
         plays its slot (the same commands, carried out here), else the tick as an event."""
         if self.closed:
             return
         position, ctrl, env, origin = timer.value, self._ctrl, self.env, self.origin
-        now = env._now - origin  # type: ignore[attr-defined]
+        at = env.now
+        now = at - origin
         if ctrl.play_tick(position, now):
             self._show(position, now)
-            # schedule()'s timer, the next tick, with _later_each inlined (a call a tick)
-            at, ids = env._now, env._eid  # type: ignore[attr-defined]
-            heapq.heappush(env._queue,  # type: ignore[attr-defined]
-                           (at + max(0.0, ctrl.next_due + origin - at), _NORMAL, next(ids),
-                            _Call(self._tick_callbacks, position + 1)))
+            # schedule()'s timer: the next tick
+            env.call_later(max(0.0, ctrl.next_due + origin - at), self._tick_callbacks,
+                           position + 1)
         else:
             self.run.deliver(SlotDue(position), now)
 
@@ -432,7 +397,6 @@ class _StreamPort:
         them (a fleet's exact mode: every session's)."""
         env = self.env
         window, uplink = self.run.window, self.serving.uplink
-        ids = env._eid  # type: ignore[attr-defined]
         arrivals = []
         for t in self.inputs.trace.times:
             if t < window.duration:
@@ -440,7 +404,7 @@ class _StreamPort:
                 delay = arrives + self.origin - env.now
                 if delay < 0:
                     raise ValueError(f"Negative delay {delay}")  # as simpy.Timeout says
-                arrivals.append((env.now + delay, _NORMAL, next(ids), t))
+                arrivals.append((env.now + delay, NORMAL, env.take_id(), t))
         arrivals.sort(reverse=True)  # the earliest last: popped first
         self._arrivals = arrivals
         self._queue_arrival()
@@ -449,10 +413,9 @@ class _StreamPort:
     def _queue_arrival(self) -> None:
         if self._arrivals:
             at, priority, eid, sent = self._arrivals.pop()
-            heapq.heappush(self.env._queue,  # type: ignore[attr-defined]
-                           (at, priority, eid, _Call(self._arrival_callbacks, sent)))
+            self.env.call_at(at, priority, eid, self._arrival_callbacks, sent)
 
-    def _on_arrival(self, arrival: _Call) -> None:
+    def _on_arrival(self, arrival: Call) -> None:
         self._queue_arrival()
         self._condition(arrival.value)  # type: ignore[arg-type]
 
@@ -578,7 +541,7 @@ class ServingNode:
     stream that leaves before the run ends goes with :meth:`close`; :meth:`records` collects
     what the node recorded."""
 
-    def __init__(self, env: simpy.Environment, cost: CostModel, serving: ServingConfig,
+    def __init__(self, env: Clock, cost: CostModel, serving: ServingConfig,
                  batch_rng: np.random.Generator, records: str = "all") -> None:
         self.env = env
         self.serving = serving
@@ -682,7 +645,7 @@ def simulate_serving(
     own = list(configs) if configs is not None else [config] * len(streams)
     windows = [RunWindow.for_config(c, duration, drain) for c in own]
     window = max(windows, key=lambda w: w.limit)
-    env = simpy.Environment()
+    env = Clock()
     node = ServingNode(env, cost, serving, batch_rng, records)
     ports = [node.add(own[index], windows[index], inputs)
              for index, inputs in enumerate(streams)]
@@ -735,7 +698,7 @@ class _Draining:
         return False
 
 
-def _cold_starts(env: simpy.Environment, node: ServingNode, ports: list[_StreamPort]
+def _cold_starts(env: Clock, node: ServingNode, ports: list[_StreamPort]
                  ) -> simpy.Event:
     """Each stream's first chunk is generated on the pools when it joins; its playback
     starts when that chunk is ready. Returns the event of the last stream starting."""

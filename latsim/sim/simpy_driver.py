@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 from itertools import count
 
 import numpy as np
 import simpy
-from simpy.events import NORMAL, URGENT
 
 from latsim.controller import (
     ConditionArrived,
@@ -33,50 +32,7 @@ from latsim.errors import LatsimError
 from latsim.model.costs import CostModel
 from latsim.model.traces import Trace
 from latsim.run.stream import RunRecords, RunWindow, StreamRun
-
-
-class _Environment(simpy.Environment):
-    """SimPy's environment, plus scheduling at an absolute time and moving a timer.
-
-    SimPy schedules by delay (``now + delay``); :meth:`timeout_at` pushes an exact time onto
-    the same queue the way :meth:`simpy.Environment.schedule` does (time, priority, event
-    id), so ties still resolve in scheduling order. :meth:`reschedule` moves a timer that
-    has not fired, and :meth:`peek_besides` is the next event time but for one. These read
-    SimPy 4's queue layout (``simpy<5`` is pinned); the queue stays a handful of entries
-    long (the arrivals are scheduled one at a time, the stream's timers share one), so a
-    linear search is cheap.
-    """
-
-    def timeout_at(self, at: float, priority: int = NORMAL) -> simpy.Event:
-        if at < self.now:
-            raise ValueError(f"{at!r} is in the past (now {self.now!r})")
-        event = simpy.Event(self)
-        event._ok = True
-        event._value = None
-        heappush(self._queue, (at, priority, next(self._eid), event))
-        return event
-
-    def reschedule(self, event: simpy.Event, at: float) -> None:
-        """Move a scheduled, unfired ``event`` to ``at`` exactly, ordered as if scheduled
-        now (a new event id)."""
-        if at < self.now:
-            raise ValueError(f"{at!r} is in the past (now {self.now!r})")
-        queue = self._queue
-        for index, entry in enumerate(queue):
-            if entry[3] is event:
-                queue[index] = (at, entry[1], next(self._eid), event)
-                heapify(queue)
-                return
-        raise ValueError("the event is not scheduled")
-
-    def peek_besides(self, event: simpy.Event | None) -> float:
-        """The time of the next scheduled event other than ``event``."""
-        queue = self._queue
-        if not queue:
-            return math.inf
-        if queue[0][3] is not event:
-            return queue[0][0]
-        return min((entry[0] for entry in queue[1:3]), default=math.inf)  # root's children
+from latsim.sim.clock import URGENT, Clock
 
 
 class _SimPyPort:
@@ -102,7 +58,7 @@ class _SimPyPort:
     expects it.
     """
 
-    def __init__(self, env: _Environment, cost: CostModel, K: int,  # noqa: N803
+    def __init__(self, env: Clock, cost: CostModel, K: int,  # noqa: N803
                  rng: np.random.Generator, delta: float) -> None:
         self.env = env
         self.cost = cost
@@ -251,7 +207,7 @@ def simulate_trace(
                           "the flush policy, need the serving model (--pools; one stream on "
                           "one dedicated device is this model)")
     window = RunWindow.for_config(config, duration, drain)
-    env = _Environment()
+    env = Clock()
     port = _SimPyPort(env, cost, config.timing.K, rng, config.timing.delta)
     run = port.run = StreamRun(config, window, port, on_record, records)
 
