@@ -649,4 +649,5 @@ def test_the_documented_fleet_numbers_are_the_committed_tables():
     assert all(f"A ≈ {float(r['A']):.2f}" in readme for r in spec)
     tight = {int(r["nodes_needed"]) for r in policy
              if r["policy"] == "speculative" and float(r["slo_l95"]) == 3.0}
-    assert tight == {4} and "the speculative fleet needs 4" in readme
+    (needed,) = tight
+    assert f"the speculative fleet needs {needed}" in readme

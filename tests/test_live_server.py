@@ -200,6 +200,7 @@ def test_malformed_and_foreign_messages_get_errors_and_the_server_keeps_serving(
             await ws.send(json.dumps({"type": "hello", "K": 4, "duration": 2}))
             ready = json.loads(await ws.recv())
             assert ready["type"] == "ready"
+            assert ready["bind"] == "start"  # a queued job takes its condition at dispatch
             await ws.send(json.dumps({"type": "condition", "cid": 0, "session": "s999"}))
             while True:
                 message = await ws.recv()

@@ -279,7 +279,7 @@ class ControllerConfig:
     in_flight_policy: str = "let-play"
     run_ahead: float = 0.0
     replan_at_cache_end: str = "defer"
-    bind: str = "enqueue"
+    bind: str = "start"
 
     def __post_init__(self) -> None:
         self.policy.commit_unit(self.timing.K)

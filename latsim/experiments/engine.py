@@ -169,7 +169,7 @@ class Cell:
     in_flight_policy: str = "let-play"
     run_ahead: float = 0.0
     replan_at_cache_end: str = "defer"
-    bind: str = "enqueue"
+    bind: str = "start"
 
     @property
     def config(self) -> ControllerConfig:

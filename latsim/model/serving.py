@@ -108,7 +108,7 @@ class ServingConfig:
     schedule: str = "fifo"
     start: str = "staggered"
     discard: str = "on-start"
-    bind: str = "enqueue"
+    bind: str = "start"
     in_flight: int = 1
     in_flight_policy: str = "let-play"
     playout_delay: float | None = None
