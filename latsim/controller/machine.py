@@ -37,6 +37,8 @@ from latsim.errors import LatsimError
 
 #: Tolerance for comparing times that are sums of floats (slot starts, job ends).
 EPS = 1e-9
+#: With ``forget_jobs``, how many job records wait before the done ones are forgotten.
+FORGET_JOBS_AT = 64
 
 
 class State(enum.Enum):
@@ -358,7 +360,7 @@ class Controller:
 
     def __init__(
         self, config: ControllerConfig, on_record: Callable[[object], None] | None = None,
-        slots: SlotLog | None = None,
+        slots: SlotLog | None = None, forget_jobs: bool = False,
     ) -> None:
         self.config = config
         self._K = config.timing.K
@@ -396,6 +398,9 @@ class Controller:
 
         self.conditions: list[ConditionRecord] = []
         self.jobs: list[JobRecord] = []
+        # forget the records of jobs no condition can resolve to any more (a driver that
+        # keeps no job table): memory in O(1) per stream, not O(jobs)
+        self._forget_jobs = forget_jobs
         self.slots = SlotLog() if slots is None else slots
         self._fold_slots = isinstance(self.slots, SlotTally)
         self.stalls: list[StallRecord] = []
@@ -787,6 +792,8 @@ class Controller:
         if self._eager:
             self._locked_end = max(self._locked_end, self._cache_end)
         self._emit(record)
+        if self._forget_jobs and len(self.jobs) >= FORGET_JOBS_AT:
+            self._forget_done_jobs()
         if self._stalled_since is not None and self._next_pos in self._cache:
             if now - self._stalled_since > EPS:  # shorter ones are float rounding, not stalls
                 self._emit(StallRecord(self._next_pos, self._stalled_since, now, False))
@@ -834,6 +841,12 @@ class Controller:
             else:
                 still_open.append(cond)
         self._open = still_open
+
+    def _forget_done_jobs(self) -> None:
+        """Keep the prebuffer's record (its K) and those of jobs with positions cached: a
+        condition resolves only to the job of a slot it plays, and those are all cached."""
+        cached = {job_id for _, job_id in self._cache.values()}
+        self.jobs[1:] = [job for job in self.jobs[1:] if job.job_id in cached]
 
     def _job_record(self, job_id: int) -> JobRecord:
         # jobs finish in id order with a single worker; search from the end

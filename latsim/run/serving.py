@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from functools import cached_property
 
 from latsim.controller.records import record
 from latsim.model.serving import DIT_POOL
@@ -135,9 +136,14 @@ class ServingRecords:
         return {stage: list(waits) for stage, waits in self._tally().waits.items()}
 
     def _tally(self) -> TaskTally:
-        """The run's task tally: the one it made as it ran, or one of its kept records."""
+        """The run's task tally: the one it made as it ran, or one of its kept records
+        (made once: the summary reads it for busy time and for waits)."""
         if self.task_tally is not None:
             return self.task_tally
+        return self._tally_of_tasks
+
+    @cached_property
+    def _tally_of_tasks(self) -> TaskTally:
         tally = TaskTally(self.pools, self.dit_degree, self.window_end)
         for task in self.tasks:
             tally.add(task)

@@ -89,7 +89,8 @@ class RunRecords:
     status: str = COMPLETE
     #: what was kept (:data:`~latsim.controller.records.RECORD_LEVELS`); below ``all``,
     #: ``slots`` is a :class:`~latsim.controller.records.SlotTally`, ``busy`` is empty and
-    #: ``busy_tally`` holds what the summary needs of it
+    #: ``busy_tally`` holds what the summary needs of it; at ``none``, ``jobs`` holds only
+    #: the prebuffer's record and those of the last jobs (the others were forgotten)
     records: str = "all"
     busy_tally: BusyTally | None = None
 
@@ -209,8 +210,10 @@ class StreamRun:
         self.window = window
         self.records = records
         keep = records == "all"
+        # "none" keeps no job table: the controller forgets done jobs' records
         self.controller = Controller(config, on_record=on_record,
-                                     slots=None if keep else SlotTally(window.duration))
+                                     slots=None if keep else SlotTally(window.duration),
+                                     forget_jobs=records == "none" and on_record is None)
         # below "all": each job's interval is added up once it and every job started
         # before it are done (start order, as kept intervals are summed), then forgotten
         self._tally = None if keep else BusyTally()
