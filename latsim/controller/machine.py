@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from heapq import heappop, heappush
 from typing import Any, ClassVar
 
 from latsim.controller.policies import Policy
@@ -554,72 +553,6 @@ class Controller:
         self._next_pos = position
         self.played += played
         return played
-
-    def play_through(self, timers: list[list], horizon: float, order: Iterator[int],
-                     run_job: Callable[[StartJob, float], float]) -> float:
-        """Deliver the stream's own timers that fall strictly before ``horizon``, as a
-        simulating driver would one by one, without handing each back to it; returns the
-        time of the last one delivered (``-inf`` if none).
-
-        ``timers`` is the driver's heap (:mod:`heapq`) of ``[at, order, event]`` entries:
-        the ticks, wake-ups and job ends it has been asked for, ``event`` None for an entry
-        taken back; they are delivered in ``(at, order)`` order and new ones get
-        ``next(order)``. The driver promises what a single worker on a simulated clock
-        does: nothing but these timers reaches the controller before ``horizon``; a
-        wake-up or tick asked for at ``at`` from ``now`` fires at ``now + max(0, at −
-        now)``; a job started at ``now`` ends when ``run_job(command, now)`` (which also
-        books it) says; showing a slot takes nothing. Every event goes through the table
-        (:meth:`handle`'s dispatch), and the quiet ticks between two other timers are
-        played ahead (:meth:`play_ahead`), so the records are those of delivering each
-        timer as its own event, byte for byte (``tests/test_play_ahead.py``). The live
-        driver never calls it.
-        """
-        if self.config.pipelined:
-            raise RuntimeError("play_through runs one job at a time")
-        fire, decide = self._fire, self._decide
-        last = -math.inf
-        tick: list | None = None  # the pending tick's entry
-        for entry in timers:
-            if type(entry[2]) is SlotDue:
-                tick = entry
-        delta = self._delta
-        while timers:
-            entry = timers[0]
-            at, _, event = entry
-            if event is None:
-                heappop(timers)
-                continue
-            if not at < horizon:
-                break
-            heappop(timers)
-            kind = type(event)
-            if kind is SlotDue:
-                tick = None
-            out: list[Command] = []
-            fire(self._rows.get(kind, ()), event, at, out)
-            decide(at, out)
-            last = at
-            for command in out:
-                kind = type(command)
-                if kind is ScheduleWakeUp:
-                    timer = [at + max(0.0, command.at - at), next(order), command.event]
-                    if type(command.event) is SlotDue:
-                        tick = timer
-                    heappush(timers, timer)
-                elif kind is StartJob:
-                    heappush(timers, [run_job(command, at), next(order),
-                                      JobDone(command.job_id)])
-            if (tick is not None and tick[0] >= delta and tick[0] == self._next_due
-                    and tick[2].position == self._next_pos):
-                besides = horizon
-                for other in timers:
-                    if other[0] < besides and other is not tick and other[2] is not None:
-                        besides = other[0]
-                if self.play_ahead(besides):
-                    tick[2] = None
-                    tick = [self._next_due, next(order), SlotDue(self._next_pos)]
-                    heappush(timers, tick)
-        return last
 
     def finish(self, now: float) -> None:
         """End of run: close an open stall and record unresolved conditions as censored."""

@@ -18,7 +18,7 @@ method of the core. The run owns what they used to repeat:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -266,19 +266,6 @@ class StreamRun:
             return
         if ctrl.play_ahead(port.horizon()):  # type: ignore[attr-defined]
             port.move_tick(ctrl.next_due, ctrl.next_position)  # type: ignore[attr-defined]
-
-    def play_through(self, timers: list[list], horizon: float, order: Iterator[int],
-                     job_end: Callable[[StartJob, float], float]) -> float:
-        """Have the controller deliver the port's own timers before ``horizon`` itself
-        (:meth:`Controller.play_through`), noting each job it starts; ``job_end(job, now)``
-        is when the port's worker finishes it. Returns the time of the last timer."""
-        starts = self.job_starts
-
-        def run_job(job: StartJob, now: float) -> float:
-            starts[job.job_id] = now
-            return job_end(job, now)
-
-        return self.controller.play_through(timers, horizon, order, run_job)
 
     def job_ran(self, job_id: int, t_start: float, t_end: float) -> None:
         """The generator's own interval for a job (may differ from the controller's view)."""

@@ -10,7 +10,7 @@ time fractions are measured over ``[0, duration]``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from heapq import heappop, heappush
 from itertools import count
 
@@ -24,6 +24,7 @@ from latsim.controller import (
     Event,
     JobDone,
     PlaySlot,
+    ScheduleWakeUp,
     SlotDue,
     StartJob,
     WakeUp,
@@ -111,7 +112,7 @@ class _SimPyPort:
             if not at < limit:
                 break
             if self.play_through:
-                last = run.play_through(timers, limit, self._order, self._job_end)
+                last = _play_through(run, timers, limit, self._order, self._job_end)
                 if last > self.now:
                     self.now = last
                 self._tick = next((entry for entry in timers if type(entry[2]) is SlotDue),
@@ -177,6 +178,68 @@ class _SimPyPort:
                 self.env.timeout_at(following, URGENT).callbacks.append(arrive)
 
         self.env.timeout_at(next(pending), URGENT).callbacks.append(arrive)
+
+
+def _play_through(run: StreamRun, timers: list[list], horizon: float, order: Iterator[int],
+                  job_end: Callable[[StartJob, float], float]) -> float:
+    """Deliver the stream's own timers that fall strictly before ``horizon`` to its
+    controller, as the port would one SimPy step each, without a step for each; returns
+    the time of the last one delivered (``-inf`` if none).
+
+    ``timers`` is the port's heap of ``[at, order, event]`` entries (the ticks, wake-ups
+    and job ends asked for; ``event`` None for an entry taken back), delivered in ``(at,
+    order)`` order, new ones getting ``next(order)``. The port promises what a single
+    worker on a simulated clock does: nothing but these timers reaches the controller
+    before ``horizon``; a wake-up or tick asked for at ``at`` from ``now`` fires at
+    ``now + max(0, at − now)``; a job started at ``now`` ends when ``job_end(command,
+    now)`` (which also books it) says; showing a slot takes nothing. Every event goes
+    through :meth:`Controller.handle`, and the quiet ticks between two other timers are
+    played ahead (:meth:`Controller.play_ahead`), so the records are those of delivering
+    each timer as its own event, byte for byte (``tests/test_play_ahead.py``).
+    """
+    ctrl, starts = run.controller, run.job_starts
+    if ctrl.config.pipelined:
+        raise RuntimeError("play_through runs one job at a time")
+    handle, delta = ctrl.handle, ctrl.config.timing.delta
+    last = -math.inf
+    tick: list | None = None  # the pending tick's entry
+    for entry in timers:
+        if type(entry[2]) is SlotDue:
+            tick = entry
+    while timers:
+        entry = timers[0]
+        at, _, event = entry
+        if event is None:
+            heappop(timers)
+            continue
+        if not at < horizon:
+            break
+        heappop(timers)
+        if type(event) is SlotDue:
+            tick = None
+        last = at
+        for command in handle(event, at):
+            kind = type(command)
+            if kind is ScheduleWakeUp:
+                timer = [at + max(0.0, command.at - at), next(order), command.event]
+                if type(command.event) is SlotDue:
+                    tick = timer
+                heappush(timers, timer)
+            elif kind is StartJob:
+                starts[command.job_id] = at
+                heappush(timers, [job_end(command, at), next(order),
+                                  JobDone(command.job_id)])
+        if (tick is not None and tick[0] >= delta and tick[0] == ctrl.next_due
+                and tick[2].position == ctrl.next_position):
+            besides = horizon
+            for other in timers:
+                if other[0] < besides and other is not tick and other[2] is not None:
+                    besides = other[0]
+            if ctrl.play_ahead(besides):
+                tick[2] = None
+                tick = [ctrl.next_due, next(order), SlotDue(ctrl.next_position)]
+                heappush(timers, tick)
+    return last
 
 
 def simulate_trace(
