@@ -121,3 +121,18 @@ def test_a_folder_without_records_is_a_one_line_error(tmp_path):
     result = runner.invoke(app, ["export", "perfetto", str(tmp_path), "--out",
                                  str(tmp_path / "t.json")])
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_export_to_a_full_device_is_one_line_and_leaves_the_device(tmp_path):
+    """``--out /dev/full`` wrote a temporary file and renamed it over the device node."""
+    import os
+    import stat
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    run = _simulate(tmp_path / "small", "--K", "2", "--C", "0.2", "--duration", "3",
+                    "--seeds", "1")
+    result = runner.invoke(app, ["export", "perfetto", str(run), "--out", "/dev/full"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "latsim: error: /dev/full: No space left on device"
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,15 +11,23 @@ from latsim.errors import LatsimError
 from latsim.run.folder import FORMAT_VERSION, INCOMPLETE, read_run_folder, write_json
 
 
-def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path,
+                                                                           monkeypatch):
     target = tmp_path / "summary.json"
     write_json(target, {"a": 1})
     with pytest.raises(TypeError):
-        write_json(target, {"a": object()})  # not JSON: fails while writing the temporary
+        write_json(target, {"a": object()})  # not JSON: fails before the temporary
     blocker = tmp_path / "config.json"
-    blocker.mkdir()  # renaming a file onto a folder fails after the temporary was written
-    with pytest.raises(OSError):
+    blocker.mkdir()  # a folder is refused before anything is written
+    with pytest.raises(LatsimError, match="not a file"):
         write_json(blocker, {"b": 2})
+
+    def failing_replace(src, dst):  # noqa: ANN001, ANN202 - the rename fails after the write
+        raise OSError(28, "No space left on device", str(dst))
+
+    monkeypatch.setattr("latsim.run.folder.os.replace", failing_replace)
+    with pytest.raises(OSError, match="No space left"):
+        write_json(target, {"c": 3})
     assert json.loads(target.read_text()) == {"a": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "summary.json"]
 
@@ -42,3 +51,35 @@ def test_status_is_derived_from_what_the_folder_holds(tmp_path):
 def test_a_newer_format_is_refused_with_one_line(tmp_path):
     with pytest.raises(LatsimError, match="newer than this latsim reads"):
         _folder(tmp_path, {"format_version": FORMAT_VERSION + 1, "kind": "measured"})
+
+
+# ---------------------------------------------------------------- what --out may replace
+
+
+def test_json_output_never_replaces_what_is_not_its_own_file(tmp_path):
+    """A device or a pipe is written through and stays what it is; a symbolic link is
+    followed (the file it names is replaced, the link stays); a pipe with no reader and a
+    directory are one-line errors, not a hang or a replaced node."""
+    import os
+    import stat
+
+    write_json(Path(os.devnull), {"a": 1})
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    if os.path.exists("/dev/full"):
+        with pytest.raises(OSError, match="No space left") as caught:
+            write_json(Path("/dev/full"), {"a": 1})
+        assert caught.value.filename == "/dev/full"
+        assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("old")
+    link.symlink_to(real)
+    write_json(link, {"b": 2})
+    assert link.is_symlink() and json.loads(real.read_text()) == {"b": 2}
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(LatsimError, match="a named pipe with no reader"):
+        write_json(fifo, {})
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with pytest.raises(LatsimError, match="not a file"):
+        write_json(tmp_path, {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "pipe", "real.json"]

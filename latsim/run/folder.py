@@ -29,11 +29,13 @@ Folders written before the format had a version (no ``format_version``) read as 
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -135,15 +137,51 @@ def run_config(config: ControllerConfig, duration: float, kind: str, status: str
 
 
 def write_json(path: Path, payload: object) -> Path:
-    """Write JSON atomically: a reader sees the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Write JSON to ``path``, never replacing what is not a file of its own.
+
+    A regular file (or a new one) is written atomically: a reader sees the old file or the
+    new one, never half. A symbolic link is followed: the file it names is replaced and the
+    link stays a link. A character device or a named pipe (``/dev/stdout``, ``/dev/null``)
+    is written through, and stays what it is; a pipe with no reader is an error, not a
+    wait. Anything else (a directory, a socket) is refused with a one-line error."""
+    text = dumps(payload) + "\n"
+    target = Path(os.path.realpath(path))
     try:
-        tmp.write_text(dumps(payload) + "\n")
-        os.replace(tmp, path)
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+            _write_through(path, target, text)
+            return path
+        raise LatsimError(f"{path}: not a file (a directory, socket or other); give the path "
+                          "of a file to write")
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)  # leave the old file, and no half-written twin
         raise
     return path
+
+
+def _write_through(path: Path, target: Path, text: str) -> None:
+    """Write ``text`` to a character device or a named pipe as it is."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)  # a pipe with no reader: ENXIO
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise LatsimError(f"{path}: a named pipe with no reader") from None
+        raise
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "w", closefd=False) as out:
+            out.write(text)
+    except OSError as exc:  # e.g. /dev/full: say which path
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    finally:
+        os.close(fd)
 
 
 def write_records(run_dir: Path, runs: Iterable[tuple[tuple[str, int, int], RunRecords]],
