@@ -60,6 +60,8 @@ MIN_TRACE_DURATION = 1.0
 #: The largest trace or cost-table file read (bytes); read with a bound so that a device
 #: such as ``/dev/zero`` cannot hang a command.
 MAX_INPUT_BYTES = 64 * 2**20
+#: The largest run-folder record table read (bytes): a long run's own CSVs, not a device.
+MAX_RECORD_FILE_BYTES = 4 * 2**30
 
 # ---------------------------------------------------------------- work bounds
 

@@ -83,3 +83,56 @@ def test_json_output_never_replaces_what_is_not_its_own_file(tmp_path):
     with pytest.raises(LatsimError, match="not a file"):
         write_json(tmp_path, {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "pipe", "real.json"]
+
+
+# ---------------------------------------------------------------- inputs that are not files
+
+
+INPUTS = (("simulate", "--K", "4", "--C", "0.5", "--updates", "trace:{p}"),
+          ("simulate", "--K", "4", "--serving", "{p}"),
+          ("simulate", "--K", "4", "--cost", "table:{p}"),
+          ("simulate", "--K", "4", "--cost", "usp:{p}"),
+          ("fleet", "{p}"), ("grid", "{p}", "--out", "{d}/grid"),
+          ("traces", "validate", "{p}"), ("traces", "show", "{p}"))
+
+
+@pytest.mark.parametrize("args", INPUTS, ids=lambda a: " ".join(a[:2]) + " " + a[-1][:6])
+def test_a_named_pipe_given_as_input_is_refused_not_waited_on(tmp_path, args):
+    """A FIFO blocks whoever opens it for reading until a writer comes: every input path
+    refuses one (one line, exit 2 or the validator's 1) instead of hanging."""
+    import os
+    import subprocess
+    import sys
+
+    pipe = tmp_path / "input"
+    os.mkfifo(pipe)
+    argv = [a.format(p=pipe, d=tmp_path) for a in args]
+    done = subprocess.run([sys.executable, "-c", "from latsim.cli import main; main()", *argv],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode in (1, 2), done.stderr
+    said = done.stdout + done.stderr  # traces validate lists its problems on stdout
+    assert "a named pipe or socket, not a file" in said
+    assert "Traceback" not in said
+
+
+def test_a_run_folder_table_that_is_a_device_is_a_one_line_error(tmp_path):
+    """``ln -sf /dev/zero RUN/slots.csv`` read the endless device into memory."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from latsim.cli import app
+
+    runner = CliRunner()
+    run = tmp_path / "run"
+    result = runner.invoke(app, ["simulate", "--K", "4", "--C", "0.5", "--duration", "5",
+                                 "--seeds", "1", "--out", str(run)])
+    assert result.exit_code == 0, result.stderr
+    os.remove(run / "slots.csv")
+    os.symlink(os.devnull if not os.path.exists("/dev/zero") else "/dev/zero",
+               run / "slots.csv")
+    result = runner.invoke(app, ["plot", "timeline", str(run), "--out",
+                                 str(tmp_path / "t.png")])
+    assert result.exit_code == 2
+    assert result.stderr.strip().endswith("slots.csv: not a regular file (a device, pipe or "
+                                          "folder); not read")

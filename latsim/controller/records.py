@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+import stat
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -16,7 +18,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TypeVar, dataclass_transform, overload
 
-from latsim.errors import LatsimError
+from latsim.errors import MAX_RECORD_FILE_BYTES, LatsimError
 
 NAN = math.nan
 
@@ -400,10 +402,27 @@ def _parse(raw: str, kind: str) -> object:
     return raw
 
 
-def read_text(path: Path) -> str:
-    """A record or telemetry file's text; a file that is not UTF-8 is a one-line error."""
+def read_file_bytes(path: Path, limit: int = MAX_RECORD_FILE_BYTES) -> bytes:
+    """A record or run-folder file's bytes: a regular file of at most ``limit`` bytes.
+    Anything else (a device such as ``/dev/zero``, a named pipe, a larger file) is a
+    one-line error, not a hang or a ``MemoryError``; ``OSError`` passes through."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise LatsimError(f"{path}: not a regular file (a device, pipe or folder); not read")
+    if info.st_size > limit:
+        raise LatsimError(f"{path}: larger than {limit:,} bytes; not read")
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # it grew while being read
+        raise LatsimError(f"{path}: larger than {limit:,} bytes; not read")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_RECORD_FILE_BYTES) -> str:
+    """A record or telemetry file's text (:func:`read_file_bytes`); a file that is not
+    UTF-8 is a one-line error."""
     try:
-        return path.read_bytes().decode("utf-8")
+        return read_file_bytes(path, limit).decode("utf-8")
     except UnicodeDecodeError:
         raise LatsimError(f"{path}: not UTF-8 text (a damaged or foreign file)") from None
 

@@ -19,8 +19,11 @@ What counts as a trace (decided here, tested in ``tests/test_tracegen.py``):
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +46,9 @@ def read_bounded_text(path: str | Path, limit: int = MAX_INPUT_BYTES) -> str:
     ``UnicodeDecodeError`` pass through for the caller to word; a path the OS cannot take
     (a NUL byte) is an ``OSError`` too."""
     try:
+        mode = os.stat(path).st_mode  # a pipe would block the open: refuse it first
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise OSError(errno.EINVAL, "a named pipe or socket, not a file", str(path))
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
     except ValueError as exc:  # embedded NUL byte, unencodable name

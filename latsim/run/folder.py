@@ -49,10 +49,11 @@ from latsim.controller.records import (
     CsvRows,
     JobRecord,
     read_csv,
+    read_file_bytes,
     write_csv,
 )
 from latsim.controller.timing import Timing
-from latsim.errors import LatsimError
+from latsim.errors import MAX_INPUT_BYTES, LatsimError
 from latsim.model.traces import Trace, load_trace, write_trace
 from latsim.run.files import dumps
 from latsim.run.serving import SERVING_RECORD_TYPES, ServingRecords
@@ -251,7 +252,7 @@ def write_simulated_run(run_dir: Path, config: ControllerConfig, trace: Trace,
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        return json.loads(read_file_bytes(path, MAX_INPUT_BYTES).decode("utf-8"))
     except OSError as exc:
         raise LatsimError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
@@ -425,7 +426,7 @@ class RunFolder:
         if not path.exists():
             return pd.DataFrame()
         torn = self.records(table).torn if table in RECORD_TYPES else None
-        raw = path.read_bytes()
+        raw = read_file_bytes(path)
         if raw and not raw.endswith((b"\n", b"\r")):  # drop the torn last line
             raw = raw[:max(raw.rfind(b"\n"), raw.rfind(b"\r")) + 1]
         try:
@@ -447,8 +448,8 @@ def is_run_folder(path: Path) -> bool:
     if (path / "jobs.csv").is_file():
         return True
     try:
-        return json.loads(config.read_bytes()).get("records") == "none"
-    except (OSError, ValueError, AttributeError):
+        return json.loads(read_file_bytes(config, MAX_INPUT_BYTES)).get("records") == "none"
+    except (OSError, ValueError, AttributeError, LatsimError):
         return False
 
 
