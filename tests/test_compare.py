@@ -394,3 +394,12 @@ def _nan_slot(path: Path) -> None:
     lines = path.read_text().split("\n")
     lines[2] = lines[2].rsplit(",", 1)[0] + ",nan"
     path.write_text("\n".join(lines))
+
+
+def test_a_negative_seed_is_a_one_line_error():
+    """``latsim compare RUN --seed -1`` was a numpy traceback."""
+    root = Path(__file__).resolve().parent.parent / "results" / "compare" / "runs"
+    result = CliRunner().invoke(app, ["compare", str(root), "--seed", "-1"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == ("latsim: error: --seed must be an integer >= 0 and <= "
+                                     "9223372036854775807, got -1")

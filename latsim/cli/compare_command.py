@@ -39,9 +39,11 @@ def compare(
     """
     from latsim.analysis.compare import COMPARED, compare_runs
     from latsim.analysis.viewer_compare import client_runs, compare_client_runs
+    from latsim.errors import MAX_SEED, check_int
     from latsim.run.files import dumps, write_rows_csv
 
     output = output_format(fmt, as_json)
+    check_int("--seed", seed, 0, MAX_SEED)
     clients = client_runs(list(run_dirs))
     result = compare_runs(list(run_dirs), replications=replications, seed=seed,
                           allow_empty=bool(clients), max_events=max_events)

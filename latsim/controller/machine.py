@@ -677,12 +677,17 @@ class Controller:
             self._planned_version = self._latest_version
 
     def _rebinds(self, job: _RunningJob) -> bool:
-        """Whether ``job`` may take the newest version at its start: no live job behind it
-        (a later branch) already runs under an older one, so the versions along the
-        positions never decrease."""
-        return all(other.flushed_by is not None or other.branch < job.branch
-                   or other.version >= self._latest_version
-                   for other in self._running if other is not job)
+        """Whether ``job`` may take the newest version at its start: nothing behind it (a
+        later branch: a live job in flight, or positions a job that ended first cached)
+        carries an older one, so the versions along the positions never decrease. A
+        replan's own landing discards what is cached behind it (or its start did)."""
+        latest, end = self._latest_version, job.branch + self._K
+        return (all(other.flushed_by is not None or other.branch < job.branch
+                    or other.version >= latest
+                    for other in self._running if other is not job)
+                and (job.kind == "replan"
+                     or all(version >= latest for position, (version, _)
+                            in self._cache.items() if position >= end)))
 
     def _guard_last_job(self, event: JobDone, now: float) -> JobDone | None:
         return event if len(self._running) == 1 else None
