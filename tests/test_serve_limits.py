@@ -198,10 +198,12 @@ def test_a_token_server_refuses_viewers_without_it_and_a_foreign_origin():
                     await attempt(headers={"Authorization": "Bearer nope-nope"}),
                     await attempt("/?token=s3cret-token"), await attempt(headers=bearer),
                     await attempt(headers={**bearer, "Origin": "http://evil.example"}),
-                    await attempt(headers={**bearer, "Origin": "http://viewer.example"})]
+                    await attempt(headers={**bearer, "Origin": "http://viewer.example"}),
+                    # RFC 7235: the scheme is case-insensitive
+                    await attempt(headers={"Authorization": "bearer s3cret-token"})]
 
         outcomes = asyncio.run(all_of_them())
-    assert outcomes == [401, 401, 401, "ready", "ready", 403, "ready"]
+    assert outcomes == [401, 401, 401, "ready", "ready", 403, "ready", "ready"]
     assert built.refused >= 3
 
 

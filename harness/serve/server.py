@@ -228,9 +228,9 @@ class StreamServer:
         from urllib.parse import parse_qs, urlsplit
 
         given = parse_qs(urlsplit(request.path).query).get("token", [""])[-1]
-        header = request.headers.get("Authorization", "")
-        if header.startswith("Bearer "):
-            given = given or header[len("Bearer "):]
+        scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer":  # RFC 7235: the scheme is case-insensitive
+            given = given or credentials.strip()
         if hmac.compare_digest(given.encode(), token.encode()):
             return None
         self.refused += 1

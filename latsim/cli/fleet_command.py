@@ -152,7 +152,10 @@ def plan(
     output = output_format(fmt, as_json)
     slo = FleetSLO(slo_l95, slo_stall, slo_ttfc)
     run = override(load_fleet(fleet_file), seeds=seeds)
-    chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
+    chosen = tuple(p.strip() for p in policies.split(","))
+    if not all(chosen) or len(set(chosen)) != len(chosen):
+        raise LatsimError(f"--policies {policies[:60]!r}: give each policy once, "
+                          "comma-separated (baseline, speculative)")
     if out is not None:
         check_writable(out)
 

@@ -151,6 +151,13 @@ class Experiment:
         for name in self.policies:
             if name not in PRESETS:
                 raise LatsimError(f"unknown policy {name!r}; choose baseline or speculative")
+        if self.commit is not None and self.commit not in ("eager", "lazy"):
+            raise LatsimError(f"--commit: commit mode must be eager or lazy, got "
+                              f"{self.commit[:40]!r}")
+        if self.commit == "eager" and self.commit_lead:
+            raise LatsimError("--commit-lead locks latents before they play under lazy "
+                              "commit; eager commit locks a chunk when it is ready, so the "
+                              "lead would be ignored: drop one of them")
         overrides = self.q is not None or self.commit is not None or self.commit_lead
         if overrides and "speculative" not in self.policies:
             raise LatsimError("--q, --commit and --commit-lead modify the speculative policy; "
