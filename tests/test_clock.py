@@ -67,3 +67,18 @@ def test_reschedule_and_peek_besides():
     assert env.peek_besides(None) == 3.0
     env.reschedule(moving, 1.0)
     assert env.peek() == 1.0 and env.peek_besides(moving) == 3.0
+
+
+def test_ticks_run_after_every_other_event_of_their_instant_by_stream():
+    """The playout ticks' place in the order (docs/design.md §6): after the urgent and
+    normal events of their instant whenever those were scheduled, and among themselves by
+    stream index, so a driver may play a stream's quiet ticks late without moving them."""
+    env = Clock()
+    seen = []
+    env.call_tick_later(1.0, (lambda call: seen.append(call.value),), "tick of stream 2", 2)
+    env.call_tick_later(1.0, (lambda call: seen.append(call.value),), "tick of stream 0", 0)
+    env.call_later(1.0, (lambda call: seen.append(call.value),), "normal")
+    env.timeout_at(1.0, URGENT).callbacks.append(lambda _: seen.append("urgent"))
+    env.call_tick_later(0.5, (lambda call: seen.append(call.value),), "earlier tick", 5)
+    env.run()
+    assert seen == ["earlier tick", "urgent", "normal", "tick of stream 0", "tick of stream 2"]

@@ -9,14 +9,17 @@ and not as a silently different result.
 
 **The order of events** (docs/design.md §6, "Event order"). An event runs at its time; at
 one time, an ``URGENT`` event (a condition's arrival, a run's stop) before a ``NORMAL``
-one (a device step, a job's end, a wake-up, a playout tick), and among events of one time
-and priority, in the order they were scheduled: the event id each scheduling call takes
-(SimPy's key: ``(time, priority, id)``). Scheduling by delay sums ``now + delay`` in
-floating point, as :class:`simpy.Timeout` does; :meth:`Clock.timeout_at` schedules at an
-exact time instead. A driver that keeps some of its timers outside the queue (the
-single-stream driver's batches, the controller's quiet ticks) must deliver them in this
-order; ``tests/test_play_ahead.py`` and the serving model's reproduction of the single
-worker check that they do.
+one (a device step, a job's end, a wake-up), and among events of one time and priority,
+in the order they were scheduled: the event id each scheduling call takes (SimPy's key:
+``(time, priority, id)``). Playout ticks come last at their instant (priority
+:data:`TICK`), among themselves by stream index, then scheduling order (their id is
+``(stream, id)``): their place does not depend on when they were scheduled, so a driver
+may play a stream's quiet ticks when it next touches the stream without moving them.
+Scheduling by delay sums ``now + delay`` in floating point, as :class:`simpy.Timeout`
+does; :meth:`Clock.timeout_at` schedules at an exact time instead. A driver that keeps
+some of its timers outside the queue (the single-stream driver's batches, the
+controller's quiet ticks) must deliver them in this order; ``tests/test_play_ahead.py``
+and the serving model's reproduction of the single worker check that they do.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from heapq import heapify, heappush
 import simpy
 from simpy.events import NORMAL, URGENT
 
-__all__ = ["NORMAL", "URGENT", "Call", "Clock", "SIMPY_SERIES"]
+__all__ = ["NORMAL", "SIMPY_SERIES", "TICK", "URGENT", "Call", "Clock"]
 
 #: The SimPy major version whose queue layout :class:`Clock` reads (``simpy<5`` is pinned).
 SIMPY_SERIES = 4
+#: A playout tick's priority: after URGENT and NORMAL events of the same instant.
+TICK = NORMAL + 1
 
 
 class Call:
@@ -59,6 +64,13 @@ class Clock(simpy.Environment):
         (≥ 0) from now, in the order ``env.timeout(delay, value)`` with those callbacks
         would run them (the same key)."""
         heappush(self._queue, (self._now + delay, NORMAL, next(self._eid),
+                               Call(callbacks, value)))
+
+    def call_tick_later(self, delay: float, callbacks: tuple[Callable[[Call], None], ...],
+                        value: object, stream: int) -> None:
+        """:meth:`call_later` for a playout tick: after every other event of its instant,
+        and among ticks by ``stream`` (then scheduling order)."""
+        heappush(self._queue, (self._now + delay, TICK, (stream, next(self._eid)),
                                Call(callbacks, value)))
 
     def take_id(self) -> int:

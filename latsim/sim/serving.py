@@ -364,7 +364,7 @@ class _StreamPort:
     def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
         delay = max(0.0, at + self.origin - self.env.now)
         if type(event) is SlotDue:
-            self.env.call_later(delay, self._tick_callbacks, event.position)
+            self.env.call_tick_later(delay, self._tick_callbacks, event.position, self.index)
         else:
             self.env.call_later(delay, self._timer_callbacks, event)
 
@@ -382,8 +382,8 @@ class _StreamPort:
         if ctrl.play_tick(position, now):
             self._show(position, now)
             # schedule()'s timer: the next tick
-            env.call_later(max(0.0, ctrl.next_due + origin - at), self._tick_callbacks,
-                           position + 1)
+            env.call_tick_later(max(0.0, ctrl.next_due + origin - at), self._tick_callbacks,
+                                position + 1, self.index)
         else:
             self.run.deliver(SlotDue(position), now)
 

@@ -79,7 +79,7 @@ class _SimPyPort:
         self._tick: list | None = None  # the pending tick's entry in _timers
 
     def _push(self, at: float, event: Event) -> list:
-        entry = [at, next(self._order), event]
+        entry = [at, (type(event) is SlotDue, next(self._order)), event]
         heappush(self._timers, entry)
         if at < self._wake_at:
             self._wake_at = at
@@ -221,13 +221,14 @@ def _play_through(run: StreamRun, timers: list[list], horizon: float, order: Ite
         for command in handle(event, at):
             kind = type(command)
             if kind is ScheduleWakeUp:
-                timer = [at + max(0.0, command.at - at), next(order), command.event]
+                timer = [at + max(0.0, command.at - at),
+                         (type(command.event) is SlotDue, next(order)), command.event]
                 if type(command.event) is SlotDue:
                     tick = timer
                 heappush(timers, timer)
             elif kind is StartJob:
                 starts[command.job_id] = at
-                heappush(timers, [job_end(command, at), next(order),
+                heappush(timers, [job_end(command, at), (False, next(order)),
                                   JobDone(command.job_id)])
         if (tick is not None and tick[0] >= delta and tick[0] == ctrl.next_due
                 and tick[2].position == ctrl.next_position):
@@ -237,7 +238,7 @@ def _play_through(run: StreamRun, timers: list[list], horizon: float, order: Ite
                     besides = other[0]
             if ctrl.play_ahead(besides):
                 tick[2] = None
-                tick = [ctrl.next_due, next(order), SlotDue(ctrl.next_position)]
+                tick = [ctrl.next_due, (True, next(order)), SlotDue(ctrl.next_position)]
                 heappush(timers, tick)
     return last
 
