@@ -679,13 +679,13 @@ class Controller:
     def _rebinds(self, job: _RunningJob) -> bool:
         """Whether ``job`` may take the newest version at its start: nothing behind it (a
         later branch: a live job in flight, or positions a job that ended first cached)
-        carries an older one, so the versions along the positions never decrease. A
-        replan's own landing discards what is cached behind it (or its start did)."""
+        carries an older one, so the versions along the positions never decrease. Under
+        discard on-ready a replan's landing discards the old future cached behind it."""
         latest, end = self._latest_version, job.branch + self._K
         return (all(other.flushed_by is not None or other.branch < job.branch
                     or other.version >= latest
                     for other in self._running if other is not job)
-                and (job.kind == "replan"
+                and ((job.kind == "replan" and self._discard_on_ready)
                      or all(version >= latest for position, (version, _)
                             in self._cache.items() if position >= end)))
 
