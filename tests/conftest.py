@@ -1,6 +1,7 @@
 """Test configuration: hypothesis is derandomized in CI so a run is reproducible."""
 
 import os
+import signal
 
 from hypothesis import settings
 
@@ -11,3 +12,9 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # Every envelope a test makes says the same "created" (latsim honours SOURCE_DATE_EPOCH), so
 # two runs of one command print the same bytes; tests/test_output.py checks the clock itself.
 os.environ.setdefault("SOURCE_DATE_EPOCH", "1764547200")
+
+# A suite started in the background by a non-interactive shell inherits SIGINT ignored
+# (POSIX), which Python keeps and its children inherit: the tests of Ctrl-C handling would
+# then see no Ctrl-C. Take it back, as an interactive terminal or CI would have it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
