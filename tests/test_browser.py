@@ -159,6 +159,7 @@ def test_a_browser_session_replays_its_trace_and_meets_the_prediction(tmp_path):
     folder = read_run_folder(run)
     assert folder.config["kind"] == "client" and folder.config["status"] == "complete"
     assert folder.config["server_run"] == built.run_id and folder.config["r"] == 4
+    assert folder.config["bind"] == "start"  # as the server said: predicted like for like
     records = read_viewer_records(run)
     assert [c.status for c in records.conditions] == ["shown"] * len(TRACE)
     for c in records.conditions:
