@@ -373,8 +373,9 @@
       return {
         session: r.session ?? null, T: r.T ?? null, delta: r.delta ?? null,
         lead: r.lead ?? null, lead_source: r.lead_source ?? null, bind: r.bind ?? null,
-        schedule: r.schedule ?? null, generator: r.generator ?? null, server_run: r.server_run ?? null,
-        server_start: r.start ?? null, server_downlink: r.downlink ?? null,
+        schedule: r.schedule ?? null, generator: r.generator ?? null,
+        server_run: r.server_run ?? null, server_start: r.start ?? null,
+        server_downlink: r.downlink ?? null,
         drain: this.config.drain, offset: this.offset,
         offset_uncertainty: this.estimate ? this.estimate.uncertainty : null,
       };
