@@ -8,7 +8,11 @@ run's own measured one-way delays (``t_arrival − t_sent`` per condition, ``t_r
 t_start`` per slot, both with the offset the client used, so the two carry its error with opposite
 signs, as the live playout did). Conditions the server never acknowledged (lost, refused)
 are left out on both sides. Errors are ``100·(predicted − measured)/measured``; stall % is
-compared in percentage points (the viewer's: server stalls plus late slots).
+compared in percentage points (the viewer's: server stalls plus late slots). Beside each
+prediction, ``*_predicted_lo`` and ``*_predicted_hi``: the least and greatest value of the
+metric over the replications, each one run of the same conditions, so the spread one run
+shows by chance (a median of 19 conditions can move by a whole slot when one condition
+lands on the other side of a job start).
 
 A partial run (``status`` not ``complete``) is compared over the window it covers,
 ``[0, end_time]`` (a client killed outright has no ``end_time``: its last row's time), and
@@ -165,11 +169,22 @@ def predict_viewers(runs: list[ClientRun], replications: int = 20, seed: int = 0
         sims.append(simulate_serving(configs[0], cost, serving, streams, runs[0].window,
                                      np.random.default_rng(batch_seq), drain, configs))
     rows = per_stream_rows(sims)
+    one_run_rows = [per_stream_rows([sim]) for sim in sims]
     for index, row in enumerate(rows):
         row["viewer_stall_pct"] = row["stall_pct"] + row["client_stall_pct"]
         row["latencies"] = tuple(v.L for sim in sims for v in sim.viewer
                                  if v.stream == index and v.displayed)
+        for metric in VIEWER_COMPARED:
+            one_run = [_viewer_value(run[index], metric) for run in one_run_rows]
+            finite = [v for v in one_run if v is not None and math.isfinite(v)]
+            row[f"{metric}_band"] = (min(finite), max(finite)) if finite else (None, None)
     return rows
+
+
+def _viewer_value(row: dict, metric: str) -> float | None:
+    if metric == "viewer_stall_pct":
+        return row["stall_pct"] + row["client_stall_pct"]
+    return row[metric]
 
 
 def compare_client_run(run: ClientRun, predicted: dict, replications: int = 20,
@@ -183,6 +198,8 @@ def compare_client_run(run: ClientRun, predicted: dict, replications: int = 20,
     for metric in VIEWER_COMPARED:
         row[f"{metric}_measured"] = measured[metric]
         row[f"{metric}_predicted"] = predicted[metric]
+        row[f"{metric}_predicted_lo"], row[f"{metric}_predicted_hi"] = \
+            predicted[f"{metric}_band"]
         row[f"{metric}_err_pct"] = (None if metric.endswith("pct") else
                                     error_pct(measured[metric], predicted[metric]))
     row["viewer_stall_pct_abs_err"] = (predicted["viewer_stall_pct"]
