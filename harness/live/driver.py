@@ -393,9 +393,12 @@ class LiveDriver:
         worker.start()
         player.start()
         injector.start()
+        stopped_at = None
         try:
             interrupted = self._pump_events(run, pump, t0, events)
+            stopped_at = clock() - t0
         except KeyboardInterrupt as exc:  # off the main thread, or a second signal
+            stopped_at = clock() - t0
             interrupted = True
             self._stop_reason = self._stop_reason or (
                 SIGTERM if isinstance(exc, Terminated) else KEYBOARD_INTERRUPT)
@@ -408,7 +411,9 @@ class LiveDriver:
                 sys.setswitchinterval(old_switch)
                 for sig, handler in previous_handlers.items():
                     signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        end_time = max(clock() - t0, pump.last_now)
+        # the run ends when the pump stopped handling events, not after the worker's last
+        # job: the ticks due while a stop waited for that job were never handled
+        end_time = max(clock() - t0 if stopped_at is None else stopped_at, pump.last_now)
         return self._result(run, port, events, t0, t0_unix, end_time, interrupted,
                             worker_alive)
 
