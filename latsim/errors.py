@@ -77,6 +77,12 @@ DEFAULT_MAX_EVENTS = 20_000_000
 DEFAULT_MAX_TRACE_EVENTS = 1_000_000
 
 
+def short(text: object) -> str:
+    """``repr`` of a spec or name for a message, cut to a readable length."""
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "...'"
+
+
 def _shown(value: object) -> str:
     """``repr`` of a value, shortened for integers too long to read (or to convert)."""
     if isinstance(value, Integral) and not isinstance(value, bool):

@@ -622,6 +622,10 @@ def test_inputs_that_used_to_slip_through_are_one_line_errors(tmp_path, monkeypa
     cases = [
         (("simulate", "--K", "8", "--C", "0.5", "--updates", "poisson:١"), "ASCII digits"),
         (("simulate", "--K", "8", "--cost", "fixed:٠.٥"), "ASCII digits"),
+        (("simulate", "--K", "8", "--C", "١"), "ASCII digits"),  # click's float reads it
+        (("sweep", "--K=٨", "--C", "1"), "ASCII digits"),
+        (("simulate", "--K", "8", "--C", "0.5", "--streams", "2", "--lead", "١"),
+         "ASCII digits"),
         (("sweep", "--K", "4", "4", "8"), "--K repeats 4"),
         (("sweep", "--K", "4", "--out", ""), "--out is empty"),
         (("sweep", "--K", "4", "--out="), "--out is empty"),

@@ -41,7 +41,8 @@ from latsim.cli.app import app
 from latsim.errors import LatsimError
 from latsim.model.arrivals import parse_updates
 from latsim.model.traces import load_trace, validate_trace
-from latsim.plugins import load_cost
+from latsim.model.workload import parse_activity, parse_arrivals, parse_duration
+from latsim.plugins import available, load_cost
 from tests.helpers import envelope_of, row_of
 
 runner = CliRunner()
@@ -77,12 +78,23 @@ numbers = st.one_of(
     text,
 )
 
+#: Every registered cost prefix, with one to four numbers of any kind (its own count among
+#: them), so each prefix's reader meets every number the others meet.
 cost_specs = st.one_of(
-    st.builds(lambda kind, a: f"{kind}:{a}", st.sampled_from(["fixed", "table"]), numbers),
-    st.builds(lambda kind, a, b: f"{kind}:{a},{b}", st.sampled_from(["affine", "lognormal"]),
-              numbers, numbers),
+    st.builds(lambda kind, args: f"{kind}:{','.join(args)}",
+              st.sampled_from(available("costs")), st.lists(numbers, min_size=1, max_size=4)),
     st.sampled_from(["table:/dev/zero", "table:/", "table:", "fixed:", "affine:1",
-                     "lognormal:1,2,3", "gamma:1"]),
+                     "lognormal:1,2,3", "gamma:1", "usp:/dev/null@2", "sdvg:/"]),
+    text,
+)
+
+#: A fleet workload's session arrivals, durations and activity (:mod:`latsim.model.workload`).
+workload_specs = st.one_of(
+    st.builds(lambda kind, args: f"{kind}:{','.join(args)}",
+              st.sampled_from(["poisson", "mmpp", "population", "fixed", "exponential",
+                               "lognormal", "pareto", "active_idle"]),
+              st.lists(numbers, min_size=1, max_size=4)),
+    st.sampled_from(["curve:/dev/zero", "curve:/", "always", "poisson", "population:"]),
     text,
 )
 
@@ -208,9 +220,14 @@ def _check_model_numbers(model) -> None:
                                pytest.param(SLOW * 10, id="slow", marks=pytest.mark.slow)])
 def test_spec_parsers_return_a_model_or_one_latsim_error(n):
     @_tier(n)
-    @given(cost=cost_specs, updates=update_specs)
-    def check(cost: str, updates: str) -> None:
+    @given(cost=cost_specs, updates=update_specs, workload=workload_specs)
+    def check(cost: str, updates: str, workload: str) -> None:
         with bounded(hang_bound()):
+            for parse in (parse_arrivals, parse_duration, parse_activity):
+                try:
+                    parse(workload)
+                except LatsimError as exc:
+                    assert str(exc)
             try:
                 _check_model_numbers(load_cost(cost))
             except LatsimError as exc:

@@ -62,7 +62,7 @@ from latsim.cli.options import (
     serving_from_flags,
 )
 from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format, set_invocation
-from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
+from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError, short
 from latsim.formatting import fmt as _fmt
 
 #: Options that take several values after one flag (``--K 4 8 21``).
@@ -79,6 +79,23 @@ def _refuse_empty_paths(args: list[str]) -> None:
         given = value if sep else (args[i + 1] if i + 1 < len(args) else None)
         if given is not None and not given.strip():
             raise LatsimError(f"{option} is empty; name a file or folder")
+
+
+def _refuse_non_ascii_numbers(args: list[str]) -> None:
+    """A value that Python reads as a number but is not ASCII (``--C ١``, ``--K=٨``) is
+    refused: click's int and float options take other scripts' digits, and a typo then runs
+    with a number nobody wrote. Spec bodies (``fixed:١``) are the spec reader's
+    (:mod:`latsim.plugins.spec`)."""
+    for arg in args:
+        value = arg.partition("=")[2] if arg.startswith("--") else arg
+        if value.isascii():
+            continue
+        try:
+            float(value)
+        except ValueError:
+            continue
+        raise LatsimError(f"{short(value)} is a number in other digits than ASCII; write it "
+                          "with ASCII digits (0-9)")
 
 
 def _expand_multi_values(args: list[str]) -> list[str]:
@@ -186,6 +203,7 @@ class OneLineErrors(TyperGroup):
         set_invocation(argv)
         try:
             _refuse_empty_paths(argv)
+            _refuse_non_ascii_numbers(argv)
             code = super().main(args=_expand_multi_values(argv), prog_name=prog_name,
                                 complete_var=complete_var, standalone_mode=False, **extra)
             if code == 130:  # typer's own Exit(130) for an interrupt outside a command

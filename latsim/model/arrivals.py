@@ -22,6 +22,7 @@ import numpy as np
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
 from latsim.model.traces import Trace, load_trace, trace_files
+from latsim.plugins.spec import number, short, split
 
 
 class ArrivalSource(Protocol):
@@ -47,6 +48,9 @@ class ArrivalSource(Protocol):
     # ``mean_conditions(duration, timing) -> float`` is the conditions a replication has on
     # average (the simulations' work bound counts them)
 
+
+#: How messages name an ``--updates`` spec.
+WHAT = "update spec"
 
 #: Replications of a random arrival process when ``--seeds`` is not given: the paper's
 #: workload has 30 traces per set.
@@ -177,37 +181,16 @@ class TraceArrivals:
         return Trace(source.name, times, duration, source.meta)
 
 
-def _short(text: str) -> str:
-    """``repr`` of a spec for a message, cut to a readable length."""
-    shown = repr(text)
-    return shown if len(shown) <= 60 else shown[:57] + "...'"
-
-
-def _number(spec: str, body: str) -> float:
-    if not body.isascii():  # float() reads other scripts' digits ("١" is 1.0)
-        raise LatsimError(f"update spec {_short(spec)}: {_short(body)} is not a number "
-                          "(write it with ASCII digits)")
-    try:
-        value = float(body)
-    except ValueError:
-        raise LatsimError(f"update spec {_short(spec)}: {_short(body)} is not a number") from None
-    if not math.isfinite(value):
-        raise LatsimError(f"update spec {_short(spec)}: value must be finite")
-    return value
-
-
 def parse_updates(spec: str) -> ArrivalSource:
     """Build an arrival source from a ``--updates`` spec (see the module docstring)."""
-    prefix, sep, body = spec.partition(":")
-    if not sep:
-        raise LatsimError(f"update spec {_short(spec)} needs the form KIND:ARG, e.g. poisson:0.1")
+    prefix, body = split(WHAT, spec, "poisson:0.1")
     if prefix == "poisson":
-        rate = _number(spec, body)
+        rate = number(WHAT, spec, body)
         if rate < 0:
             raise LatsimError(f"poisson rate must be >= 0 per second, got {rate}")
         return PoissonArrivals(rate)
     if prefix == "bernoulli":
-        p = _number(spec, body)
+        p = number(WHAT, spec, body)
         if not 0 <= p <= 1:
             raise LatsimError(f"bernoulli probability must be in [0, 1], got {p}")
         return BernoulliArrivals(p)
@@ -216,6 +199,6 @@ def parse_updates(spec: str) -> ArrivalSource:
     if prefix == "traces":
         return TraceArrivals(spec, tuple(load_trace(f) for f in trace_files(body)))
     raise LatsimError(
-        f"unknown update spec prefix {_short(prefix)}; use poisson:, bernoulli:, trace: or "
+        f"unknown update spec prefix {short(prefix)}; use poisson:, bernoulli:, trace: or "
         "traces:"
     )

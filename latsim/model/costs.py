@@ -34,11 +34,15 @@ import numpy as np
 from latsim.errors import MAX_CV, MAX_K, MAX_SECONDS, LatsimError
 from latsim.model.traces import read_input_file
 from latsim.plugins.protocols import CostModel
+from latsim.plugins.spec import numbers, whole
 
 __all__ = ["JOB_KINDS", "AffineCost", "CostModel", "FixedCost", "LognormalCost",
            "ParallelTableCost", "TableCost", "load_parallel_table", "load_table"]
 
 JOB_KINDS = ("refill", "replan")
+
+#: How messages name a cost model's ``PREFIX:ARGS`` spec.
+WHAT = "cost spec"
 
 
 def _check_seconds(name: str, value: float) -> float:
@@ -357,37 +361,19 @@ def load_parallel_table(path: str | Path, degree: int = 1) -> ParallelTableCost:
     return ParallelTableCost(str(path), tables, degree)
 
 
-def _numbers(spec: str, body: str, count: int) -> list[float]:
-    parts = body.split(",")
-    if len(parts) != count:
-        raise LatsimError(f"cost spec {_short(spec)} needs {count} comma-separated number(s)")
-    if not body.isascii():  # float() reads other scripts' digits ("١" is 1.0)
-        raise LatsimError(f"cost spec {_short(spec)}: write the numbers with ASCII digits")
-    try:
-        return [float(p) for p in parts]
-    except ValueError:
-        raise LatsimError(f"cost spec {_short(spec)}: not a number") from None
-
-
-def _short(text: str) -> str:
-    """``repr`` of a spec for a message, cut to a readable length."""
-    shown = repr(text)
-    return shown if len(shown) <= 60 else shown[:57] + "...'"
-
-
 def parse_fixed(args: str) -> FixedCost:
     """``fixed:C``: every job takes C seconds."""
-    return FixedCost(*_numbers(f"fixed:{args}", args, 1))
+    return FixedCost(*numbers(WHAT, f"fixed:{args}", args, 1))
 
 
 def parse_affine(args: str) -> AffineCost:
     """``affine:A,B``: C = A + B*K."""
-    return AffineCost(*_numbers(f"affine:{args}", args, 2))
+    return AffineCost(*numbers(WHAT, f"affine:{args}", args, 2))
 
 
 def parse_lognormal(args: str) -> LognormalCost:
     """``lognormal:MEAN,CV``."""
-    return LognormalCost(*_numbers(f"lognormal:{args}", args, 2))
+    return LognormalCost(*numbers(WHAT, f"lognormal:{args}", args, 2))
 
 
 def parse_table(args: str) -> TableCost:
@@ -398,7 +384,4 @@ def parse_table(args: str) -> TableCost:
 def parse_usp(args: str) -> ParallelTableCost:
     """``usp:PATH[@G]`` (:func:`load_parallel_table`, degree G, default 1)."""
     path, _, degree = args.rpartition("@") if "@" in args else (args, "", "1")
-    if not degree.isdigit():
-        raise LatsimError(f"cost spec {_short('usp:' + args)}: the degree after @ must be a "
-                          "whole number")
-    return load_parallel_table(path, int(degree))
+    return load_parallel_table(path, whole(WHAT, f"usp:{args}", degree))

@@ -41,9 +41,10 @@ from pathlib import Path
 import numpy as np
 
 from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_number
-from latsim.model.costs import JOB_KINDS, CostModel
+from latsim.model.costs import JOB_KINDS, WHAT, CostModel
 from latsim.model.traces import read_toml
 from latsim.plugins.protocols import Pipelined
+from latsim.plugins.spec import number, numbers, short, whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,15 +290,7 @@ class DraftVerifyCost:
 
 def parse_draftverify(body: str) -> DraftVerifyCost:
     """``draftverify:UNIT,CV,TAU``."""
-    spec = f"draftverify:{body}"
-    parts = body.split(",")
-    if len(parts) != 3:
-        raise LatsimError(f"cost spec {spec!r} needs UNIT,CV,TAU (three numbers)")
-    try:
-        unit, c_v, tau = (float(p) for p in parts)
-    except ValueError:
-        raise LatsimError(f"cost spec {spec!r}: not a number") from None
-    return DraftVerifyCost(unit, c_v, tau)
+    return DraftVerifyCost(*numbers(WHAT, f"draftverify:{body}", body, 3, "UNIT,CV,TAU"))
 
 
 # ---------------------------------------------------------------- Wave Forcing
@@ -379,11 +372,6 @@ def parse_waveforcing(body: str) -> WaveForcingCost:
     if len(parts) == 4:
         mode = parts.pop().strip()
     if len(parts) != 3:
-        raise LatsimError(f"cost spec {spec!r} needs ROUND,STEPS,VAE[,nf1c]")
-    try:
-        round_time, vae = float(parts[0]), float(parts[2])
-        steps = int(parts[1])
-    except ValueError:
-        raise LatsimError(f"cost spec {spec!r}: ROUND and VAE are seconds, STEPS a whole "
-                          "number") from None
-    return WaveForcingCost(round_time, steps, vae, mode)
+        raise LatsimError(f"{WHAT} {short(spec)} needs ROUND,STEPS,VAE[,nf1c]")
+    round_time, vae = number(WHAT, spec, parts[0]), number(WHAT, spec, parts[2])
+    return WaveForcingCost(round_time, whole(WHAT, spec, parts[1]), vae, mode)

@@ -60,6 +60,7 @@ from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_numb
 from latsim.model.costs import CostModel
 from latsim.model.traces import read_toml
 from latsim.plugins import Parallel, Pipelined, Staged, available, load_cost, load_schedule
+from latsim.plugins.spec import whole
 
 #: The pool DiT tasks run on (in groups of ``dit_degree`` devices).
 DIT_POOL = "dit"
@@ -243,12 +244,7 @@ def parse_pools(spec: str) -> tuple[tuple[str, int], ...]:
         if not sep or not name:
             raise LatsimError(f"--pools {spec!r}: write NAME=DEVICES, comma-separated, "
                               "e.g. dit=2,vae=1")
-        try:
-            count = int(size)
-        except ValueError:
-            raise LatsimError(f"--pools {spec!r}: {size!r} is not a whole number of "
-                              "devices") from None
-        pools.append((name.strip(), count))
+        pools.append((name.strip(), whole("--pools", spec, size)))
     return tuple(pools)
 
 
@@ -260,10 +256,7 @@ def parse_batch(spec: str, max_size: int | None = None) -> Batching:
         key, sep, value = rest.partition("=")
         if key.strip() != "max" or not sep:
             raise LatsimError(f"--batch {spec!r}: after the cost spec write ;max=B")
-        try:
-            size = int(value)
-        except ValueError:
-            raise LatsimError(f"--batch {spec!r}: max must be a whole number") from None
+        size = whole("--batch", spec, value)
     return Batching(load_cost(cost_spec), size if max_size is None else max_size)
 
 

@@ -30,37 +30,12 @@ import numpy as np
 
 from latsim.errors import MAX_DURATION, LatsimError
 from latsim.model.traces import read_input_file
+from latsim.plugins.spec import is_number, numbers, short, split
 
 #: Sessions one run may draw (the work bound of the sampler; a typo'd rate fails here).
 MAX_SESSIONS = 1_000_000
 #: Rows of a ``curve:`` file.
 MAX_CURVE_ROWS = 100_000
-
-
-def _short(text: str) -> str:
-    shown = repr(text)
-    return shown if len(shown) <= 60 else shown[:57] + "...'"
-
-
-def _numbers(what: str, spec: str, body: str, count: int) -> list[float]:
-    """``count`` comma-separated finite ASCII numbers of ``spec``."""
-    parts = body.split(",")
-    if len(parts) != count or not all(parts):
-        raise LatsimError(f"{what} {_short(spec)} needs {count} comma-separated number(s)")
-    values = []
-    for part in parts:
-        part = part.strip()
-        if not part.isascii():
-            raise LatsimError(f"{what} {_short(spec)}: {_short(part)} is not a number "
-                              "(write it with ASCII digits)")
-        try:
-            value = float(part)
-        except ValueError:
-            raise LatsimError(f"{what} {_short(spec)}: {_short(part)} is not a number") from None
-        if not math.isfinite(value):
-            raise LatsimError(f"{what} {_short(spec)}: numbers must be finite")
-        values.append(value)
-    return values
 
 
 # ---------------------------------------------------------------- durations
@@ -90,26 +65,22 @@ class DurationLaw:
 def parse_duration(spec: str) -> DurationLaw:
     """A session duration spec (see the module docstring)."""
     what = "duration spec"
-    if not isinstance(spec, str):
-        raise LatsimError(f"{what} must be text like lognormal:60,1.0, got {spec!r}")
-    kind, sep, body = spec.partition(":")
-    if not sep:
-        raise LatsimError(f"{what} {_short(spec)} needs the form KIND:ARGS, e.g. fixed:60")
+    kind, body = split(what, spec, "fixed:60")
     if kind in ("fixed", "exponential"):
-        (mean,) = _numbers(what, spec, body, 1)
+        (mean,) = numbers(what, spec, body, 1)
         shape = 0.0
     elif kind in ("lognormal", "pareto"):
-        mean, shape = _numbers(what, spec, body, 2)
+        mean, shape = numbers(what, spec, body, 2)
     else:
-        raise LatsimError(f"unknown {what} prefix {_short(kind)}; use fixed:, exponential:, "
+        raise LatsimError(f"unknown {what} prefix {short(kind)}; use fixed:, exponential:, "
                           "lognormal: or pareto:")
     if not 0 < mean <= MAX_DURATION:
-        raise LatsimError(f"{what} {_short(spec)}: the mean must be in (0, {MAX_DURATION:g}] "
+        raise LatsimError(f"{what} {short(spec)}: the mean must be in (0, {MAX_DURATION:g}] "
                           f"seconds, got {mean:g}")
     if kind == "lognormal" and not 0 <= shape <= 100:
-        raise LatsimError(f"{what} {_short(spec)}: CV must be in [0, 100], got {shape:g}")
+        raise LatsimError(f"{what} {short(spec)}: CV must be in [0, 100], got {shape:g}")
     if kind == "pareto" and not 1 < shape <= 100:
-        raise LatsimError(f"{what} {_short(spec)}: ALPHA must be in (1, 100] (a finite "
+        raise LatsimError(f"{what} {short(spec)}: ALPHA must be in (1, 100] (a finite "
                           f"mean), got {shape:g}")
     return DurationLaw(spec, kind, mean, shape)
 
@@ -173,14 +144,14 @@ class SessionArrivals:
 
 def _check_count(count: int, spec: str) -> None:
     if count > MAX_SESSIONS:
-        raise LatsimError(f"arrivals {_short(spec)} draw more than {MAX_SESSIONS:,} sessions "
+        raise LatsimError(f"arrivals {short(spec)} draw more than {MAX_SESSIONS:,} sessions "
                           "in the run; lower the rate or the duration")
 
 
 def _curve(spec: str, path: str) -> tuple[tuple[float, float], ...]:
     text = read_input_file(path, "arrival curve")
     rows = [row for row in csv.reader(io.StringIO(text)) if row and any(c.strip() for c in row)]
-    if rows and not _is_number(rows[0][0]):
+    if rows and not is_number(rows[0][0]):
         rows = rows[1:]  # a header
     if not rows:
         raise LatsimError(f"{path}: an arrival curve needs rows of t,rate")
@@ -190,7 +161,7 @@ def _curve(spec: str, path: str) -> tuple[tuple[float, float], ...]:
     for number, row in enumerate(rows, 1):
         if len(row) != 2:
             raise LatsimError(f"{path}: row {number}: expected t,rate, got {','.join(row)!r}")
-        t, rate = _numbers("arrival curve row", ",".join(row), ",".join(row), 2)
+        t, rate = numbers("arrival curve row", ",".join(row), ",".join(row), 2)
         if rate < 0 or t < 0:
             raise LatsimError(f"{path}: row {number}: t and rate must be >= 0")
         if pieces and t <= pieces[-1][0]:
@@ -202,44 +173,32 @@ def _curve(spec: str, path: str) -> tuple[tuple[float, float], ...]:
     return tuple(pieces)
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return text.strip().isascii()
-
-
 def parse_arrivals(spec: str) -> SessionArrivals:
     """A session arrival spec (see the module docstring)."""
     what = "arrivals spec"
-    if not isinstance(spec, str):
-        raise LatsimError(f"{what} must be text like poisson:0.5, got {spec!r}")
-    kind, sep, body = spec.partition(":")
-    if not sep:
-        raise LatsimError(f"{what} {_short(spec)} needs the form KIND:ARGS, e.g. poisson:0.5")
+    kind, body = split(what, spec, "poisson:0.5")
     if kind == "poisson":
-        (rate,) = _numbers(what, spec, body, 1)
+        (rate,) = numbers(what, spec, body, 1)
         if not 0 <= rate <= 1e4:
-            raise LatsimError(f"{what} {_short(spec)}: the rate must be in [0, 10000] "
+            raise LatsimError(f"{what} {short(spec)}: the rate must be in [0, 10000] "
                               f"sessions per second, got {rate:g}")
         return SessionArrivals(spec, kind, ((0.0, rate),))
     if kind == "curve":
         return SessionArrivals(spec, kind, _curve(spec, body))
     if kind == "mmpp":
-        r1, r2, m1, m2 = _numbers(what, spec, body, 4)
+        r1, r2, m1, m2 = numbers(what, spec, body, 4)
         if not (0 <= r1 <= 1e4 and 0 <= r2 <= 1e4):
-            raise LatsimError(f"{what} {_short(spec)}: rates must be in [0, 10000] per second")
+            raise LatsimError(f"{what} {short(spec)}: rates must be in [0, 10000] per second")
         if not (0 < m1 <= MAX_DURATION and 0 < m2 <= MAX_DURATION):
-            raise LatsimError(f"{what} {_short(spec)}: mean sojourns must be in (0, "
+            raise LatsimError(f"{what} {short(spec)}: mean sojourns must be in (0, "
                               f"{MAX_DURATION:g}] seconds")
         return SessionArrivals(spec, kind, ((r1, m1), (r2, m2)))
     if kind == "population":
         body = body.strip()
         if not (body.isascii() and body.isdigit()) or not 1 <= int(body) <= 16384:
-            raise LatsimError(f"{what} {_short(spec)}: N must be an integer in [1, 16384]")
+            raise LatsimError(f"{what} {short(spec)}: N must be an integer in [1, 16384]")
         return SessionArrivals(spec, kind, population=int(body))
-    raise LatsimError(f"unknown {what} prefix {_short(kind)}; use poisson:, curve:, mmpp: or "
+    raise LatsimError(f"unknown {what} prefix {short(kind)}; use poisson:, curve:, mmpp: or "
                       "population:")
 
 
@@ -282,12 +241,12 @@ def parse_activity(spec: str) -> Activity:
         return Activity(spec)
     kind, sep, body = spec.partition(":") if isinstance(spec, str) else ("", "", "")
     if kind != "active_idle" or not sep:
-        raise LatsimError(f"activity {_short(str(spec))} must be always or "
+        raise LatsimError(f"activity {short(str(spec))} must be always or "
                           "active_idle:ACTIVE_MEAN,IDLE_MEAN")
-    active, idle = _numbers("activity", spec, body, 2)
+    active, idle = numbers("activity", spec, body, 2)
     for name, value in (("ACTIVE_MEAN", active), ("IDLE_MEAN", idle)):
         if not 0 < value <= MAX_DURATION:
-            raise LatsimError(f"activity {_short(spec)}: {name} must be in (0, "
+            raise LatsimError(f"activity {short(spec)}: {name} must be in (0, "
                               f"{MAX_DURATION:g}] seconds, got {value:g}")
     return Activity(spec, active, idle)
 

@@ -54,6 +54,7 @@ from latsim.plugins.registry import (
     short,
     wrong_type,
 )
+from latsim.plugins.spec import split
 
 __all__ = [
     "ArrivalChecks", "CostFactory", "CostModel", "CountsConditions", "GeneratorConfig",
@@ -67,11 +68,7 @@ __all__ = [
 def load_cost(spec: str) -> CostModel:
     """The cost model of a ``PREFIX:ARGS`` spec (``--cost``, ``--decode``, ... and the
     serving and grid TOML files)."""
-    if not isinstance(spec, str):
-        raise LatsimError(f"a cost spec is text like fixed:1.6, got {type(spec).__name__}")
-    prefix, sep, args = spec.partition(":")
-    if not sep:
-        raise LatsimError(f"cost spec {short(spec)} needs the form KIND:ARGS, e.g. fixed:1.6")
+    prefix, args = split("cost spec", spec, "fixed:1.6")
     if prefix not in available("costs"):
         raise LatsimError(f"unknown cost spec prefix {short(prefix)}; registered: "
                           f"{', '.join(p + ':' for p in available('costs'))}")

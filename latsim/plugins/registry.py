@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from latsim.errors import LatsimError
+from latsim.errors import LatsimError, short
 
 #: The entry-point group of each kind of plug-in.
 GROUPS = {
@@ -146,9 +146,3 @@ def first_line(exc: BaseException) -> str:
     """The first line of an exception's message, for a one-line error."""
     text = str(exc).strip().splitlines()
     return text[0] if text else "(no message)"
-
-
-def short(text: str) -> str:
-    """``repr`` of a name or spec for a message, cut to a readable length."""
-    shown = repr(text)
-    return shown if len(shown) <= 60 else shown[:57] + "...'"
