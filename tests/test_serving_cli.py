@@ -85,7 +85,13 @@ def test_many_streams_write_records_with_a_stream_column(tmp_path):
     shown = viewer[viewer["displayed"]]
     # end-to-end L = uplink + server-side L + playout (+ client lateness)
     assert (shown["L"] >= shown["L_server"] + 0.01 - 1e-9).all()
-    assert len(pd.read_csv(tmp_path / "streams.csv")) == 2 * 3  # and its baseline twin
+    assert len(pd.read_csv(tmp_path / "streams.csv")) == 3  # the policy asked for, alone
+    assert set(conditions["policy"]) == {"speculative"}
+    # the baseline twin behind A, apart and labelled
+    twin = tmp_path / "baseline_twin"
+    assert json.loads((twin / "config.json").read_text())["twin_of"] == ["speculative"]
+    assert set(pd.read_csv(twin / "conditions.csv")["policy"]) == {"baseline"}
+    assert len(pd.read_csv(twin / "streams.csv")) == 3
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["serving"]["streams"] == 3 and config["serving"]["decode"] == "fixed:0.05"
 

@@ -703,26 +703,52 @@ def experiment_config(result: ExperimentResult) -> dict:
     }
 
 
-def write_experiment(result: ExperimentResult, out: Path) -> list[Path]:
+#: Where an experiment folder keeps the records of the baseline twin that a speculative
+#: run's A (work amplification) is measured against, when the baseline was not asked for.
+TWIN_FOLDER = "baseline_twin"
+
+
+def _twin(result: ExperimentResult) -> ExperimentResult:
+    """The baseline twin of ``result`` (run only to measure A) as an experiment of its own."""
+    p = result.plan
+    # the speculative policy's overrides (q, commit) do not apply to the baseline
+    plan = replace(p, experiment=replace(p.experiment, policies=("baseline",), q=None,
+                                         commit=None, commit_lead=0.0))
+    runs = {key: cell_runs for key, cell_runs in result.runs.items() if key[1] == "baseline"}
+    return ExperimentResult(plan, [_row(plan, cell, runs) for cell in p.cells
+                                   if cell.policy.name == "baseline"], runs)
+
+
+def write_experiment(result: ExperimentResult, out: Path,
+                     twin_of: list[str] | None = None) -> list[Path]:
     """Write an experiment folder (:mod:`latsim.run.folder`): ``config.json``,
     ``summary.json``/``.csv`` and one CSV per record type the experiment kept (none with
-    ``records="none"``; not the counted ones, :data:`COUNTED_TABLES`, below ``all``).
-    Returns the paths."""
+    ``records="none"``; not the counted ones, :data:`COUNTED_TABLES`, below ``all``), for
+    the policies asked for. The baseline twin that a speculative run alone is measured
+    against goes to :data:`TWIN_FOLDER`, an experiment folder of its own whose config says
+    ``twin_of``. Returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     config = experiment_config(result)
+    if twin_of:
+        config["twin_of"] = twin_of
     written = [write_json(out / "config.json", {**config, "status": RUNNING})]
+    asked = result.plan.experiment.policies
+    own = {key: cell_runs for key, cell_runs in result.runs.items() if key[1] in asked}
     runs = (((policy, K, index), run)
-            for (K, policy), cell_runs in result.runs.items()  # noqa: N806
+            for (K, policy), cell_runs in own.items()  # noqa: N806
             for index, run in enumerate(cell_runs))
     level, serving = result.plan.experiment.records, result.plan.experiment.serving
     if level != "none":
         writer = write_records if serving is None else write_serving_records
         written += writer(out, runs, () if level == "all" else COUNTED_TABLES)
+        if len(own) < len(result.runs):
+            written += write_experiment(_twin(result), out / TWIN_FOLDER,
+                                        twin_of=list(asked))
     if serving is not None:
         from latsim.analysis.serving import per_stream_rows
 
         streams = [{"policy": policy, "K": K, **row}
-                   for (K, policy), cell_runs in result.runs.items()  # noqa: N806
+                   for (K, policy), cell_runs in own.items()  # noqa: N806
                    for row in per_stream_rows(cell_runs)]
         write_rows_csv(out / "streams.csv", streams)
         written.append(out / "streams.csv")
