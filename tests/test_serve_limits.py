@@ -21,6 +21,7 @@ from harness.serve.config import ServerConfig  # noqa: E402
 from harness.serve.server import ServerThread, StreamServer  # noqa: E402
 from latsim.errors import LatsimError  # noqa: E402
 from latsim.plugins import GeneratorConfig  # noqa: E402
+from latsim.run.folder import read_run_folder  # noqa: E402
 
 
 def _server(**config) -> StreamServer:
@@ -124,11 +125,13 @@ def test_bad_limits_are_one_line_errors():
 
 def test_sigterm_sends_every_viewer_end_then_closes(tmp_path):
     """``latsim serve`` in its own process: SIGTERM ends each session with an ``end``
-    message and a normal close (1001), not an internal error (1011)."""
+    message and a normal close (1001), not an internal error (1011); the ``end`` message's
+    summary is the session folder's (both over the window the records cover)."""
     server = subprocess.Popen(
         [sys.executable, "-c", "import sys; from latsim.cli import main; "
          "sys.argv[0] = 'latsim'; main()", "serve", "--generator", "sleep", "--cost",
-         "fixed:0.05", "--K", "4", "--port", "0", "--warmup", "2"],
+         "fixed:0.05", "--K", "4", "--port", "0", "--warmup", "2",
+         "--out", str(tmp_path / "served")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         port = None
@@ -140,7 +143,8 @@ def test_sigterm_sends_every_viewer_end_then_closes(tmp_path):
         assert port is not None, server.stderr.read()
 
         async def two_then_term() -> list:
-            viewers = [asyncio.create_task(_hello(port, 30.0)) for _ in range(2)]
+            viewers = [asyncio.create_task(_session(port, 30.0, until_end=False, quiet_s=6.0))
+                       for _ in range(2)]
             await asyncio.sleep(1.5)  # both playing
             os.kill(server.pid, signal.SIGTERM)
             return await asyncio.gather(*viewers)
@@ -149,9 +153,15 @@ def test_sigterm_sends_every_viewer_end_then_closes(tmp_path):
         assert server.wait(30) == 0
     finally:
         server.kill()
-    for types, code, _ in outcomes:
+    for messages, code, _ in outcomes:
+        types = [m["type"] for m in messages]
         assert types[0] == "ready" and types[-1] == "end", types
         assert code == 1001
+        end = messages[-1]
+        assert end["status"] == "interrupted"
+        folder = read_run_folder(tmp_path / "served" / messages[0]["session"])
+        for key in ("stall_pct", "busy_pct", "L_mean", "n_conditions", "dit_calls"):
+            assert end["summary"][key] == folder.summary[key], key
     assert "latsim serve: stopped" in server.stderr.read()
 
 

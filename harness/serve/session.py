@@ -344,7 +344,7 @@ class Session:
         if result is None:
             return [Error(f"session {self.id} failed: no result").to_json(),
                     End(FAILED, "no result").to_json()]
-        summary = summarize([result.records]).as_dict()
+        summary = summarize([result.covered()]).as_dict()  # as summary.json: the covered window
         end = End(result.status, result.stop_reason, summary,
                   self.stream_to_server(result.end_time)).to_json()
         if result.status != FAILED:
