@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import numpy as np
+from hypothesis import strategies as st
 
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
@@ -240,3 +242,21 @@ duration = 20
 [axes]
 K = [4, 8]
 """
+
+
+# ---------------------------------------------------------------- fuzz strategies
+
+
+@functools.cache
+def time_step_strategy(K: int, delta: float, T: float) -> st.SearchStrategy[float]:  # noqa: N803
+    """A fuzz time step: 0, a multiple of half a slot (boundaries), or anything up to 2 T.
+    Cached: hypothesis validates a new strategy object on its first draw, and building
+    one per draw cost the controller fuzz a fifth of its time."""
+    return st.one_of(st.just(0.0), st.integers(1, 4 * K).map(lambda k: k * delta / 2),
+                     st.floats(0.0, 2 * T, allow_nan=False))
+
+
+@functools.cache
+def lateness_strategy(T: float) -> st.SearchStrategy[float]:  # noqa: N803
+    """How late a fuzzed timer fires: on time or by up to T."""
+    return st.one_of(st.just(0.0), st.floats(0.0, T))

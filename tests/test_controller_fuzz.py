@@ -63,6 +63,7 @@ Hypothesis settings come from the profile ``tests/conftest.py`` loads (derandomi
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, replace
@@ -95,6 +96,7 @@ from latsim.controller import (
 )
 from latsim.controller.policies import Policy
 from latsim.controller.timing import Timing
+from tests.helpers import lateness_strategy, time_step_strategy
 
 #: Rule steps per hypothesis example (a run of the driver).
 STEPS_PER_RUN = 40
@@ -242,11 +244,7 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
 
     def _dt(self, data, label: str) -> float:
         """A time step: 0, a multiple of half a slot (boundaries), or anything up to 2 T."""
-        return data.draw(st.one_of(
-            st.just(0.0),
-            st.integers(1, 4 * self.K).map(lambda k: k * self.delta / 2),
-            st.floats(0.0, 2 * self.timing.T, allow_nan=False),
-        ), label=label)
+        return data.draw(time_step_strategy(self.K, self.delta, self.timing.T), label=label)
 
     # ------------------------------------------------------------ rules
 
@@ -262,7 +260,7 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
     def timer_fires(self, data):
         """The earliest pending timer, on time (or now, if overdue) or late by any amount."""
         STEP_COUNT["steps"] += 1
-        late = data.draw(st.one_of(st.just(0.0), st.floats(0.0, self.timing.T)), label="late")
+        late = data.draw(lateness_strategy(self.timing.T), label="late")
         timer = self._pop_timer()
         self._handle(timer.event, max(self.now, timer.at) + late)
 
@@ -293,12 +291,8 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
         """JobDone for the running job, its duration drawn around the run's C scale."""
         STEP_COUNT["steps"] += 1
         assert self.running is not None
-        duration = data.draw(st.one_of(
-            st.just(self.c_scale),
-            st.floats(0.5, 1.5).map(lambda u: u * self.c_scale),
-            st.integers(0, 3 * self.K).map(lambda k: k * self.delta),
-            st.floats(0.0, 3 * self.timing.T, allow_nan=False),
-        ), label="C")
+        duration = data.draw(_job_time_strategy(self.c_scale, self.K, self.delta,
+                                                self.timing.T), label="C")
         at = max(self.now, self.running.t_start + duration)
         self._handle(JobDone(self.running.job.job_id), at)
 
@@ -576,6 +570,16 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
             self.ctrl.finish(self.now)
             assert all(not c.displayed or c.t_play >= c.t_arrival for c in self.ctrl.conditions)
             assert len(self.ctrl.conditions) == self.ctrl.latest_version
+
+
+# The rules' strategies are built once per machine setting (tests/helpers.py): building
+# them at every draw cost a fifth of the fuzz's time.
+@functools.cache
+def _job_time_strategy(c_scale: float, K: int, delta: float,  # noqa: N803
+                       T: float) -> st.SearchStrategy[float]:  # noqa: N803
+    return st.one_of(st.just(c_scale), st.floats(0.5, 1.5).map(lambda u: u * c_scale),
+                     st.integers(0, 3 * K).map(lambda k: k * delta),
+                     st.floats(0.0, 3 * T, allow_nan=False))
 
 
 def fuzz_settings(steps: int) -> settings:

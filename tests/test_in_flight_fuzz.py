@@ -26,6 +26,7 @@ After every event it checks, from the commands and the public views:
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -54,12 +55,19 @@ from latsim.controller import (
 )
 from latsim.controller.policies import Policy
 from latsim.controller.timing import Timing
+from tests.helpers import lateness_strategy, time_step_strategy
 from tests.test_controller_fuzz import TimerQueue, _Timer, tol
 
 STEPS_PER_RUN = 40
 STEPS = int(os.environ.get("LATSIM_IN_FLIGHT_FUZZ_STEPS", "3000"))
 COUNT = {"steps": 0, "flushed": 0, "out of order": 0}
 
+
+
+@functools.cache
+def _job_time_strategy(c_scale: float, T: float) -> st.SearchStrategy[float]:  # noqa: N803
+    """A job's time: the run's C scale, or anything up to 3 T (built once per setting)."""
+    return st.one_of(st.just(c_scale), st.floats(0.0, 3 * T, allow_nan=False))
 
 class InFlightMachine(TimerQueue, RuleBasedStateMachine):
     def __init__(self) -> None:
@@ -111,9 +119,7 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
     # ------------------------------------------------------------ rules
 
     def _dt(self, data) -> float:
-        return data.draw(st.one_of(st.just(0.0),
-                                   st.integers(1, 4 * self.K).map(lambda k: k * self.delta / 2),
-                                   st.floats(0.0, 2 * self.T, allow_nan=False)), label="dt")
+        return data.draw(time_step_strategy(self.K, self.delta, self.T), label="dt")
 
     @precondition(lambda self: self.ctrl is not None)
     @rule(data=st.data())
@@ -132,7 +138,7 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
     @precondition(lambda self: self.ctrl is not None and self.timers)
     @rule(data=st.data())
     def timer_fires(self, data):
-        late = data.draw(st.one_of(st.just(0.0), st.floats(0.0, self.T)), label="late")
+        late = data.draw(lateness_strategy(self.T), label="late")
         timer = self._pop_timer()
         self._handle(timer.event, max(self.now, timer.at) + late)
 
@@ -148,8 +154,7 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
         job_id = data.draw(st.sampled_from(sorted(self.running)), label="job")
         if job_id != min(self.running):
             COUNT["out of order"] += 1
-        duration = data.draw(st.one_of(st.just(self.c_scale),
-                                       st.floats(0.0, 3 * self.T, allow_nan=False)), label="C")
+        duration = data.draw(_job_time_strategy(self.c_scale, self.T), label="C")
         self._handle(JobDone(job_id), max(self.now, self.running[job_id] + duration))
 
     @precondition(lambda self: self.ctrl is not None and set(self.running) - self.took)
