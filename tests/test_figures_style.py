@@ -144,7 +144,8 @@ def test_reproduction_figure_axes_are_honest(close_figures):
 
     folder = ROOT / "results" / "paper"
     result = Reproduction(*(_table(folder / f"{name}.csv")
-                            for name in ("settings", "eq6", "amplification", "stall", "l50")))
+                            for name in ("settings", "eq6", "amplification", "stall", "l50",
+                                         "long_minus_short")))
     fig = reproduction_figure(result)
     close_figures(fig)
     by_label = {ax.get_xlabel(): ax for ax in fig.axes}

@@ -36,7 +36,7 @@ def _rows(path: Path) -> list[dict]:
 @pytest.mark.slow  # the `run` fixture reproduces every table (~20-45 s)
 def test_reproduce_writes_tables_and_figure(run: tuple[Path, str]) -> None:
     out, text = run
-    for name in ("settings", "eq6", "amplification", "stall", "l50"):
+    for name in ("settings", "eq6", "amplification", "stall", "l50", "long_minus_short"):
         assert (out / f"{name}.csv").stat().st_size > 100
     assert (out / "reproduce.png").stat().st_size > 10_000
     for setting in paper.SETTINGS:

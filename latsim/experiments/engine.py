@@ -513,10 +513,28 @@ _PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("latsim_pr
                                                                      default=None)
 
 
+class _Batches:
+    """Successive batches' ``(done, total)`` as one count: a batch that starts after one
+    finished adds its runs to what went before, so ``done`` only grows (``total`` grows
+    as later batches, sized only once the ones before them are done, begin)."""
+
+    def __init__(self, progress: Callable[[int, int], None]) -> None:
+        self._progress = progress
+        self._before = 0  # runs of the batches that finished
+        self._current = (0, 0)  # the batch reporting now
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._current[1] and self._current[0] >= self._current[1]:
+            self._before += self._current[1]
+        self._current = (done, total)
+        self._progress(self._before + done, self._before + total)
+
+
 @contextlib.contextmanager
 def reporting_progress(progress: Callable[[int, int], None]) -> Iterator[None]:
-    """Within the block, every batch of work reports ``progress(done, total)`` (runs)."""
-    token = _PROGRESS.set(progress)
+    """Within the block, every batch of work reports to ``progress(done, total)`` (runs),
+    counted on from the batches before it."""
+    token = _PROGRESS.set(_Batches(progress))
     try:
         yield
     finally:

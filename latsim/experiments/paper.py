@@ -445,20 +445,57 @@ def _stall_row(case: str, s: Setting, C: float, row: dict, paper: float | None) 
     }
 
 
-def l50_table(settings: list[dict]) -> list[dict]:
-    """The paper's Table 3 latency/stall values beside our simulated ones."""
+#: The paper's Table 3 keys: (its key, ours in the settings table, the end-to-end model's
+#: policy and metric).
+TABLE3_KEYS = (("baseline_L50_s", "baseline_L50", "baseline", "L50"),
+               ("speculative_L50_s", "speculative_L50", "speculative", "L50"),
+               ("baseline_stall_pct", "baseline_stall_pct", "baseline", "viewer_stall_pct"),
+               ("speculative_stall_pct", "speculative_stall_pct", "speculative",
+                "viewer_stall_pct"))
+
+
+def l50_table(settings: list[dict], end_to_end: list[dict]) -> list[dict]:
+    """The paper's Table 3 cells, measured end to end, beside the end-to-end serving model
+    (``end_to_end``: :func:`latsim.experiments.serving_paper.e2e_table`'s rows, whose
+    ``role`` says which cell calibrated its one overhead D, which were fitted and which
+    predicted) and beside the bare boundary-wait model (``boundary_wait``: no lead, decode,
+    network or playout; the part of L that commitment changes, not a prediction of the
+    cell)."""
     by_name = {row["setting"]: row for row in settings}
+    model = {(r["setting"], r["policy"], r["metric"], r["load"]): r for r in end_to_end}
     rows = []
     for name, data in paper_data()["settings"].items():
-        for key, ours_key in (("baseline_L50_s", "baseline_L50"),
-                              ("speculative_L50_s", "speculative_L50"),
-                              ("baseline_stall_pct", "baseline_stall_pct"),
-                              ("speculative_stall_pct", "speculative_stall_pct")):
+        for key, ours_key, policy, metric in TABLE3_KEYS:
             for kind, value in data.get(key, {}).items():
-                ours = by_name[name][f"sim_{kind}_{ours_key}"]
-                rows.append({"setting": name, "metric": ours_key, "load": kind,
-                             "paper": value, "ours": ours, "diff_ours_minus_paper":
-                             _r6(ours - value)})
+                bare = by_name[name][f"sim_{kind}_{ours_key}"]
+                e2e = model.get((name, policy, metric, kind))
+                rows.append({
+                    "setting": name, "metric": ours_key, "load": kind, "paper": value,
+                    "end_to_end": None if e2e is None else e2e["ours"],
+                    "end_to_end_role": None if e2e is None else e2e["role"],
+                    "diff_end_to_end_minus_paper": None if e2e is None
+                    else _r6(e2e["ours"] - value),
+                    "boundary_wait": bare, "diff_boundary_wait_minus_paper": _r6(bare - value),
+                })
+    return rows
+
+
+def long_minus_short_table(settings: list[dict]) -> list[dict]:
+    """Speculative L50 of each family's long setting minus its short one, per trace set,
+    beside the range the paper reports for all three families. Ours is the bare
+    boundary-wait model's: the lead, decode, network and playout it leaves out are the same
+    for both chunk sizes of a family except the lead (here each setting's own C)."""
+    low, high = paper_data()["long_minus_short_speculative_L50_s"]
+    by_name = {row["setting"]: row for row in settings}
+    rows = []
+    for family in dict.fromkeys(s.name.rsplit(" ", 1)[0] for s in SETTINGS):
+        for kind in TRACE_SETS:
+            ours = (by_name[f"{family} long"][f"sim_{kind}_speculative_L50"]
+                    - by_name[f"{family} short"][f"sim_{kind}_speculative_L50"])
+            rows.append({"family": family, "load": kind, "paper_low": low, "paper_high": high,
+                         "boundary_wait": _r6(ours), "within_paper_range": low <= ours <= high,
+                         "C_long_minus_short": _r6(by_name[f"{family} long"]["C"]
+                                                   - by_name[f"{family} short"]["C"])})
     return rows
 
 
@@ -474,6 +511,7 @@ class Reproduction:
     amplification: list[dict]
     stall: list[dict]
     l50: list[dict]
+    long_minus_short: list[dict]
 
 
 def reproduction_experiments(root: Path, max_events: int = DEFAULT_MAX_EVENTS
@@ -520,7 +558,13 @@ def reproduce(traces_root: Path | None = None, jobs: int | None = None,
             settings = settings_table(root, jobs, max_events)
             stall = stall_table(root, jobs, max_events)
             amplification = amplification_table(jobs, max_events)
-    return Reproduction(settings, eq6_table(), amplification, stall, l50_table(settings))
+        # the paper's cells are end to end: the serving model's, with its reported
+        # calibration (the module imports this one)
+        from latsim.experiments.serving_paper import CALIBRATIONS, e2e_table
+
+        end_to_end, _ = e2e_table(root, jobs, max_events, CALIBRATIONS[:1])
+    return Reproduction(settings, eq6_table(), amplification, stall,
+                        l50_table(settings, end_to_end), long_minus_short_table(settings))
 
 
 def as_json(result: Reproduction) -> dict:

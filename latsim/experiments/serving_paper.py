@@ -91,10 +91,12 @@ def _row_of(result, policy: str) -> dict:
     return next(row for row in result.rows if row["policy"] == policy)
 
 
-def e2e_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS
+def e2e_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS,
+              calibrations: tuple[tuple[str, str, str], ...] = CALIBRATIONS
               ) -> tuple[list[dict], float]:
     """The Sol-H3 L50 and stall cells end to end, once per calibration cell
-    (:data:`CALIBRATIONS`); returns the rows and the D of the first calibration.
+    (``calibrations``, by default :data:`CALIBRATIONS`); returns the rows and the D of the
+    first calibration.
 
     Its experiments run in two batches of work: the calibration cells with the LTX-2.3
     stall cells (:func:`_ltx_stall_rows`), then the cells each calibration predicts."""
@@ -104,10 +106,10 @@ def e2e_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS
              (long, "speculative", "L50", "speculative_L50_s"),
              (long, "speculative", "viewer_stall_pct", "speculative_stall_pct")]
     servers = [_experiment(_setting(name), fitted_policy, root / fitted_load, lead, 0.0,
-                           max_events) for name, fitted_policy, fitted_load in CALIBRATIONS]
+                           max_events) for name, fitted_policy, fitted_load in calibrations]
     with prefetched(servers + _ltx_experiments(root, max_events), jobs):
         playouts = []
-        for (name, fitted_policy, fitted_load), server in zip(CALIBRATIONS, servers,
+        for (name, fitted_policy, fitted_load), server in zip(calibrations, servers,
                                                               strict=True):
             row = _row_of(run_experiment(server, jobs=jobs), fitted_policy)
             playouts.append(paper_data()["settings"][name]["baseline_L50_s"][fitted_load]
@@ -116,7 +118,7 @@ def e2e_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS
                      for playout in playouts for setting, policy, _, _ in cells
                      for load in LOADS]
         with prefetched(predicted, jobs):
-            rows = _e2e_rows(root, jobs, max_events, lead, cells, playouts)
+            rows = _e2e_rows(root, jobs, max_events, lead, cells, calibrations, playouts)
         rows += _ltx_stall_rows(root, jobs, max_events)
     return rows, playouts[0]
 
@@ -125,9 +127,10 @@ LOADS = ("low", "high")
 
 
 def _e2e_rows(root: Path, jobs: int | None, max_events: int, lead: float, cells: list,
-              playouts: list[float]) -> list[dict]:
+              calibrations: tuple[tuple[str, str, str], ...], playouts: list[float]
+              ) -> list[dict]:
     rows: list[dict] = []
-    for calibration, playout in zip(CALIBRATIONS, playouts, strict=True):
+    for calibration, playout in zip(calibrations, playouts, strict=True):
         for setting, policy, metric, key in cells:
             for load in LOADS:
                 row = _row_of(run_experiment(_experiment(setting, policy, root / load, lead,
