@@ -248,7 +248,8 @@ def measure(
 
 DelayOpt = Annotated[float, typer.Option(help="shaped one-way delay (s), application level")]
 JitterOpt = Annotated[float, typer.Option(help="shaped delay jitter, uniform +- (s)")]
-LossOpt = Annotated[float, typer.Option(help="shaped message loss probability (0-1)")]
+LossOpt = Annotated[float, typer.Option(help="shaped message loss probability (0-0.5; "
+                                        "nothing is resent)")]
 
 
 @commands.command("serve")
@@ -337,7 +338,8 @@ def serve(
                    "token, --allow-anonymous)", err=True)
     require_device(device)
     _check_listen(host, port)  # before the model is built and warmed up
-    logging.basicConfig(level=logging.WARNING, format="latsim serve: %(message)s")
+    logging.basicConfig(level=logging.WARNING, datefmt="%Y-%m-%dT%H:%M:%S",
+                        format="latsim serve: %(asctime)s.%(msecs)03d %(message)s")
     logging.getLogger("latsim.serve").setLevel(logging.INFO)  # sessions starting, ending
     server = StreamServer(config)
     with StatusLine(width=40) as status:
@@ -350,6 +352,7 @@ def serve(
         typer.echo(f"serving generator {server.info.name} ({server.info.label}) on "
                    f"ws://{host}:{bound} "
                    f"(schedule {schedule}; Ctrl-C stops)")
+        typer.echo(f"browser viewer: http://{host}:{bound}/")
 
     try:  # Ctrl-C or SIGTERM: every viewer gets ``end``, then the server stops
         asyncio.run(server.serve(listening, handle_signals=True))
@@ -446,11 +449,32 @@ def client(
         raise Interrupted(f"kept what was measured in {out} (status interrupted)") from None
     if output != "table":
         emit(output, [summary], lambda: None, seed=seed, out=str(out))
-        return
-    typer.echo(
-        f"{out}: {summary['status']} K={K} {policy} L50={fmt(summary['L50'])} "
-        f"L95={fmt(summary['L95'])} viewer stall={summary['viewer_stall_pct']:.2f}% "
-        f"(client {summary['client_stall_pct']:.2f}%) shown={summary['n_displayed']}/"
-        f"{summary['n_conditions']} offset={summary['offset']:+.6f} s "
-        f"+-{summary['offset_uncertainty']:.6f} drift={fmt(summary['drift'], 6)} "
-        f"uplink={fmt(summary['uplink_mean'])} deliver={fmt(summary['deliver_mean'])}")
+    else:
+        typer.echo(
+            f"{out}: {summary['status']} K={K} {policy} L50={fmt(summary['L50'])} "
+            f"L95={fmt(summary['L95'])} viewer stall={summary['viewer_stall_pct']:.2f}% "
+            f"(client {summary['client_stall_pct']:.2f}%) shown={summary['n_displayed']}/"
+            f"{summary['n_conditions']} offset={summary['offset']:+.6f} s "
+            f"+-{summary['offset_uncertainty']:.6f} drift={fmt(summary['drift'], 6)} "
+            f"uplink={fmt(summary['uplink_mean'])} deliver={fmt(summary['deliver_mean'])}")
+    _exit_for_status(summary, out)
+
+
+#: ``latsim client``'s exit status for a session the server ended early or that was cut
+#: off (status ``interrupted``); a session the server failed exits 2 (a one-line error).
+EXIT_INTERRUPTED = 3
+
+
+def _exit_for_status(summary: dict, out: Path) -> None:
+    """Exit 0 only for a complete session, so that a script can tell the three apart."""
+    from latsim.errors import LatsimError
+    from latsim.run.folder import FAILED
+
+    status, reason = summary["status"], summary["stop_reason"]
+    if status == FAILED:
+        raise LatsimError(f"the server failed session {summary['session']}: {reason}; kept "
+                          f"what was measured in {out} (status failed)")
+    if status != "complete":
+        typer.echo(f"latsim client: the session ended early ({reason}); kept what was "
+                   f"measured in {out} (status {status})", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)

@@ -183,7 +183,9 @@ OPTION_BOUNDS: dict[str, Bound] = {
     "--playout-delay": Bound(0, 60, "s"),
     "--delay": Bound(0, 60, "s"),
     "--jitter": Bound(0, 60, "s"),
-    "--loss": Bound(0, 1),
+    # at most half: the protocol does not resend, and past that a session measures little
+    # (at 1 every probe, frame and condition is lost and the session never starts)
+    "--loss": Bound(0, 0.5),
     "--probes": Bound(1, 1000, integer=True),
     "--probe-every": Bound(0.01, 60, "s"),
     "--connect-timeout": Bound(0.1, 600, "s"),

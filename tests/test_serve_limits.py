@@ -66,6 +66,7 @@ async def _session(port: int, duration: float, until_end: bool, quiet_s: float
 def _client_process(tmp_path, port: int, times: tuple[float, ...], **popen):
     """``latsim client`` in its own process, a 10 s session of ``times``, into
     ``tmp_path/run``."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps({"t": t}) + "\n" for t in times))
     return subprocess.Popen(
@@ -121,6 +122,11 @@ def test_bad_limits_are_one_line_errors():
         ServerConfig(hello_timeout=0.0)
     with pytest.raises(LatsimError, match="pending connections"):
         ServerConfig(max_pending=0)
+    for origin in ("", "bogus", "http://a.com/path?x", "http://a.com/", "ftp://a.com",
+                   "http://a.com:99999", " http://a.com"):  # accepted silently before
+        with pytest.raises(LatsimError, match="is not an origin"):
+            ServerConfig(origins=(origin,))
+    assert ServerConfig(origins=("http://localhost:8765", "https://a.example")).origins
 
 
 def test_sigterm_sends_every_viewer_end_then_closes(tmp_path):
@@ -163,6 +169,37 @@ def test_sigterm_sends_every_viewer_end_then_closes(tmp_path):
         for key in ("stall_pct", "busy_pct", "L_mean", "n_conditions", "dit_calls"):
             assert end["summary"][key] == folder.summary[key], key
     assert "latsim serve: stopped" in server.stderr.read()
+
+
+def test_the_clients_exit_status_tells_a_failed_session_from_one_cut_short(tmp_path):
+    """A session the server failed (its job hung past --job-timeout) exits 2 with one line
+    and a folder saying failed; one whose server stopped mid-session exits 3 and says
+    interrupted (both exited 0 before, the failed one's folder saying interrupted)."""
+    hung = StreamServer(ServerConfig(GeneratorConfig(cost="fixed:1.5"), generator_name="sleep",
+                                     Ks=(4,), port=0, warmup=1, job_timeout=0.5))
+    hung.prepare()
+    with ServerThread(hung) as port:
+        client = _client_process(tmp_path / "failed", port, (0.5,), stderr=subprocess.PIPE,
+                                 text=True)
+        code = client.wait(60)
+    stderr = client.stderr.read()
+    assert code == 2 and stderr.startswith("latsim: error: the server failed session "), stderr
+    assert "hung" in stderr and stderr.count("\n") == 1
+    assert read_run_folder(tmp_path / "failed" / "run").config["status"] == "failed"
+
+    stopped = _server()
+    with ServerThread(stopped) as port:
+        client = _client_process(tmp_path / "cut", port, (0.5, 1.0), stderr=subprocess.PIPE,
+                                 text=True)
+        deadline = time.time() + 30
+        while (not (tmp_path / "cut" / "run" / "config.json").exists()
+               and time.time() < deadline):
+            time.sleep(0.05)
+        time.sleep(1.5)  # the session is playing; leaving the block stops the server
+    code = client.wait(60)
+    stderr = client.stderr.read()
+    assert code == 3 and "the session ended early" in stderr, stderr
+    assert read_run_folder(tmp_path / "cut" / "run").config["status"] == "interrupted"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -94,3 +94,24 @@ class ServerConfig:
             raise LatsimError(f"pending connections must be 1..4096, got {self.max_pending!r}")
         if self.job_timeout is not None:
             check_option("--job-timeout", self.job_timeout)
+        for origin in self.origins or ():
+            check_origin(origin)
+
+
+def check_origin(origin: str) -> str:
+    """An ``--allow-origin`` value as a browser sends it (RFC 6454): ``http`` or ``https``,
+    a host and an optional port, nothing after; else a one-line error."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(origin)
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError:
+        parts = None
+    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+            or parts.path or parts.query or parts.fragment or parts.username
+            or origin != origin.strip() or origin.endswith(":")):
+        raise LatsimError(f"--allow-origin {origin!r} is not an origin: write it as a "
+                          "browser sends it, e.g. http://localhost:8765 (scheme, host, port; "
+                          "no path)")
+    return origin

@@ -17,7 +17,9 @@ for the run is the one estimated before the session starts, so the playout and e
 converted server time agree; the final estimate and the drift are reported beside it.
 
 The run folder (:mod:`latsim.run.viewer`) is written when the session ends, when the
-connection is lost (``status`` ``interrupted``, what was measured kept) or on Ctrl-C.
+connection is lost or the server ends it early (``status`` ``interrupted``, what was
+measured kept), when the server fails it (``failed``, with the server's reason) or on
+Ctrl-C.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from latsim.controller.playout import ClientPlayout
 from latsim.controller.records import write_csv
 from latsim.errors import LatsimError, check_option
 from latsim.model.traces import Trace, write_trace
-from latsim.run.folder import CLIENT_FORMAT_VERSION, RUNNING, write_json
+from latsim.run.folder import CLIENT_FORMAT_VERSION, FAILED, RUNNING, write_json
 from latsim.run.stream import COMPLETE, INTERRUPTED
 from latsim.run.viewer import (
     KIND,
@@ -510,8 +512,11 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
     write_viewer_records(out, records, base)
     ready = client.ready.to_dict() if client.ready is not None else {}
     end = client.end.to_dict() if client.end is not None else {}
-    status = COMPLETE if (end.get("status") == COMPLETE and not client.stop_reason) \
-        else INTERRUPTED
+    # the server's failure of the session (a generator error, a hung job) is a failure
+    # here too; an end the server did not send (it was killed, the connection dropped) or
+    # sent early (it was stopped) leaves the run interrupted
+    status = (COMPLETE if end.get("status") == COMPLETE and not client.stop_reason
+              else FAILED if end.get("status") == FAILED else INTERRUPTED)
     stop_reason = client.stop_reason or (
         COMPLETE if status == COMPLETE else f"server: {end.get('stop_reason') or 'unknown'}")
     final = estimate_offset(client.probes) if client.probes else None

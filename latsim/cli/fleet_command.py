@@ -34,8 +34,8 @@ SHOWN = (
 
 
 def fleet(
-    fleet_file: Annotated[Path, typer.Argument(help="the fleet (TOML): [workload], [node], "
-                                               "[fleet], [run]; docs/fleet.md")],
+    fleet_file: Annotated[Path, typer.Argument(help="the fleet (TOML): \\[workload], \\[node], "
+                                               "\\[fleet], \\[run]; docs/fleet.md")],
     out: Annotated[Path | None, typer.Option(help="write the run folder here: fleet.json, "
                                              "summary.json, runs/timeseries/nodes/sessions "
                                              ".csv, fleet.png")] = None,
