@@ -316,11 +316,18 @@ def test_fleet_bookkeeping_holds_for_any_fleet(rate, duration, activity, admissi
      "fleet.nodes_min must be"),
     ({"workload": {"arrivals": "poisson:0.1"}, "gpus": {}}, "unknown table(s) gpus"),
     ({"workload": {"arrivals": "poisson:0.1", "speed": 2}}, "unknown key workload.speed"),
+    # the node's own keys among the known ones, and not streams, which it refuses
+    ({"workload": {"arrivals": "poisson:0.1"}, "node": {"bogus": 1}},
+     "(known: K, batch, bind, cold_start, cost, discard, fps, in_flight, in_flight_policy, "
+     "lead, max_sessions, playout_delay, policy, pools, r, replan, schedule, stages, start)"),
+    ({"workload": {"arrivals": "poisson:0.1"}, "fleet": {"target_util": 1.5}},
+     "fleet.target_util must be"),
 ])
 def test_bad_fleet_input_is_one_line(doc, message):
     with pytest.raises(LatsimError, match=None) as error:
         parse_fleet(doc, "f.toml")
     assert message in str(error.value) and "\n" not in str(error.value)
+    assert str(error.value).startswith("f.toml: ")  # every error names the file
 
 
 

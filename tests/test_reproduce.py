@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from latsim.analysis import theory
 from latsim.cli import app
-from latsim.experiments import paper
+from latsim.experiments import paper, paper_settings
 from latsim.experiments.engine import Experiment, run_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,7 +131,7 @@ def test_C_comes_from_the_paper_data(monkeypatch: pytest.MonkeyPatch) -> None:  
     assert (t - d) / 2 - c * c / (2 * t) == pytest.approx(target, abs=1e-9)
     data["settings"]["Wan1.3B long"]["kernel_activity_pct"] = [30, 40]
     paper.paper_data.cache_clear()
-    monkeypatch.setattr(paper, "paper_data", lambda: data)
+    monkeypatch.setattr(paper_settings, "paper_data", lambda: data)  # infer_C reads it there
     assert paper.infer_C(wan_long) == pytest.approx(0.30 * wan_long.timing.T)
 
 

@@ -191,8 +191,9 @@ def reproduce_serving(
 ) -> None:
     """The serving model on the paper's settings: end-to-end L50 cells (one calibrated, the
     rest predicted), long-chunk headroom in streams, and discard-on-ready vs -on-start."""
+    from latsim.cli.paper_report import print_serving_report
     from latsim.experiments.serving_paper import reproduce_serving as run
-    from latsim.viz.paper import plot_serving, print_serving_report
+    from latsim.viz.paper import plot_serving
 
     _report(run, out, traces, jobs, scheduler, max_events, "serving.png", plot_serving,
             print_serving_report, output_format(fmt, as_json))
@@ -240,8 +241,9 @@ def reproduce_systems(
 ) -> None:
     """The seed systems as generator models: each seed's reported figures beside latsim's
     (fitted or predicted), and their interactive latency on the paper's traces."""
+    from latsim.cli.paper_report import print_systems_report
     from latsim.experiments.systems import reproduce_systems as run
-    from latsim.viz.paper import plot_systems, print_systems_report
+    from latsim.viz.paper import plot_systems
 
     _report(run, out, traces, jobs, scheduler, max_events, "systems.png", plot_systems,
             print_systems_report, output_format(fmt, as_json))

@@ -1,8 +1,11 @@
-"""``latsim reproduce``'s terminal report: the reproduction's tables beside the paper's,
-laid out for the terminal by :func:`latsim.cli.tables.print_table` (at 80 columns the least
-important columns go first and are named)."""
+"""The reproductions' terminal reports (``latsim reproduce``, ``reproduce serving``,
+``reproduce systems``): their tables beside the paper's and the seeds', laid out for the
+terminal by :func:`latsim.cli.tables.print_table` (at 80 columns the least important
+columns go first and are named)."""
 
 from __future__ import annotations
+
+import textwrap
 
 from latsim.cli.tables import Column, print_table
 from latsim.experiments.paper import (
@@ -104,3 +107,81 @@ def print_report(result: Reproduction) -> None:
         ["[dim]the bare model's difference moves with C long − C short (its lead is each "
          "setting's C; the paper's leads are not stated); LTX-2.3 short has C > T and "
          "stalls, which lengthens its L50[/dim]"])
+
+
+def _error(row: dict) -> str:
+    """A compared row's error: percent of the paper's value, or percentage points for a
+    stall % (whose paper value may be 0)."""
+    if row["metric"].endswith("pct"):
+        return "–" if row["diff"] is None else f"{row['diff']:+.2f} pp"
+    return "–" if row["err_pct"] is None else f"{row['err_pct']:+.1f}%"
+
+
+#: Short names of the serving tables' metrics.
+_METRIC = {"L50": "L50 (s)", "viewer_stall_pct": "stall %"}
+
+
+def print_serving_report(tables: dict[str, list[dict]]) -> None:
+    """``reproduce serving``'s tables: end to end (one table per calibration), headroom,
+    discard, schedule and lead."""
+    left = ("setting", "policy", "metric", "load", "role", "discard", "schedule", "rule")
+
+    def columns(*spec: tuple[str, int]) -> list[Column]:
+        return [Column(header, rank, "left" if header in left else "right")
+                for header, rank in spec]
+
+    for group in dict.fromkeys(r["calibrated_on"] for r in tables["e2e"]):
+        print_table(
+            f"End to end, calibrated on: {group}",
+            columns(("setting", 0), ("policy", 0), ("metric", 0), ("load", 0), ("paper", 0),
+                    ("ours", 0), ("error", 1), ("role", 2)),
+            [[r["setting"], r["policy"], _METRIC.get(r["metric"], r["metric"]), r["load"],
+              fmt(r["paper"]), fmt(r["ours"]), _error(r), r["role"]]
+             for r in tables["e2e"] if r["calibrated_on"] == group])
+    print_table(
+        "Headroom: streams per USP group meeting the SLO (viewer stall <= 0.1 %)",
+        columns(("setting", 0), ("SLO L95 (s)", 0), ("lead (s)", 0), ("+C", 1),
+                ("streams", 0), ("naive", 1)),
+        [[r["setting"], fmt(r["slo_L95"]), fmt(r["lead"]), f"{r['margin_C']:g}",
+          str(r["max_streams"]), str(r["streams_by_activity"])] for r in tables["headroom"]],
+        ["[dim]+C: the lead's queueing margin in units of C; naive = 100 / busy %[/dim]"])
+    for table in ("discard", "schedule"):
+        print_table(
+            f"{table.capitalize()}: speculative streams sharing one device",
+            columns(("streams", 0), (table, 0), ("stall %", 0), ("L50", 0), ("L95", 0),
+                    ("L99", 1)),
+            [[str(r["streams"]), r[table], fmt(r["stall_pct"]), fmt(r["L50"]), fmt(r["L95"]),
+              fmt(r["L99"])] for r in tables[table]])
+    if tables.get("lead"):
+        print_table(
+            "Lead: C's 0.99 quantile (cost) vs --lead auto (fixed C = 0.5 s, one device)",
+            columns(("streams", 0), ("ρ", 1), ("policy", 0), ("rule", 0), ("lead", 0),
+                    ("stall %", 0), ("L50", 2), ("L95", 0)),
+            [[str(r["streams"]), fmt(r["rho"], 2), r["policy"], r["lead_rule"],
+              fmt(r["lead"]), fmt(r["viewer_stall_pct"]), fmt(r["L50"]), fmt(r["L95"])]
+             for r in tables["lead"]])
+
+
+def print_systems_report(tables: dict[str, list[dict]]) -> None:
+    """``reproduce systems``' tables: each seed's reported figure beside latsim's, and the
+    systems' interactive latency on the high-frequency traces."""
+    left = ("system", "figure", "role", "policy")
+
+    def columns(*spec: tuple[str, int]) -> list[Column]:
+        return [Column(header, rank, "left" if header in left else "right")
+                for header, rank in spec]
+
+    print_table(
+        "Each seed's reported figure beside latsim's",
+        columns(("system", 0), ("figure", 0), ("paper", 0), ("ours", 0), ("error", 1),
+                ("role", 2)),
+        [[r["system"], "\n".join(textwrap.wrap(r["figure"], 32)), fmt(r["paper"]),
+          fmt(r["ours"]), "–" if r["err_pct"] is None else f"{r['err_pct']:+.1f}%",
+          r["role"]] for r in tables["reproduction"]])
+    print_table(
+        "Interactive latency, high-frequency traces (L50, L95 s; viewer stall %)",
+        columns(("speed", 0), ("system", 0), ("policy", 0), ("C mean", 2), ("lead", 1),
+                ("L50", 0), ("L95", 0), ("stall %", 0)),
+        [[f"x{r['speed']:g}", r["system"], r["policy"], fmt(r["C_mean"]), fmt(r["lead"]),
+          fmt(r["L50"]), fmt(r["L95"]), fmt(r["viewer_stall_pct"], 2)]
+         for r in tables["interactive"] if r["load"] == "high"])

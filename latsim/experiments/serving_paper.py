@@ -42,7 +42,13 @@ import numpy as np
 from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
 from latsim.experiments.engine import Experiment, prefetched, run_experiment
-from latsim.experiments.paper import SETTINGS, Setting, _trace_root, infer_C, paper_data
+from latsim.experiments.paper_settings import (
+    SETTINGS,
+    Setting,
+    _trace_root,
+    infer_C,
+    paper_data,
+)
 from latsim.model.costs import FixedCost, LognormalCost
 from latsim.model.serving import ServingConfig
 from latsim.run.files import write_rows_csv

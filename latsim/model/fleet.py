@@ -205,7 +205,17 @@ def _table(data: dict, name: str, keys: dict, path: str, required: tuple[str, ..
 
 
 def parse_fleet(data: dict[str, Any], path: str = "fleet file") -> FleetRun:
-    """A fleet from a parsed TOML document (see the module docstring)."""
+    """A fleet from a parsed TOML document (see the module docstring); every error names
+    ``path``."""
+    try:
+        return _parse_fleet(data, path)
+    except LatsimError as exc:
+        if str(exc).startswith(path):
+            raise
+        raise LatsimError(f"{path}: {exc}") from None
+
+
+def _parse_fleet(data: dict[str, Any], path: str) -> FleetRun:
     unknown = set(data) - {"workload", "node", "fleet", "run"}
     if unknown:
         raise LatsimError(f"{path}: unknown table(s) {', '.join(sorted(unknown))} (a fleet "
@@ -240,7 +250,8 @@ def _node(body: Any, path: str) -> NodeSpec:
         raise LatsimError(f"{path}: node.streams: a node's streams are the sessions placed "
                           "on it (set node.max_sessions and the [workload])")
     pools = rest.pop("pools", None)
-    values, dit_cost = serving_values(rest, f"{path}: node")
+    values, dit_cost = serving_values(rest, f"{path}: node", also=frozenset(_NODE_OWN),
+                                      without=frozenset({"streams"}))
     if isinstance(pools, str):
         values["pools"] = parse_pools(pools)
     elif isinstance(pools, dict):

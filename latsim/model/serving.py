@@ -288,18 +288,27 @@ def load_serving_file(path: str | Path) -> tuple[dict[str, Any], str | None]:
     return serving_values(data, str(path))
 
 
-def serving_values(data: dict[str, Any], path: str) -> tuple[dict[str, Any], str | None]:
+#: Every key a serving table takes.
+SERVING_KEYS = frozenset({*_TOP_KEYS, *_SECTIONS})
+
+
+def serving_values(data: dict[str, Any], path: str, also: frozenset[str] = frozenset(),
+                   without: frozenset[str] = frozenset()
+                   ) -> tuple[dict[str, Any], str | None]:
     """The :class:`ServingConfig` fields a ``--serving`` file's table sets, and its DiT cost
-    spec (``path`` names the table in errors: a file, or a fleet file's ``[node]``)."""
+    spec (``path`` names the table in errors: a file, or a fleet file's ``[node]``). An
+    unknown key's error lists the keys the table takes: these, less ``without``, plus
+    ``also`` (the caller's own, taken out of ``data`` before)."""
     values: dict[str, Any] = {}
     dit_cost = None
     for key, value in data.items():
         where = f"{path}: {key}"
-        if key in _TOP_KEYS:
+        if key in _TOP_KEYS and key not in without:
             values[key] = typed_value(where, value, _TOP_KEYS[key])
         elif key not in _SECTIONS:
+            known = (SERVING_KEYS - without) | also
             raise LatsimError(f"{path}: unknown key {key!r} (known: "
-                              f"{', '.join(sorted({*_TOP_KEYS, *_SECTIONS}))})")
+                              f"{', '.join(sorted(known))})")
         elif not isinstance(value, dict):
             raise LatsimError(f"{where}: expected a [{key}] table")
     if "pools" in data:

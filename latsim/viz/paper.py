@@ -18,7 +18,6 @@ from latsim.experiments.paper import (
     AMP_SEEDS,
     Reproduction,
 )
-from latsim.formatting import fmt
 from latsim.viz import style
 from latsim.viz.style import FONT, SOURCE_COLORS, policy_style
 
@@ -205,30 +204,6 @@ def serving_figure(tables: dict[str, list[dict]]) -> Figure:
     return fig
 
 
-def print_serving_report(tables: dict[str, list[dict]]) -> None:
-    """The three serving tables, short, on the terminal."""
-    print("end-to-end (Sol-H3; one cell calibrates the overhead D, the rest are predictions)")
-    for r in tables["e2e"]:
-        print(f"  [{r['calibrated_on']}] {r['setting']:13s} {r['policy']:11s} "
-              f"{r['metric']:16s} {r['load']:4s} paper {fmt(r['paper'], 3):>6s} ours "
-              f"{fmt(r['ours'], 3):>6s} err {fmt(r['err_pct'], 1):>6s}% {r['role']}")
-    print("headroom (streams per USP group meeting the SLO; naive = 100 / busy %)")
-    for r in tables["headroom"]:
-        print(f"  {r['setting']:13s} SLO L95 {fmt(r['slo_L95'], 3)} s, lead "
-              f"{fmt(r['lead'], 3)} s (+{r['margin_C']:g} C): {r['max_streams']} "
-              f"(naive {r['streams_by_activity']})")
-    for table, key in (("discard", "discard"), ("schedule", "schedule")):
-        print(f"{key} (speculative streams sharing one device)")
-        for r in tables[table]:
-            print(f"  {r['streams']} stream(s) {r[key]:12s} stall {fmt(r['stall_pct'], 3)}% "
-                  f"L50 {fmt(r['L50'], 3)} L95 {fmt(r['L95'], 3)} L99 {fmt(r['L99'], 3)}")
-    print("lead (fixed C = 0.5 s on one device): C's 0.99 quantile vs --lead auto")
-    for r in tables.get("lead", ()):
-        print(f"  {r['streams']} stream(s) rho {r['rho']:.2f} {r['policy']:11s} "
-              f"{r['lead_rule']:5s} lead {fmt(r['lead'], 3)} stall "
-              f"{fmt(r['viewer_stall_pct'], 3)}% L50 {fmt(r['L50'], 3)} L95 {fmt(r['L95'], 3)}")
-
-
 def plot_systems(tables: dict[str, list[dict]], path: Path) -> Path:
     """L50 and L95 of each seed system against the plain target, per device speed and
     policy (high-frequency traces; Wave Forcing at its own timing in the first panel), and
@@ -301,17 +276,3 @@ def systems_figure(tables: dict[str, list[dict]]) -> Figure:
                frameon=False)
     fig.tight_layout(rect=(0, 0.09, 1, 1))
     return fig
-
-
-def print_systems_report(tables: dict[str, list[dict]]) -> None:
-    """The two systems tables, short, on the terminal."""
-    print("reproduction (each reported figure beside latsim's)")
-    for r in tables["reproduction"]:
-        print(f"  {r['system']:6s} {r['figure'][:62]:62s} paper {fmt(r['paper'], 3):>6s} "
-              f"ours {fmt(r['ours'], 3):>6s} err {fmt(r['err_pct'], 1):>6s}% {r['role']}")
-    print("interactive (high-frequency traces; L50 / L95 / stall %)")
-    for r in tables["interactive"]:
-        if r["load"] == "high":
-            print(f"  speed x{r['speed']:g} {r['system']:12s} {r['policy']:11s} C mean "
-                  f"{fmt(r['C_mean'], 3)} lead {fmt(r['lead'], 3)}  L50 {fmt(r['L50'], 3)} "
-                  f"L95 {fmt(r['L95'], 3)} stall {fmt(r['viewer_stall_pct'], 2)}%")
