@@ -373,7 +373,14 @@ def test_damaged_record_files_are_not_compared_as_if_whole(tmp_path):
     source = Path(__file__).resolve().parent.parent / "results" / "compare" / "runs"
     for damage, message in ((lambda d: _drop_column(d / "conditions.csv", "L"),
                              "conditions.csv:1: the header lacks L"),
-                            (lambda d: _nan_slot(d / "slots.csv"), "has no start time")):
+                            (lambda d: _nan_slot(d / "slots.csv"), "has no start time"),
+                            # compared as "all complete, MAPE 0.03%" before
+                            (lambda d: (d / "conditions.csv").unlink(),
+                             "conditions.csv: missing"),
+                            (lambda d: (d / "stalls.csv").write_text(""),
+                             "stalls.csv: empty"),
+                            (lambda d: _drop_keys(d / "config.json", "kind", "status"),
+                             "lacks kind and status")):
         run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
         shutil.copytree(source / "K4-baseline", run)
         damage(run)
@@ -388,6 +395,11 @@ def _drop_column(path: Path, column: str) -> None:
     keep = [i for i, name in enumerate(rows[0]) if name != column]
     with path.open("w", newline="") as handle:
         csv.writer(handle).writerows([[row[i] for i in keep] for row in rows])
+
+
+def _drop_keys(path: Path, *keys: str) -> None:
+    config = json.loads(path.read_text())
+    path.write_text(json.dumps({k: v for k, v in config.items() if k not in keys}))
 
 
 def _nan_slot(path: Path) -> None:

@@ -129,3 +129,15 @@ def test_sleep_measurements_match_their_re_simulation(tmp_path):
         assert abs(row["L95_err_pct"]) <= bound95, (row["run"], row["L95_err_pct"], bound95)
         assert abs(row["stall_pct_abs_err"]) <= 1, row
         assert abs(row["busy_pct_err_pct"]) < 3, row
+
+
+def test_a_warm_up_past_the_work_bound_is_refused_before_any_work(tmp_path):
+    """``--cost fixed:600 --warmup 1000``: about 7 days of warm-up, which the 6-hour bound
+    on a measurement's run windows did not count."""
+    from harness.measure.run import MeasureConfig, measure
+
+    config = MeasureConfig(generator="sleep", cost="fixed:600", warmup_timed=1000, Ks=(4,),
+                           duration=10.0, out=str(tmp_path / "runs"))
+    with pytest.raises(LatsimError, match="the warm-up and calibration .* exceed the 6 h"):
+        measure(config)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

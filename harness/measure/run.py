@@ -381,6 +381,19 @@ def _check_runs(config: MeasureConfig, r: int, trace: Trace, duration: float,
         raise LatsimError(f"{n_runs} runs of {duration:g} s exceed the "
                           f"{MAX_TOTAL_WINDOW_S / 3600:g} h a measurement may take; "
                           "use fewer --K values or a shorter --duration")
+    if config.cost is not None:  # a generator whose job time a spec gives: its warm-up too
+        from latsim.plugins import load_cost
+
+        cost = load_cost(config.cost)
+        jobs = config.warmup_untimed + config.warmup_timed + config.calibration_jobs
+        warm = sum(jobs * (cost.mean(t.K) + (config.warmup_gap_s or min(t.T / 2, 0.5)))
+                   for t in timings)
+        if n_runs * duration + warm > MAX_TOTAL_WINDOW_S:
+            raise LatsimError(f"the warm-up and calibration ({jobs} jobs of C = "
+                              f"{config.cost} per K, about {warm / 3600:.3g} h) and {n_runs} "
+                              f"run(s) of {duration:g} s exceed the "
+                              f"{MAX_TOTAL_WINDOW_S / 3600:g} h a measurement may take; use "
+                              "a smaller --warmup or --calibrate, or fewer --K values")
 
 
 def _measure_all(session: _Measurement, timings: dict[int, Timing], policies: list[Policy],

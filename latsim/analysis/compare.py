@@ -306,6 +306,11 @@ def _check_records(folder: RunFolder) -> None:
     even where the comparison
     takes a complete run's measured metrics from its summary."""
     for table in ("conditions", "slots", "stalls", "jobs"):
+        path = folder.path / f"{table}.csv"
+        if not path.is_file() or path.stat().st_size == 0:
+            raise LatsimError(f"{path}: {'empty' if path.is_file() else 'missing'}: a run's "
+                              "record tables are what its comparison rests on (a folder "
+                              "that lost one is damaged)")
         rows = folder.records(table)
         if table == "slots":
             for _, slot in rows:

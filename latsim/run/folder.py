@@ -479,6 +479,13 @@ def read_run_folder(path: str | Path) -> RunFolder:
     if version > newest:
         raise LatsimError(f"{folder}: run-folder format {version} is newer than this latsim "
                           f"reads ({newest}); upgrade latsim")
+    # every versioned writer says what it wrote and how it ended: without them a damaged
+    # folder would read as a complete run of a guessed kind
+    lacking = [key for key in ("kind", "status") if version >= 1 and key not in config]
+    if lacking:
+        raise LatsimError(f"{folder / 'config.json'}: lacks {' and '.join(lacking)} (every "
+                          f"run-folder format {version} config says them): not a run "
+                          "folder latsim wrote, or a damaged one")
     summary_path = folder / "summary.json"
     summaries: tuple[dict, ...] = ()
     if summary_path.is_file():
