@@ -64,7 +64,8 @@ DecodeOpt = Annotated[
                        help="VAE-decode each job's first output group inside C")
 ]
 ContextOpt = Annotated[int, typer.Option(help="clean prefix latents fed to each job as context")]
-SeedOpt = Annotated[int, typer.Option(help="seed of weights, noise, embeddings (and trace)")]
+SeedOpt = Annotated[int, typer.Option(help="seed of the generator (weights, noise, "
+                                        "embeddings), the shaping and a --rate trace")]
 ThreadsOpt = Annotated[int | None, typer.Option(help="CPU torch threads (default: cores - 1)")]
 # The conditions of a live run (measure, client).
 TraceOpt = Annotated[

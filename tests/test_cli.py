@@ -696,3 +696,28 @@ def test_a_grid_with_in_flight_and_run_ahead_runs_them(tmp_path):
         run_grid(parse_grid("[axes]\nK = [8]\ncost = ['fixed:0.5', 'nope:1']\n[fixed]\n"
                             "duration = 20"), tmp_path / "bad")
     assert not (tmp_path / "bad").exists()  # nothing written before every cell is checked
+
+
+#: Help examples cheap enough to run here, in this order (the timeline example writes the
+#: folder the perfetto one exports); the others need a model, a server, minutes or a file
+#: the user names.
+RUNNABLE_EXAMPLES = ("theory", "traces show", "traces validate", "plot timeline",
+                     "export perfetto", "plugins", "help", "controller", "simulate")
+
+
+def test_the_help_examples_run_as_written(tmp_path, monkeypatch):
+    """What ``-h`` shows a newcomer works when pasted (traces show named a file that did
+    not exist; plot timeline a folder no command writes)."""
+    import shlex
+    import shutil
+
+    from latsim.cli.examples import EXAMPLES
+
+    shutil.copytree(Path(__file__).resolve().parent.parent / "traces", tmp_path / "traces")
+    monkeypatch.chdir(tmp_path)
+    for name in RUNNABLE_EXAMPLES:
+        for line in EXAMPLES[name]:
+            words = shlex.split(line)
+            assert words[0] == "latsim"
+            result = invoke(*words[1:])
+            assert result.exit_code == 0, (line, result.stderr)

@@ -492,7 +492,7 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
                    "(server − client, bound RTT_min/2); red box = client stall; "
                    "L = send to display")
     ax_time.set_title(f"{data.policy}: K={K}, δ={delta:.3f} s, T={data.T:.2f} s, {where}; "
-                      f"shown: {t0:g}–{t1:g} s{of_run}\n(colour = condition version, grey = "
+                      f"shown: {t0:.2f}–{t1:.2f} s{of_run}\n(colour = condition version, grey = "
                       f"V0; hatched = discarded part; red = stall{shared})"
                       + (f"\n{status}" if status else ""),
                       fontsize=FONT["title"],
