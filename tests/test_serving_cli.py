@@ -246,3 +246,19 @@ def test_plot_timeline_draws_one_stream_of_a_serving_folder(tmp_path):
                    str(tmp_path / "t.png"))
     assert drawn.exit_code == 0, drawn.stderr
     assert (tmp_path / "t.png").stat().st_size > 0
+
+
+def test_capacity_grows_with_devices_under_the_auto_lead():
+    """The engine issue's repro: with a loose L95, speculative streams under ``--lead auto``
+    on two devices were 3, as on one (the pilot run's 0.99 wait quantile missed the rare
+    long waits there: 0.104 % stall at 4 streams). The nD/D/1 form of ⌈N/G⌉ streams a
+    device holds for G devices too."""
+    held = []
+    for devices in (1, 2, 3):
+        result = invoke("capacity", "--K", "8", "--C", "0.5", "--slo-stall", "0.1",
+                        "--slo-l95", "100", "--pools", f"dit={devices}", "--json")
+        assert result.exit_code == 0, result.stderr
+        held.append(json.loads(result.stdout)["max_streams"])
+    one, two, three = held
+    assert one < two < three, held
+    assert two >= 2 * one - 1 and three >= 3 * one - 2, held  # about in proportion

@@ -331,21 +331,25 @@ def closed_form_wait(serving: ServingConfig, cost: CostModel, timing: Timing
                      ) -> float | None:
     """The refills' wait quantile from the nD/D/1 queue
     (:func:`latsim.analysis.queueing.periodic_wait_quantile`), where its assumptions hold:
-    fixed C, one FIFO DiT device (or USP group) and no other stage, no batching, one chunk
-    in flight and N·C < T. Else None. It assumes independent uniform phases: a ``random``
-    start has them, and replans shift the others' phases as a run goes on (a ``staggered``
-    start's evenly spread phases, which never collide, do not last)."""
+    fixed C, FIFO DiT devices (or USP groups) and no other stage, no batching, one chunk
+    in flight and ⌈N/G⌉·C < T for G devices. Else None. With G > 1 it is the queue of
+    ⌈N/G⌉ streams on one device, which waits at least as long as G devices sharing one
+    queue (so capacity grows with devices: a pilot run's quantile missed the rare waits).
+    It assumes independent uniform phases: a ``random`` start has them, and replans shift
+    the others' phases as a run goes on (a ``staggered`` start's evenly spread phases,
+    which never collide, do not last)."""
     from latsim.analysis.queueing import periodic_wait_quantile
     from latsim.plugins import Pipelined
 
     groups = dict(serving.pools).get(serving.dit_pool, 0) // (serving.degree or 1)
     C = cost.mean(timing.K)  # noqa: N806
-    if not (cost.deterministic and not isinstance(cost, Pipelined) and groups == 1
+    per_group = -(-serving.streams // groups) if groups else 0
+    if not (cost.deterministic and not isinstance(cost, Pipelined) and groups >= 1
             and serving.schedule == "fifo" and serving.batch is None
             and serving.in_flight == 1 and serving.decode is None and serving.replan_cost is None
-            and 0 < serving.streams * C < timing.T):
+            and 0 < per_group * C < timing.T):
         return None
-    return periodic_wait_quantile(AUTO_QUANTILE, serving.streams, timing.T, C)
+    return periodic_wait_quantile(AUTO_QUANTILE, per_group, timing.T, C)
 
 
 @lru_cache(maxsize=64)
