@@ -254,6 +254,34 @@ def test_a_token_server_refuses_viewers_without_it_and_a_foreign_origin():
     assert built.refused >= 3
 
 
+def test_without_allow_origin_only_the_servers_own_pages_may_connect_from_a_browser():
+    """Any web page the user opened could drive a loopback server before: a browser's
+    Origin must now be the server's own (its viewer page); a client without Origin (latsim
+    client, scripts) is not a browser and connects as before."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    built = _server()
+    with ServerThread(built) as port:
+        async def attempt(headers: dict) -> int | str:
+            try:
+                async with connect(f"ws://127.0.0.1:{port}", additional_headers=headers) as ws:
+                    await ws.send(json.dumps({"type": "hello", "K": 4, "duration": 1}))
+                    return json.loads(await ws.recv())["type"]
+            except InvalidStatus as exc:
+                return exc.response.status_code
+
+        async def all_of_them() -> list:
+            return [await attempt({}), await attempt({"Origin": f"http://127.0.0.1:{port}"}),
+                    await attempt({"Origin": "http://evil.example"}),
+                    await attempt({"Origin": "http://127.0.0.1:1"}),
+                    await attempt({"Origin": "null"})]  # a file:// page
+
+        outcomes = asyncio.run(all_of_them())
+    assert outcomes == ["ready", "ready", 403, 403, 403]
+    assert built.refused >= 3
+
+
 def test_a_non_loopback_bind_needs_a_token_or_says_it_is_anonymous():
     with pytest.raises(LatsimError, match="not loopback.*--token"):
         ServerConfig(host="0.0.0.0")

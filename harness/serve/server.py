@@ -222,6 +222,9 @@ class StreamServer:
         page = _web_response(connection, request)
         if page is not None:
             return page
+        foreign = self._foreign_origin(connection, request)
+        if foreign is not None:
+            return foreign
         token = self.config.token
         if token is None:
             return None
@@ -236,6 +239,27 @@ class StreamServer:
         self.refused += 1
         log.warning("connection from %s refused: no or wrong token", connection.remote_address)
         return connection.respond(HTTPStatus.UNAUTHORIZED, "a valid token is required\n")
+
+    def _foreign_origin(self, connection, request):  # noqa: ANN001, ANN202 - websockets'
+        """Without ``--allow-origin``, a browser may connect only from a page of this server:
+        an Origin header (browsers send one; other clients need not) must name the host and
+        port the request was sent to, else 403. Otherwise any web page the user opens could
+        drive a server on their loopback. An ``--allow-origin`` list is websockets' to
+        check."""
+        origin = request.headers.get("Origin")
+        if self.config.origins is not None or origin is None:
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(origin)
+        if (parts.scheme in ("http", "https")
+                and parts.netloc.lower() == request.headers.get("Host", "").lower()):
+            return None
+        self.refused += 1
+        log.warning("connection from %s refused: Origin %r is not this server's (give "
+                    "--allow-origin)", connection.remote_address, origin[:80])
+        return connection.respond(HTTPStatus.FORBIDDEN, "this origin may not connect; the "
+                                  "server names the ones it allows with --allow-origin\n")
 
     def _release(self, session_id: str) -> None:
         if self.sessions.pop(session_id, None) is not None:
