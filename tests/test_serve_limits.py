@@ -254,6 +254,35 @@ def test_a_token_server_refuses_viewers_without_it_and_a_foreign_origin():
     assert built.refused >= 3
 
 
+def test_wrong_tokens_in_a_row_are_refused_outright_and_logged_sparingly(caplog):
+    """About 1,000 guesses a second got a 401 and a log line each: past five wrong tokens
+    in a row an address is refused before its token is compared (429), for a time that
+    doubles with each further guess, and only the 1st, 2nd, 4th, 8th ... are logged."""
+    import logging
+
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    built = _server(token="s3cret-token")
+    with ServerThread(built) as port, caplog.at_level(logging.WARNING, "latsim.serve"):
+        async def attempt(token: str) -> int | str:
+            try:
+                async with connect(f"ws://127.0.0.1:{port}/?token={token}") as ws:
+                    await ws.send(json.dumps({"type": "hello", "K": 4, "duration": 1}))
+                    return json.loads(await ws.recv())["type"]
+            except InvalidStatus as exc:
+                return exc.response.status_code
+
+        async def guesses() -> list:
+            return [await attempt(f"guess-{i:04d}") for i in range(40)]
+
+        outcomes = asyncio.run(guesses())
+    assert outcomes[:5] == [401] * 5  # a typo or five cost nothing
+    assert outcomes.count(429) >= 30, outcomes  # then most are not even compared
+    logged = [r for r in caplog.records if "wrong token" in r.getMessage()]
+    assert 1 <= len(logged) <= 6, [r.getMessage() for r in logged]
+
+
 def test_without_allow_origin_only_the_servers_own_pages_may_connect_from_a_browser():
     """Any web page the user opened could drive a loopback server before: a browser's
     Origin must now be the server's own (its viewer page); a client without Origin (latsim

@@ -79,6 +79,15 @@ DEVICE_TASKS = "tasks.csv"
 log = logging.getLogger("latsim.serve")
 
 
+#: Wrong tokens in a row from one address before it is refused outright for a while; then
+#: 0.1 s, doubling with each further one, up to :data:`MAX_TOKEN_BACKOFF_S` (guessing a
+#: token stops paying long before it could succeed, and a typo costs nothing).
+FREE_TOKEN_FAILURES = 5
+MAX_TOKEN_BACKOFF_S = 60.0
+#: Addresses whose wrong tokens are remembered (the oldest is forgotten past this).
+MAX_TRACKED_ADDRESSES = 4096
+
+
 class StreamServer:
     """Builds the generator, warms it up per K (the default leads), serves sessions."""
 
@@ -94,6 +103,8 @@ class StreamServer:
         self._admitted = 0
         self._pending = 0  # connections that have not said hello
         self.refused = 0  # connections refused: server full, too many pending, no hello
+        # per client address: wrong tokens in a row, and until when it is refused outright
+        self._token_failures: dict[object, tuple[int, float]] = {}
         self.lagging = 0  # connections told they were lagging
         self.dropped = 0  # sessions ended because their viewer fell behind
         self.peak_queue_bytes = 0  # the most one connection had queued
@@ -230,14 +241,32 @@ class StreamServer:
             return None
         from urllib.parse import parse_qs, urlsplit
 
+        address = (connection.remote_address or ("?",))[0]
+        failures, blocked_until = self._token_failures.get(address, (0, 0.0))
+        now = time.monotonic()
+        if now < blocked_until:  # guessing: refused before the token is even compared
+            self.refused += 1
+            return connection.respond(HTTPStatus.TOO_MANY_REQUESTS,
+                                      f"too many wrong tokens; retry in "
+                                      f"{blocked_until - now:.1f} s\n")
         given = parse_qs(urlsplit(request.path).query).get("token", [""])[-1]
         scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer":  # RFC 7235: the scheme is case-insensitive
             given = given or credentials.strip()
         if hmac.compare_digest(given.encode(), token.encode()):
+            self._token_failures.pop(address, None)
             return None
         self.refused += 1
-        log.warning("connection from %s refused: no or wrong token", connection.remote_address)
+        failures += 1
+        delay = (0.0 if failures <= FREE_TOKEN_FAILURES
+                 else min(MAX_TOKEN_BACKOFF_S, 0.1 * 2 ** (failures - FREE_TOKEN_FAILURES - 1)))
+        if len(self._token_failures) >= MAX_TRACKED_ADDRESSES:  # the oldest entry goes
+            self._token_failures.pop(next(iter(self._token_failures)))
+        self._token_failures[address] = (failures, now + delay)
+        if failures & (failures - 1) == 0:  # the 1st, 2nd, 4th, 8th ... in a row: the log
+            log.warning("connection from %s refused: no or wrong token (%d in a row%s)",
+                        connection.remote_address, failures,
+                        f"; refused outright for {delay:.1f} s" if delay else "")
         return connection.respond(HTTPStatus.UNAUTHORIZED, "a valid token is required\n")
 
     def _foreign_origin(self, connection, request):  # noqa: ANN001, ANN202 - websockets'
