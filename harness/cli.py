@@ -469,13 +469,13 @@ EXIT_INTERRUPTED = 3
 def _exit_for_status(summary: dict, out: Path) -> None:
     """Exit 0 only for a complete session, so that a script can tell the three apart."""
     from latsim.errors import LatsimError
-    from latsim.run.folder import FAILED
+    from latsim.run.folder import COMPLETE, FAILED
 
     status, reason = summary["status"], summary["stop_reason"]
     if status == FAILED:
         raise LatsimError(f"the server failed session {summary['session']}: {reason}; kept "
                           f"what was measured in {out} (status failed)")
-    if status != "complete":
+    if status != COMPLETE:
         typer.echo(f"latsim client: the session ended early ({reason}); kept what was "
                    f"measured in {out} (status {status})", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -390,12 +390,12 @@ def test_work_bound_counts_slots_and_conditions_and_the_flag_raises_it():
 
 
 def test_default_work_bound_admits_every_documented_run():
-    from latsim.experiments import paper
+    from latsim.experiments import paper, paper_settings
     from latsim.experiments.engine import Experiment, plan, plan_events
 
     readme = Experiment(Ks=(4, 8, 21))
     assert plan_events(plan(readme)) < DEFAULT_MAX_EVENTS / 100
-    assert paper.reproduction_events(paper.REPO_TRACES) < DEFAULT_MAX_EVENTS / 5
+    assert paper.reproduction_events(paper_settings.REPO_TRACES) < DEFAULT_MAX_EVENTS / 5
     one_long = Experiment(Ks=(21,), duration=6000.0)  # README: "one 6000 s run", 30 seeds
     assert plan_events(plan(one_long)) < DEFAULT_MAX_EVENTS / 5
 

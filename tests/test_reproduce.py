@@ -39,7 +39,7 @@ def test_reproduce_writes_tables_and_figure(run: tuple[Path, str]) -> None:
     for name in ("settings", "eq6", "amplification", "stall", "l50", "long_minus_short"):
         assert (out / f"{name}.csv").stat().st_size > 100
     assert (out / "reproduce.png").stat().st_size > 10_000
-    for setting in paper.SETTINGS:
+    for setting in paper_settings.SETTINGS:
         assert setting.name in text
 
 
@@ -57,7 +57,7 @@ def test_committed_results_are_byte_identical(run: tuple[Path, str]) -> None:
 def test_theory_column_matches_the_papers_predictions(run: tuple[Path, str]) -> None:
     out, text = run
     rows = {r["setting"]: r for r in _rows(out / "settings.csv")}
-    for setting in paper.SETTINGS:
+    for setting in paper_settings.SETTINGS:
         timing = setting.timing
         expected = theory.boundary_wait_reduction(timing.T, timing.delta)
         assert float(rows[setting.name]["theory_reduction"]) == pytest.approx(expected, abs=1e-6)
@@ -86,8 +86,8 @@ def test_theory_column_matches_the_papers_predictions(run: tuple[Path, str]) -> 
 def test_simulated_reduction_is_recomputed(run: tuple[Path, str]) -> None:
     out, _ = run
     row = next(r for r in _rows(out / "settings.csv") if r["setting"] == "Wan1.3B short")
-    s = paper.SETTINGS[0]
-    exp = Experiment(Ks=(s.K,), r=s.r, fps=s.fps, cost=f"fixed:{paper.infer_C(s)!r}",
+    s = paper_settings.SETTINGS[0]
+    exp = Experiment(Ks=(s.K,), r=s.r, fps=s.fps, cost=f"fixed:{paper_settings.infer_C(s)!r}",
                      updates=f"traces:{ROOT / 'traces' / 'low'}")
     sim = {r["policy"]: r for r in run_experiment(exp, jobs=1).rows}
     assert float(row["sim_low_reduction"]) == pytest.approx(
@@ -111,8 +111,9 @@ def test_amplification_and_stall_follow_theory(run: tuple[Path, str]) -> None:
 
 
 def test_paper_numbers_live_only_in_the_data_file() -> None:
-    source = Path(paper.__file__).read_text()
-    data = json.loads(paper.PAPER_DATA.read_text())
+    # the reproduction and the settings it moved out (C is inferred there)
+    source = "".join(Path(m.__file__).read_text() for m in (paper, paper_settings))
+    data = json.loads(paper_settings.PAPER_DATA.read_text())
     reported = [str(v["reduction_s"]) for v in data["settings"].values()]
     reported += ["19.669", "20.339", "1.856", "0.256", "2.562", "0.438", "1.87", "1.42"]
     for number in reported:
@@ -120,30 +121,31 @@ def test_paper_numbers_live_only_in_the_data_file() -> None:
 
 
 def test_C_comes_from_the_paper_data(monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: N802
-    data = json.loads(paper.PAPER_DATA.read_text())
-    wan_long, ltx_short, ltx_long = paper.SETTINGS[1], paper.SETTINGS[4], paper.SETTINGS[5]
-    assert paper.infer_C(wan_long) == pytest.approx(0.17 * wan_long.timing.T)
-    assert paper.infer_C(ltx_short) == pytest.approx(
+    data = json.loads(paper_settings.PAPER_DATA.read_text())
+    settings = paper_settings.SETTINGS
+    wan_long, ltx_short, ltx_long = settings[1], settings[4], settings[5]
+    assert paper_settings.infer_C(wan_long) == pytest.approx(0.17 * wan_long.timing.T)
+    assert paper_settings.infer_C(ltx_short) == pytest.approx(
         1.0 / (1 - (19.669 + 20.339) / 200), rel=1e-9)
-    c = paper.infer_C(ltx_long)  # the smoothed reduction formula inverted
+    c = paper_settings.infer_C(ltx_long)  # the smoothed reduction formula inverted
     target = data["settings"]["LTX-2.3 long"]["reduction_s"]
     t, d = ltx_long.timing.T, ltx_long.timing.delta
     assert (t - d) / 2 - c * c / (2 * t) == pytest.approx(target, abs=1e-9)
     data["settings"]["Wan1.3B long"]["kernel_activity_pct"] = [30, 40]
-    paper.paper_data.cache_clear()
+    paper_settings.paper_data.cache_clear()
     monkeypatch.setattr(paper_settings, "paper_data", lambda: data)  # infer_C reads it there
-    assert paper.infer_C(wan_long) == pytest.approx(0.30 * wan_long.timing.T)
+    assert paper_settings.infer_C(wan_long) == pytest.approx(0.30 * wan_long.timing.T)
 
 
 def test_invert_reduction_round_trip() -> None:
     t, d = 5.25, 0.25
     for c in (0.0, 0.3, 0.9, 2.1, 5.25):
-        found = paper.invert_reduction(paper.smooth_reduction(c, t, d), t, d)
+        found = paper_settings.invert_reduction(paper_settings.smooth_reduction(c, t, d), t, d)
         assert found == pytest.approx(c, abs=1e-9)
-    assert paper.invert_reduction((t - d) / 2 + 0.1, t, d) is None
+    assert paper_settings.invert_reduction((t - d) / 2 + 0.1, t, d) is None
     # the exact (sawtooth) reduction stays within a slot of the smooth one, below (T − δ)/2
     for i in range(0, 101):
         c = i / 100 * t
-        exact = paper.refined_reduction(c, t, d)
+        exact = paper_settings.refined_reduction(c, t, d)
         assert exact <= (t - d) / 2 + 1e-9
-        assert abs(exact - paper.smooth_reduction(c, t, d)) <= d
+        assert abs(exact - paper_settings.smooth_reduction(c, t, d)) <= d

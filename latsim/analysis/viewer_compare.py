@@ -168,23 +168,24 @@ def predict_viewers(runs: list[ClientRun], replications: int = 20, seed: int = 0
                                              for s in stages_seq.spawn(4))))
         sims.append(simulate_serving(configs[0], cost, serving, streams, runs[0].window,
                                      np.random.default_rng(batch_seq), drain, configs))
-    rows = per_stream_rows(sims)
-    one_run_rows = [per_stream_rows([sim]) for sim in sims]
+    rows = _viewer_rows(sims)
+    one_run_rows = [_viewer_rows([sim]) for sim in sims]
     for index, row in enumerate(rows):
-        row["viewer_stall_pct"] = row["stall_pct"] + row["client_stall_pct"]
         row["latencies"] = tuple(v.L for sim in sims for v in sim.viewer
                                  if v.stream == index and v.displayed)
         for metric in VIEWER_COMPARED:
-            one_run = [_viewer_value(run[index], metric) for run in one_run_rows]
+            one_run = [run[index][metric] for run in one_run_rows]
             finite = [v for v in one_run if v is not None and math.isfinite(v)]
             row[f"{metric}_band"] = (min(finite), max(finite)) if finite else (None, None)
     return rows
 
 
-def _viewer_value(row: dict, metric: str) -> float | None:
-    if metric == "viewer_stall_pct":
-        return row["stall_pct"] + row["client_stall_pct"]
-    return row[metric]
+def _viewer_rows(sims: list) -> list[dict]:
+    """:func:`per_stream_rows` with the viewer's stall (server stalls plus late slots)."""
+    rows = per_stream_rows(sims)
+    for row in rows:
+        row["viewer_stall_pct"] = row["stall_pct"] + row["client_stall_pct"]
+    return rows
 
 
 def compare_client_run(run: ClientRun, predicted: dict, replications: int = 20,

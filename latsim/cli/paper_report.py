@@ -12,10 +12,10 @@ from latsim.experiments.paper import (
     AMP_C,
     AMP_DURATION,
     AMP_SEEDS,
-    C_METHOD_TEXT,
     EQ6_PHASES,
     Reproduction,
 )
+from latsim.experiments.paper_settings import C_METHOD_TEXT
 from latsim.formatting import fmt
 
 
@@ -109,10 +109,16 @@ def print_report(result: Reproduction) -> None:
          "stalls, which lengthens its L50[/dim]"])
 
 
+def _columns(left: tuple[str, ...], *spec: tuple[str, int]) -> list[Column]:
+    """``(header, rank)`` columns, the ``left`` ones left-aligned."""
+    return [Column(header, rank, "left" if header in left else "right")
+            for header, rank in spec]
+
+
 def _error(row: dict) -> str:
-    """A compared row's error: percent of the paper's value, or percentage points for a
-    stall % (whose paper value may be 0)."""
-    if row["metric"].endswith("pct"):
+    """A compared row's error: percent of the paper's (or seed's) value, or percentage
+    points for a stall % (whose paper value may be 0)."""
+    if row.get("metric", "").endswith("pct"):
         return "–" if row["diff"] is None else f"{row['diff']:+.2f} pp"
     return "–" if row["err_pct"] is None else f"{row['err_pct']:+.1f}%"
 
@@ -127,8 +133,7 @@ def print_serving_report(tables: dict[str, list[dict]]) -> None:
     left = ("setting", "policy", "metric", "load", "role", "discard", "schedule", "rule")
 
     def columns(*spec: tuple[str, int]) -> list[Column]:
-        return [Column(header, rank, "left" if header in left else "right")
-                for header, rank in spec]
+        return _columns(left, *spec)
 
     for group in dict.fromkeys(r["calibrated_on"] for r in tables["e2e"]):
         print_table(
@@ -168,16 +173,14 @@ def print_systems_report(tables: dict[str, list[dict]]) -> None:
     left = ("system", "figure", "role", "policy")
 
     def columns(*spec: tuple[str, int]) -> list[Column]:
-        return [Column(header, rank, "left" if header in left else "right")
-                for header, rank in spec]
+        return _columns(left, *spec)
 
     print_table(
         "Each seed's reported figure beside latsim's",
         columns(("system", 0), ("figure", 0), ("paper", 0), ("ours", 0), ("error", 1),
                 ("role", 2)),
         [[r["system"], "\n".join(textwrap.wrap(r["figure"], 32)), fmt(r["paper"]),
-          fmt(r["ours"]), "–" if r["err_pct"] is None else f"{r['err_pct']:+.1f}%",
-          r["role"]] for r in tables["reproduction"]])
+          fmt(r["ours"]), _error(r), r["role"]] for r in tables["reproduction"]])
     print_table(
         "Interactive latency, high-frequency traces (L50, L95 s; viewer stall %)",
         columns(("speed", 0), ("system", 0), ("policy", 0), ("C mean", 2), ("lead", 1),

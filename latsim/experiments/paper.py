@@ -41,10 +41,8 @@ from latsim.experiments.engine import (
     run_experiment,
 )
 from latsim.experiments.executors import LocalPool, active_pool, gc_paused, strided_chunks
-from latsim.experiments.paper_settings import (  # noqa: F401 - re-exported
+from latsim.experiments.paper_settings import (
     C_METHOD_TEXT,
-    PAPER_DATA,
-    REPO_TRACES,
     SETTINGS,
     TRACE_SETS,
     Setting,
@@ -53,7 +51,6 @@ from latsim.experiments.paper_settings import (  # noqa: F401 - re-exported
     invert_reduction,
     paper_data,
     refined_reduction,
-    smooth_reduction,
 )
 from latsim.model.costs import FixedCost
 from latsim.model.traces import Trace

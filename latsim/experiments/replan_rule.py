@@ -25,7 +25,7 @@ import numpy as np
 from latsim.analysis.metrics import paired_jackknife_se
 from latsim.errors import DEFAULT_MAX_EVENTS, check_work
 from latsim.experiments.engine import Experiment, plan, plan_events, prefetched, run_experiment
-from latsim.experiments.paper import SETTINGS, TRACE_SETS, _trace_root
+from latsim.experiments.paper_settings import SETTINGS, TRACE_SETS, _trace_root
 from latsim.model.costs import FixedCost
 
 #: The paper's settings the table covers (the long Sol-H3 chunk, K = 124, adds only time).

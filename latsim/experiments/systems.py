@@ -54,7 +54,7 @@ from latsim.controller.policies import BASELINE
 from latsim.controller.timing import Timing
 from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.experiments.engine import Experiment, prefetched, run_experiment
-from latsim.experiments.paper import _trace_root
+from latsim.experiments.paper_settings import _trace_root
 from latsim.model.costs import FixedCost
 from latsim.model.generators import DraftVerifyCost, SdvgCost, WaveForcingCost
 from latsim.model.serving import ServingConfig
