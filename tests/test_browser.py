@@ -22,7 +22,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from harness.serve.config import ServerConfig  # noqa: E402
 from harness.serve.server import ServerThread, StreamServer  # noqa: E402
-from latsim.cli.app import app  # noqa: E402
+from latsim.cli.root import app  # noqa: E402
 from latsim.plugins import GeneratorConfig  # noqa: E402
 from latsim.run.folder import read_run_folder  # noqa: E402
 from latsim.run.viewer import read_viewer_records  # noqa: E402

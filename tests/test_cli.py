@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from latsim.analysis import theory
-from latsim.cli.app import OneLineErrors, _expand_multi_values, app
+from latsim.cli.root import OneLineErrors, _expand_multi_values, app
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
 from latsim.formatting import fmt
 from tests.helpers import envelope_of, row_of, rows_of
@@ -643,7 +643,11 @@ def test_inputs_that_used_to_slip_through_are_one_line_errors(tmp_path, monkeypa
     def no_simulation(*args, **kwargs):
         raise AssertionError("simulated before checking --out")
 
-    monkeypatch.setattr(engine, "run_experiment", no_simulation)
+    # every module that holds the function, so that none imported now keeps the stand-in
+    from latsim.experiments import paper, serving_paper
+
+    for module in (engine, paper, serving_paper):
+        monkeypatch.setattr(module, "run_experiment", no_simulation)
     for args in (("sweep", "--K", "4", "--out", str(blocker / "out")),
                  ("reproduce", "--out", str(blocker / "out")),
                  ("reproduce", "serving", "--out", str(blocker / "out"))):

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from latsim.analysis.fleet import level_means
 from latsim.analysis.queueing import erlang_b
 from latsim.analysis.serving import serving_metrics
-from latsim.cli.app import app
+from latsim.cli.root import app
 from latsim.errors import DEFAULT_MAX_EVENTS as DEFAULT_EVENTS
 from latsim.errors import LatsimError
 from latsim.experiments.engine import run_experiment

@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from latsim.cli.app import app
+from latsim.cli.root import app
 from latsim.errors import LatsimError
 from latsim.model.arrivals import parse_updates
 from latsim.model.traces import load_trace, validate_trace

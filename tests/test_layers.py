@@ -108,7 +108,7 @@ def _loaded_after_import(module: str) -> set[str]:
 
 @pytest.mark.parametrize(("module", "absent"), [
     ("latsim.controller", {"simpy", "numpy", "torch"}),
-    ("latsim.cli", {"numpy", "simpy", "pandas", "matplotlib", "torch", "harness"}),
+    ("latsim.cli.root", {"numpy", "simpy", "pandas", "matplotlib", "torch", "harness"}),
     ("harness.live.driver", {"simpy", "torch", "matplotlib"}),
 ])
 def test_light_entry_points_stay_light(module, absent):

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from latsim import __version__
-from latsim.cli.app import app
+from latsim.cli.root import app
 from tests.helpers import SMALL_GRID, envelope_of
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from latsim.cli.app import app
+from latsim.cli.root import app
 from latsim.errors import LatsimError
 from latsim.viz.perfetto import perfetto_trace
 

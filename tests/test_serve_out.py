@@ -23,7 +23,7 @@ from typer.testing import CliRunner  # noqa: E402
 from harness.serve.config import ServerConfig  # noqa: E402
 from harness.serve.server import DEVICE_TASKS, ServerThread, StreamServer  # noqa: E402
 from harness.viewer.client import ClientConfig, run_client  # noqa: E402
-from latsim.cli.app import app  # noqa: E402
+from latsim.cli.root import app  # noqa: E402
 from latsim.controller.records import read_csv  # noqa: E402
 from latsim.errors import LatsimError  # noqa: E402
 from latsim.model.traces import Trace  # noqa: E402

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from latsim.cli.app import app
+from latsim.cli.root import app
 from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
 from latsim.experiments.engine import Experiment
 from latsim.model.costs import FixedCost

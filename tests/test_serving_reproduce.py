@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from latsim.cli.app import app
+from latsim.cli.root import app
 from latsim.experiments.serving_paper import CALIBRATIONS, MARGINS, SLO_FACTORS
 from tests.helpers import envelope_of
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from latsim.cli.app import app
+from latsim.cli.root import app
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import BASELINE, SPECULATIVE
 from latsim.controller.timing import Timing

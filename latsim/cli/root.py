@@ -1,4 +1,4 @@
-"""The ``latsim`` command line: thin typer commands over library functions (DESIGN §4).
+"""The ``latsim`` command line's root group (:data:`app`) and its typer commands (DESIGN §4).
 
 Heavy imports (numpy, simpy, matplotlib, torch) happen inside commands so that
 ``latsim --help`` stays fast. Bad input exits with status 2 and one line on stderr
@@ -230,7 +230,8 @@ class OneLineErrors(TyperGroup):
                 code = 130
             elif hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
                 message = " ".join(exc.format_message().split())
-                typer.echo(f"latsim: error: {message}", err=True)
+                if message:  # no arguments to a group: its help is the message, printed
+                    typer.echo(f"latsim: error: {message}", err=True)
                 code = 2
             else:
                 raise
@@ -496,8 +497,7 @@ def plugins(
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the registered cost models, schedules, live generators and fleet placements, and
-    who provides each.
+    """List the cost models, schedules, live generators and placements, and who provides each.
 
     They come from entry points (docs/extending.md)."""
     from latsim.plugins import registry
