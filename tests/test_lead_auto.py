@@ -1,10 +1,11 @@
-"""``--lead auto``: the serving model's lead plus the wait for a shared device.
+"""``--lead auto``: the serving model's lead plus a wait budget for a shared device.
 
-Where the nD/D/1 queue holds (fixed C, one FIFO device, N·C < T) the added wait is its
-0.99 quantile; elsewhere a pilot run measures it. Checked: the quantile against the
-survival function and a hand value, the stall it buys (at most 0.1 % at ρ <= 0.8 over
-long runs, where C's quantile alone stalls), the summary naming the lead it chose, and the
-capacity of a loose-latency SLO that the lead no longer bounds.
+The budget is the least wait whose excesses over a pilot run's jobs stay within the stall
+target (:mod:`latsim.model.lead`), with a margin for the pilot's sampling noise. Checked:
+the budget's arithmetic, the nD/D/1 quantile the pilot starts from (against the survival
+function and a hand value), the stall it buys (at most 0.1 % over long runs, where C's
+quantile alone stalls, replans at ρ = 0.85 included), the summary naming the lead it
+chose, and the capacity of a loose-latency SLO that the lead no longer bounds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from latsim.analysis.queueing import periodic_wait_quantile, periodic_wait_survival
 from latsim.errors import LatsimError
 from latsim.experiments.engine import Experiment, plan, run_experiment
+from latsim.model.lead import confident_wait_budget, pilot_seconds, stall_targeted_wait
 from latsim.model.serving import ServingConfig
 
 
@@ -42,29 +44,45 @@ def _shared(streams: int, C: float = 0.5, lead=None, **serving) -> Experiment:  
                       serving=ServingConfig(streams=streams, pools=(("dit", 1),), **serving))
 
 
-def test_the_chosen_lead_is_the_base_plus_each_policys_wait_and_the_summary_says_so():
+def test_the_budget_is_the_least_wait_whose_excesses_fit():
+    assert stall_targeted_wait([1.0, 2.0, 3.0], 0.0) == 3.0
+    assert stall_targeted_wait([1.0, 2.0, 3.0], 1.0) == 2.0  # only 3 − 2 left over
+    assert stall_targeted_wait([1.0, 2.0, 3.0], 3.0) == 1.0  # (2 − 1) + (3 − 1)
+    assert stall_targeted_wait([1.0, 2.0, 3.0], 6.0) == 0.0
+    assert stall_targeted_wait([0.4, 0.4], 0.2) == pytest.approx(0.3)
+    # batch means: identical batches have no noise, so the margin adds nothing
+    same = [[1.0, 2.0, 3.0]] * 5
+    assert confident_wait_budget(same, 1.0) == pytest.approx(2.0, abs=1e-6)
+    # one batch holding every long wait: its spread moves the budget above the mean's
+    lumpy = [[3.0, 3.0, 3.0]] + [[0.0]] * 4
+    assert confident_wait_budget(lumpy, 0.5) > stall_targeted_wait([3.0] * 3, 0.5 * 5)
+    with pytest.raises(LatsimError, match="stall budget"):
+        stall_targeted_wait([1.0], -1.0)
+    assert pilot_seconds(2) == 1200.0 and pilot_seconds(8) == 600.0
+    assert pilot_seconds(1000) == 120.0
+
+
+def test_the_chosen_lead_is_the_base_plus_each_policys_budget_and_the_summary_says_so():
     p = plan(_shared(3, lead="auto"))
-    wait = periodic_wait_quantile(0.99, 3, 2.0, 0.5)
     leads = {cell.policy.name: cell.lead for cell in p.cells}
-    assert leads["speculative"] == pytest.approx(0.5 + wait)
-    assert dict(p.auto_leads)[8, "speculative"] == (wait, "nD/D/1")
-    # the baseline never replans: its evenly staggered phases never collide (a pilot run
-    # finds no wait), while random ones start with collisions that its pilot run measures
-    assert leads["baseline"] == 0.5
-    assert dict(p.auto_leads)[8, "baseline"] == (0.0, "pilot run of 120 s")
+    waits = dict(p.auto_leads)
+    for policy in ("baseline", "speculative"):
+        wait, model = waits[8, policy]
+        assert model == "pilot run of 1200 s, stall-targeted"
+        assert leads[policy] == pytest.approx(0.5 + wait)
+    # the baseline never replans: its evenly staggered phases never collide, so it waits
+    # for nothing; the speculative policy's replans shift its phases into collisions
+    assert waits[8, "baseline"][0] == 0.0 and leads["baseline"] == 0.5
+    assert 0 < waits[8, "speculative"][0] < 2 * 0.5  # less than the others' two jobs
     shuffled = plan(_shared(3, lead="auto", start="random"))
-    waited, model = dict(shuffled.auto_leads)[8, "baseline"]
-    assert model == "pilot run of 120 s" and 0 < waited < 2 * 0.5
+    assert 0 < dict(shuffled.auto_leads)[8, "baseline"][0] < 2 * 0.5
     # auto is the serving model's default; cost is C's quantile alone, the single worker's
     assert plan(_shared(3)).cells == p.cells
     assert [c.lead for c in plan(_shared(3, lead="cost")).cells] == [0.5, 0.5]
     assert plan(_shared(3, lead="cost")).auto_leads == ()
-    # a cost with a spread has no closed form: a pilot run measures the wait
-    pilot = plan(Experiment(Ks=(8,), cost="lognormal:0.5,0.3", updates="poisson:0.04",
-                            lead="auto", duration=300.0, seeds=2,
-                            serving=ServingConfig(streams=3, pools=(("dit", 1),))))
-    waited, model = dict(pilot.auto_leads)[8, "speculative"]
-    assert model.startswith("pilot run") and waited > 0
+    # one stream shares no device
+    alone = plan(_shared(1, lead="auto"))
+    assert set(dict(alone.auto_leads).values()) == {(0.0, "one stream: no device shared")}
 
 
 @pytest.mark.slow
@@ -78,10 +96,35 @@ def test_auto_lead_keeps_stalls_under_a_tenth_of_a_percent_where_c_alone_does_no
         for row in rows:
             stalls[lead, row["policy"]] = row["viewer_stall_pct"]
             if lead == "auto" and row["policy"] == "speculative":
-                assert row["lead_model"] == "nD/D/1" and row["lead_wait"] > 0
+                assert row["lead_model"].endswith("stall-targeted") and row["lead_wait"] > 0
     # each policy's own lead holds it under a tenth of a percent, the baseline included
     assert stalls["auto", "speculative"] <= 0.1 and stalls["auto", "baseline"] <= 0.1
     assert stalls["cost", "speculative"] > stalls["auto", "speculative"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("K", "C", "streams", "devices", "schedule", "seeds"), [
+    (16, 0.56113, 5, 1, "fifo", 16),   # the trust issue's repro: ρ 0.70, replans to 80 %
+    (8, 0.425, 4, 1, "fifo", 16),      # ρ 0.85, replans to 91 %
+    (8, 0.425, 8, 2, "least-slack", 8),  # ρ 0.85 on two devices, least slack first
+])
+def test_auto_lead_keeps_its_promise_where_replans_add_load(K, C, streams, devices,  # noqa: N803
+                                                            schedule, seeds):
+    """The nD/D/1 quantile at ρ = N·C/T missed these (0.157 %, 0.148 %, 0.126 %): replans
+    load the device beyond ρ. The stall is not above the target by more than two standard
+    errors of the replications' mean."""
+    from latsim.analysis.serving import viewer_stall_pct
+
+    experiment = Experiment(
+        Ks=(K,), cost=f"fixed:{C}", updates="poisson:0.128", policies=("speculative",),
+        duration=300.0, seeds=seeds, records="none",
+        serving=ServingConfig(streams=streams, pools=(("dit", devices),), start="random",
+                              schedule=schedule))
+    result = run_experiment(experiment, jobs=1)
+    stalls = np.array([viewer_stall_pct([run]) for run in result.runs[K, "speculative"]])
+    se = stalls.std(ddof=1) / np.sqrt(len(stalls))
+    assert stalls.mean() - 2 * se <= 0.1, (stalls.mean(), se)
+    assert result.rows[0]["busy_pct"] > 100 * streams * C / (devices * K * 0.25)  # replans
 
 
 def test_lead_auto_is_for_the_serving_model_and_other_words_are_refused():

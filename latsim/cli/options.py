@@ -26,9 +26,9 @@ CostOpt = Annotated[
 LeadOpt = Annotated[
     str | None, typer.Option(
         help="planning lead: seconds; cost (C's 0.99 quantile, plus decode's and the replan "
-        "overhead's); or auto (serving model: cost plus the 0.99 quantile of the wait each "
-        "policy's refills see for devices shared with other streams, nD/D/1 or a pilot "
-        "run). Default: auto for the serving model (--streams, --pools), else cost",
+        "overhead's); or auto (serving model: cost plus the wait budget that holds each "
+        "policy's stalls to 0.1%, from a pilot run of its own cell). Default: auto for "
+        "the serving model (--streams, --pools), else cost",
         metavar="S|auto|cost")
 ]
 

@@ -303,9 +303,9 @@ def plan(experiment: Experiment) -> Plan:
 
 
 #: ``--lead auto`` (the serving model's default): each policy's lead is C's (and the other
-#: stages') 0.99 quantile plus the 0.99 quantile of the wait its refills see for the shared
-#: devices. ``--lead cost``: C's (and the other stages') quantile alone, the single worker's
-#: default.
+#: stages') 0.99 quantile plus the wait budget that holds its stalls to the target
+#: (:mod:`latsim.model.lead`). ``--lead cost``: C's (and the other stages') quantile alone,
+#: the single worker's default.
 AUTO_LEAD = "auto"
 COST_LEAD = "cost"
 LEAD_WORDS = (AUTO_LEAD, COST_LEAD)
@@ -322,34 +322,22 @@ def lead_mode(experiment: Experiment) -> str | None:
     return experiment.lead
 
 
-#: The longest pilot run ``--lead auto`` simulates where no closed form holds (seconds).
-PILOT_S = 120.0
-AUTO_QUANTILE = 0.99
-
-
 def closed_form_wait(serving: ServingConfig, cost: CostModel, timing: Timing
                      ) -> float | None:
-    """The refills' wait quantile from the nD/D/1 queue
-    (:func:`latsim.analysis.queueing.periodic_wait_quantile`), where its assumptions hold:
-    fixed C, FIFO DiT devices (or USP groups) and no other stage, no batching, one chunk
-    in flight and ⌈N/G⌉·C < T for G devices. Else None. With G > 1 it is the queue of
-    ⌈N/G⌉ streams on one device, which waits at least as long as G devices sharing one
-    queue (so capacity grows with devices: a pilot run's quantile missed the rare waits).
-    It assumes independent uniform phases: a ``random`` start has them, and replans shift
-    the others' phases as a run goes on (a ``staggered`` start's evenly spread phases,
-    which never collide, do not last)."""
+    """The refills' 0.99 wait quantile in the nD/D/1 queue
+    (:func:`latsim.analysis.queueing.periodic_wait_quantile`) of ⌈N/G⌉ streams of mean C
+    on one device, for G DiT devices (or USP groups); None where ⌈N/G⌉·C >= T. It is the
+    lead an auto pilot runs at (where it holds exactly, fixed C on FIFO devices with no
+    other stage, a job's wait is at most this quantile 99 % of the time, and ⌈N/G⌉ streams
+    on one device wait at least as long as G devices sharing one queue)."""
     from latsim.analysis.queueing import periodic_wait_quantile
-    from latsim.plugins import Pipelined
 
     groups = dict(serving.pools).get(serving.dit_pool, 0) // (serving.degree or 1)
     C = cost.mean(timing.K)  # noqa: N806
     per_group = -(-serving.streams // groups) if groups else 0
-    if not (cost.deterministic and not isinstance(cost, Pipelined) and groups >= 1
-            and serving.schedule == "fifo" and serving.batch is None
-            and serving.in_flight == 1 and serving.decode is None and serving.replan_cost is None
-            and 0 < per_group * C < timing.T):
+    if not 0 < per_group * C < timing.T:
         return None
-    return periodic_wait_quantile(AUTO_QUANTILE, per_group, timing.T, C)
+    return periodic_wait_quantile(0.99, per_group, timing.T, C)
 
 
 @lru_cache(maxsize=64)
@@ -357,48 +345,54 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,  # noqa: N8
                    policy: str) -> tuple[float, str]:
     """(seconds, model) that ``--lead auto`` adds to ``base_lead`` for ``policy``'s cell at
     chunk size ``K``: the wait for devices shared with other streams. Each policy gets its
-    own, as its refills see their own queue.
+    own, as its refills (and replans) see their own queue.
 
     - One stream: nothing (its own chunks in flight queue behind each other by design, and
       a longer lead there only costs L).
-    - A policy that replans (lazy commit), where the closed form holds: the nD/D/1
-      quantile (:func:`closed_form_wait`). Its replans keep the streams' phases mixing.
-    - Else the 0.99 quantile of the jobs' total wait for devices (summed over their
-      stages) in a pilot run of the policy's own cell at the base lead: replication 0, the
-      first :data:`PILOT_S` seconds, refills and replans together (a replan the queue
-      delays by more than the lead leaves C stalls the player under on-start discard). An
-      eager policy never replans, so its phases stay where the start put them: evenly
-      staggered phases that never collide give it nothing to add, random ones the wait of
-      the collisions they start with.
+    - Else the stall-targeted wait budget (:func:`latsim.model.lead.confident_wait_budget`)
+      of a pilot run of the policy's own cell: replication 0, for
+      :func:`~latsim.model.lead.pilot_seconds`, at ``base_lead`` plus the nD/D/1 quantile
+      (:func:`closed_form_wait`; the waits a least-slack schedule gives depend on the
+      lead, so the pilot runs near the answer). Each job's wait is summed over its stages
+      (a stage's first record: a pipeline records one per rank, each later rank starting
+      a round later, which C already counts); refills and replans alike.
     """
+    from latsim.model.lead import (
+        AUTO_STALL,
+        PILOT_BATCHES,
+        confident_wait_budget,
+        pilot_seconds,
+    )
+
     cost, _ = _sources(experiment)
     serving, cost = experiment.serving.resolve(cost)  # type: ignore[union-attr]
     if serving.streams == 1:  # its own chunks in flight, or a pipeline's round, are not it
         return 0.0, "one stream: no device shared"
     timing = Timing(K, experiment.r, experiment.fps)
-    if _policy(experiment, policy).commit == "lazy":
-        wait = closed_form_wait(serving, cost, timing)
-        if wait is not None:
-            return wait, "nD/D/1"
-    pilot = replace(experiment, Ks=(K,), lead=base_lead, records="all", seeds=1,
-                    duration=min(PILOT_S, experiment.duration or PILOT_S))
+    seconds = pilot_seconds(serving.streams)
+    pilot = replace(experiment, Ks=(K,), records="all", seeds=1, duration=seconds,
+                    lead=base_lead + (closed_form_wait(serving, cost, timing) or 0.0))
     p = plan(pilot)
     (index,) = [i for i, cell in enumerate(p.cells) if cell.policy.name == policy]
     run = run_cell(pilot, index, 0, p)
-    # a stage's wait is its first record's: a pipeline records one per rank, each later
-    # rank starting a round later (the traversal, which C already counts)
     per_stage: dict[tuple[int, int, str], float] = {}
+    enqueued: dict[tuple[int, int], float] = {}
     for task in run.tasks:  # type: ignore[union-attr]
         if task.kind != "prebuffer":
             key = (task.stream, task.job_id, task.stage)
             per_stage[key] = min(per_stage.get(key, math.inf), task.wait)
+            job = task.stream, task.job_id
+            enqueued[job] = min(enqueued.get(job, math.inf), task.t_enqueue)
     per_job: dict[tuple[int, int], float] = {}
     for (stream, job_id, _), wait in per_stage.items():
         per_job[stream, job_id] = per_job.get((stream, job_id), 0.0) + wait
-    if not per_job:
-        return 0.0, "pilot run (no jobs)"
-    quantile = float(np.quantile(list(per_job.values()), AUTO_QUANTILE, method="higher"))
-    return quantile, f"pilot run of {p.duration:g} s"
+    batches: list[list[float]] = [[] for _ in range(PILOT_BATCHES)]
+    for job, wait in per_job.items():  # by when the job was asked for
+        batches[min(PILOT_BATCHES - 1, int(enqueued[job] / seconds * PILOT_BATCHES))].append(
+            wait)
+    budget = AUTO_STALL * serving.streams * seconds / PILOT_BATCHES
+    return (confident_wait_budget(batches, budget),
+            f"pilot run of {seconds:g} s, stall-targeted")
 
 
 def cell_slots(p: Plan, cell: Cell) -> float:

@@ -15,6 +15,18 @@ lateness, timer fired - due, plus the same quantile of its job dispatch delay, w
 machine the measurement runs on. The controller plans refills and replans with the same lead,
 so the quantile covers every job kind (:meth:`CostModel.quantile`; for a table with separate
 replan rows, the larger of the two kinds' quantiles).
+
+**Streams sharing devices** (``--lead auto``, the serving model's default) add a *wait
+budget* ``s`` to that lead: a job that waits longer than ``s`` for a device stalls its
+stream by the excess. The budget is the least ``s`` whose excesses, summed over the jobs of
+a pilot run of the same configuration, stay within the stall target's share of the pilot's
+stream-time (:data:`AUTO_STALL`), with a margin for the pilot's own sampling noise
+(:func:`confident_wait_budget`). Summing excesses counts every
+job (replans add load the periodic closed forms leave out) and weighs each by how long it
+stalls, not only whether it does; it bounds the stall from above where stalls overlap (a
+stream already dry is not made drier). The experiment engine runs the pilot
+(:func:`latsim.experiments.engine.auto_lead_wait`); ``bench/lead_regimes.py`` measures the
+stall it gives across regimes.
 """
 
 from __future__ import annotations
@@ -114,3 +126,69 @@ SIMULATED = LeadRule()
 #: The live harness's default: measured C's 0.99 quantile plus max(10 %, 5 ms, the measured
 #: jitter: p99 slot-start lateness + p99 job dispatch delay of the calibration pass).
 LIVE = LeadRule(0.99, 0.10, 0.005, jitter_quantile=0.99)
+
+
+#: The viewer stall ``--lead auto`` aims at: a fraction of the time (0.1 %).
+AUTO_STALL = 0.001
+#: An auto pilot run covers at least this many stream-seconds (so that the tail the target
+#: reads holds more than a handful of jobs), and lasts from PILOT_MIN_S to PILOT_MAX_S.
+PILOT_STREAM_S = 4800.0
+PILOT_MIN_S = 120.0
+PILOT_MAX_S = 1200.0
+#: The pilot is cut into this many equal spans of time, whose excess-wait sums give the
+#: sampling noise (batch means), and the budget holds at this many standard errors above
+#: their mean (one-sided 95 %).
+PILOT_BATCHES = 10
+PILOT_Z = 1.645
+
+
+def pilot_seconds(streams: int) -> float:
+    """How long the auto pilot run of ``streams`` streams lasts (s)."""
+    return min(PILOT_MAX_S, max(PILOT_MIN_S, PILOT_STREAM_S / streams))
+
+
+def confident_wait_budget(batches: Sequence[Sequence[float]], budget: float,
+                          z: float = PILOT_Z) -> float:
+    """The least wait budget ``s`` >= 0 (s, to 1e-6) at which the mean over ``batches`` of
+    Σ (W − s)+, plus ``z`` standard errors of that mean (batch means), is at most
+    ``budget`` (seconds of stall per batch): the pilot's tail is a handful of jobs, so the
+    budget must hold beyond its own sampling noise. With one batch it is
+    :func:`stall_targeted_wait`."""
+    if len(batches) < 2:
+        return stall_targeted_wait(batches[0] if batches else (), budget)
+    if not (math.isfinite(budget) and budget >= 0):
+        raise LatsimError(f"stall budget must be a finite number >= 0, got {budget!r}")
+    count = len(batches)
+
+    def bound(s: float) -> float:
+        excess = [sum(w - s for w in batch if w > s) for batch in batches]
+        mean = sum(excess) / count
+        spread = sum((e - mean) ** 2 for e in excess) / (count - 1)
+        return mean + z * math.sqrt(spread / count)
+
+    low, high = 0.0, max((max(batch, default=0.0) for batch in batches), default=0.0)
+    if bound(low) <= budget:
+        return 0.0
+    while high - low > 1e-6:  # bound(high) is 0: no job waits longer than high
+        middle = (low + high) / 2
+        if bound(middle) <= budget:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def stall_targeted_wait(waits: Sequence[float], budget: float) -> float:
+    """The least wait budget ``s`` >= 0 with Σ (W − s)+ <= ``budget`` over ``waits`` (s):
+    exact on the piecewise-linear sum."""
+    if not (math.isfinite(budget) and budget >= 0):
+        raise LatsimError(f"stall budget must be a finite number >= 0, got {budget!r}")
+    ordered = sorted((w for w in waits if w > 0), reverse=True)
+    total = 0.0
+    for k, wait in enumerate(ordered, start=1):
+        total += wait
+        below = ordered[k] if k < len(ordered) else 0.0
+        s = (total - budget) / k  # the sum on [below, wait] is total − k·s
+        if s >= below:
+            return max(s, 0.0)
+    return 0.0
