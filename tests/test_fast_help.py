@@ -131,3 +131,18 @@ def test_no_commands_summary_breaks_its_line():
             if "\n" in summary:
                 broken.append(f"{path} {name}")
     assert not broken
+
+
+def test_no_help_page_prints_a_docstrings_wrapped_lines():
+    """typer's rich help keeps a paragraph's single newlines: each line of a paragraph but
+    the first must start a list item or be indented (latsim.cli.root.unwrapped)."""
+    ragged = []
+    for path, group in _groups():
+        ctx = click.Context(group, info_name=path)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            for paragraph in (command.help or "").split("\n\n"):
+                for line in paragraph.split("\n")[1:]:
+                    if not line.startswith(("- ", " ", "\b")):
+                        ragged.append(f"{path} {name}: {line[:40]}")
+    assert not ragged

@@ -21,6 +21,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                   "latsim fleet examples/fleet.toml --nodes 2 --placement round-robin --json"),
     "fleet plan": ("latsim fleet plan examples/fleet.toml --slo-l95 2.0 --slo-stall 1 "
                    "--slo-ttfc 5",),
+    "plan": ("latsim plan examples/plan.toml --out plan/",
+             "latsim plan examples/plan.toml --seeds 2 --json"),
     "plugins": ("latsim plugins", "latsim plugins generators --json"),
     "controller": ("latsim controller --diagram",),
     "help": ("latsim help sweep", "latsim help traces generate"),

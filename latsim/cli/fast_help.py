@@ -49,6 +49,8 @@ COMMANDS = (
                 "samples."),
     ("capacity", "Largest number of streams meeting an SLO."),
     ("grid", "Run a design-space grid from a TOML file; resumable."),
+    ("plan", "Which K, policy, USP degree, node shape and fleet size meet an SLO most "
+             "cheaply."),
     ("traces", "Condition traces: generate the paper's workload, validate and summarise "
                "sets."),
     ("reproduce", "Reproduce the paper's latency results: theory, simulation and the paper "

@@ -10,6 +10,7 @@ for :class:`latsim.errors.Interrupted`). Every number is range-checked by the li
 
 from __future__ import annotations
 
+import inspect
 import sys
 from functools import cache
 from pathlib import Path
@@ -136,6 +137,8 @@ def _plugin_commands() -> dict[str, Any]:
             found[command.name] = command
     for name, command in found.items():
         command.epilog = command.epilog or epilog(name)
+        if command.help:
+            command.help = unwrapped(command.help)
     return found
 
 
@@ -549,6 +552,7 @@ def _register_extensions() -> None:
         fleet_command,
         grid_command,
         paper_commands,
+        plan_command,
     )
 
     paper_commands.register(app)
@@ -557,15 +561,36 @@ def _register_extensions() -> None:
     export_command.register(app)
     grid_command.register(app)
     fleet_command.register(app)
+    plan_command.register(app)
 
 
-def _attach_examples(typer_app: typer.Typer, prefix: str = "") -> None:
-    """Every command's ``--help`` ends with its examples (:mod:`latsim.cli.examples`)."""
+def unwrapped(text: str) -> str:
+    """A docstring's paragraphs each on one line: typer's rich help keeps a paragraph's
+    single newlines, so a docstring wrapped at 100 columns printed ragged at 80. A line
+    that starts a list item (``-``) or is indented stays on its own."""
+    paragraphs = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.split("\n"):
+            if lines and not line.startswith(("- ", " ", "\b")):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def _finish_help(typer_app: typer.Typer, prefix: str = "") -> None:
+    """Every command's ``--help``: its docstring's paragraphs unwrapped (:func:`unwrapped`),
+    then its examples (:mod:`latsim.cli.examples`)."""
     for info in typer_app.registered_commands:
         name = info.name or info.callback.__name__.replace("_", "-")  # type: ignore[union-attr]
         info.epilog = info.epilog or epilog(prefix + name)
+        doc = info.help or inspect.getdoc(info.callback)
+        if doc:
+            info.help = unwrapped(doc)
     for group in typer_app.registered_groups:
-        _attach_examples(group.typer_instance, f"{prefix}{group.name} ")
+        _finish_help(group.typer_instance, f"{prefix}{group.name} ")
 
 
 @app.command("help")
@@ -578,7 +603,7 @@ def help_command(
 
 
 _register_extensions()
-_attach_examples(app)
+_finish_help(app)
 
 
 def main() -> None:

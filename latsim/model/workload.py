@@ -61,6 +61,26 @@ class DurationLaw:
         alpha = self.shape  # pareto with scale x_m = mean (alpha - 1) / alpha
         return float(self.mean * (alpha - 1) / alpha * (1 - rng.random()) ** (-1 / alpha))
 
+    def survival(self, s: float) -> float:
+        """P(D > ``s``)."""
+        if s < 0:
+            return 1.0
+        if self.kind == "fixed":
+            return 1.0 if s < self.mean else 0.0
+        if self.kind == "exponential":
+            return math.exp(-s / self.mean)
+        if self.kind == "lognormal":
+            sigma2 = math.log1p(self.shape**2)
+            if sigma2 == 0:
+                return 1.0 if s < self.mean else 0.0
+            if s == 0:
+                return 1.0
+            mu = math.log(self.mean) - sigma2 / 2
+            return 0.5 * math.erfc((math.log(s) - mu) / math.sqrt(2 * sigma2))
+        alpha = self.shape
+        scale = self.mean * (alpha - 1) / alpha
+        return 1.0 if s < scale else (scale / s) ** alpha
+
 
 def parse_duration(spec: str) -> DurationLaw:
     """A session duration spec (see the module docstring)."""
@@ -110,6 +130,18 @@ class SessionArrivals:
             end = self.pieces[i + 1][0] if i + 1 < len(self.pieces) else horizon
             total += rate * max(0.0, min(end, horizon) - min(start, horizon))
         return total / horizon
+
+    def rate_at(self, t: float) -> float:
+        """The arrival rate at time ``t`` (the MMPP's stationary mean rate)."""
+        if self.kind == "population":
+            return 0.0
+        if self.kind == "mmpp":
+            return self.mean_rate(1.0)
+        rate = 0.0
+        for start, piece in self.pieces:
+            if start <= t:
+                rate = piece
+        return rate
 
     def times(self, horizon: float, rng: np.random.Generator) -> list[float]:
         """Arrival times in ``[0, horizon)``."""
@@ -389,6 +421,23 @@ class Workload:
         if self.population:
             return float(self.arrivals.population)
         return self.arrivals.mean_rate(horizon) * self.duration.mean
+
+    def viewer_seconds(self, horizon: float, steps: int = 2000) -> float:
+        """Expected session-seconds present in ``[0, horizon)`` from an empty start with
+        unlimited room (M/G/∞: ∫ λ(a) E[min(D, horizon − a)] da; a population's N·horizon,
+        a log's own), idle time included; numerically, in ``steps`` steps."""
+        if self.log is not None or self.population:
+            return self.offered_load(horizon) * horizon
+        step = horizon / steps
+        # M(x) = ∫0^x P(D > s) ds = E[min(D, x)], by the trapezoid rule on the same grid
+        survival = [self.duration.survival(i * step) for i in range(steps + 1)]
+        held = [0.0]
+        for i in range(steps):
+            held.append(held[-1] + (survival[i] + survival[i + 1]) * step / 2)
+        total = 0.0
+        for i in range(steps):
+            total += self.arrivals.rate_at((i + 0.5) * step) * held[steps - i] * step
+        return total
 
     @property
     def active_fraction(self) -> float:

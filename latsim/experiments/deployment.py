@@ -1,0 +1,517 @@
+"""``latsim plan``: which chunk size, commitment policy, USP degree, node shape and fleet size
+meet an SLO most cheaply (DESIGN §10).
+
+A deployment file is a fleet file (docs/fleet.md) plus two tables: ``[search]``, the design
+space, and ``[slo]``, the limits. ``node.cost`` gives the forward time per K (a ``usp:``
+table gives it per parallel degree too) and ``fleet.usd_per_gpu_hour`` the price. The plan
+works in two stages, both stated in every row:
+
+1. **Screening by a surrogate, without simulation.** For each candidate (K, policy, USP
+   degree, GPUs per node) the most sessions one node holds within the SLO, from closed forms:
+   the node's G = GPUs / degree DiT groups each serve ⌈n/G⌉ streams; a stream's device load
+   is C/T plus, for the speculative policy, one replan per condition (λ·C: every condition
+   is counted, an upper bound); the load must stay at or under :data:`RHO_MAX` (the range
+   over which ``--lead auto`` holds its 0.1 % stall target, ``bench/lead_regimes.py``); the
+   refill's wait is the nD/D/1 0.99 quantile of ⌈n/G⌉ periodic streams whose job is C
+   scaled by that load; the lead is C's 0.99 quantile plus that wait; L95 is the timing
+   model's (:mod:`latsim.analysis.theory`: the baseline's lead + 0.95·T, the speculative
+   policy's quantile with C plus the wait); the first chunk's time (TTFC) is the lead. Then
+   the fleet: the least static node count whose Erlang-B blocking at the workload's peak
+   offered load (sessions present, M/G/∞: peak arrival rate × mean duration; idle sessions
+   keep their slot) is within ``slo.blocking``; its cost per viewer-hour is the GPU-hours of
+   the verification run's horizon over the viewer-hours an M/G/∞ fleet starting empty holds
+   in it (:meth:`~latsim.model.workload.Workload.viewer_seconds`), less the blocked share,
+   so that it predicts what the exact run measures.
+2. **Verification by the exact fleet model** (``latsim fleet``, its own ``[run]``), for
+   every candidate on the surrogate's Pareto frontier and for each policy's recommendation.
+   A configuration meets the SLO when each metric's one-sided 95 % upper bound over the
+   replications is within its limit (as ``fleet plan``). Every verified row carries the
+   surrogate's error. A recommendation always meets the SLO in its exact run: where the
+   surrogate was wrong the plan says so and moves to the next cheapest candidate of the
+   policy, at most ``search.max_verified`` runs in all.
+
+The frontier is the non-dominated set of (cost per viewer-hour ↓, L95 ↓, quality ↑), where
+quality is ``search.quality`` (a score per K the user supplies) or else K itself: the plan
+never invents a quality number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from latsim.analysis import theory
+from latsim.analysis.queueing import erlang_b, periodic_wait_quantile
+from latsim.controller.timing import Timing
+from latsim.errors import DEFAULT_MAX_EVENTS, LatsimError, check_int, check_number
+from latsim.experiments.fleet_plan import UPPER_Z, FleetSLO
+from latsim.model.fleet import MAX_NODE_SESSIONS, MAX_NODES, FleetRun, parse_fleet
+from latsim.model.serving import typed_value
+from latsim.model.traces import read_toml
+
+#: The highest device load the surrogate accepts: ``--lead auto`` keeps its stall target up
+#: to here (``bench/lead_regimes.py``), and no further claim is made.
+RHO_MAX = 0.85
+POLICIES = ("baseline", "speculative")
+#: Candidates a deployment file may describe, and exact runs one plan may make.
+MAX_CANDIDATES = 4096
+MAX_VERIFIED = 256
+_SEARCH_KEYS: dict[str, Any] = {"K": list, "policies": list, "usp": list,
+                                "gpus_per_node": list, "max_sessions": int,
+                                "quality": dict, "max_verified": int}
+_SLO_KEYS: dict[str, Any] = {"l95": (int, float), "stall_pct": (int, float),
+                             "ttfc_p95": (int, float), "blocking": (int, float)}
+
+
+@dataclass(frozen=True)
+class PlanSLO:
+    """The limits: condition L95 (s), viewer stall (%), p95 time to first chunk (s, optional)
+    and the share of arriving sessions turned away (blocking, a fraction)."""
+
+    l95: float
+    stall_pct: float
+    ttfc_p95: float | None = None
+    blocking: float = 0.01
+
+    def __post_init__(self) -> None:
+        check_number("slo.l95", self.l95, 0, 86_400, positive=True, unit="s")
+        check_number("slo.stall_pct", self.stall_pct, 0, 100, unit="%")
+        if self.ttfc_p95 is not None:
+            check_number("slo.ttfc_p95", self.ttfc_p95, 0, 86_400, positive=True, unit="s")
+        check_number("slo.blocking", self.blocking, 0, 1)
+
+    def fleet_slo(self) -> FleetSLO:
+        return FleetSLO(self.l95, self.stall_pct, self.ttfc_p95)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    Ks: tuple[int, ...]  # noqa: N815
+    policies: tuple[str, ...]
+    degrees: tuple[int, ...]
+    gpus_per_node: tuple[int, ...]
+    max_sessions: int = 64
+    quality: tuple[tuple[int, float], ...] = ()  # (K, score): the user's, never invented
+    max_verified: int = 24
+
+    def __post_init__(self) -> None:
+        for name, values, top in (("search.K", self.Ks, 4096), ("search.usp", self.degrees,
+                                  4096), ("search.gpus_per_node", self.gpus_per_node, 4096)):
+            if not values:
+                raise LatsimError(f"{name} is empty: the search space has no candidate")
+            for value in values:
+                check_int(name, value, 1, top)
+            if len(set(values)) != len(values):
+                raise LatsimError(f"{name} names a value twice")
+        if not self.policies or any(p not in POLICIES for p in self.policies):
+            raise LatsimError(f"search.policies takes {' and '.join(POLICIES)}, got "
+                              f"{list(self.policies)!r}")
+        check_int("search.max_sessions", self.max_sessions, 1, MAX_NODE_SESSIONS)
+        check_int("search.max_verified", self.max_verified, 1, MAX_VERIFIED)
+        for K, score in self.quality:  # noqa: N806
+            if K not in self.Ks:
+                raise LatsimError(f"search.quality gives K={K}, which search.K does not list")
+            check_number(f"search.quality[{K}]", score, -1e9, 1e9)
+        if self.quality and {K for K, _ in self.quality} != set(self.Ks):
+            missing = sorted(set(self.Ks) - {K for K, _ in self.quality})
+            raise LatsimError(f"search.quality has no score for K={missing[0]}: give every K "
+                              "a score, or none (the plan then ranks by K)")
+        count = len(self.Ks) * len(self.policies) * len(self.degrees) * len(self.gpus_per_node)
+        if count > MAX_CANDIDATES:
+            raise LatsimError(f"the search space holds {count} candidates; at most "
+                              f"{MAX_CANDIDATES}")
+
+    def quality_of(self, K: int) -> float:  # noqa: N803
+        return dict(self.quality).get(K, float(K))
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A deployment file, resolved: the fleet it varies, the space and the limits."""
+
+    base: FleetRun
+    space: SearchSpace
+    slo: PlanSLO
+
+    @property
+    def price(self) -> float:
+        return self.base.fleet.usd_per_gpu_hour
+
+
+@dataclass(frozen=True)
+class Candidate:
+    K: int  # noqa: N815
+    policy: str
+    degree: int
+    gpus: int
+
+    @property
+    def label(self) -> str:
+        return f"K={self.K} {self.policy} usp{self.degree} {self.gpus}gpu"
+
+
+def _list(where: str, value: object, kind: type) -> tuple:
+    items = typed_value(where, value, list)
+    return tuple(typed_value(f"{where}[{i}]", item, kind) for i, item in enumerate(items))
+
+
+def parse_deployment(data: dict[str, Any], path: str = "deployment file") -> Deployment:
+    """A deployment from a parsed TOML document; every error names ``path``."""
+    if not isinstance(data.get("search"), dict) or not isinstance(data.get("slo"), dict):
+        raise LatsimError(f"{path}: a deployment file needs [search] and [slo] tables beside "
+                          "the fleet's (docs/plan.md)")
+    rest = {k: v for k, v in data.items() if k not in ("search", "slo")}
+    try:
+        search = _keys(data["search"], "search", _SEARCH_KEYS)
+        slo = _keys(data["slo"], "slo", _SLO_KEYS)
+        for key in ("l95", "stall_pct"):
+            if key not in slo:
+                raise LatsimError(f"[slo] needs {key}")
+        quality = tuple((_quality_key(k), float(typed_value(f"search.quality.{k}", v,
+                                                            (int, float))))
+                        for k, v in search.get("quality", {}).items())
+        space = SearchSpace(
+            Ks=_list("search.K", search.get("K", [8]), int),
+            policies=_list("search.policies", search.get("policies", list(POLICIES)), str),
+            degrees=_list("search.usp", search.get("usp", [1]), int),
+            gpus_per_node=_list("search.gpus_per_node", search.get("gpus_per_node", [1]), int),
+            max_sessions=search.get("max_sessions", 64), quality=quality,
+            max_verified=search.get("max_verified", 24))
+        limits = PlanSLO(float(slo["l95"]), float(slo["stall_pct"]),
+                         None if "ttfc_p95" not in slo else float(slo["ttfc_p95"]),
+                         float(slo.get("blocking", 0.01)))
+    except LatsimError as exc:
+        raise LatsimError(f"{path}: {exc}") from None
+    base = parse_fleet(rest, path)
+    deployment = Deployment(base, space, limits)
+    for candidate in candidates(deployment):  # every cost and shape checked before any work
+        _check_shape(deployment, candidate, path)
+    return deployment
+
+
+def _keys(body: dict, name: str, keys: dict) -> dict:
+    out = {}
+    for key, value in body.items():
+        if key not in keys:
+            raise LatsimError(f"unknown key {name}.{key} (known: {', '.join(sorted(keys))})")
+        out[key] = typed_value(f"{name}.{key}", value, keys[key])
+    return out
+
+
+def _quality_key(key: str) -> int:
+    if not key.isascii() or not key.isdigit():
+        raise LatsimError(f"search.quality.{key[:20]}: keys are chunk sizes K (whole numbers)")
+    return int(key)
+
+
+def load_deployment(path: str | Path) -> Deployment:
+    """Read and check a deployment file (TOML)."""
+    return parse_deployment(read_toml(path, "deployment file"), str(path))
+
+
+def candidates(deployment: Deployment) -> list[Candidate]:
+    space = deployment.space
+    return [Candidate(K, policy, degree, gpus) for K in space.Ks for policy in space.policies
+            for degree in space.degrees for gpus in space.gpus_per_node]
+
+
+def _check_shape(deployment: Deployment, candidate: Candidate, path: str) -> None:
+    if candidate.gpus % candidate.degree:
+        raise LatsimError(f"{path}: search.gpus_per_node {candidate.gpus} is not a multiple "
+                          f"of search.usp {candidate.degree}")
+    try:
+        node_cost(deployment, candidate).mean(candidate.K)
+    except LatsimError as exc:
+        if str(exc).startswith("search."):
+            raise LatsimError(f"{path}: {exc}") from None
+        raise LatsimError(f"{path}: node.cost at K={candidate.K}, usp{candidate.degree}: "
+                          f"{exc}") from None
+
+
+def node_cost(deployment: Deployment, candidate: Candidate):  # noqa: ANN201
+    """The DiT cost model at the candidate's USP degree (a ``usp:`` table's own table for
+    that degree; any other cost is one time whatever the degree, so only degree 1)."""
+    from latsim.experiments.engine import DEFAULT_COST
+    from latsim.model.costs import ParallelTableCost
+    from latsim.plugins import load_cost
+
+    cost = load_cost(deployment.base.node.cost or DEFAULT_COST)
+    if isinstance(cost, ParallelTableCost):
+        return cost.at(candidate.degree)
+    if candidate.degree != 1:
+        raise LatsimError(f"search.usp {candidate.degree}: node.cost {cost.spec!r} has one "
+                          "time for every degree; give a usp: table to search USP degrees")
+    return cost
+
+
+# ---------------------------------------------------------------- the surrogate
+
+
+def update_rate(deployment: Deployment, K: int) -> float:  # noqa: N803
+    """Conditions per second while a session is active (the workload's ``updates``)."""
+    from latsim.model.arrivals import parse_updates
+
+    node = deployment.base.node
+    timing = Timing(K, node.r, node.fps)
+    horizon = deployment.base.duration
+    return parse_updates(deployment.base.workload.updates).mean_conditions(horizon,
+                                                                           timing) / horizon
+
+
+def peak_load(deployment: Deployment) -> float:
+    """Sessions present at the workload's peak, with unlimited room (M/G/∞: the highest
+    arrival rate times the mean duration; a population's own N; a log's mean)."""
+    workload = deployment.base.workload
+    if workload.log is not None or workload.population:
+        return workload.offered_load(deployment.base.duration)
+    arrivals = workload.arrivals
+    if arrivals.kind == "mmpp":
+        rate = max(r for r, _ in arrivals.pieces)
+    else:
+        rate = max(r for _, r in arrivals.pieces)
+    return rate * workload.duration.mean
+
+
+def node_estimate(deployment: Deployment, candidate: Candidate, sessions: int) -> dict:
+    """The surrogate's node with ``sessions`` streams: load, lead, L95, TTFC (and the limit
+    it breaks, ``failed``, empty when none)."""
+    node = deployment.base.node
+    timing = Timing(candidate.K, node.r, node.fps)
+    T, delta = timing.T, timing.delta  # noqa: N806
+    cost = node_cost(deployment, candidate)
+    C = cost.mean(candidate.K)  # noqa: N806
+    extra = replace(node.serving, dit_degree=candidate.degree).lead_extra(candidate.K)
+    base_lead = cost.quantile(candidate.K, 0.99) + extra
+    rate = update_rate(deployment, candidate.K) * deployment.base.workload.active_fraction
+    per_group = -(-sessions // (candidate.gpus // candidate.degree))
+    replans = rate * T if candidate.policy == "speculative" else 0.0
+    rho = per_group * C * (1 + replans) / T
+    out: dict[str, Any] = {"rho": rho, "lead": None, "L95": None, "ttfc_p95": None,
+                           "failed": ""}
+    if rho > RHO_MAX:
+        out["failed"] = "load"
+        return out
+    wait = periodic_wait_quantile(0.99, per_group, T, C * (1 + replans))
+    lead = base_lead + wait
+    out["lead"] = lead
+    out["ttfc_p95"] = lead
+    if candidate.policy == "baseline":
+        l95 = theory.baseline_latency_quantile(lead, T, 0.95)
+    elif C + wait >= T:
+        out["failed"] = "load"
+        return out
+    else:
+        l95 = theory.speculative_latency_quantile(C + wait, T, delta, 0.95,
+                                                  max(lead, C + wait))
+    out["L95"] = l95
+    slo = deployment.slo
+    if l95 > slo.l95:
+        out["failed"] = "L95"
+    elif slo.ttfc_p95 is not None and lead > slo.ttfc_p95:
+        out["failed"] = "TTFC"
+    elif slo.stall_pct < 100 * 0.001:
+        out["failed"] = "stall"  # below --lead auto's 0.1 % target: no claim is made
+    return out
+
+
+def screen(deployment: Deployment, candidate: Candidate) -> dict:
+    """The surrogate's row for ``candidate``: the most sessions a node holds within the SLO
+    (up to ``search.max_sessions``), the nodes the peak needs, and what that costs."""
+    space, node = deployment.space, deployment.base.node
+    timing = Timing(candidate.K, node.r, node.fps)
+    rate = update_rate(deployment, candidate.K)
+    A = (theory.work_amplification_poisson(rate, timing.T, timing.delta)  # noqa: N806
+         if candidate.policy == "speculative" and rate * timing.T < 1 else 1.0)
+    row: dict[str, Any] = {
+        "K": candidate.K, "policy": candidate.policy, "usp": candidate.degree,
+        "gpus_per_node": candidate.gpus, "quality": space.quality_of(candidate.K),
+        "quality_given": bool(space.quality), "C": node_cost(deployment, candidate).mean(
+            candidate.K), "A": A, "w": 1 - 1 / A}
+    best, first_failure = 0, None
+    estimate = None
+    for sessions in range(1, space.max_sessions + 1):
+        trial = node_estimate(deployment, candidate, sessions)
+        if trial["failed"]:
+            first_failure = trial["failed"]
+            break
+        best, estimate = sessions, trial
+    row["sessions_per_node"] = best
+    if estimate is None:
+        row.update(verdict="fails", failed=first_failure, nodes=None, gpus=None, rho=None,
+                   lead=None, L95=None, ttfc_p95=None, blocking=None,
+                   cost_per_viewer_hour=None, gpu_hours=None)
+        return row
+    load = peak_load(deployment)
+    nodes, blocking = fleet_nodes(load, best, deployment.slo.blocking)
+    row.update(verdict="meets" if nodes is not None else "fails",
+               failed="" if nodes is not None else "nodes", nodes=nodes,
+               gpus=None if nodes is None else nodes * candidate.gpus,
+               rho=estimate["rho"], lead=estimate["lead"], L95=estimate["L95"],
+               ttfc_p95=estimate["ttfc_p95"], blocking=blocking)
+    if nodes is None:
+        row.update(cost_per_viewer_hour=None, gpu_hours=None)
+        return row
+    horizon = deployment.base.duration
+    viewer_hours = deployment.base.workload.viewer_seconds(horizon) * (1 - blocking) / 3600
+    row["gpu_hours"] = nodes * candidate.gpus * horizon / 3600
+    row["cost_per_viewer_hour"] = (deployment.price * row["gpu_hours"] / viewer_hours
+                                   if viewer_hours > 0 else math.inf)
+    return row
+
+
+def fleet_nodes(load: float, sessions_per_node: int, blocking: float
+                ) -> tuple[int | None, float]:
+    """The least static node count whose Erlang-B blocking at ``load`` sessions is within
+    ``blocking`` (None past :data:`MAX_NODES`), and that blocking."""
+    nodes = max(1, math.ceil(load / sessions_per_node) if blocking == 0 else 1)
+    while nodes <= MAX_NODES:
+        slots = nodes * sessions_per_node
+        found = erlang_b(slots, load) if load > 0 else 0.0
+        if found <= blocking or (blocking == 0 and slots >= load and found < 1e-12):
+            return nodes, found
+        nodes += 1
+    return None, 1.0
+
+
+def pareto_frontier(rows: Sequence[dict]) -> list[int]:
+    """Indices of the rows no other row dominates in (cost ↓, L95 ↓, quality ↑), among the
+    rows the surrogate passes; ties in all three keep every row."""
+    keys = [(row["cost_per_viewer_hour"], row["L95"], -row["quality"])
+            for row in rows]
+    passing = [i for i, row in enumerate(rows) if row["verdict"] == "meets"]
+
+    def dominates(a: tuple, b: tuple) -> bool:
+        return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
+
+    return [i for i in passing if not any(dominates(keys[j], keys[i]) for j in passing)]
+
+
+# ---------------------------------------------------------------- verification
+
+
+def fleet_of(deployment: Deployment, row: dict, nodes: int | None = None) -> FleetRun:
+    """The fleet ``row`` describes: the base fleet with the candidate's node and a static
+    node count (``nodes``, default the surrogate's), nodes planning with ``--lead auto``."""
+    base = deployment.base
+    node = base.node
+    pools = tuple((name, row["gpus_per_node"] if name == node.serving.dit_pool else size)
+                  for name, size in node.serving.pools)
+    serving = replace(node.serving, pools=pools, dit_degree=row["usp"])
+    cost = node_cost(deployment, Candidate(row["K"], row["policy"], row["usp"],
+                                           row["gpus_per_node"])).spec
+    spec = replace(node, K=row["K"], policy=row["policy"], cost=cost, serving=serving,
+                   lead="auto", max_sessions=row["sessions_per_node"])
+    count = row["nodes"] if nodes is None else nodes
+    fleet = replace(base.fleet, nodes_initial=count, nodes_min=count, nodes_max=count,
+                    autoscale=False)
+    return replace(base, node=spec, fleet=fleet)
+
+
+def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVENTS) -> dict:
+    """Run ``row``'s fleet exactly; its measured metrics, verdict and the surrogate's error."""
+    from latsim.experiments.fleet import plan_fleet, pooled_row, run_fleet
+
+    fp = plan_fleet(fleet_of(deployment, row), max_events)
+    measured = pooled_row(fp, run_fleet(fp))
+    slo = deployment.slo
+    failed = [key for key, limit in slo.fleet_slo().limits().items()
+              if _upper(measured, key) is None or _upper(measured, key) > limit]
+    if _upper(measured, "blocking") is not None and _upper(measured, "blocking") > slo.blocking:
+        failed.append("blocking")
+    out = {f"exact_{key}": measured.get(key) for key in (
+        "L50", "L95", "L95_se", "stall_pct", "stall_pct_se", "ttfc_p95", "ttfc_p95_se",
+        "blocking", "blocking_se", "cost_per_viewer_hour", "gpu_hours", "n_runs")}
+    out["exact_verdict"] = "fails" if failed else "meets"
+    out["exact_failed"] = ",".join(failed)
+    for key in ("L95", "ttfc_p95", "blocking", "cost_per_viewer_hour"):
+        predicted, got = row.get(key), measured.get(key)
+        out[f"error_{key}"] = (None if predicted is None or got is None
+                               else got - predicted)
+    return out
+
+
+def _upper(row: dict, key: str) -> float | None:
+    value = row.get(key)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value + UPPER_Z * (row.get(f"{key}_se") or 0.0)
+
+
+@dataclass(frozen=True)
+class DeploymentPlan:
+    rows: list[dict]  # every candidate, surrogate and (where run) exact columns
+    frontier: list[int]
+    recommended: dict[str, int | None]  # policy -> row index
+    comparison: str
+
+
+def plan_deployment(deployment: Deployment, max_events: int = DEFAULT_MAX_EVENTS,
+                    progress: Callable[[str], None] | None = None) -> DeploymentPlan:
+    """Screen every candidate, verify the frontier and each policy's recommendation."""
+    rows = [screen(deployment, c) for c in candidates(deployment)]
+    for row in rows:
+        row["role"] = ""
+    frontier = pareto_frontier(rows)
+    for i in frontier:
+        rows[i]["role"] = "frontier"
+    runs = 0
+    space = deployment.space
+
+    def check(i: int) -> bool:
+        nonlocal runs
+        if "exact_verdict" not in rows[i]:
+            if runs >= space.max_verified:
+                return False
+            runs += 1
+            if progress is not None:
+                progress(f"verifying {Candidate(rows[i]['K'], rows[i]['policy'], rows[i]['usp'], rows[i]['gpus_per_node']).label} ({runs} of at most {space.max_verified})")  # noqa: E501
+            rows[i].update(verify(deployment, rows[i], max_events))
+        return rows[i]["exact_verdict"] == "meets"
+
+    recommended: dict[str, int | None] = {}
+    for policy in space.policies:
+        order = sorted((i for i, row in enumerate(rows)
+                        if row["policy"] == policy and row["verdict"] == "meets"),
+                       key=lambda i: (rows[i]["cost_per_viewer_hour"], -rows[i]["quality"],
+                                      rows[i]["L95"]))
+        recommended[policy] = None
+        for i in order:
+            if runs >= space.max_verified and "exact_verdict" not in rows[i]:
+                break
+            if check(i):
+                recommended[policy] = i
+                rows[i]["role"] = ("recommended" if not rows[i]["role"]
+                                   else f"{rows[i]['role']},recommended")
+                break
+    for i in frontier:
+        check(i)
+    return DeploymentPlan(rows, frontier, recommended, comparison_line(rows, deployment))
+
+
+def comparison_line(rows: list[dict], deployment: Deployment) -> str:
+    """The paper's comparison at this SLO: the largest K (or best quality) each policy
+    affords among the exactly verified configurations, at its cheapest cost."""
+    parts = {}
+    for policy in ("speculative", "baseline"):
+        met = [row for row in rows if row["policy"] == policy
+               and row.get("exact_verdict") == "meets"]
+        if not met:
+            parts[policy] = None
+            continue
+        top = max(row["quality"] for row in met)
+        cheapest = min((row for row in met if row["quality"] == top),
+                       key=lambda row: row["exact_cost_per_viewer_hour"])
+        parts[policy] = cheapest
+    measure = "quality" if deployment.space.quality else "K"
+
+    def said(row: dict | None) -> str:
+        if row is None:
+            return "no verified configuration"
+        value = f"{row['quality']:g}" if measure == "quality" else str(row["K"])
+        return f"{measure} = {value} at ${row['exact_cost_per_viewer_hour']:.3f} per viewer-hour"
+
+    return (f"At this SLO, latent commitment (speculative) affords {said(parts['speculative'])}"
+            f", against chunk commitment (baseline)'s {said(parts['baseline'])}.")

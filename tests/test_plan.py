@@ -1,0 +1,257 @@
+"""``latsim plan``: the surrogate, the frontier, verification and the file's checks."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from latsim.cli import app
+from latsim.errors import LatsimError
+from latsim.experiments.deployment import (
+    PlanSLO,
+    candidates,
+    fleet_of,
+    pareto_frontier,
+    parse_deployment,
+    plan_deployment,
+    screen,
+)
+from latsim.model.workload import parse_duration, parse_workload
+
+runner = CliRunner()
+COSTS = {"1": {"2": 0.35, "4": 0.7}, "2": {"2": 0.2, "4": 0.38}}
+
+
+def _document(tmp_path, **changes) -> dict:
+    """A small deployment: two K, both policies, USP 1 and 2 on 2-GPU nodes, about four
+    sessions present, short exact runs."""
+    table = tmp_path / "usp.json"
+    table.write_text(json.dumps({"degrees": COSTS}))
+    data = {
+        "workload": {"arrivals": "poisson:0.05", "duration": "exponential:80",
+                     "updates": "poisson:0.1"},
+        "node": {"cost": f"usp:{table}", "r": 4, "fps": 16, "pools": "dit=2",
+                 "cold_start": True},
+        "fleet": {"usd_per_gpu_hour": 2.0},
+        "run": {"duration": 240, "seeds": 2, "mode": "sharded"},
+        "search": {"K": [2, 4], "policies": ["baseline", "speculative"], "usp": [1, 2],
+                   "gpus_per_node": [2], "max_sessions": 6},
+        "slo": {"l95": 2.5, "stall_pct": 0.5, "ttfc_p95": 3.0, "blocking": 0.05},
+    }
+    for table_name, body in changes.items():
+        data[table_name] = {**data[table_name], **body}
+    return data
+
+
+def _toml(data: dict) -> str:
+    """The document as TOML (tables of strings, numbers, booleans and lists only)."""
+    lines = []
+    for table_name, body in data.items():
+        lines.append(f"[{table_name}]")
+        for key, value in body.items():
+            lines.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _deployment(tmp_path, **changes):
+    return parse_deployment(_document(tmp_path, **changes), "test.toml")
+
+
+def test_the_surrogate_screens_without_simulation_and_names_what_fails(tmp_path):
+    deployment = _deployment(tmp_path)
+    rows = [screen(deployment, c) for c in candidates(deployment)]
+    assert len(rows) == 8
+    passing = [r for r in rows if r["verdict"] == "meets"]
+    assert passing and all(r["nodes"] >= 1 and r["cost_per_viewer_hour"] > 0 for r in passing)
+    for row in rows:
+        assert (row["verdict"] == "meets") == (row["failed"] == "")
+        if row["verdict"] == "meets":  # what the surrogate promised, against its own limits
+            assert row["L95"] <= 2.5 and row["ttfc_p95"] <= 3.0 and row["rho"] <= 0.85
+            assert row["blocking"] <= 0.05
+    # a tighter L95 turns candidates away, naming L95
+    tight = _deployment(tmp_path, slo={"l95": 0.6})
+    failed = {screen(tight, c)["failed"] for c in candidates(tight)}
+    assert "L95" in failed
+
+
+def _fake_rows(draw_rows):
+    return [{"verdict": "meets" if ok else "fails", "cost_per_viewer_hour": cost, "L95": l95,
+             "quality": quality} for ok, cost, l95, quality in draw_rows]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 6), st.integers(1, 6),
+                          st.integers(1, 4)), min_size=1, max_size=20))
+def test_the_frontier_is_non_dominated_and_dominates_the_rest(drawn):
+    rows = _fake_rows(drawn)
+    frontier = pareto_frontier(rows)
+    key = [(r["cost_per_viewer_hour"], r["L95"], -r["quality"]) for r in rows]
+
+    def dominates(a, b):
+        return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
+
+    passing = [i for i, r in enumerate(rows) if r["verdict"] == "meets"]
+    assert set(frontier) <= set(passing)
+    for i in frontier:
+        assert not any(dominates(key[j], key[i]) for j in passing)
+    for i in set(passing) - set(frontier):
+        assert any(dominates(key[j], key[i]) for j in frontier)
+
+
+def _cheapest(deployment) -> dict[str, float]:
+    rows = [screen(deployment, c) for c in candidates(deployment)]
+    out = {}
+    for policy in ("baseline", "speculative"):
+        costs = [r["cost_per_viewer_hour"] for r in rows
+                 if r["policy"] == policy and r["verdict"] == "meets"]
+        out[policy] = min(costs, default=math.inf)
+    return out
+
+
+@pytest.mark.parametrize("looser", [{"l95": 4.0}, {"stall_pct": 1.0}, {"ttfc_p95": 6.0},
+                                    {"blocking": 0.2}])
+def test_a_looser_slo_or_a_lower_price_never_costs_more(tmp_path, looser):
+    base = _cheapest(_deployment(tmp_path))
+    loose = _cheapest(_deployment(tmp_path, slo=looser))
+    assert all(loose[p] <= base[p] for p in base)
+    cheaper = _cheapest(_deployment(tmp_path, fleet={"usd_per_gpu_hour": 1.0}))
+    assert all(cheaper[p] <= base[p] for p in base)
+
+
+def test_every_candidate_verified_exactly_gives_the_same_recommendation(tmp_path):
+    """On a space small enough to run every candidate exactly, the plan's recommendation is
+    the cheapest configuration that meets the SLO in its exact run, per policy; the plan's
+    exact row is ``latsim fleet``'s own run of that fleet."""
+    deployment = _deployment(tmp_path, search={"max_verified": 64})
+    result = plan_deployment(deployment)
+    rows = result.rows
+    exhaustive = {}
+    for policy in ("baseline", "speculative"):
+        met = []
+        for row in rows:
+            if row["policy"] != policy or row["verdict"] != "meets":
+                continue
+            if "exact_verdict" not in row:
+                from latsim.experiments.deployment import verify
+
+                row.update(verify(deployment, row))
+            if row["exact_verdict"] == "meets":
+                met.append(row)
+        exhaustive[policy] = min(met, key=lambda r: (r["cost_per_viewer_hour"], -r["quality"],
+                                                    r["L95"]), default=None)
+    for policy, index in result.recommended.items():
+        assert (None if index is None else rows[index]) is exhaustive[policy]
+        if index is not None:
+            assert rows[index]["exact_verdict"] == "meets" and "recommended" in rows[index]["role"]
+    from latsim.experiments.fleet import plan_fleet, pooled_row, run_fleet
+
+    index = next(i for i in result.recommended.values() if i is not None)
+    fp = plan_fleet(fleet_of(deployment, rows[index]))
+    again = pooled_row(fp, run_fleet(fp))
+    assert again["L95"] == rows[index]["exact_L95"]
+    assert again["cost_per_viewer_hour"] == rows[index]["exact_cost_per_viewer_hour"]
+    assert "affords" in result.comparison
+
+
+def test_a_recommendation_that_misses_in_its_exact_run_is_passed_over(tmp_path, monkeypatch):
+    from latsim.experiments import deployment as module
+
+    deployment = _deployment(tmp_path)
+    first = plan_deployment(deployment)
+    wrong = first.recommended["speculative"]
+    real_verify = module.verify
+
+    def failing_first(d, row, max_events=None):
+        out = real_verify(d, row)
+        if (row["K"], row["usp"], row["policy"]) == (
+                first.rows[wrong]["K"], first.rows[wrong]["usp"], "speculative"):
+            out.update(exact_verdict="fails", exact_failed="stall_pct")
+        return out
+
+    monkeypatch.setattr(module, "verify", failing_first)
+    second = plan_deployment(deployment)
+    assert second.recommended["speculative"] != wrong
+    assert second.rows[wrong]["exact_verdict"] == "fails"
+
+
+def test_no_candidate_meeting_the_slo_says_which_limit_failed(tmp_path):
+    deployment = _deployment(tmp_path, slo={"l95": 0.2})
+    result = plan_deployment(deployment)
+    assert result.recommended == {"baseline": None, "speculative": None}
+    assert {row["failed"] for row in result.rows} <= {"L95", "load", "TTFC"}
+    assert "L95" in {row["failed"] for row in result.rows}
+    assert "no verified configuration" in result.comparison
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"search": {"K": []}}, "search.K is empty"),
+    ({"search": {"policies": ["eager"]}}, "search.policies"),
+    ({"search": {"usp": [3]}}, "not a multiple of search.usp 3"),
+    ({"search": {"usp": [4], "gpus_per_node": [4]}}, "no table for parallel degree 4"),
+    ({"search": {"K": [2, 8]}}, "K=8"),
+    ({"search": {"colour": 1}}, "unknown key search.colour"),
+    ({"search": {"max_verified": 0}}, "search.max_verified"),
+    ({"search": {"quality": {"2": 80.0}}}, "no score for K=4"),
+    ({"search": {"quality": {"x": 1.0, "2": 1.0, "4": 2.0}}}, "keys are chunk sizes"),
+    ({"slo": {"l95": -1}}, "slo.l95"),
+    ({"slo": {"blocking": 2}}, "slo.blocking"),
+    ({"slo": {"tail": 1}}, "unknown key slo.tail"),
+    ({"node": {"cost": "fixed:0.3"}}, "give a usp: table"),
+])
+def test_bad_input_is_one_line_naming_the_file(tmp_path, change, message):
+    with pytest.raises(LatsimError, match=message) as caught:
+        _deployment(tmp_path, **change)
+    assert str(caught.value).startswith("test.toml") and "\n" not in str(caught.value)
+
+
+def test_a_file_without_search_or_slo_is_refused(tmp_path):
+    data = _document(tmp_path)
+    del data["slo"]
+    with pytest.raises(LatsimError, match=r"needs \[search\] and \[slo\]"):
+        parse_deployment(data, "test.toml")
+    assert PlanSLO(1.0, 0.1).fleet_slo().limits() == {"L95": 1.0, "stall_pct": 0.1}
+
+
+def test_the_command_prints_its_table_writes_its_folder_and_refuses_bad_input(tmp_path):
+    path = tmp_path / "plan.toml"
+    path.write_text(_toml(_document(tmp_path, run={"seeds": 1})))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["plan", str(path), "--out", str(out)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "affords" in result.stdout and "plan plan.toml" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    assert {p.name for p in out.iterdir()} == {"candidates.csv", "plan.json", "frontier.png"}
+    saved = json.loads((out / "plan.json").read_text())
+    assert saved["format"] == "latsim-plan" and saved["search"]["K"] == [2, 4]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[search]\nK = []\n[slo]\nl95 = 1\nstall_pct = 0.1\n[workload]\n'
+                   'arrivals = "poisson:0.1"\n')
+    refused = runner.invoke(app, ["plan", str(bad)])
+    assert refused.exit_code == 2 and "search.K is empty" in refused.stderr
+
+
+def test_viewer_seconds_is_the_m_g_infinity_integral():
+    rng = np.random.default_rng(3)
+    workload = parse_workload("poisson:0.2", "lognormal:60,1.5", "always", "poisson:0.1")
+    horizon, runs = 300.0, 400
+    held = []
+    for _ in range(runs):
+        arrivals = np.cumsum(rng.exponential(5.0, 200))
+        arrivals = arrivals[arrivals < horizon]
+        held.append(sum(min(workload.duration.sample(rng), horizon - a) for a in arrivals))
+    mean, se = np.mean(held), np.std(held, ddof=1) / math.sqrt(runs)
+    assert abs(workload.viewer_seconds(horizon) - mean) < 4 * se
+    for spec in ("fixed:30", "exponential:30", "lognormal:30,0.5", "pareto:30,2.5"):
+        law = parse_duration(spec)
+        draws = np.array([law.sample(rng) for _ in range(40_000)])
+        for s in (10.0, 30.0, 90.0):
+            p = law.survival(s)
+            assert abs((draws > s).mean() - p) < 4 * math.sqrt(max(p * (1 - p), 1e-4) / 40_000)
+    assert replace(workload).viewer_seconds(0.5) > 0
