@@ -255,3 +255,13 @@ def test_viewer_seconds_is_the_m_g_infinity_integral():
             p = law.survival(s)
             assert abs((draws > s).mean() - p) < 4 * math.sqrt(max(p * (1 - p), 1e-4) / 40_000)
     assert replace(workload).viewer_seconds(0.5) > 0
+
+
+def test_fleet_size_is_erlang_b_or_a_populations_own_count():
+    from latsim.analysis.queueing import erlang_b
+    from latsim.experiments.deployment import fleet_nodes
+
+    nodes, blocking = fleet_nodes(30.0, 4, 0.01)
+    assert blocking == erlang_b(nodes * 4, 30.0) <= 0.01 < erlang_b((nodes - 1) * 4, 30.0)
+    assert fleet_nodes(10.0, 4, 0.0, exact=True) == (3, 0.0)
+    assert fleet_nodes(1e9, 1, 0.01) == (None, 1.0)  # past the most nodes a fleet has

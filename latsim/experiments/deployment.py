@@ -285,7 +285,7 @@ def node_estimate(deployment: Deployment, candidate: Candidate, sessions: int) -
     C = cost.mean(candidate.K)  # noqa: N806
     extra = replace(node.serving, dit_degree=candidate.degree).lead_extra(candidate.K)
     base_lead = cost.quantile(candidate.K, 0.99) + extra
-    rate = update_rate(deployment, candidate.K) * deployment.base.workload.active_fraction
+    rate = update_rate(deployment, candidate.K)  # every session active at once: the worst
     per_group = -(-sessions // (candidate.gpus // candidate.degree))
     replans = rate * T if candidate.policy == "speculative" else 0.0
     rho = per_group * C * (1 + replans) / T
@@ -345,7 +345,8 @@ def screen(deployment: Deployment, candidate: Candidate) -> dict:
                    cost_per_viewer_hour=None, gpu_hours=None)
         return row
     load = peak_load(deployment)
-    nodes, blocking = fleet_nodes(load, best, deployment.slo.blocking)
+    nodes, blocking = fleet_nodes(load, best, deployment.slo.blocking,
+                                  exact=deployment.base.workload.population)
     row.update(verdict="meets" if nodes is not None else "fails",
                failed="" if nodes is not None else "nodes", nodes=nodes,
                gpus=None if nodes is None else nodes * candidate.gpus,
@@ -362,11 +363,14 @@ def screen(deployment: Deployment, candidate: Candidate) -> dict:
     return row
 
 
-def fleet_nodes(load: float, sessions_per_node: int, blocking: float
+def fleet_nodes(load: float, sessions_per_node: int, blocking: float, exact: bool = False
                 ) -> tuple[int | None, float]:
     """The least static node count whose Erlang-B blocking at ``load`` sessions is within
-    ``blocking`` (None past :data:`MAX_NODES`), and that blocking."""
-    nodes = max(1, math.ceil(load / sessions_per_node) if blocking == 0 else 1)
+    ``blocking`` (None past :data:`MAX_NODES`), and that blocking; with ``exact``, ``load``
+    sessions that are always present (a population): the nodes that hold them all."""
+    nodes = max(1, math.ceil(load / sessions_per_node) if blocking == 0 or exact else 1)
+    if exact:  # a population: exactly ``load`` sessions, none turned away
+        return (nodes, 0.0) if nodes <= MAX_NODES else (None, 1.0)
     while nodes <= MAX_NODES:
         slots = nodes * sessions_per_node
         found = erlang_b(slots, load) if load > 0 else 0.0
