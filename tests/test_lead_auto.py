@@ -10,6 +10,8 @@ chose, and the capacity of a loose-latency SLO that the lead no longer bounds.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -149,3 +151,10 @@ def test_a_loose_latency_slo_is_bounded_by_the_device_not_by_the_lead():
                                                     max_streams=8)).max_streams
     assert found == {"cost": 1, None: 3}  # auto, the serving model's default
     assert np.floor(2.0 / 0.5 - 1e-9) == 3  # N·C < T
+
+
+def test_the_pilot_run_is_held_to_the_work_bound_and_says_it_is_the_pilot():
+    experiment = replace(_shared(4, lead="auto"), duration=30.0, seeds=1, max_events=5000)
+    with pytest.raises(LatsimError, match="--lead auto's pilot run .* 1200 s"):
+        plan(experiment)
+    assert plan(replace(experiment, lead=0.5)).cells  # a fixed lead needs no pilot

@@ -371,8 +371,13 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,  # noqa: N8
     timing = Timing(K, experiment.r, experiment.fps)
     seconds = pilot_seconds(serving.streams)
     pilot = replace(experiment, Ks=(K,), records="all", seeds=1, duration=seconds,
-                    lead=base_lead + (closed_form_wait(serving, cost, timing) or 0.0))
+                    lead=base_lead + (closed_form_wait(serving, cost, timing) or 0.0),
+                    max_events=10**15)
     p = plan(pilot)
+    check_work(plan_events(p) / len(p.cells), experiment.max_events, "--max-events",
+               f"--lead auto's pilot run for {policy} ({serving.streams} stream(s) x "
+               f"{seconds:g} s) comes to about {{n}} events",
+               ", or give --lead a number of seconds, or cost")
     (index,) = [i for i, cell in enumerate(p.cells) if cell.policy.name == policy]
     run = run_cell(pilot, index, 0, p)
     per_stage: dict[tuple[int, int, str], float] = {}
