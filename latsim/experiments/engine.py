@@ -196,7 +196,7 @@ class Plan:
     replications: int
     cells: tuple[Cell, ...]
     serving: ServingConfig | None = None  # with its DiT degree resolved
-    #: (K, policy) -> (the refills' 0.99 wait quantile added to its lead, its model), under
+    #: (K, policy) -> (the wait budget added to its lead, its model), under
     #: ``--lead auto``
     auto_leads: tuple[tuple[tuple[int, str], tuple[float, str]], ...] = ()
 
@@ -282,8 +282,8 @@ def plan(experiment: Experiment) -> Plan:
             if serving is not None and lead_mode(experiment) == AUTO_LEAD:
                 wait, model = auto_lead_wait(experiment, K, lead, name)
                 auto[K, name] = (wait, model)
-                own = _check_job_time(f"{name}'s lead (plus the refills' 0.99 wait quantile, "
-                                      f"{model})", lead + wait, K, cost.spec)
+                own = _check_job_time(f"{name}'s lead (plus its wait budget, {model})",
+                                      lead + wait, K, cost.spec)
             cells.append(Cell(timing, policy, own, stream.discard,
                               stream.in_flight, stream.in_flight_policy,
                               experiment.run_ahead, experiment.replan_at_cache_end,
