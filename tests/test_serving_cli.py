@@ -251,8 +251,8 @@ def test_plot_timeline_draws_one_stream_of_a_serving_folder(tmp_path):
 def test_capacity_grows_with_devices_under_the_auto_lead():
     """The engine issue's repro: with a loose L95, speculative streams under ``--lead auto``
     on two devices were 3, as on one (the pilot run's 0.99 wait quantile missed the rare
-    long waits there: 0.104 % stall at 4 streams). The nD/D/1 form of ⌈N/G⌉ streams a
-    device holds for G devices too."""
+    long waits there: 0.104 % stall at 4 streams). The stall-targeted wait budget holds
+    for G devices too (3, 6, 9 and 13 streams on 1 to 4 devices)."""
     held = []
     for devices in (1, 2, 3):
         result = invoke("capacity", "--K", "8", "--C", "0.5", "--slo-stall", "0.1",
