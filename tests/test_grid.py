@@ -146,6 +146,27 @@ def test_an_interrupted_grid_resumes_without_rerunning_cells(tmp_path):
         run_grid(other, tmp_path / "cut")
 
 
+def test_a_grid_another_live_process_is_writing_is_not_resumed_under_it(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    spec = load_grid(_grid(tmp_path))
+    run_grid(spec, tmp_path / "g")
+    meta_path = tmp_path / "g" / "grid.json"
+    meta = json.loads(meta_path.read_text())
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        writer = {"pid": other.pid, "host": socket.gethostname()}
+        meta_path.write_text(json.dumps({**meta, "status": "running", "writer": writer}))
+        with pytest.raises(LatsimError, match=f"process {other.pid} on this host is still"):
+            run_grid(spec, tmp_path / "g")
+    finally:
+        other.kill()
+        other.wait()
+    assert run_grid(spec, tmp_path / "g").status == "complete"  # its writer is gone
+
+
 def test_a_worker_killed_mid_grid_loses_no_cell(tmp_path, cluster):
     spec = load_grid(_grid(tmp_path, duration=400, rates="[0.02, 0.05, 0.1, 0.2]"))
     reference = run_grid(spec, tmp_path / "ref").rows

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from latsim.errors import LatsimError
-from latsim.run.folder import FORMAT_VERSION, INCOMPLETE, read_run_folder, write_json
+from latsim.run.folder import (
+    FORMAT_VERSION,
+    INCOMPLETE,
+    RUNNING,
+    read_run_folder,
+    write_json,
+)
 
 
 def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path,
@@ -40,9 +47,29 @@ def _folder(tmp_path, config, summary=None):
     return read_run_folder(tmp_path)
 
 
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
 def test_status_is_derived_from_what_the_folder_holds(tmp_path):
+    import socket
+
     config = {"format_version": FORMAT_VERSION, "kind": "measured", "status": "running"}
-    assert _folder(tmp_path, config).status == INCOMPLETE  # a killed writer
+    live = _folder(tmp_path, config)  # write_json stamps this process as the writer
+    assert live.status == RUNNING and live.state == RUNNING
+    assert live.config["writer"]["pid"] == os.getpid()
+    for writer in ({"pid": _dead_pid(), "host": socket.gethostname()},  # a killed writer
+                   {"pid": os.getpid(), "host": "another-host"},  # cannot be checked
+                   None):  # a folder from before the stamp
+        path = tmp_path / "config.json"
+        stamped = {**config, **({} if writer is None else {"writer": writer})}
+        path.write_text(json.dumps(stamped))
+        assert read_run_folder(tmp_path).status == INCOMPLETE, writer
     done = {**config, "status": "complete"}
     assert _folder(tmp_path, done).status == INCOMPLETE  # no summary yet
     assert _folder(tmp_path, done, {"L50": 1.0}).complete

@@ -46,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -395,7 +396,7 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
              progress: Callable[[int, int], None] | None = None) -> GridResult:
     """Run every cell not already in ``out`` (see the module docstring). Every cell's
     settings and work bound are checked before anything is written."""
-    from latsim.run.folder import write_json
+    from latsim.run.folder import write_json, writer_alive
 
     check_cells(spec)
     out.mkdir(parents=True, exist_ok=True)
@@ -415,6 +416,11 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
         if earlier.get("digest") != spec.digest:
             raise LatsimError(f"{out} holds another grid ({earlier.get('name')!r}, "
                               f"digest {earlier.get('digest')}); use another --out")
+        writer = earlier.get("writer") or {}
+        if (earlier.get("status") == RUNNING and writer_alive(earlier)
+                and writer.get("pid") != os.getpid()):
+            raise LatsimError(f"{out}: process {writer.get('pid')} on this host is still "
+                              "running this grid; wait for it, or stop it before resuming")
     done = _read_done(lines_path, spec)
     meta = {"format": FORMAT, **spec.payload(), "digest": spec.digest,
             "n_cells": spec.n_cells, "scheduler": scheduler}

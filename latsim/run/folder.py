@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+import socket
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -76,8 +77,9 @@ KNOWN_KINDS = (*KINDS, "client", SERVED)
 RUNNING = "running"
 INCOMPLETE = "incomplete"  # "running" in a folder no process is writing any more
 FAILED = "failed"  # stopped early by an error (a failed generator)
-#: What :attr:`RunFolder.state` reads: how far a run got.
-STATES = (COMPLETE, INTERRUPTED, INCOMPLETE, FAILED)
+#: What :attr:`RunFolder.state` reads: how far a run got (``running``: still being
+#: written by a live process on this host).
+STATES = (COMPLETE, INTERRUPTED, INCOMPLETE, FAILED, RUNNING)
 TRACE_COPY = "trace.jsonl"
 
 #: What a single run's config.json must hold to be re-simulated.
@@ -139,14 +141,45 @@ def run_config(config: ControllerConfig, duration: float, kind: str, status: str
 # ---------------------------------------------------------------- writing
 
 
+def writer_stamp() -> dict[str, Any]:
+    """Who is writing a folder that says ``running``: this process's id and host."""
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def writer_alive(payload: Mapping[str, Any]) -> bool | None:
+    """Whether the process a ``running`` payload names (:func:`writer_stamp`) still runs:
+    True or False on the host that wrote it, None where that cannot be told (another
+    host, or no stamp: a folder from before stamps). A pid the system has since given to
+    another process reads alive: the stamp bounds staleness, it does not prove life."""
+    writer = payload.get("writer")
+    if not isinstance(writer, Mapping) or writer.get("host") != socket.gethostname():
+        return None
+    pid = writer.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    except OSError:
+        return None
+    return True
+
+
 def write_json(path: Path, payload: object) -> Path:
-    """Write JSON to ``path``, never replacing what is not a file of its own.
+    """Write JSON to ``path``, never replacing what is not a file of its own. A mapping
+    whose ``status`` is ``running`` gets a ``writer`` stamp (:func:`writer_stamp`), so a
+    reader can tell a dead run from a live one (:func:`writer_alive`).
 
     A regular file (or a new one) is written atomically: a reader sees the old file or the
     new one, never half. A symbolic link is followed: the file it names is replaced and the
     link stays a link. A character device or a named pipe (``/dev/stdout``, ``/dev/null``)
     is written through, and stays what it is; a pipe with no reader is an error, not a
     wait. Anything else (a directory, a socket) is refused with a one-line error."""
+    if isinstance(payload, Mapping) and payload.get("status") == RUNNING:
+        payload = {**payload, "writer": writer_stamp()}
     text = dumps(payload) + "\n"
     target = Path(os.path.realpath(path))
     try:
@@ -296,9 +329,13 @@ class RunFolder:
 
     @property
     def status(self) -> str:
-        """``complete``, ``incomplete`` (a writer stopped without saying why: no summary,
-        or still marked running), or the reason the run stopped early."""
+        """``complete``; ``running`` (marked running by a process on this host that still
+        runs); ``incomplete`` (a writer stopped without saying why: no summary, or marked
+        running by a process that is gone or cannot be checked); or the reason the run
+        stopped early."""
         status = str(self.config.get("status", COMPLETE))
+        if status == RUNNING and writer_alive(self.config):
+            return RUNNING
         if status == RUNNING or not self.summaries:
             return INCOMPLETE
         return status
@@ -318,7 +355,7 @@ class RunFolder:
         ``failed`` where the run says an error stopped it (status or stop reason naming a
         failure or an error); otherwise a run stopped early reads ``interrupted``."""
         status = self.status
-        if status in (COMPLETE, INCOMPLETE):
+        if status in (COMPLETE, INCOMPLETE, RUNNING):
             return status
         reason = f"{status} {self.stop_reason or ''}".lower()
         if status == FAILED or "fail" in reason or "error" in reason:
