@@ -429,6 +429,10 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
     in_window = [cond for cond in (shown.itertuples() if not shown.empty else [])
                  if not (_span(cond, in_client)[1] < t0 or _span(cond, in_client)[0] > t1)]
     label_width = 0.15 * (t1 - t0)  # "v3 shown, L=1.23 s" to the right of its marker
+    # seconds of the time axis one character of the tiny font takes (labels of narrow bars
+    # are set below them in rows, so that neighbours do not print over each other)
+    axis_inches = ax_time.get_position().width * ax_time.figure.get_figwidth()
+    char_s = 0.6 * FONT["tiny"] / 72 * (t1 - t0) / axis_inches
     lanes = condition_lanes([(_span(c, in_client)[0], _span(c, in_client)[1] + label_width)
                              for c in in_window])
     n_lanes = max(lanes, default=0) + 1
@@ -446,6 +450,7 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
         if in_client:  # on the client's clock before and after: the offset's error is there
             segments = (("uplink", cond.t_sent, cond.t_arrival), *segments,
                         ("to screen", cond.t_play, cond.t_displayed))
+        row_ends: list[float] = []  # per row below the bar: where its last label ends
         for label, a, b in segments:
             if b - a > 1e-9:
                 color = TIMELINE_COLORS[label.replace(" ", "_")]
@@ -455,16 +460,24 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
                     ax_time.text((a + b) / 2, y, f"{label} {b - a:.2f}", ha="center",
                                  va="center", fontsize=FONT["note"], color="white",
                                  clip_on=True)
-                else:  # too narrow for its label: below the bar, in its colour
-                    ax_time.text((a + b) / 2, y - bar / 2 - 0.02, f"{label} {b - a:.2f}",
+                else:  # too narrow for its label: below the bar, in its colour, in the
+                    text = f"{label} {b - a:.2f}"  # first row where it clears its neighbour
+                    half = len(text) * char_s / 2
+                    row = next((i for i, end in enumerate(row_ends)
+                                if end < (a + b) / 2 - half), len(row_ends))
+                    if row == len(row_ends):
+                        row_ends.append(0.0)
+                    row_ends[row] = (a + b) / 2 + half
+                    ax_time.text((a + b) / 2, y - bar / 2 - 0.02 - 0.07 * row, text,
                                  ha="center", va="top", fontsize=FONT["tiny"], color=color,
                                  clip_on=True)
         ax_time.plot([shown_at], [y], marker="v", color="black", ms=6 if n_lanes == 1
                      else 4)
+        near_end = shown_at + label_width > t1  # set it left of its marker, not cut off
         ax_time.text(shown_at, y + bar / 2 + 0.03,
                      f"v{int(cond.version)} shown, L={cond.L:.2f} s"
                      + (" (superseded)" if superseded else ""), fontsize=FONT["note"],
-                     va="bottom", clip_on=True)
+                     va="bottom", ha="right" if near_end else "left", clip_on=True)
     if client is not None:
         ax_time.set_yticks([y_cond, y_view, y_play, y_gen],
                            ["conditions\n(send to display)", "viewer display\n(client clock)",
