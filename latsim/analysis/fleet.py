@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,6 +145,33 @@ def _latencies(tallies: Sequence[NodeTally], t0: float = -math.inf,
             if t0 <= at < t1]
 
 
+def fleet_samples(run: FleetRecords, tallies: Sequence[NodeTally] | None = None
+                  ) -> dict[str, tuple[float, ...]]:
+    """The values a fleet's quantiles are taken over, to pool them across replications:
+    every shown condition's L (``L``) and every admitted session's time to first chunk
+    (``ttfc``)."""
+    tallies = node_tallies(run) if tallies is None else tallies
+    ttfc = tuple(s.ttfc for s in run.sessions
+                 if s.status == SERVED and math.isfinite(s.first_display))
+    return {"L": tuple(_latencies(tallies)), "ttfc": ttfc}
+
+
+#: The quantiles of :func:`fleet_metrics` that pool every replication's values (the
+#: sample they are taken over, the level) rather than averaging each replication's own,
+#: as the serving model's summary pools its conditions.
+POOLED_QUANTILES = {"L50": ("L", 50), "L95": ("L", 95), "L99": ("L", 99),
+                    "ttfc_p95": ("ttfc", 95), "ttfc_p99": ("ttfc", 99)}
+
+
+def pooled_quantiles(samples: Sequence[Mapping[str, Sequence[float]]]) -> dict:
+    """:data:`POOLED_QUANTILES` over the values of every replication's ``samples``."""
+    out = {}
+    for key, (name, level) in POOLED_QUANTILES.items():
+        values = [v for sample in samples for v in sample[name]]
+        out[key] = _quantile(values, level)
+    return out
+
+
 def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
                   tallies: Sequence[NodeTally] | None = None) -> dict:
     """The metrics of one fleet run (see the module docstring); ``tallies``: its nodes'
@@ -156,8 +183,8 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
     rejected = sum(1 for s in sessions if s.status == REJECTED)
     waiting = sum(1 for s in sessions if s.status == WAITING)
     means = level_means(run)
-    ttfc = [s.ttfc for s in admitted if math.isfinite(s.first_display)]
-    latencies = _latencies(tallies)
+    samples = fleet_samples(run, tallies)
+    ttfc, latencies = list(samples["ttfc"]), list(samples["L"])
     played = _played(run, 0.0, run.horizon)
     stalled = _stalled(tallies, 0.0, run.horizon)
     chunks = [c for tally in tallies for c in tally.chunks]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -210,6 +210,8 @@ class ReplicationResult:
     timeseries: list[dict]
     nodes: list[dict]
     sessions: list[dict]
+    #: the values its quantiles were taken over (:func:`latsim.analysis.fleet.fleet_samples`)
+    samples: dict = field(default_factory=dict)
 
 
 def run_replication(args: tuple[FleetPlan, int]) -> ReplicationResult:
@@ -222,7 +224,7 @@ def _summarised(fp: FleetPlan, replication: int, records: FleetRecords,
                 tallies: list | None = None) -> ReplicationResult:
     """One replication's metrics, series and tables; ``tallies``: its nodes' (a sharded
     run's), else made from its records."""
-    from latsim.analysis.fleet import node_tallies
+    from latsim.analysis.fleet import fleet_samples, node_tallies
 
     tallies = node_tallies(records) if tallies is None else tallies
     sessions = [{"session": s.session, "arrival": s.arrival, "duration": s.duration,
@@ -233,7 +235,7 @@ def _summarised(fp: FleetPlan, replication: int, records: FleetRecords,
     return ReplicationResult(replication,
                              fleet_metrics(records, fp.run.fleet.usd_per_gpu_hour, tallies),
                              fleet_timeseries(records, tallies=tallies), node_rows(records),
-                             sessions)
+                             sessions, fleet_samples(records, tallies))
 
 
 def _finite(value: float) -> float | None:
@@ -242,7 +244,12 @@ def _finite(value: float) -> float | None:
 
 def pooled_row(fp: FleetPlan, results: list[ReplicationResult]) -> dict:
     """The replications' metrics: each one's mean, its standard error over the
-    replications (``_se``), and how many there were (``n_runs``)."""
+    replications (``_se``), and how many there were (``n_runs``). The quantiles of L and
+    of the time to first chunk are taken over every replication's values pooled, as the
+    serving model's summary takes them (:data:`~latsim.analysis.fleet.POOLED_QUANTILES`);
+    their ``_se`` is still the spread of each replication's own."""
+    from latsim.analysis.fleet import pooled_quantiles
+
     run = fp.run
     row: dict = {"K": run.node.K, "policy": run.node.policy, "cost": fp.plan.cost.spec,
                  "lead": fp.cell.lead, "placement": run.fleet.placement,
@@ -258,6 +265,8 @@ def pooled_row(fp: FleetPlan, results: list[ReplicationResult]) -> dict:
         row[key] = float(np.mean(values)) if values else None
         row[f"{key}_se"] = (float(np.std(values, ddof=1) / math.sqrt(len(values)))
                             if len(values) > 1 else None)
+    if all(r.samples for r in results):
+        row.update(pooled_quantiles([r.samples for r in results]))
     row["n_runs"] = len(results)
     return row
 
