@@ -58,11 +58,22 @@ def _dead_pid() -> int:
 
 def test_status_is_derived_from_what_the_folder_holds(tmp_path):
     import socket
+    import subprocess
+    import sys
 
     config = {"format_version": FORMAT_VERSION, "kind": "measured", "status": "running"}
-    live = _folder(tmp_path, config)  # write_json stamps this process as the writer
-    assert live.status == RUNNING and live.state == RUNNING
-    assert live.config["writer"]["pid"] == os.getpid()
+    mine = _folder(tmp_path, config)  # write_json stamps this process as the writer
+    assert mine.config["writer"] == {"pid": os.getpid(), "host": socket.gethostname()}
+    assert mine.status == INCOMPLETE  # its own run may have ended without saying so
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = {**config, "writer": {"pid": other.pid, "host": socket.gethostname()}}
+        (tmp_path / "config.json").write_text(json.dumps(live))
+        assert read_run_folder(tmp_path).status == RUNNING  # another process, alive
+        assert read_run_folder(tmp_path).state == RUNNING
+    finally:
+        other.kill()
+        other.wait()
     for writer in ({"pid": _dead_pid(), "host": socket.gethostname()},  # a killed writer
                    {"pid": os.getpid(), "host": "another-host"},  # cannot be checked
                    None):  # a folder from before the stamp

@@ -46,7 +46,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -417,8 +416,7 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
             raise LatsimError(f"{out} holds another grid ({earlier.get('name')!r}, "
                               f"digest {earlier.get('digest')}); use another --out")
         writer = earlier.get("writer") or {}
-        if (earlier.get("status") == RUNNING and writer_alive(earlier)
-                and writer.get("pid") != os.getpid()):
+        if earlier.get("status") == RUNNING and writer_alive(earlier):
             raise LatsimError(f"{out}: process {writer.get('pid')} on this host is still "
                               "running this grid; wait for it, or stop it before resuming")
     done = _read_done(lines_path, spec)

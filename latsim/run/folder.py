@@ -149,13 +149,15 @@ def writer_stamp() -> dict[str, Any]:
 def writer_alive(payload: Mapping[str, Any]) -> bool | None:
     """Whether the process a ``running`` payload names (:func:`writer_stamp`) still runs:
     True or False on the host that wrote it, None where that cannot be told (another
-    host, or no stamp: a folder from before stamps). A pid the system has since given to
-    another process reads alive: the stamp bounds staleness, it does not prove life."""
+    host; no stamp, a folder from before stamps; or this very process, whose run may have
+    ended without saying so, as one stopped by a full disk). A pid the system has since
+    given to another process reads alive: the stamp bounds staleness, it does not prove
+    life."""
     writer = payload.get("writer")
     if not isinstance(writer, Mapping) or writer.get("host") != socket.gethostname():
         return None
     pid = writer.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
         return None
     try:
         os.kill(pid, 0)
@@ -329,8 +331,8 @@ class RunFolder:
 
     @property
     def status(self) -> str:
-        """``complete``; ``running`` (marked running by a process on this host that still
-        runs); ``incomplete`` (a writer stopped without saying why: no summary, or marked
+        """``complete``; ``running`` (marked running by another process on this host that
+        still runs); ``incomplete`` (a writer stopped without saying why: no summary, or marked
         running by a process that is gone or cannot be checked); or the reason the run
         stopped early."""
         status = str(self.config.get("status", COMPLETE))
