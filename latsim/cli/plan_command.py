@@ -91,9 +91,7 @@ def plan(
 
     emit(output, rows, table, seed=deployment.base.seed, comparison=result.comparison,
          frontier=result.frontier, recommended=result.recommended,
-         slo={"l95": deployment.slo.l95, "stall_pct": deployment.slo.stall_pct,
-              "ttfc_p95": deployment.slo.ttfc_p95, "blocking": deployment.slo.blocking},
-         out=None if out is None else str(out))
+         slo=deployment.describe()["slo"], out=None if out is None else str(out))
 
 
 def _write_folder(out: Path, source: Path, deployment, result) -> None:  # noqa: ANN001
@@ -106,13 +104,7 @@ def _write_folder(out: Path, source: Path, deployment, result) -> None:  # noqa:
         "format": "latsim-plan", "version": 1, "source": str(source),
         "comparison": result.comparison, "frontier": result.frontier,
         "recommended": result.recommended, "fleet": deployment.base.describe(),
-        "search": {"K": list(deployment.space.Ks), "policies": list(deployment.space.policies),
-                   "usp": list(deployment.space.degrees),
-                   "gpus_per_node": list(deployment.space.gpus_per_node),
-                   "max_sessions": deployment.space.max_sessions,
-                   "quality": dict(deployment.space.quality)},
-        "slo": {"l95": deployment.slo.l95, "stall_pct": deployment.slo.stall_pct,
-                "ttfc_p95": deployment.slo.ttfc_p95, "blocking": deployment.slo.blocking}}))
+        **deployment.describe()}))
     draw_frontier(result.rows, result.frontier, out / FRONTIER_PNG,
                   "quality" if deployment.space.quality else "K")
 

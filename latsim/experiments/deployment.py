@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,36 @@ class Deployment:
     @property
     def price(self) -> float:
         return self.base.fleet.usd_per_gpu_hour
+
+    @cached_property
+    def peak_load(self) -> float:
+        """Sessions present at the workload's peak, with unlimited room (M/G/∞: the
+        highest arrival rate times the mean duration; a population's own N; a log's
+        mean)."""
+        workload = self.base.workload
+        if workload.log is not None or workload.population:
+            return workload.offered_load(self.base.duration)
+        arrivals = workload.arrivals
+        if arrivals.kind == "mmpp":
+            rate = max(r for r, _ in arrivals.pieces)
+        else:
+            rate = max(r for _, r in arrivals.pieces)
+        return rate * workload.duration.mean
+
+    @cached_property
+    def viewer_seconds(self) -> float:
+        """Session-seconds an M/G/∞ fleet starting empty holds over the exact runs'
+        horizon (:meth:`~latsim.model.workload.Workload.viewer_seconds`)."""
+        return self.base.workload.viewer_seconds(self.base.duration)
+
+    def describe(self) -> dict[str, Any]:
+        """The search space and the limits, as ``plan.json`` and the envelope give them."""
+        space, slo = self.space, self.slo
+        return {"search": {"K": list(space.Ks), "policies": list(space.policies),
+                           "usp": list(space.degrees), "gpus_per_node": list(space.gpus_per_node),
+                           "max_sessions": space.max_sessions, "quality": dict(space.quality)},
+                "slo": {"l95": slo.l95, "stall_pct": slo.stall_pct, "ttfc_p95": slo.ttfc_p95,
+                        "blocking": slo.blocking}}
 
 
 @dataclass(frozen=True)
@@ -261,79 +292,79 @@ def update_rate(deployment: Deployment, K: int) -> float:  # noqa: N803
                                                                            timing) / horizon
 
 
-def peak_load(deployment: Deployment) -> float:
-    """Sessions present at the workload's peak, with unlimited room (M/G/∞: the highest
-    arrival rate times the mean duration; a population's own N; a log's mean)."""
-    workload = deployment.base.workload
-    if workload.log is not None or workload.population:
-        return workload.offered_load(deployment.base.duration)
-    arrivals = workload.arrivals
-    if arrivals.kind == "mmpp":
-        rate = max(r for r, _ in arrivals.pieces)
-    else:
-        rate = max(r for _, r in arrivals.pieces)
-    return rate * workload.duration.mean
+@dataclass(frozen=True)
+class NodeModel:
+    """What the surrogate knows of one candidate's node, whatever its session count: the
+    chunk period and slot, the mean C, the lead before queueing, the update rate while
+    active, its DiT groups and its policy."""
 
+    T: float  # noqa: N815
+    delta: float
+    C: float  # noqa: N815
+    base_lead: float
+    rate: float
+    groups: int
+    policy: str
 
-def node_estimate(deployment: Deployment, candidate: Candidate, sessions: int) -> dict:
-    """The surrogate's node with ``sessions`` streams: load, lead, L95, TTFC (and the limit
-    it breaks, ``failed``, empty when none)."""
-    node = deployment.base.node
-    timing = Timing(candidate.K, node.r, node.fps)
-    T, delta = timing.T, timing.delta  # noqa: N806
-    cost = node_cost(deployment, candidate)
-    C = cost.mean(candidate.K)  # noqa: N806
-    extra = replace(node.serving, dit_degree=candidate.degree).lead_extra(candidate.K)
-    base_lead = cost.quantile(candidate.K, 0.99) + extra
-    rate = update_rate(deployment, candidate.K)  # every session active at once: the worst
-    per_group = -(-sessions // (candidate.gpus // candidate.degree))
-    replans = rate * T if candidate.policy == "speculative" else 0.0
-    rho = per_group * C * (1 + replans) / T
-    out: dict[str, Any] = {"rho": rho, "lead": None, "L95": None, "ttfc_p95": None,
-                           "failed": ""}
-    if rho > RHO_MAX:
-        out["failed"] = "load"
+    @classmethod
+    def of(cls, deployment: Deployment, candidate: Candidate) -> NodeModel:
+        node = deployment.base.node
+        timing = Timing(candidate.K, node.r, node.fps)
+        cost = node_cost(deployment, candidate)
+        extra = replace(node.serving, dit_degree=candidate.degree).lead_extra(candidate.K)
+        return cls(timing.T, timing.delta, cost.mean(candidate.K),
+                   cost.quantile(candidate.K, 0.99) + extra,
+                   update_rate(deployment, candidate.K), candidate.gpus // candidate.degree,
+                   candidate.policy)
+
+    def estimate(self, sessions: int, slo: PlanSLO) -> dict:
+        """The node with ``sessions`` streams: load, lead, L95, TTFC (and the limit it
+        breaks, ``failed``, empty when none). Every session counts as active at once."""
+        T, C = self.T, self.C  # noqa: N806
+        per_group = -(-sessions // self.groups)
+        replans = self.rate * T if self.policy == "speculative" else 0.0
+        rho = per_group * C * (1 + replans) / T
+        out: dict[str, Any] = {"rho": rho, "lead": None, "L95": None, "ttfc_p95": None,
+                               "failed": ""}
+        if rho > RHO_MAX:
+            out["failed"] = "load"
+            return out
+        wait = periodic_wait_quantile(0.99, per_group, T, C * (1 + replans))
+        lead = self.base_lead + wait
+        out["lead"] = lead
+        out["ttfc_p95"] = lead
+        if self.policy == "baseline":
+            l95 = theory.baseline_latency_quantile(lead, T, 0.95)
+        elif C + wait >= T:
+            out["failed"] = "load"
+            return out
+        else:
+            l95 = theory.speculative_latency_quantile(C + wait, T, self.delta, 0.95,
+                                                      max(lead, C + wait))
+        out["L95"] = l95
+        if l95 > slo.l95:
+            out["failed"] = "L95"
+        elif slo.ttfc_p95 is not None and lead > slo.ttfc_p95:
+            out["failed"] = "TTFC"
+        elif slo.stall_pct < 100 * 0.001:
+            out["failed"] = "stall"  # below --lead auto's 0.1 % target: no claim is made
         return out
-    wait = periodic_wait_quantile(0.99, per_group, T, C * (1 + replans))
-    lead = base_lead + wait
-    out["lead"] = lead
-    out["ttfc_p95"] = lead
-    if candidate.policy == "baseline":
-        l95 = theory.baseline_latency_quantile(lead, T, 0.95)
-    elif C + wait >= T:
-        out["failed"] = "load"
-        return out
-    else:
-        l95 = theory.speculative_latency_quantile(C + wait, T, delta, 0.95,
-                                                  max(lead, C + wait))
-    out["L95"] = l95
-    slo = deployment.slo
-    if l95 > slo.l95:
-        out["failed"] = "L95"
-    elif slo.ttfc_p95 is not None and lead > slo.ttfc_p95:
-        out["failed"] = "TTFC"
-    elif slo.stall_pct < 100 * 0.001:
-        out["failed"] = "stall"  # below --lead auto's 0.1 % target: no claim is made
-    return out
 
 
 def screen(deployment: Deployment, candidate: Candidate) -> dict:
     """The surrogate's row for ``candidate``: the most sessions a node holds within the SLO
     (up to ``search.max_sessions``), the nodes the peak needs, and what that costs."""
-    space, node = deployment.space, deployment.base.node
-    timing = Timing(candidate.K, node.r, node.fps)
-    rate = update_rate(deployment, candidate.K)
-    A = (theory.work_amplification_poisson(rate, timing.T, timing.delta)  # noqa: N806
-         if candidate.policy == "speculative" and rate * timing.T < 1 else 1.0)
+    space, model = deployment.space, NodeModel.of(deployment, candidate)
+    A = (theory.work_amplification_poisson(model.rate, model.T, model.delta)  # noqa: N806
+         if candidate.policy == "speculative" and model.rate * model.T < 1 else 1.0)
     row: dict[str, Any] = {
         "K": candidate.K, "policy": candidate.policy, "usp": candidate.degree,
         "gpus_per_node": candidate.gpus, "quality": space.quality_of(candidate.K),
-        "quality_given": bool(space.quality), "C": node_cost(deployment, candidate).mean(
-            candidate.K), "A": A, "w": 1 - 1 / A}
+        "quality_given": bool(space.quality), "C": model.C, "A": A, "w": 1 - 1 / A}
     best, first_failure = 0, None
     estimate = None
     for sessions in range(1, space.max_sessions + 1):
-        trial = node_estimate(deployment, candidate, sessions)
+        trial = model.estimate(sessions, deployment.slo)
         if trial["failed"]:
             first_failure = trial["failed"]
             break
@@ -344,7 +375,7 @@ def screen(deployment: Deployment, candidate: Candidate) -> dict:
                    lead=None, L95=None, ttfc_p95=None, blocking=None,
                    cost_per_viewer_hour=None, gpu_hours=None)
         return row
-    load = peak_load(deployment)
+    load = deployment.peak_load
     nodes, blocking = fleet_nodes(load, best, deployment.slo.blocking,
                                   exact=deployment.base.workload.population)
     row.update(verdict="meets" if nodes is not None else "fails",
@@ -356,7 +387,7 @@ def screen(deployment: Deployment, candidate: Candidate) -> dict:
         row.update(cost_per_viewer_hour=None, gpu_hours=None)
         return row
     horizon = deployment.base.duration
-    viewer_hours = deployment.base.workload.viewer_seconds(horizon) * (1 - blocking) / 3600
+    viewer_hours = deployment.viewer_seconds * (1 - blocking) / 3600
     row["gpu_hours"] = nodes * candidate.gpus * horizon / 3600
     row["cost_per_viewer_hour"] = (deployment.price * row["gpu_hours"] / viewer_hours
                                    if viewer_hours > 0 else math.inf)
