@@ -173,9 +173,11 @@ def pooled_quantiles(samples: Sequence[Mapping[str, Sequence[float]]]) -> dict:
 
 
 def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
-                  tallies: Sequence[NodeTally] | None = None) -> dict:
+                  tallies: Sequence[NodeTally] | None = None,
+                  samples: Mapping[str, Sequence[float]] | None = None) -> dict:
     """The metrics of one fleet run (see the module docstring); ``tallies``: its nodes'
-    (a sharded run's, whose records stayed with the nodes), else made from its records."""
+    (a sharded run's, whose records stayed with the nodes), else made from its records;
+    ``samples``: its :func:`fleet_samples`, where the caller keeps them too."""
     tallies = node_tallies(run) if tallies is None else tallies
     sessions = run.sessions
     arrived = len(sessions)
@@ -183,7 +185,7 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
     rejected = sum(1 for s in sessions if s.status == REJECTED)
     waiting = sum(1 for s in sessions if s.status == WAITING)
     means = level_means(run)
-    samples = fleet_samples(run, tallies)
+    samples = fleet_samples(run, tallies) if samples is None else samples
     ttfc, latencies = list(samples["ttfc"]), list(samples["L"])
     played = _played(run, 0.0, run.horizon)
     stalled = _stalled(tallies, 0.0, run.horizon)

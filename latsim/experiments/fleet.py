@@ -232,10 +232,12 @@ def _summarised(fp: FleetPlan, replication: int, records: FleetRecords,
                  "ttfc": _finite(s.ttfc), "left": _finite(s.left), "segments": s.segments,
                  "suspended": s.suspended, "migrations": s.migrations}
                 for s in records.sessions]
+    samples = fleet_samples(records, tallies)
     return ReplicationResult(replication,
-                             fleet_metrics(records, fp.run.fleet.usd_per_gpu_hour, tallies),
+                             fleet_metrics(records, fp.run.fleet.usd_per_gpu_hour, tallies,
+                                           samples),
                              fleet_timeseries(records, tallies=tallies), node_rows(records),
-                             sessions, fleet_samples(records, tallies))
+                             sessions, samples)
 
 
 def _finite(value: float) -> float | None:
