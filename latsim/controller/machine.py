@@ -468,7 +468,7 @@ class Controller:
         """
         if self._next_due >= horizon:
             return 0
-        played = self._play_quiet(self._next_due, horizon, -1)
+        played = self._play_quiet(self._next_due, horizon, -1)[0]
         self.slots_played_ahead += played
         return played
 
@@ -477,74 +477,112 @@ class Controller:
         the tick is quiet (as :meth:`play_ahead` decides it); then the tick's commands
         would have been ``PlaySlot(position, …, now)`` and a ``ScheduleWakeUp`` of the next
         tick at :attr:`next_due`, and the driver carries those out itself. Else (False)
-        nothing changed: :meth:`handle` the tick. For a driver whose ticks do not land on
-        the time asked (the serving model's shifted clocks), so that it cannot skip them."""
-        return position == self._next_pos and self._play_quiet(now, math.inf, 1) == 1
+        nothing changed: :meth:`handle` the tick."""
+        return position == self._next_pos and self._play_quiet(now, math.inf, 1)[0] == 1
 
-    def _play_quiet(self, t: float, horizon: float, most: int) -> int:
+    def play_quiet_shifted(self, clock: float, origin: float, horizon: float,
+                           dry: bool = False) -> tuple[int, float]:
+        """:meth:`play_ahead` for a driver whose clock is this controller's shifted by
+        ``origin`` (clock = controller time + origin) and which schedules each tick as
+        ``clock + max(0, (due + origin) - clock)`` from the tick before (the serving
+        model's streams): the next tick is pending at ``clock``, each next one at that
+        float sum, and the ticks played are those quiet ones before ``horizon`` (on the
+        clock) that resolve no condition (the driver shows those itself). With ``dry`` it
+        only counts them, changing nothing. Returns (how many, the clock time of the
+        first tick not played)."""
+        return self._play_quiet(clock - origin, horizon, -1, origin, clock, dry)
+
+    def _play_quiet(self, t: float, horizon: float, most: int, origin: float | None = None,
+                    clock: float = 0.0, dry: bool = False) -> tuple[int, float]:
         """Play quiet ticks from the next slot on, the first at ``t`` and each next one
-        ``delta`` later, while before ``horizon`` (and at most ``most``, unless negative):
-        see :meth:`play_ahead`. Returns how many."""
+        ``delta`` later (or on the shifted clock of :meth:`play_quiet_shifted`), while
+        before ``horizon`` (and at most ``most``, unless negative): see
+        :meth:`play_ahead`. Returns how many, and the time the first tick not played is
+        due (on the shifted clock, if any)."""
+        shifted = origin is not None
+        if not shifted:
+            clock = t
         if self._stalled_since is not None:
-            return 0
+            return 0, clock
         check = self._quiet_decide[self.state]
         if check is None:
-            return 0
+            return 0, clock
         pending = self._latest_version > self._planned_version
         decide = check == "consume"
         if check == "produce":
             if self._flush and pending:
-                return 0  # the flush replan's guard is not mirrored: tick by tick
+                return 0, clock  # the flush replan's guard is not mirrored: tick by tick
             decide, pending = self._live < self._max_in_flight, False
         armed = self._armed_refill
         if decide and armed is None:
-            return 0  # the decide step would arm a refill
+            return 0, clock  # the decide step would arm a refill
         slowly = self._on_record is not None  # records to hand out as they are made
+        if slowly and (shifted or dry):
+            raise ValueError("a controller that hands out its records plays tick by tick")
         cache, delta, q, eager = self._cache, self._delta, self._q, self._eager
         slots = self.slots
         positions, versions, job_ids, starts = (slots.position, slots.version, slots.job_id,
                                                 slots.t_start)
         shown, locked, cache_end = self._played_version, self._locked_end, self._cache_end
         planned_end, refill_lead = self._planned_end, self._refill_lead  # no job starts here
+        first_open = self._open[0].version if self._open else -1
         position = first = self._next_pos
         end = position + most if most >= 0 else math.inf
-        while t < horizon and position < end:
+        while clock < horizon and position < end:
             entry = cache.get(position)
             if entry is None:
                 break
+            version = entry[0]
+            if shifted and version != shown and 0 <= first_open <= version:
+                break  # it shows a condition: the driver plays it as a tick
+            playing_locks = locked
             if not eager:  # what playing it locks
                 lock = (position // q + 1) * q
                 if lock > locked:
-                    locked = lock
+                    playing_locks = lock
             after = t + delta
             if decide:  # the decide step from the state this play would leave
-                if pending and self._replan_branch(t, position + 1, after, locked, cache_end,
-                                                   self._start_at_cache_end) is not None:
+                if pending and self._replan_branch(t, position + 1, after, playing_locks,
+                                                   cache_end, self._start_at_cache_end
+                                                   ) is not None:
                     break
                 # _refill_due_from(position + 1, after), inlined (a call a tick): the same sums
                 due = after + (planned_end - (position + 1)) * delta - refill_lead
                 if due <= t + EPS or abs(armed - due) > EPS:
                     break
-            if slowly:  # one _play_slot each: it emits the slot's record
+            locked = playing_locks
+            if dry:
+                shown = version
+            elif slowly:  # one _play_slot each: it emits the slot's record
                 self._play_slot(t)
                 position, t = self._next_pos, self._next_due
+                clock = t
                 continue
-            del cache[position]
-            version, job_id = entry
-            if version < shown:
-                raise AssertionError("the version on screen must never decrease")
-            if version != shown and self._open:  # a condition shows at the first slot
-                self._resolve_conditions(version, job_id, t)  # of a version at least its own
-            shown = version
-            positions.append(position)
-            versions.append(version)
-            job_ids.append(job_id)
-            starts.append(t)
+            else:
+                del cache[position]
+                job_id = entry[1]
+                if version < shown:
+                    raise AssertionError("the version on screen must never decrease")
+                if version != shown and self._open:  # a condition shows at the first slot
+                    self._resolve_conditions(version, job_id, t)  # of a version at least
+                    first_open = self._open[0].version if self._open else -1  # its own
+                shown = version
+                positions.append(position)
+                versions.append(version)
+                job_ids.append(job_id)
+                starts.append(t)
+                self._next_due = after
             position += 1
-            self._next_due = t = after
+            if shifted:  # the driver's sum, now + max(0, due + origin - now)
+                ahead = after + origin - clock
+                if ahead > 0.0:
+                    clock += ahead
+                t = clock - origin
+            else:
+                t = clock = after
         played = position - first
-        if not played or slowly:  # _play_slot kept the books
-            return played
+        if not played or slowly or dry:  # _play_slot kept the books
+            return played, clock
         if self._fold_slots and len(starts) >= FOLD_AT:
             slots.fold()  # type: ignore[attr-defined]
         self._played_version = shown
@@ -552,7 +590,7 @@ class Controller:
             self._locked_end = locked
         self._next_pos = position
         self.played += played
-        return played
+        return played, clock
 
     def finish(self, now: float) -> None:
         """End of run: close an open stall and record unresolved conditions as censored."""

@@ -73,6 +73,11 @@ class Clock(simpy.Environment):
         heappush(self._queue, (self._now + delay, TICK, (stream, next(self._eid)),
                                Call(callbacks, value)))
 
+    def call_tick_at(self, at: float, callbacks: tuple[Callable[[Call], None], ...],
+                     value: object, stream: int) -> None:
+        """:meth:`call_tick_later` at the time ``at`` exactly (not after now)."""
+        heappush(self._queue, (at, TICK, (stream, next(self._eid)), Call(callbacks, value)))
+
     def take_id(self) -> int:
         """The next event id, taken now: an event queued later under it (:meth:`call_at`)
         keeps the place in the order of one scheduled now."""

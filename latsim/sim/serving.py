@@ -55,6 +55,10 @@ from latsim.run.serving import (
 from latsim.run.stream import RunRecords, RunWindow, StreamRun
 from latsim.sim.clock import NORMAL, Call, Clock
 
+#: Whether streams play their quiet ticks in bulk (the default) or each as an event on the
+#: clock (the reference the tests compare with): the records are the same, byte for byte.
+TICKS_IN_BULK = True
+
 
 @dataclass(frozen=True)
 class StreamInput:
@@ -241,6 +245,10 @@ class _Engine:
         self._seq = 0
         self._batches = 0
         self._batch_rng = batch_rng
+        # the tick of this engine's streams run last (played in bulk: a pending one):
+        # its time and its stream's index (ticks of one instant run by stream index)
+        self.tick_at = -math.inf
+        self.tick_index = -1
 
     def submit(self, stream: _StreamPort, job_id: int, kind: str, step: Step, first: bool,
                then: Callable[[float, float], None], since: float | None = None) -> None:
@@ -321,7 +329,7 @@ class _StreamPort:
 
     def __init__(self, engine: _Engine, index: int, config: ControllerConfig,
                  window: RunWindow, inputs: StreamInput, playout_delay: float,
-                 records: str = "all") -> None:
+                 records: str = "all", in_bulk: bool = True) -> None:
         self.engine = engine
         self.env = engine.env
         self.index = index
@@ -343,6 +351,14 @@ class _StreamPort:
         self.closed = False  # the stream left (a fleet's session): its events do nothing
         self.hold_until = -math.inf  # no job starts before this (a fleet's migration)
         self._tick_callbacks = (self._on_tick,)
+        # quiet ticks played in bulk (module docstring): where the network adds a draw to
+        # every slot, and for a controller that hands out its records, tick by tick
+        self.in_bulk = in_bulk and self.serving.deliver is None
+        self._tick_pos = -1  # in bulk: the pending tick's position (-1: none) ...
+        self._tick_at = 0.0  # ... and its time on the clock
+        self._queued: tuple[int, float] = (-1, math.nan)  # the tick queued on the clock
+        self._queued_id = 0  # ... its number: one queued before it is stale
+        self._queued_callbacks = (self._on_queued_tick,)
         self._timer_callbacks = (self._on_timer,)
         self._arrival_callbacks = (self._on_arrival,)
         self._arrivals: list[tuple[float, int, int, float]] = []  # latest first (start_playback)
@@ -354,19 +370,90 @@ class _StreamPort:
         return self.env.now - self.origin
 
     def slack(self, global_now: float) -> float:
+        if self.in_bulk:
+            self.catch_up(global_now)
         now = global_now - self.origin
         return self.run.controller.playable_until(now) - now
 
     def deliver(self, event: object) -> None:
         if not self.closed:
+            if self.in_bulk:
+                self.catch_up(self.env.now)
             self.run.deliver(event, self.env.now - self.origin)  # type: ignore[arg-type]
+            if self.in_bulk:
+                self._queue_tick()
 
     def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
-        delay = max(0.0, at + self.origin - self.env.now)
-        if type(event) is SlotDue:
-            self.env.call_tick_later(delay, self._tick_callbacks, event.position, self.index)
-        else:
+        now = self.env.now
+        delay = max(0.0, at + self.origin - now)
+        if type(event) is not SlotDue:
             self.env.call_later(delay, self._timer_callbacks, event)
+        elif self.in_bulk:
+            self._tick_pos, self._tick_at = event.position, now + delay
+        else:
+            self.env.call_tick_later(delay, self._tick_callbacks, event.position, self.index)
+
+    # ------------------------------------------------- quiet ticks in bulk
+
+    def catch_up(self, now: float) -> None:
+        """Play the quiet ticks that run before an event at ``now`` (global time) touches
+        the stream: those before ``now``, and those at ``now`` where a tick of a later
+        stream of this node runs now (ticks of one instant run by stream index, after
+        every other event of it)."""
+        at = self._tick_at
+        if self._tick_pos < 0 or at > now:
+            return
+        engine = self.engine
+        horizon = (math.nextafter(now, math.inf)
+                   if engine.tick_at == now and self.index < engine.tick_index else now)
+        if at >= horizon:
+            return
+        played, next_at = self._ctrl.play_quiet_shifted(at, self.origin, horizon)
+        if played:
+            if self.first_display is None:  # _show's, for the first slot (no network)
+                playout = self.playout
+                self.first_display = at - self.origin + playout.delay + playout.shift
+            self._tick_pos += played
+            self._tick_at = next_at
+        if next_at < horizon and self._tick_pos != self._queued[0]:
+            raise AssertionError("a tick played in bulk was not quiet")  # see _queue_tick
+
+    def _queue_tick(self) -> None:
+        """Queue on the clock the first tick from the pending one on that is not quiet, or
+        that shows a condition (its place in the order is the tick's own): the ticks
+        before it are played when something next touches the stream (:meth:`catch_up`)
+        or when it runs. One queued earlier for another tick goes stale."""
+        if self._tick_pos < 0 or self.closed:
+            return
+        ctrl = self._ctrl
+        played, at = (ctrl.play_quiet_shifted(self._tick_at, self.origin, math.inf, dry=True)
+                      if self._tick_pos == ctrl.next_position else (0, self._tick_at))
+        tick = (self._tick_pos + played, at)
+        if tick != self._queued:
+            self._queued = tick
+            self._queued_id += 1
+            self.env.call_tick_at(at, self._queued_callbacks, self._queued_id, self.index)
+
+    def _on_queued_tick(self, call: Call) -> None:
+        engine, now = self.engine, self.env.now
+        engine.tick_at, engine.tick_index = now, self.index
+        if self.closed or call.value != self._queued_id:
+            return  # stale: the ticks before it are not quiet any more, or it left
+        self.catch_up(now)
+        position = self._tick_pos
+        if (position, self._tick_at) != self._queued:
+            raise AssertionError("the queued tick is not the pending one")
+        self._queued = (-1, math.nan)
+        self._tick_pos = -1
+        ctrl, origin = self._ctrl, self.origin
+        t = now - origin
+        if ctrl.play_tick(position, t):
+            self._show(position, t)
+            self._tick_pos = position + 1
+            self._tick_at = now + max(0.0, ctrl.next_due + origin - now)
+        else:
+            self.run.deliver(SlotDue(position), t)
+        self._queue_tick()
 
     def _on_timer(self, timer: Call) -> None:
         self.deliver(timer.value)
@@ -409,6 +496,8 @@ class _StreamPort:
         self._arrivals = arrivals
         self._queue_arrival()
         self.run.start(self.now)
+        if self.in_bulk:
+            self._queue_tick()
 
     def _queue_arrival(self) -> None:
         if self._arrivals:
@@ -542,8 +631,10 @@ class ServingNode:
     what the node recorded."""
 
     def __init__(self, env: Clock, cost: CostModel, serving: ServingConfig,
-                 batch_rng: np.random.Generator, records: str = "all") -> None:
+                 batch_rng: np.random.Generator, records: str = "all",
+                 ticks_in_bulk: bool | None = None) -> None:
         self.env = env
+        self.ticks_in_bulk = TICKS_IN_BULK if ticks_in_bulk is None else ticks_in_bulk
         self.serving = serving
         self.engine = _Engine(env, serving, batch_rng,
                               StagedGenerator(cost, serving.replan_cost, serving.decode,
@@ -557,7 +648,7 @@ class ServingNode:
             ) -> _StreamPort:
         """A stream of this node (index: the order it was added), not started yet."""
         port = _StreamPort(self.engine, len(self.ports), config, window, inputs,
-                           self.playout, self.records_level)
+                           self.playout, self.records_level, self.ticks_in_bulk)
         self.ports.append(port)
         return port
 
@@ -584,6 +675,8 @@ class ServingNode:
         """``port``'s stream leaves at global time ``now``: it plays and generates no more,
         its tasks still waiting for a device are dropped (a task running finishes, and
         nothing follows it), and its records end at ``now``."""
+        if port.in_bulk:
+            port.catch_up(now)
         port.closed = True
         for pool in self.engine.pools.values():
             if any(task.port is port for task in pool.waiting):
@@ -598,6 +691,9 @@ class ServingNode:
         running are recorded up to it, streams still here finish then."""
         self.engine.close(end)
         ports = self.ports
+        for port in ports:
+            if port.in_bulk and not port.closed:
+                port.catch_up(end)
         runs = tuple(self.finished[p.index] if p.closed else p.run.finish(end - p.origin)
                      for p in ports)
         starts = tuple(
@@ -627,6 +723,7 @@ def simulate_serving(
     drain: float | None = None,
     configs: Sequence[ControllerConfig] | None = None,
     records: str = "all",
+    ticks_in_bulk: bool | None = None,
 ) -> ServingRecords:
     """Run ``streams`` (one :class:`StreamInput` each) on the pools of ``serving``.
 
@@ -638,7 +735,9 @@ def simulate_serving(
     the streams share the pools as before. ``records`` is what to keep
     (:data:`~latsim.controller.records.RECORD_LEVELS`): below ``all`` the slots and task
     records are added up into what the summary needs as the run goes, so memory grows
-    with the streams and conditions, not with the slots.
+    with the streams and conditions, not with the slots. ``ticks_in_bulk`` (default
+    :data:`TICKS_IN_BULK`) plays quiet ticks in bulk, or (False) each as an event: the
+    reference path, with the same records.
     """
     if configs is not None and len(configs) != len(streams):
         raise ValueError(f"{len(configs)} stream configurations for {len(streams)} streams")
@@ -646,7 +745,7 @@ def simulate_serving(
     windows = [RunWindow.for_config(c, duration, drain) for c in own]
     window = max(windows, key=lambda w: w.limit)
     env = Clock()
-    node = ServingNode(env, cost, serving, batch_rng, records)
+    node = ServingNode(env, cost, serving, batch_rng, records, ticks_in_bulk)
     ports = [node.add(own[index], windows[index], inputs)
              for index, inputs in enumerate(streams)]
     engine = node.engine

@@ -1,0 +1,138 @@
+"""Quiet ticks played in bulk (the serving model's default) give the records of delivering
+every tick as its own event on the clock (the reference path), byte for byte: for the
+serving model across its property generators, and for the fleet in both of its modes."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import latsim.sim.serving as serving_module
+from latsim.controller import ControllerConfig
+from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.timing import Timing
+from latsim.model.costs import FixedCost
+from latsim.model.serving import ServingConfig
+from latsim.sim.serving import simulate_serving
+from tests.test_fleet import fleet, replications
+from tests.test_serving import SETTINGS, RecordingCost, inputs, serving_setups
+
+
+def _both(run):
+    """``run(ticks_in_bulk)`` both ways: the pickled records of each."""
+    return pickle.dumps(run(True)), pickle.dumps(run(False))
+
+
+@SETTINGS
+@given(setup=serving_setups(), seed=st.integers(0, 1000), network=st.booleans(),
+       together=st.booleans(), records=st.sampled_from(["all", "none"]),
+       bind=st.sampled_from(["start", "enqueue"]),
+       in_flight=st.sampled_from([(1, "let-play"), (2, "let-play"), (2, "flush")]))
+def test_the_serving_model_records_the_same_with_ticks_in_bulk(
+        setup, seed, network, together, records, bind, in_flight):
+    """``together``: every stream joins at once, so ticks of one instant tie across
+    streams (they run by stream index); ``network``: a delivery draw per slot, which plays
+    every tick as an event either way."""
+    timing, serving, policy, mean_c, duration, traces, joins = setup
+    if not network:
+        serving = replace(serving, deliver=None)
+    if together:
+        joins = [joins[0]] * len(joins)
+    if serving.discard == "on-ready":  # it plays the old future while one replan runs
+        in_flight = (1, "let-play")
+    config = ControllerConfig(timing, policy, RecordingCost(mean_c, 0.3).quantile(
+        timing.K, 0.99), serving.discard, in_flight=in_flight[0],
+        in_flight_policy=in_flight[1], bind=bind)
+
+    def run(bulk: bool):
+        return simulate_serving(config, RecordingCost(mean_c, 0.3), serving,
+                                inputs(traces, joins, seed), duration,
+                                np.random.default_rng(seed), records=records,
+                                ticks_in_bulk=bulk)
+
+    bulk, each = _both(run)
+    assert bulk == each
+
+
+@pytest.mark.parametrize("schedule", ["fifo", "least-slack"])
+def test_streams_play_most_ticks_in_bulk(schedule):
+    """Not only the same records: at K = 8 with rare conditions, most ticks never reach
+    the clock (each port numbers the ticks it queued)."""
+    timing = Timing(8, 4, 16.0)
+    streams = 8
+    serving = ServingConfig(streams=streams, pools=(("dit", 2),), schedule=schedule)
+    traces = [(3.0 + i, 11.0 + i) for i in range(streams)]
+    joins = [0.25 * i for i in range(streams)]
+    config = ControllerConfig(timing, SPECULATIVE, 1.0)
+    node_runs = []
+
+    class Counting(serving_module.ServingNode):
+        def records(self, *args):  # noqa: ANN002, ANN202
+            node_runs.append(sum(port._queued_id for port in self.ports))
+            return super().records(*args)
+
+    original = serving_module.ServingNode
+    serving_module.ServingNode = Counting
+    try:
+        run = simulate_serving(config, FixedCost(0.4), serving, inputs(traces, joins), 40.0,
+                               np.random.default_rng(0))
+    finally:
+        serving_module.ServingNode = original
+    played = sum(len(s.slots) for s in run.streams)
+    assert played > 1000
+    assert node_runs[0] < played / 3
+
+
+@SETTINGS
+@given(rate=st.sampled_from([0.1, 0.3]), nodes=st.integers(1, 3),
+       activity=st.sampled_from(["always", "active_idle:15,5"]),
+       autoscale=st.booleans(), cold_start=st.booleans(),
+       policy=st.sampled_from(["baseline", "speculative"]),
+       placement=st.sampled_from(["round-robin", "least-loaded"]),
+       rebalance=st.sampled_from([None, 1]), seed=st.integers(0, 2**16))
+def test_a_fleet_records_the_same_with_ticks_in_bulk(rate, nodes, activity, autoscale,
+                                                       cold_start, policy, placement,
+                                                       rebalance, seed, monkeypatch_module):
+    fleet_ = {"nodes_initial": 1 if autoscale else nodes, "nodes_max": nodes,
+              "autoscale": autoscale, "placement": placement, "cooldown_s": 5,
+              "provision_delay_s": 5}
+    if rebalance is not None:
+        fleet_["rebalance_gap"] = rebalance
+    exact = fleet({"arrivals": f"poisson:{rate}", "duration": "exponential:20",
+                   "activity": activity, "updates": "poisson:0.3"},
+                  {"K": 8, "r": 4, "fps": 16.0, "cost": "lognormal:0.5,0.3",
+                   "max_sessions": 3, "cold_start": cold_start, "policy": policy,
+                   "pools": "dit=2"},
+                  fleet_, {"duration": 90, "seed": seed})
+    for run in (exact, replace(exact, mode="sharded")):
+        outputs = []
+        for bulk in (True, False):
+            monkeypatch_module.setattr(serving_module, "TICKS_IN_BULK", bulk)
+            outputs.append(pickle.dumps(replications(run, 1)))
+        assert outputs[0] == outputs[1]
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def test_a_baseline_stream_on_its_own_device_keeps_the_single_worker_path():
+    """A dedicated stream: the reference records, and the single-worker test's premise."""
+    timing = Timing(4, 4, 16.0)
+    config = ControllerConfig(timing, BASELINE, 0.6)
+    serving = ServingConfig()
+
+    def run(bulk: bool):
+        return simulate_serving(config, FixedCost(0.5), serving,
+                                inputs([(1.0, 5.5, 9.0)], [0.0]), 20.0,
+                                np.random.default_rng(3), ticks_in_bulk=bulk)
+
+    bulk, each = _both(run)
+    assert bulk == each
