@@ -18,6 +18,8 @@ version of this file ran at ρ ≈ 2.9, where 70% of the time stalled):
    a ratio to 16. Target at 4,096: ≤ 1.5.
 3. **with a VAE stage** (dit = N/4, vae = N/16, decode ``fixed:0.02``, C = 0.3 s): 64 and
    4,096 streams per slot (target ≤ 1.5) and 4,096 streams × 60 s (target under 10 s).
+4. **quiet ticks in bulk** (the default) against every tick an event on the clock (the
+   reference path, the same records), on the workloads of 2. and 3. at 256 streams.
 """
 
 from __future__ import annotations
@@ -94,30 +96,33 @@ def jobs_per_second(streams: int, duration: float) -> None:
     config = ControllerConfig(TIMING, BASELINE, job + 0.5 * TIMING.T)
     serving = ServingConfig(streams=streams, pools=(("dit", 1),), start="random")
 
-    def latsim_run():  # noqa: ANN202
+    def latsim_run(bulk: bool = True):  # noqa: ANN202
         return simulate_serving(config, FixedCost(job), serving, inputs, duration,
-                                np.random.default_rng(1), records="none")
+                                np.random.default_rng(1), records="none", ticks_in_bulk=bulk)
 
     def plain_run() -> int:
         return plain_simpy_jobs(streams, job, duration, [i.join for i in inputs])
 
-    ours, plain = [], []
+    ours, each, plain = [], [], []
     for _ in range(3):  # alternated, best of three each
         took, run = cpu_seconds(latsim_run)
         ours.append(sum(s.jobs_done for s in run.streams) / took)
+        took, run = cpu_seconds(lambda: latsim_run(False))
+        each.append(sum(s.jobs_done for s in run.streams) / took)
         took, jobs = cpu_seconds(plain_run)
         plain.append(jobs / took)
     stalled = sum(len(s.stalls) for s in run.streams)
     print(f"  {streams} periodic streams on one FIFO device, rho 0.5, {duration:g} s: "
           f"latsim {max(ours):8.0f} jobs/s, plain SimPy {max(plain):8.0f} jobs/s: "
-          f"ratio {max(ours) / max(plain):.2f} (target >= 0.5; {stalled} stalls)")
+          f"ratio {max(ours) / max(plain):.2f} (target >= 0.5; {stalled} stalls); every "
+          f"tick an event: {max(each):8.0f} jobs/s, ratio {max(each) / max(plain):.2f}")
 
 
 # ---------------------------------------------------------------- 2, 3. growth
 
 
 def run_workload(streams: int, duration: float, cost: str, decode: str | None,
-                 records: str = "none") -> tuple[float, object]:
+                 records: str = "none", ticks_in_bulk: bool = True) -> tuple[float, object]:
     """(CPU seconds, serving records) of ``streams`` speculative streams on dit = N/4 (and
     vae = N/16 with ``decode``), Poisson conditions at 0.1/s, random starts."""
     pools = (("dit", max(1, streams // 4)),) + ((("vae", max(1, streams // 16)),)
@@ -129,7 +134,7 @@ def run_workload(streams: int, duration: float, cost: str, decode: str | None,
     inputs = _inputs(streams, duration, 0.1)
     return cpu_seconds(lambda: simulate_serving(
         ControllerConfig(TIMING, SPECULATIVE, lead), model, serving, inputs, duration,
-        np.random.default_rng(1), records=records))
+        np.random.default_rng(1), records=records, ticks_in_bulk=ticks_in_bulk))
 
 
 def per_slot(streams: int, duration: float, cost: str, decode: str | None
@@ -152,6 +157,19 @@ def growth(label: str, counts: tuple[int, ...], cost: str, decode: str | None) -
               f"({micro / base:.2f} of {counts[0]} streams)")
 
 
+def bulk_against_each(streams: int) -> None:
+    """Quiet ticks played in bulk (the default) against every tick an event on the clock
+    (the reference path, same records), on the workload of 2. and 3."""
+    for label, cost, decode in (("DiT only", "fixed:0.25", None),
+                                ("DiT + VAE", "fixed:0.3", "fixed:0.02")):
+        bulk, each = [], []
+        for _ in range(3):  # alternated, best of three each
+            bulk.append(run_workload(streams, 60.0, cost, decode)[0])
+            each.append(run_workload(streams, 60.0, cost, decode, ticks_in_bulk=False)[0])
+        print(f"  {label}, {streams} streams x 60 s: in bulk {min(bulk):.2f} s CPU, each tick "
+              f"an event {min(each):.2f} s: {min(each) / min(bulk):.2f}x faster")
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
     big = (1024,) if quick else (1024, 4096)
@@ -163,6 +181,8 @@ def main() -> None:
     print("3. with a VAE stage (C=0.3, decode fixed:0.02, dit=N/4, vae=N/16; targets: <= 1.5 "
           "at 4096 / 64, 4096 x 60 s under 10 s)")
     growth("DiT + VAE", (64, *big), "fixed:0.3", "fixed:0.02")
+    print("4. quiet ticks in bulk against every tick an event on the clock")
+    bulk_against_each(256)
 
 
 if __name__ == "__main__":

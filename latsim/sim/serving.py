@@ -10,6 +10,11 @@ uses; a job that waited for a device tells it so with :class:`JobStarted`.
 Times: every stream's records are in its own time (0 = its playback start), so the metrics
 of :mod:`latsim.analysis.metrics` apply per stream unchanged; device tasks are in global time.
 
+Quiet ticks (those that only play their slot) are played in bulk when something next
+touches their stream, not as events on the clock (docs/design.md §6, "Quiet ticks in
+bulk"); ``ticks_in_bulk=False`` queues every tick, the reference path, with the same
+records.
+
 With one stream on one dedicated device and no other stage this reproduces
 :func:`latsim.sim.simpy_driver.simulate_trace` exactly: the same random draws (stream 0 uses
 the single-worker streams), the same SimPy events in the same order. A stage whose draw is
@@ -359,6 +364,8 @@ class _StreamPort:
         self._queued: tuple[int, float] = (-1, math.nan)  # the tick queued on the clock
         self._queued_id = 0  # ... its number: one queued before it is stale
         self._queued_callbacks = (self._on_queued_tick,)
+        self._timers: list[float] = []  # in bulk: when its timers on the clock run (a heap)
+        self._arrival_at = math.inf  # and its next arrival
         self._timer_callbacks = (self._on_timer,)
         self._arrival_callbacks = (self._on_arrival,)
         self._arrivals: list[tuple[float, int, int, float]] = []  # latest first (start_playback)
@@ -388,6 +395,8 @@ class _StreamPort:
         delay = max(0.0, at + self.origin - now)
         if type(event) is not SlotDue:
             self.env.call_later(delay, self._timer_callbacks, event)
+            if self.in_bulk:
+                heapq.heappush(self._timers, now + delay)
         elif self.in_bulk:
             self._tick_pos, self._tick_at = event.position, now + delay
         else:
@@ -422,12 +431,20 @@ class _StreamPort:
         """Queue on the clock the first tick from the pending one on that is not quiet, or
         that shows a condition (its place in the order is the tick's own): the ticks
         before it are played when something next touches the stream (:meth:`catch_up`)
-        or when it runs. One queued earlier for another tick goes stale."""
+        or when it runs. None is queued where the ticks are quiet up to the stream's next
+        timer or arrival, which touches it. One queued earlier for another tick goes
+        stale."""
         if self._tick_pos < 0 or self.closed:
             return
         ctrl = self._ctrl
-        played, at = (ctrl.play_quiet_shifted(self._tick_at, self.origin, math.inf, dry=True)
+        touch = min(self._timers[0], self._arrival_at) if self._timers else self._arrival_at
+        played, at = (ctrl.play_quiet_shifted(self._tick_at, self.origin, touch, dry=True)
                       if self._tick_pos == ctrl.next_position else (0, self._tick_at))
+        if at >= touch:
+            if self._queued[0] >= 0:
+                self._queued = (-1, math.nan)
+                self._queued_id += 1
+            return
         tick = (self._tick_pos + played, at)
         if tick != self._queued:
             self._queued = tick
@@ -456,6 +473,8 @@ class _StreamPort:
         self._queue_tick()
 
     def _on_timer(self, timer: Call) -> None:
+        if self.in_bulk:
+            heapq.heappop(self._timers)
         self.deliver(timer.value)
 
     def _on_tick(self, timer: Call) -> None:
@@ -503,6 +522,9 @@ class _StreamPort:
         if self._arrivals:
             at, priority, eid, sent = self._arrivals.pop()
             self.env.call_at(at, priority, eid, self._arrival_callbacks, sent)
+            self._arrival_at = at
+        else:
+            self._arrival_at = math.inf
 
     def _on_arrival(self, arrival: Call) -> None:
         self._queue_arrival()
