@@ -175,6 +175,11 @@ def test_cost_values_are_bounded(spec, message):
     ("overflow.json", '{"4": 1e999}', "<= 86400"),
     ("field.csv", "K,C\n4," + "1" * 200_000 + "\n", "not a readable CSV table"),
     ("kind.csv", "K,C,kind\n4,0.5," + "z" * 300 + "\n", "job kind must be refill or replan"),
+    ("extra.csv", "K,C\n4,0.5,9\n", "line 2: more cells than the header's 2 columns"),
+    ("digits.csv", "K,C\n\u0668,0.5\n", "K and C must be numbers"),
+    ("digits_c.csv", "K,C\n8,\u0660.5\n", "K and C must be numbers"),
+    ("digits.json", '{"\u0668": 0.5}', "K and C must be numbers"),
+    ("bool.json", '{"8": true}', "K and C must be numbers"),
     ("binary.json", b"\xff\xfe\x00", "cannot read cost table"),
 ])
 def test_malformed_tables_are_one_line_errors(tmp_path, name, text, message):

@@ -256,6 +256,9 @@ def load_table(path: str | Path) -> TableCost:
             if not reader.fieldnames or not {"K", "C"} <= set(reader.fieldnames):
                 raise LatsimError(f"{path}: a CSV cost table needs columns K and C")
             for lineno, row in enumerate(reader, start=2):
+                if None in row:  # DictReader's key for the cells past the header's
+                    raise LatsimError(f"{path}: line {lineno}: more cells than the header's "
+                                      f"{len(reader.fieldnames)} columns")
                 add(row["K"], (row.get("kind") or "refill").strip(), row["C"], f"line {lineno}")
         except csv.Error as exc:
             raise LatsimError(f"{path}: not a readable CSV table ({exc})") from None
@@ -289,10 +292,13 @@ def _add_sample(samples: dict[tuple[int, str], list[float]], path: object, k_raw
                 kind: object, value: object, where: str) -> None:
     """Check one table entry and add it to ``samples``."""
     try:
+        if not str(k_raw).isascii() or isinstance(value, bool) or (
+                isinstance(value, str) and not value.isascii()):
+            raise ValueError  # int() and float() read other scripts' digits ("٨" as 8)
         k = int(str(k_raw))
         c = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
-        raise LatsimError(f"{path}: {where}: K and C must be numbers") from None
+        raise LatsimError(f"{path}: {where}: K and C must be numbers (ASCII digits)") from None
     if not 0 < k <= MAX_K:
         raise LatsimError(f"{path}: {where}: K must be a positive integer <= {MAX_K}")
     if kind not in JOB_KINDS:
