@@ -128,10 +128,14 @@ def profile(
     threads: ThreadsOpt = None,
     cost: CostOpt = None,
     generator_option: GeneratorOptionOpt = None,
+    format_name: FormatOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Measure C per K and job kind (refill, replan); write a --cost table:PATH file."""
     from harness.generators.device import require_device
     from harness.measure.profile import ProfileConfig, run_profile
+
+    output = output_format(format_name, as_json)
 
     built = _generator_config(preset, resolution, steps, context, decode, device, seed,
                               threads, cost, generator_option)
@@ -142,11 +146,21 @@ def profile(
 
     with ProgressBar("profile") as bar:
         document = run_profile(config, out, progress=bar.status)
-    for k, kinds in document["summary"].items():
-        typer.echo(f"K={k:>3}  " + "  ".join(
-            f"{kind}: mean {s['mean'] * 1e3:.1f} ms p50 {s['p50'] * 1e3:.1f} "
-            f"p99 {s['p99'] * 1e3:.1f} cv {s['cv']:.2f}" for kind, s in kinds.items()))
-    typer.echo(f"wrote {out} (use: latsim sweep --cost table:{out} ...)")
+    rows = [{"K": int(k), "kind": kind, **stats}
+            for k, kinds in document["summary"].items() for kind, stats in kinds.items()]
+
+    def table() -> None:
+        from latsim.cli.tables import Column, print_table
+
+        columns = [Column("K"), Column("kind", justify="left"), Column("jobs", 2),
+                   Column("mean ms"), Column("p50 ms", 1), Column("p99 ms"), Column("cv", 1)]
+        print_table(f"profile: {generator} on {device}, generator wall time per job", columns,
+                    [[str(r["K"]), r["kind"], str(r["n"]), f"{r['mean'] * 1e3:.1f}",
+                      f"{r['p50'] * 1e3:.1f}", f"{r['p99'] * 1e3:.1f}", f"{r['cv']:.2f}"]
+                     for r in rows],
+                    [f"wrote {out} (use: latsim sweep --cost table:{out} ...)"])
+
+    emit(output, rows, table, seed=seed, out=str(out))
 
 
 @commands.command("measure")
@@ -228,21 +242,29 @@ def measure(
 
     with ProgressBar("measure") as bar:  # counts the live seconds of every run
         results = run_measure(config, progress=bar.status)
-    if output != "table":
-        emit(output, [res.summary for res in results], lambda: None, seed=seed,
-             out=None if out is None else str(out))
-        return
-    for res in results:
-        s = res.summary
-        typer.echo(
-            f"{res.run_dir}: {s['policy']} K={s['K']} T={s['T']:.3f}s C={s['C_mean']:.4f}s "
-            f"lead={s['lead']:.4f}s L50={fmt(s['L50'])} L95={fmt(s['L95'])} "
-            f"stall={s['stall_pct']:.2f}% busy={s['busy_pct']:.1f}% "
-            f"kernel={fmt(s['kernel_activity'], 1)} calls={s['dit_calls']} "
-            f"shown={s['n_displayed']}/{s['n_conditions']}"
-            + ("" if s.get("status", "complete") == "complete"
-               else f" status={s['status']} ({s['stop_reason']})")
-        )
+    def table() -> None:
+        from latsim.cli.tables import Column, print_table
+
+        columns = [Column("policy", justify="left"), Column("K"), Column("L50"),
+                   Column("L95"), Column("stall %"), Column("C mean", 1), Column("lead", 1),
+                   Column("busy %", 2), Column("kernel", 3), Column("calls", 3),
+                   Column("shown", 1), Column("status", 0, "left"),
+                   Column("folder", 4, "left")]
+        body = []
+        for res in results:
+            s = res.summary
+            status = s.get("status", "complete")
+            body.append([s["policy"], str(s["K"]), fmt(s["L50"]), fmt(s["L95"]),
+                         f"{s['stall_pct']:.2f}", f"{s['C_mean']:.4f}", f"{s['lead']:.4f}",
+                         f"{s['busy_pct']:.1f}", fmt(s["kernel_activity"], 1),
+                         str(s["dit_calls"]), f"{s['n_displayed']}/{s['n_conditions']}",
+                         status if status == "complete" else f"{status}: {s['stop_reason']}",
+                         str(res.run_dir)])
+        print_table(f"measure: {generator} on {device} (seconds)", columns, body,
+                    [f"run folders: {results[0].run_dir.parent}" if results else ""])
+
+    emit(output, [res.summary for res in results], table, seed=seed,
+         out=None if out is None else str(out))
 
 
 # ---------------------------------------------------------------- serve / client

@@ -49,7 +49,11 @@ CASES: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
                                "--out", "{tmp}/out"], (" dL se ", "Sol-H3 short"), True),
     "measure": (["measure", "--generator", "sleep", "--cost", "fixed:0.04", "--K", "2",
                  "--duration", "2", "--rate", "1", "--warmup", "3", "--calibrate", "2",
-                 "--policy", "speculative", "--out", "{tmp}/runs"], ("L50=", "lead="), False),
+                 "--policy", "speculative", "--out", "{tmp}/runs"],
+                (" L50 ", " speculative ", "run folders: "), True),
+    "profile": (["profile", "--generator", "sleep", "--cost", "fixed:0.01", "--K", "4", "8",
+                 "--jobs", "2", "--gap", "0", "--out", "{tmp}/profile.json"],
+                (" refill ", " replan ", " p99 ms ", "wrote "), True),
 }
 SLOW = {"reproduce serving": "6 s a width", "measure": "a live run of 2 s plus warm-up"}
 
