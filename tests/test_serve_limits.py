@@ -93,7 +93,7 @@ def test_simultaneous_hellos_admit_exactly_max_sessions():
 def test_connections_that_never_say_hello_are_dropped_and_capped():
     from websockets.asyncio.client import connect
 
-    built = _server(hello_timeout=0.5, max_pending=3)
+    built = _server(hello_timeout=0.5, max_pending=3, max_pending_per_address=3)
     with ServerThread(built) as port:
         async def silent() -> tuple:
             async with connect(f"ws://127.0.0.1:{port}") as ws:
@@ -117,11 +117,39 @@ def test_connections_that_never_say_hello_are_dropped_and_capped():
     assert took < 5.0  # bounded by the hello timeout, not held open
 
 
+def test_one_address_cannot_take_every_place_before_hello():
+    """127.0.0.2 holds its share of the connections that have not said hello; a viewer
+    from 127.0.0.1 still gets a session (both loopback, one server)."""
+    from websockets.asyncio.client import connect
+
+    built = _server(hello_timeout=3.0, max_pending=4, max_pending_per_address=2)
+    with ServerThread(built) as port:
+        async def silent() -> str:
+            async with connect(f"ws://127.0.0.1:{port}", local_addr=("127.0.0.2", 0)) as ws:
+                try:
+                    return json.loads(await asyncio.wait_for(ws.recv(), 5.0))["error"]
+                except Exception as exc:  # noqa: BLE001 - closed after the error
+                    return repr(exc)
+
+        async def scene() -> tuple:
+            hogs = [asyncio.create_task(silent()) for _ in range(3)]
+            await asyncio.sleep(0.5)  # the hogs hold their places
+            viewer = await _hello(port, 1.0)
+            return await asyncio.gather(*hogs), viewer
+
+        hogs, viewer = asyncio.run(scene())
+    assert viewer[0][:1] == ["ready"] and viewer[0][-1] == "end"
+    assert sum("too many connections from 127.0.0.2" in h for h in hogs) == 1
+    assert sum("no hello within 3 s" in h for h in hogs) == 2
+
+
 def test_bad_limits_are_one_line_errors():
     with pytest.raises(LatsimError, match="hello timeout"):
         ServerConfig(hello_timeout=0.0)
     with pytest.raises(LatsimError, match="pending connections"):
         ServerConfig(max_pending=0)
+    with pytest.raises(LatsimError, match="pending connections per address must be 1..4"):
+        ServerConfig(max_pending=4, max_pending_per_address=5)
     for origin in ("", "bogus", "http://a.com/path?x", "http://a.com/", "ftp://a.com",
                    "http://a.com:99999", " http://a.com"):  # accepted silently before
         with pytest.raises(LatsimError, match="is not an origin"):

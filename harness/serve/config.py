@@ -58,6 +58,9 @@ class ServerConfig:
     hello_timeout: float = 10.0  # seconds a connection may take to say hello
     #: connections that have not said hello (yet) held at once; more are refused
     max_pending: int = 64
+    #: of them, from one client address, so that one client cannot take every place
+    #: (None: half of ``max_pending``)
+    max_pending_per_address: int | None = None
     #: a session's job still running this long (s) after its controller started it has
     #: hung: the session fails (``error``, then ``end``). None: max(10 x lead, lead + 5 s)
     job_timeout: float | None = None
@@ -92,10 +95,21 @@ class ServerConfig:
             raise LatsimError(f"hello timeout must be in (0, 600] s, got {self.hello_timeout!r}")
         if not 1 <= self.max_pending <= 4096:
             raise LatsimError(f"pending connections must be 1..4096, got {self.max_pending!r}")
+        if (self.max_pending_per_address is not None
+                and not 1 <= self.max_pending_per_address <= self.max_pending):
+            raise LatsimError(f"pending connections per address must be 1..{self.max_pending}"
+                              f", got {self.max_pending_per_address!r}")
         if self.job_timeout is not None:
             check_option("--job-timeout", self.job_timeout)
         for origin in self.origins or ():
             check_origin(origin)
+
+    @property
+    def pending_per_address(self) -> int:
+        """Connections one address may hold before hello."""
+        if self.max_pending_per_address is not None:
+            return self.max_pending_per_address
+        return max(1, self.max_pending // 2)
 
 
 def check_origin(origin: str) -> str:

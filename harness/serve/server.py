@@ -102,6 +102,7 @@ class StreamServer:
         # the limit holds for any number of simultaneous hellos; released when one ends
         self._admitted = 0
         self._pending = 0  # connections that have not said hello
+        self._pending_from: dict[str, int] = {}  # of them, by client address
         self.refused = 0  # connections refused: server full, too many pending, no hello
         # per client address: wrong tokens in a row, and until when it is refused outright
         self._token_failures: dict[object, tuple[int, float]] = {}
@@ -306,19 +307,34 @@ class StreamServer:
             log.info("refusal not delivered: %s", exc)
 
     async def _connection(self, websocket) -> None:
-        if self._pending >= self.config.max_pending:
+        config = self.config
+        address = str((websocket.remote_address or ("?",))[0])
+        if self._pending >= config.max_pending:
             await self._refuse(websocket, f"too many connections waiting to say hello "
-                               f"({self.config.max_pending})", 1013)
+                               f"({config.max_pending})", 1013)
+            return
+        if self._pending_from.get(address, 0) >= config.pending_per_address:
+            await self._refuse(websocket, f"too many connections from {address} waiting to "
+                               f"say hello ({config.pending_per_address})", 1013)
             return
         self._pending += 1
-        pending = [True]  # until it has a session
+        self._pending_from[address] = self._pending_from.get(address, 0) + 1
+
+        def said_hello() -> None:  # or left without: no longer pending
+            self._pending -= 1
+            left = self._pending_from.pop(address) - 1
+            if left:
+                self._pending_from[address] = left
+
+        pending = [said_hello]  # emptied once called
         try:
             await self._session_connection(websocket, pending)
         finally:
-            if pending[0]:
-                self._pending -= 1
+            if pending:
+                pending.pop()()
 
-    async def _session_connection(self, websocket, pending: list[bool]) -> None:
+    async def _session_connection(self, websocket,
+                                  pending: list[Callable[[], None]]) -> None:
         loop = asyncio.get_running_loop()
         outbox: asyncio.Queue = asyncio.Queue()
         state: dict[str, Any] = {"shaper": self.config.downlink, "channel":
@@ -370,8 +386,7 @@ class StreamServer:
                             raise
                         self.sessions[session.id] = session
                         state["session"] = session
-                        pending[0] = False
-                        self._pending -= 1
+                        pending.pop()()
                         session.start()
                         log.info("session %s: K=%d %s, %g s, lead %.4f s, from %s",
                                  session.id, session.timing.K, session.policy,
