@@ -143,11 +143,46 @@ def test_one_address_cannot_take_every_place_before_hello():
     assert sum("no hello within 3 s" in h for h in hogs) == 2
 
 
+def test_a_probe_flood_is_cut_off_and_a_client_probing_as_usual_is_not():
+    """Probes cost the server a reply each: past --max-probe-rate's bucket the connection
+    is closed (1008). ``latsim client`` sends at most 100 a second (16 at 10 ms, then one
+    every 0.5 s) and the other tests' viewers run under the default of 200."""
+    from websockets.asyncio.client import connect
+
+    built = _server(max_probe_rate=50.0)
+    with ServerThread(built) as port:
+        async def flood() -> tuple:
+            replies, error = 0, None
+            async with connect(f"ws://127.0.0.1:{port}") as ws:
+                for i in range(2000):
+                    try:
+                        await ws.send(json.dumps({"type": "probe", "t0": float(i)}))
+                    except Exception:  # noqa: BLE001 - closed by the server
+                        break
+                try:
+                    while True:
+                        message = json.loads(await asyncio.wait_for(ws.recv(), 5.0))
+                        if message["type"] == "probe":
+                            replies += 1
+                        elif message["type"] == "error":
+                            error = message["error"]
+                except Exception:  # noqa: BLE001, S110 - the close ends it
+                    pass
+                await ws.wait_closed()
+                return replies, error, ws.close_code
+
+        replies, error, code = asyncio.run(flood())
+    assert code == 1008 and "clock probes faster than 50 per s" in error
+    assert 50 <= replies <= 60  # the bucket's 50, and what refilled while they came
+
+
 def test_bad_limits_are_one_line_errors():
     with pytest.raises(LatsimError, match="hello timeout"):
         ServerConfig(hello_timeout=0.0)
     with pytest.raises(LatsimError, match="pending connections"):
         ServerConfig(max_pending=0)
+    with pytest.raises(LatsimError, match="probe rate must be 1..10000"):
+        ServerConfig(max_probe_rate=0.5)
     with pytest.raises(LatsimError, match="pending connections per address must be 1..4"):
         ServerConfig(max_pending=4, max_pending_per_address=5)
     for origin in ("", "bogus", "http://a.com/path?x", "http://a.com/", "ftp://a.com",

@@ -49,6 +49,9 @@ class ServerConfig:
     #: are refused with ``error`` and counted
     max_condition_rate: float = 20.0
     max_fps: float = 60.0  # the highest video frame rate a viewer may ask for
+    #: clock probes one connection may send per second (a token bucket of this size; the
+    #: client sends at most 100 a second); past it the connection is closed (1008)
+    max_probe_rate: float = 200.0
     #: what one connection may have queued and not yet sent (bytes, frames): a viewer
     #: that falls further behind is told (``error``: lagging) and, if it is still behind
     #: after ``lag_grace`` seconds, its session ends; its queue never grows past twice this
@@ -91,6 +94,8 @@ class ServerConfig:
                 <= 2**16 and 0 <= self.lag_grace <= 600):
             raise LatsimError("the outgoing queue bounds must be 1 KiB..1 GiB and 1..65536 "
                               "frames, the lag grace 0..600 s")
+        if not 1 <= self.max_probe_rate <= 10_000:
+            raise LatsimError(f"probe rate must be 1..10000 per s, got {self.max_probe_rate!r}")
         if not 0 < self.hello_timeout <= 600:
             raise LatsimError(f"hello timeout must be in (0, 600] s, got {self.hello_timeout!r}")
         if not 1 <= self.max_pending <= 4096:

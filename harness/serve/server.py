@@ -60,6 +60,7 @@ from harness.net.wire import (
     parse_message,
     parse_text,
 )
+from harness.serve.bucket import TokenBucket
 from harness.serve.config import ServerConfig
 from harness.serve.device import SharedDevice
 from harness.serve.session import Session
@@ -348,6 +349,8 @@ class StreamServer:
         sender = asyncio.create_task(self._sender(websocket, outbox, state))
         session: Session | None = None
         deadline = loop.time() + self.config.hello_timeout
+        rate = self.config.max_probe_rate
+        probes = TokenBucket(rate, rate, time.perf_counter())
         try:
             while True:
                 if session is None:
@@ -365,6 +368,10 @@ class StreamServer:
                 try:
                     message = parse_message(raw, FROM_CLIENT)
                     if isinstance(message, Probe):
+                        if not probes.take(received):
+                            await self._refuse(websocket, f"clock probes faster than "
+                                               f"{rate:g} per s", 1008)
+                            return
                         send(ProbeReply(message.t0, received + self.config.clock_offset,
                                         self.clock()).to_json(), time.perf_counter())
                     elif isinstance(message, Hello):

@@ -37,6 +37,7 @@ from harness.net.wire import (
     SlotHeader,
     encode_slot,
 )
+from harness.serve.bucket import TokenBucket
 from harness.serve.config import ServerConfig
 from harness.serve.device import SharedDevice
 from latsim.analysis.metrics import summarize
@@ -145,7 +146,8 @@ class Session:
         self.accepted = 0
         self.refused_conditions = 0  # over the rate limit
         # the rate limit's token bucket: full at the start, refilled at the rate
-        self._bucket = (config.max_condition_rate, time.perf_counter())
+        self._bucket = TokenBucket(config.max_condition_rate, config.max_condition_rate,
+                                   time.perf_counter())
         self.faults = JobFaults(session_id)  # LATSIM_FAULT, this session's jobs
         self.job_timeout = (default_job_timeout(self.lead) if config.job_timeout is None
                             else config.job_timeout)
@@ -324,15 +326,10 @@ class Session:
         if now - self.driver.t0 >= self.duration:
             raise ProtocolError(f"condition {cid} after the session's {self.duration:g} s "
                                 "window: not served")
-        rate = self.server.config.max_condition_rate
-        tokens, since = self._bucket
-        tokens = min(rate, tokens + (now - since) * rate)
-        if tokens < 1.0:
-            self._bucket = (tokens, now)
+        if not self._bucket.take(now):
             self.refused_conditions += 1
             raise ProtocolError(f"condition {cid} refused: more than this server's "
-                                f"--max-condition-rate {rate:g} per s")
-        self._bucket = (tokens - 1.0, now)
+                                f"--max-condition-rate {self._bucket.rate:g} per s")
         arrival = self.driver.post_condition(cid)
         self.accepted += 1
         return Ack(cid, self.accepted, self.server_time(arrival))

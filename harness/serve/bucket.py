@@ -1,0 +1,26 @@
+"""A token bucket: how often one viewer may do something (send a condition, a clock probe)."""
+
+from __future__ import annotations
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``size`` held; full at ``now`` (seconds, any
+    monotonic clock). Each :meth:`take` spends one token if there is one."""
+
+    __slots__ = ("rate", "size", "_tokens", "_since")
+
+    def __init__(self, rate: float, size: float, now: float) -> None:
+        self.rate = rate
+        self.size = size
+        self._tokens = size
+        self._since = now
+
+    def take(self, now: float) -> bool:
+        """Spend a token at ``now``; False (none spent) if the bucket is empty."""
+        tokens = min(self.size, self._tokens + (now - self._since) * self.rate)
+        self._since = now
+        if tokens < 1.0:
+            self._tokens = tokens
+            return False
+        self._tokens = tokens - 1.0
+        return True
