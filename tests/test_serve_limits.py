@@ -466,6 +466,39 @@ def test_a_viewer_that_stops_reading_is_told_then_dropped_and_memory_stays_bound
     assert honest["status"] == "complete" and honest["n_displayed"] == 2
 
 
+def test_a_slow_reader_is_told_ahead_of_its_backlog_then_dropped_by_the_server(caplog):
+    """The lagging notice goes ahead of the frames queued before it (it used to wait behind
+    them and rarely arrived); the drop is latsim's (1008, logged with its reason), not
+    the keepalive's (1011)."""
+    from websockets.asyncio.client import connect
+
+    built = StreamServer(ServerConfig(
+        GeneratorConfig(cost="fixed:0.05", options=(("payload_bytes", str(2**22)),)),
+        generator_name="sleep", Ks=(4,), port=0, warmup=2, max_queue_bytes=2**23,
+        max_queue_frames=64, lag_grace=0.5))
+    built.prepare()
+    with caplog.at_level("WARNING", logger="latsim.serve"), ServerThread(built) as port:
+        async def slow_viewer() -> tuple:
+            texts: list[dict] = []
+            async with connect(f"ws://127.0.0.1:{port}", max_queue=1, max_size=2**24) as ws:
+                await ws.send(json.dumps({"type": "hello", "K": 4, "duration": 60}))
+                try:
+                    while True:
+                        message = await asyncio.wait_for(ws.recv(), 30.0)
+                        if isinstance(message, str):
+                            texts.append(json.loads(message))
+                        await asyncio.sleep(0.3)  # about 3 messages a second: 4 come
+                except Exception:  # noqa: BLE001, S110 - the close ends it
+                    pass
+                return texts, ws.close_code
+
+        texts, code = asyncio.run(slow_viewer())
+    errors = [m["error"] for m in texts if m["type"] == "error"]
+    assert any(e.startswith("lagging: ") for e in errors), texts
+    assert code == 1008 and built.dropped == 1
+    assert any("dropped: the viewer fell behind" in r.getMessage() for r in caplog.records)
+
+
 def _json_values():
     from hypothesis import strategies as st
 

@@ -38,6 +38,7 @@ import secrets
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -337,11 +338,11 @@ class StreamServer:
     async def _session_connection(self, websocket,
                                   pending: list[Callable[[], None]]) -> None:
         loop = asyncio.get_running_loop()
-        outbox: asyncio.Queue = asyncio.Queue()
+        outbox = _Outbox()
         state: dict[str, Any] = {"shaper": self.config.downlink, "channel":
                                  self.config.downlink.channel(np.random.default_rng(0)),
                                  "bytes": 0, "lagging_since": None, "session": None,
-                                 "websocket": websocket}
+                                 "websocket": websocket, "dropped": False}
 
         def send(message: bytes | str, perf: float) -> None:  # any thread
             loop.call_soon_threadsafe(self._enqueue, outbox, state, message, perf)
@@ -431,7 +432,7 @@ class StreamServer:
             await asyncio.sleep(0)
             sender.cancel()
 
-    def _enqueue(self, outbox: asyncio.Queue, state: dict[str, Any], message: bytes | str,
+    def _enqueue(self, outbox: _Outbox, state: dict[str, Any], message: bytes | str,
                  perf: float) -> None:
         """On the event loop: queue ``message``, within the connection's bounds. Past them
         the viewer is told it is lagging; still past them ``lag_grace`` seconds later, or
@@ -452,13 +453,16 @@ class StreamServer:
                 notice = Error(f"lagging: {state['bytes']} bytes queued; the session ends "
                                f"if it stays behind {config.lag_grace:g} s").to_json()
                 state["bytes"] += len(notice)  # the sender takes it off as it sends it
-                outbox.put_nowait((notice, perf))
+                outbox.put((notice, perf), first=True)  # ahead of the backlog it is about
             hard = (state["bytes"] + size > 2 * config.max_queue_bytes
                     or outbox.qsize() + 1 > 2 * config.max_queue_frames)
             if hard or now - state["lagging_since"] > config.lag_grace:
-                if not state.get("dropped"):
+                if not state["dropped"]:
                     state["dropped"] = True
                     self.dropped += 1
+                    log.warning("session %s: dropped: the viewer fell behind (%d bytes, %d "
+                                "frames queued, lagging for %.1f s)", session.id,
+                                state["bytes"], outbox.qsize(), now - state["lagging_since"])
                     session.driver.stop("the viewer fell behind")
                     # closed soon after its end went out, or when the close times out
                     asyncio.get_running_loop().call_later(
@@ -470,9 +474,9 @@ class StreamServer:
             state["lagging_since"] = None
         state["bytes"] += size
         self.peak_queue_bytes = max(self.peak_queue_bytes, state["bytes"])
-        outbox.put_nowait((message, perf))
+        outbox.put((message, perf))
 
-    async def _sender(self, websocket, outbox: asyncio.Queue, state: dict[str, Any]) -> None:
+    async def _sender(self, websocket, outbox: _Outbox, state: dict[str, Any]) -> None:
         """Send queued messages in order, each when its shaped delay has passed."""
         try:
             while True:
@@ -489,6 +493,32 @@ class StreamServer:
             raise
         except Exception as exc:  # noqa: BLE001 - the viewer went away
             log.info("send failed: %s", exc)
+
+
+class _Outbox:
+    """What one connection has to send, in order, on the event loop: a FIFO that also takes
+    a message ahead of the others (the lagging notice, which must not wait behind the
+    backlog it is about)."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[bytes | str, float]] = deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: tuple[bytes | str, float], first: bool = False) -> None:
+        if first:
+            self._items.appendleft(item)
+        else:
+            self._items.append(item)
+        self._ready.set()
+
+    async def get(self) -> tuple[bytes | str, float]:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._items.popleft()
+
+    def qsize(self) -> int:
+        return len(self._items)
 
 
 #: The browser viewer's files (``harness/viewer/web``, package data), by URL path.
