@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import click
 import pytest
 import typer
 
@@ -88,24 +87,33 @@ def test_anything_else_goes_to_typer():
     assert max(len(line) for line in done.stdout.decode().splitlines()) == 50
 
 
-def _groups() -> list[tuple[str, click.Group]]:
+def _context(command, path: str, **settings):  # noqa: ANN001, ANN202 - typer's own click
+    """A context for ``command`` of typer's click (typer 0.28 carries its own: the real
+    ``click`` package, where one is installed, is another)."""
+    return command.context_class(command, info_name=path, **settings)
+
+
+def _is_group(command) -> bool:  # noqa: ANN001
+    return callable(getattr(command, "list_commands", None))
+
+
+def _groups() -> list:
     root = typer.main.get_command(app)
     found, todo = [], [("latsim", root)]
     while todo:
         path, group = todo.pop()
         found.append((path, group))
-        ctx = click.Context(group, info_name=path)
+        ctx = _context(group, path)
         for name in group.list_commands(ctx):
             command = group.get_command(ctx, name)
-            if isinstance(command, click.Group):
+            if _is_group(command):
                 todo.append((f"{path} {name}", command))
     return found
 
 
 def test_the_root_lists_what_the_command_line_registers():
     root = typer.main.get_command(app)
-    ctx = click.Context(root, info_name="latsim",
-                        help_option_names=["-h", "--help"])
+    ctx = _context(root, "latsim", help_option_names=["-h", "--help"])
     listed = []
     for name in root.list_commands(ctx):
         command = root.get_command(ctx, name)
@@ -124,7 +132,7 @@ def test_no_commands_summary_breaks_its_line():
     a docstring's wrapped first line would print broken there."""
     broken = []
     for path, group in _groups():
-        ctx = click.Context(group, info_name=path)
+        ctx = _context(group, path)
         for name in group.list_commands(ctx):
             command = group.get_command(ctx, name)
             summary = (command.short_help or command.help or "").split("\n\n")[0].strip()
@@ -138,7 +146,7 @@ def test_no_help_page_prints_a_docstrings_wrapped_lines():
     the first must start a list item or be indented (latsim.cli.root.unwrapped)."""
     ragged = []
     for path, group in _groups():
-        ctx = click.Context(group, info_name=path)
+        ctx = _context(group, path)
         for name in group.list_commands(ctx):
             command = group.get_command(ctx, name)
             for paragraph in (command.help or "").split("\n\n"):
