@@ -197,6 +197,31 @@ def test_capacity_is_monotone_in_the_pool_size(slo):
     assert _capacity(slo, 1) <= _capacity(slo, 2)
 
 
+def _auto_capacity(policy: str, cost: float, rate: float, devices: int) -> int:
+    experiment = Experiment(Ks=(8,), cost=FixedCost(cost), lead="auto", policies=(policy,),
+                            updates=f"poisson:{rate}", duration=30.0,
+                            serving=ServingConfig(pools=(("dit", devices),), start="random"))
+    query = CapacityQuery(experiment, SLO(100.0, 0.5), max_streams=16, min_seeds=3,
+                          max_seeds=6)
+    return search_capacity(query).max_streams
+
+
+@pytest.mark.slow
+@settings(max_examples=4, deadline=None)
+@given(policy=st.sampled_from(["baseline", "speculative"]), cost=st.floats(0.3, 0.8),
+       cheaper=st.floats(0.6, 0.9), rate=st.sampled_from([0.1, 0.3]),
+       devices=st.integers(1, 2))
+def test_capacity_under_the_auto_lead_never_falls_with_a_cheaper_c_or_fewer_updates(
+        policy, cost, cheaper, rate, devices):
+    """The trust issue's properties beyond the SLO and the pool: a cheaper C, fewer updates
+    or one more device never lower the answer by more than one stream (each is another
+    workload, judged on its own replications at 95 % confidence)."""
+    held = _auto_capacity(policy, cost, rate, devices)
+    assert _auto_capacity(policy, cost * cheaper, rate, devices) >= held - 1
+    assert _auto_capacity(policy, cost, rate / 2, devices) >= held - 1
+    assert _auto_capacity(policy, cost, rate, devices + 1) >= held
+
+
 def test_a_dit_task_on_a_parallel_group_occupies_every_device_of_it(tmp_path):
     table = tmp_path / "usp.json"
     table.write_text('{"degrees": {"1": {"8": 1.2}, "4": {"8": 0.4}}}')
