@@ -683,7 +683,10 @@ def _row(p: Plan, cell: Cell, runs: dict) -> dict:
     else:
         from latsim.analysis.serving import serving_metrics
 
-        metrics = serving_metrics(own)
+        serving = p.experiment.serving
+        metrics = {"pools": ",".join(f"{name}={size}" for name, size in serving.pools),
+                   "schedule": serving.schedule, "start": serving.start,
+                   **serving_metrics(own)}
     A, A_se = work_ratio(_stream_runs(own), _stream_runs(runs[(K, "baseline")]))  # noqa: N806
     identity = RunIdentity.of(cell.config, p.cost.spec, p.cost.mean(K), p.arrivals.spec,
                               p.duration, p.experiment.seed)
