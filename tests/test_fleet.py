@@ -484,9 +484,32 @@ def test_plan_command_prints_both_policies(tmp_path):
     assert [r["policy"] for r in payload["rows"]] == ["baseline", "speculative"]
     assert payload["slo"] == {"L95": 3.0, "stall_pct": 5.0} and payload["tried"]
     assert (tmp_path / "plan" / "plan.csv").stat().st_size > 0
+    # the baseline meets no L95 of 3 s on up to 4 nodes (one stream alone has L95 near
+    # lead + 0.95 T = 4.0 s): the row and the table say which limit, at how many nodes
+    baseline, speculative = payload["rows"]
+    assert baseline["nodes_static"] is None and baseline["static_missed"].startswith("L95 ")
+    assert baseline["static_missed"].endswith("at 4 node(s), the most tried")
+    assert speculative["static_missed"] is None and speculative["autoscaled_missed"] is None
+    table = runner.invoke(app, ["fleet", "plan", str(path), "--slo-l95", "3", "--slo-stall",
+                                "5", "--seeds", "1", "--max-nodes", "4"])
+    assert "baseline: no static fleet: L95 " in table.stdout
+    assert " static stall % " in table.stdout and " static TTFC p95 " in table.stdout
     bad = runner.invoke(app, ["fleet", "plan", str(path), "--slo-l95", "-1", "--slo-stall",
                               "5"])
     assert bad.exit_code == 2 and "--slo-l95" in bad.stderr
+
+
+def test_a_plan_says_which_limits_kept_the_configurations_tried_from_the_slo():
+    from latsim.experiments.fleet_plan import UPPER_Z, FleetSLO, why_missed
+
+    slo = FleetSLO(l95=2.0, stall_pct=0.1, ttfc_p95=5.0)
+    rows = [{"L95": 1.5, "stall_pct": 0.05, "ttfc_p95": 31.0},
+            {"L95": 1.9, "L95_se": 0.1, "stall_pct": 0.05, "ttfc_p95": 75.0},
+            {"L95": 1.0, "stall_pct": 0.2, "ttfc_p95": None}]
+    # 1.9 + 1.645 x 0.1 passes 2.0: the one-sided bound decides, as it does for a verdict
+    assert 1.9 + UPPER_Z * 0.1 > 2.0 and slo.missed(rows[1]) == ["L95", "ttfc_p95"]
+    assert why_missed(slo, rows) == "L95 1.9 > 2, stall_pct 0.2 > 0.1, ttfc_p95 31-75 > 5"
+    assert why_missed(slo, rows[2:]) == "stall_pct 0.2 > 0.1, ttfc_p95 not measured"
 
 
 @pytest.mark.slow

@@ -145,7 +145,7 @@ def plan(
     GPU-hours and cost per viewer-hour. Meeting the SLO: each metric's one-sided 95 % upper
     bound over the replications is within its limit. The static search doubles the nodes,
     then bisects."""
-    from latsim.experiments.fleet_plan import FleetSLO, plan_fleet_size
+    from latsim.experiments.fleet_plan import UPPER_Z, FleetSLO, plan_fleet_size
     from latsim.model.fleet import load_fleet, override
     from latsim.run.files import check_writable, write_rows_csv
 
@@ -175,17 +175,26 @@ def plan(
         shown = (("nodes_static", "static nodes", 0), ("static_gpu_hours", "static GPU-h", 3),
                  ("static_cost_per_viewer_hour", "static $/viewer-h", 3),
                  ("static_L95", "static L95", 3),
+                 ("static_stall_pct", "static stall %", 3),
+                 ("static_ttfc_p95", "static TTFC p95", 2),
                  ("autoscaled_target_util", "autoscale target", 2),
                  ("autoscaled_gpu_hours", "autoscaled GPU-h", 3),
                  ("autoscaled_cost_per_viewer_hour", "autoscaled $/viewer-h", 3),
+                 ("autoscaled_ttfc_p95", "autoscaled TTFC p95", 2),
                  ("static_w", "w", 3))
-        print_table(f"fleet plan {fleet_file.name}: L95 <= {slo_l95:g} s, stall <= "
-                    f"{slo_stall:g}%" + (f", TTFC p95 <= {slo_ttfc:g} s" if slo_ttfc else ""),
+        missed = [f"{r['policy']}: {what}: {r[key]}" for r in rows
+                  for key, what in (("static_missed", "no static fleet"),
+                                    ("autoscaled_missed", "no autoscaling setting"))
+                  if r.get(key)]
+        print_table(f"fleet plan {fleet_file.name}",
                     [Column("metric", 0, "left"), *(Column(r["policy"]) for r in rows)],
                     [[label, *(_fmt(r[key], digits) for r in rows)]
                      for key, label, digits in shown],
-                    [f"[dim]{len(tried)} configuration(s) tried, {run.seeds} replication(s) "
-                     "each; none: no fleet up to --max-nodes meets the SLO[/dim]"])
+                    [f"SLO: L95 <= {slo_l95:g} s, stall <= {slo_stall:g} %"
+                     + (f", TTFC p95 <= {slo_ttfc:g} s" if slo_ttfc else "")
+                     + f" (each + {UPPER_Z} standard errors)", *missed,
+                     f"[dim]{len(tried)} configuration(s) tried, {run.seeds} replication(s) "
+                     "each; -: none meets the SLO[/dim]"])
 
     emit(output, rows, table, seed=run.seed, tried=tried,
          slo=slo.limits(), out=None if out is None else str(out))

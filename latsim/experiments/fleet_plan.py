@@ -44,11 +44,30 @@ class FleetSLO:
         return out
 
     def meets(self, row: dict) -> bool:
-        for key, limit in self.limits().items():
-            value, se = row.get(key), row.get(f"{key}_se")
-            if value is None or value + UPPER_Z * (se or 0.0) > limit:
-                return False
-        return True
+        return not self.missed(row)
+
+    def missed(self, row: dict) -> list[str]:
+        """The limits ``row`` misses (its value plus :data:`UPPER_Z` standard errors
+        past the limit): their keys, in :meth:`limits` order."""
+        return [key for key, limit in self.limits().items()
+                if row.get(key) is None
+                or row[key] + UPPER_Z * (row.get(f"{key}_se") or 0.0) > limit]
+
+
+def why_missed(slo: FleetSLO, rows: list[dict]) -> str:
+    """What kept every row of ``rows`` (configurations tried, none meeting ``slo``) from
+    it: each limit missed, with the range of its values over the rows that missed it."""
+    parts = []
+    for key, limit in slo.limits().items():
+        values = [r[key] for r in rows if key in slo.missed(r) and r.get(key) is not None]
+        unmeasured = sum(1 for r in rows if r.get(key) is None)
+        if values:
+            low, high = min(values), max(values)
+            shown = f"{low:.3g}" if low == high else f"{low:.3g}-{high:.3g}"
+            parts.append(f"{key} {shown} > {limit:g}")
+        elif unmeasured:
+            parts.append(f"{key} not measured")
+    return ", ".join(parts)
 
 
 def _evaluate(run: FleetRun, slo: FleetSLO, tried: list[dict], max_events: int,
@@ -124,10 +143,18 @@ def plan_fleet_size(run: FleetRun, slo: FleetSLO, policies: tuple[str, ...] = (
     for policy in policies:
         own = replace(run, node=replace(run.node, policy=policy))
         static = smallest_static(own, slo, max_nodes, tried, max_events, progress)
+        largest = tried[-1] if static is None else None  # the last static fleet tried
+        first_scaled = len(tried)
         scaled = (None if static is None else
                   cheapest_autoscaled(own, slo, static["nodes_max"], tried, max_events))
         row: dict = {"policy": policy, "nodes_static": None if static is None
                      else static["nodes_max"]}
+        row["static_missed"] = (None if largest is None else
+                                f"{why_missed(slo, [largest])} at {largest['nodes_max']} "
+                                f"node(s), the most tried")
+        row["autoscaled_missed"] = (
+            None if static is None or scaled is not None else
+            f"{why_missed(slo, tried[first_scaled:])} over the {len(TARGETS)} targets")
         for prefix, found in (("static", static), ("autoscaled", scaled)):
             for key in ("gpu_hours", "cost_per_viewer_hour", "L95", "stall_pct", "ttfc_p95",
                         "nodes_mean", "w", "dit_calls_per_viewer_hour"):
