@@ -25,7 +25,7 @@ import sys
 import time
 
 
-def _fleet(viewers: int, duration: float, mode: str):  # noqa: ANN202
+def _fleet(viewers: int, duration: float, mode: str):
     from latsim.model.fleet import parse_fleet
 
     nodes = max(1, math.ceil(1.25 * viewers / 4))

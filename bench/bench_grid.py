@@ -17,12 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from latsim.experiments.grid import parse_grid, run_grid  # noqa: E402
+from latsim.experiments.grid import parse_grid, run_grid
 
 
 def grid_text(side: int) -> str:
-    Ks = [2 + i for i in range(side)]  # noqa: N806
-    Cs = [round(0.05 + 0.02 * i, 3) for i in range(side)]  # noqa: N806
+    Ks = [2 + i for i in range(side)]
+    Cs = [round(0.05 + 0.02 * i, 3) for i in range(side)]
     rates = [round(0.02 + 0.02 * i, 3) for i in range(side)]
     return (f'name = "bench"\nseeds = 1\nmetrics = ["L50", "L95", "stall_pct"]\n'
             f'[fixed]\nduration = 60\npolicy = "baseline"\n'

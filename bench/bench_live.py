@@ -44,7 +44,7 @@ from latsim.controller.policies import BASELINE, SPECULATIVE
 from latsim.controller.timing import Timing
 
 
-def isolated_overhead(policy, K: int = 8, C: float = 0.3, rate: float = 1.0,  # noqa: N803
+def isolated_overhead(policy, K: int = 8, C: float = 0.3, rate: float = 1.0,
                       duration: float = 3000.0, seed: int = 0) -> list[float]:
     """Seconds per ``handle`` call, the controller on a virtual clock."""
     rng = np.random.default_rng(seed)
@@ -90,7 +90,7 @@ def _stats_us(values: list[float]) -> dict:
             "max_us": float(arr.max()), "n": int(arr.size)}
 
 
-def fixed_cost_agreement(duration: float, C: float = 0.05, lead: float = 0.08,  # noqa: N803
+def fixed_cost_agreement(duration: float, C: float = 0.05, lead: float = 0.08,
                          rate: float = 2.0, seed: int = 0) -> dict:
     """The live driver with a generator that sleeps ``C`` against ``fixed:C`` simulated."""
     from harness.live.driver import DriverConfig, LiveDriver, SleepExecutor

@@ -29,7 +29,7 @@ WORKLOADS = {"dit": ("fixed:0.25", None), "dit+vae": ("fixed:0.3", "fixed:0.02")
 
 def one(streams: int, duration: float, records: str, workload: str) -> dict:
     sys.path.insert(0, str(Path(__file__).parent))
-    import bench_serving  # noqa: PLC0415  (the same streams, pools and costs)
+    import bench_serving  # the same streams, pools and costs
 
     from latsim.analysis.serving import serving_metrics
 

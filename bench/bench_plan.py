@@ -24,7 +24,7 @@ from latsim.experiments.deployment import (
 from latsim.experiments.fleet import plan_fleet, pooled_row, run_fleet
 
 
-def cpu(fn):  # noqa: ANN001, ANN201
+def cpu(fn):
     start = time.process_time()
     out = fn()
     return time.process_time() - start, out

@@ -299,7 +299,7 @@ def _viewer_stats(v: Viewer, duration: float, playout_delay: float) -> dict:
         if placed.stalled:
             client_stall += window_overlap(placed.due, placed.shown, duration)
         shown.setdefault(position, placed.shown)
-    L = []  # noqa: N806 - the project's name for latency
+    L = []  # the project's name for latency
     for cid, sent in v.sent.items():
         position = v.first_shown.get(v.versions.get(cid, -1))
         if position is not None and position in shown:
@@ -436,15 +436,15 @@ def combine(n: int, runs: list[dict]) -> dict:
     deliver = [1e3 * (r - s) for v in served for _, _, s, r in v.slots]
     dispatch = [1e3 * (g0 - st) for v in served for _, st, g0, _ in v.jobs]
 
-    def over(key: str, how) -> float:  # noqa: ANN001
+    def over(key: str, how) -> float:
         values = [s[key] for s in per if s.get(key) is not None and math.isfinite(s[key])]
         return float(how(values)) if values else math.nan
 
-    def runs_(key: str, how) -> float:  # noqa: ANN001
+    def runs_(key: str, how) -> float:
         values = [r["scalars"][key] for r in runs if math.isfinite(r["scalars"][key])]
         return float(how(values)) if values else math.nan
 
-    L = [s["L50_s"] for s in per]  # noqa: N806
+    L = [s["L50_s"] for s in per]
     return {
         "sessions": n, "runs": len(runs), "served": len(served),
         "complete": sum(r["scalars"]["complete"] for r in runs),
@@ -549,7 +549,7 @@ def figure(rows: list[dict], setup: dict, path: Path) -> None:
     colors = style.SERIES_COLORS
     grey = style.PALETTE["grey"]
 
-    def x_axis(ax) -> None:  # noqa: ANN001
+    def x_axis(ax) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xticks(n, [str(v) for v in n])
         ax.minorticks_off()

@@ -72,7 +72,7 @@ def plain_simpy_jobs(streams: int, job: float, duration: float, phases: list[flo
     device = simpy.Resource(env, capacity=1)
     done = 0
 
-    def stream(phase: float):  # noqa: ANN202
+    def stream(phase: float):
         nonlocal done
         yield env.timeout(phase)
         due = phase
@@ -96,7 +96,7 @@ def jobs_per_second(streams: int, duration: float) -> None:
     config = ControllerConfig(TIMING, BASELINE, job + 0.5 * TIMING.T)
     serving = ServingConfig(streams=streams, pools=(("dit", 1),), start="random")
 
-    def latsim_run(bulk: bool = True):  # noqa: ANN202
+    def latsim_run(bulk: bool = True):
         return simulate_serving(config, FixedCost(job), serving, inputs, duration,
                                 np.random.default_rng(1), records="none", ticks_in_bulk=bulk)
 

@@ -67,7 +67,7 @@ def single_core_throughput() -> None:
     print(f"  bare SimPy timeout loop: {bare:10.0f} events/s")
     cost = AffineCost(0.14725, 0.16275)
     rng = np.random.default_rng(0)
-    for K, every in ((4, 1000.0), (4, 10.0), (8, 10.0), (21, 10.0), (64, 10.0),  # noqa: N806
+    for K, every in ((4, 1000.0), (4, 10.0), (8, 10.0), (21, 10.0), (64, 10.0),
                      (124, 10.0)):  # 124: the paper's longest chunk
         timing = Timing(K, DEFAULT_R, DEFAULT_FPS)
         arrivals = tuple(np.cumsum(rng.exponential(every, size=max(4, int(3600 / every)))))
@@ -77,7 +77,7 @@ def single_core_throughput() -> None:
             config = ControllerConfig(timing, policy, cost.mean(K))
             rates = {}
             for skip in (True, False):
-                def one(c=config, t=trace, d=duration, s=skip):  # noqa: ANN001, ANN202
+                def one(c=config, t=trace, d=duration, s=skip):
                     return simulate_trace(c, cost, t, d, np.random.default_rng(1),
                                           skip_ticks=s)[1]
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.net.netclock import Shaper  # noqa: E402
-from harness.viewer.client import ClientConfig, run_client  # noqa: E402
-from latsim.analysis.viewer_compare import compare_client_runs  # noqa: E402
-from latsim.model.traces import Trace  # noqa: E402
+from harness.net.netclock import Shaper
+from harness.viewer.client import ClientConfig, run_client
+from latsim.analysis.viewer_compare import compare_client_runs
+from latsim.model.traces import Trace
 
 
 def _trace(seed: int, duration: float) -> Trace:

@@ -51,7 +51,7 @@ def regimes(quick: bool) -> list[dict]:
 
 def experiment(regime: dict, duration: float, seeds: int) -> Experiment:
     streams = 4 * regime["groups"]
-    C = regime["rho"] * T / 4  # noqa: N806
+    C = regime["rho"] * T / 4
     cost = f"fixed:{C:g}" if regime["cost"] == "fixed" else f"lognormal:{C:g},0.2"
     return Experiment(
         Ks=(8,), cost=cost, updates=f"poisson:{regime['rate']:g}",

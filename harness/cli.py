@@ -94,7 +94,7 @@ def generator_options(given: list[str] | None) -> tuple[tuple[str, str], ...]:
 def _generator_config(preset: str | None, resolution: str | None, steps: int, context: int,
                       decode: bool, device: str, seed: int, threads: int | None,
                       cost: str | None = None,
-                      options: list[str] | None = None):  # noqa: ANN202
+                      options: list[str] | None = None):
     """The generator options of profile and serve, range-checked, as a GeneratorConfig."""
     from latsim.errors import check_option
     from latsim.plugins import GeneratorConfig
@@ -109,7 +109,7 @@ def _generator_config(preset: str | None, resolution: str | None, steps: int, co
 
 @commands.command("profile")
 def profile(
-    K: KsOpt = [4],  # noqa: B006, N803
+    K: KsOpt = [4],  # noqa: B006
     out: Annotated[Path, typer.Option(help="profile file to write (JSON)")] = Path(
         "profile.json"
     ),
@@ -165,7 +165,7 @@ def profile(
 
 @commands.command("measure")
 def measure(
-    K: KsOpt = [4],  # noqa: B006, N803
+    K: KsOpt = [4],  # noqa: B006
     generator: GeneratorOpt = "wan",
     preset: PresetOpt = None,
     resolution: ResolutionOpt = None,
@@ -277,7 +277,7 @@ LossOpt = Annotated[float, typer.Option(help="shaped message loss probability (0
 
 @commands.command("serve")
 def serve(
-    K: KsOpt = [4],  # noqa: B006, N803
+    K: KsOpt = [4],  # noqa: B006
     generator: GeneratorOpt = "wan",
     preset: PresetOpt = None,
     resolution: ResolutionOpt = None,
@@ -411,7 +411,7 @@ def client(
     trace: TraceOpt = None,
     rate: RateOpt = 0.1,
     duration: DurationOpt = None,
-    K: Annotated[int, typer.Option("--K", help="chunk size (one the server warmed up)")] = 4,  # noqa: N803
+    K: Annotated[int, typer.Option("--K", help="chunk size (one the server warmed up)")] = 4,
     policy: Annotated[str, typer.Option(help="baseline or speculative")] = "speculative",
     lead: Annotated[
         float | None, typer.Option(help="planning lead (s); default: the server's")

@@ -66,14 +66,14 @@ class ReplayCost:
         self.costs = tuple(costs)
         self._next = 0
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         i, self._next = self._next, self._next + 1
         return self.costs[i] if i < len(self.costs) else NEVER
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         return float(np.mean(self.costs))
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         return float(np.quantile(self.costs, level))
 
 
@@ -248,7 +248,7 @@ K = [4, 8]
 
 
 @functools.cache
-def time_step_strategy(K: int, delta: float, T: float) -> st.SearchStrategy[float]:  # noqa: N803
+def time_step_strategy(K: int, delta: float, T: float) -> st.SearchStrategy[float]:
     """A fuzz time step: 0, a multiple of half a slot (boundaries), or anything up to 2 T.
     Cached: hypothesis validates a new strategy object on its first draw, and building
     one per draw cost the controller fuzz a fifth of its time."""
@@ -257,6 +257,6 @@ def time_step_strategy(K: int, delta: float, T: float) -> st.SearchStrategy[floa
 
 
 @functools.cache
-def lateness_strategy(T: float) -> st.SearchStrategy[float]:  # noqa: N803
+def lateness_strategy(T: float) -> st.SearchStrategy[float]:
     """How late a fuzzed timer fires: on time or by up to T."""
     return st.one_of(st.just(0.0), st.floats(0.0, T))

@@ -33,17 +33,17 @@ def trace() -> Trace:
     return Trace("synthetic", TIMES, DURATION)
 
 
-def config(K: int = 8, policy: Policy = SPECULATIVE) -> ControllerConfig:  # noqa: N803
+def config(K: int = 8, policy: Policy = SPECULATIVE) -> ControllerConfig:
     return ControllerConfig(Timing(K, 4, 16.0), policy, C)
 
 
-def complete_run(run_dir: Path, K: int = 8, policy: Policy = SPECULATIVE) -> Path:  # noqa: N803
+def complete_run(run_dir: Path, K: int = 8, policy: Policy = SPECULATIVE) -> Path:
     cfg = config(K, policy)
     records, _ = simulate_trace(cfg, FixedCost(C), trace(), DURATION, np.random.default_rng(0))
     return write_simulated(run_dir, cfg, FixedCost(C), trace(), records)
 
 
-def interrupted_run(run_dir: Path, end: float, K: int = 8,  # noqa: N803
+def interrupted_run(run_dir: Path, end: float, K: int = 8,
                     policy: Policy = SPECULATIVE, reason: str = "KeyboardInterrupt") -> Path:
     """A run stopped at ``end`` that said so, as the live harness leaves one: records up to
     ``end``, config and summary with status interrupted and ``end_time``, and a summary
@@ -59,7 +59,7 @@ def interrupted_run(run_dir: Path, end: float, K: int = 8,  # noqa: N803
     return write_simulated_run(run_dir, cfg, trace(), records, summary, stop_reason=reason)
 
 
-def killed_run(run_dir: Path, cut: float, K: int = 8, policy: Policy = SPECULATIVE,  # noqa: N803
+def killed_run(run_dir: Path, cut: float, K: int = 8, policy: Policy = SPECULATIVE,
                torn: str | None = "jobs") -> Path:
     """A run whose writer was killed at ``cut``: config still ``running`` (no end_time), no
     summary, record rows only up to ``cut``, and (``torn``) a half-written last row."""
@@ -89,7 +89,7 @@ GEN_HEADER = ["phase", "job_id", "kind", "K", "branch", "version", "context", "t
               "controller_start"]
 
 
-def live_style_run(run_dir: Path, dispatch: float, K: int = 4,  # noqa: N803
+def live_style_run(run_dir: Path, dispatch: float, K: int = 4,
                    policy: Policy = BASELINE) -> Path:
     """A measured-kind run whose generator starts each job ``dispatch`` s after the
     controller did (the controller's C = t_ready − t_start includes it); its summary's busy %

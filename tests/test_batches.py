@@ -46,7 +46,7 @@ def test_prefetched_runs_each_experiment_once_and_hands_back_its_result(monkeypa
     calls: list[int] = []
     real = sweep.run_cell
 
-    def counting(experiment, cell, rep, p=None):  # noqa: ANN001, ANN202
+    def counting(experiment, cell, rep, p=None):
         calls.append(cell)
         return real(experiment, cell, rep, p)
 
@@ -105,7 +105,7 @@ def test_records_pickle_as_their_fields_and_come_back_equal():
     assert [fingerprint(back[i]) for i in range(len(runs))] == [fingerprint(r) for r in runs]
 
 
-def _identity(x):  # noqa: ANN001, ANN202
+def _identity(x):
     return x
 
 

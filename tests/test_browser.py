@@ -18,14 +18,14 @@ import pytest
 
 pytest.importorskip("websockets")
 
-from typer.testing import CliRunner  # noqa: E402
+from typer.testing import CliRunner
 
-from harness.serve.config import ServerConfig  # noqa: E402
-from harness.serve.server import ServerThread, StreamServer  # noqa: E402
-from latsim.cli.root import app  # noqa: E402
-from latsim.plugins import GeneratorConfig  # noqa: E402
-from latsim.run.folder import read_run_folder  # noqa: E402
-from latsim.run.viewer import read_viewer_records  # noqa: E402
+from harness.serve.config import ServerConfig
+from harness.serve.server import ServerThread, StreamServer
+from latsim.cli.root import app
+from latsim.plugins import GeneratorConfig
+from latsim.run.folder import read_run_folder
+from latsim.run.viewer import read_viewer_records
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 TOKEN = "browser-test-token"
@@ -49,7 +49,7 @@ def _server(**config) -> StreamServer:
 
 def _get(url: str) -> tuple[int, dict[str, str], bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback
+        with urllib.request.urlopen(url, timeout=5) as response:  # loopback
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read()

@@ -37,7 +37,7 @@ TIMES = (1.3, 4.07, 4.5, 9.91, 13.2, 16.66, 21.05, 24.4)
 def sim_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     trace = Trace("synthetic", TIMES, 30.0)
-    for K in (2, 8):  # noqa: N806
+    for K in (2, 8):
         for policy in (BASELINE, SPECULATIVE):
             config = ControllerConfig(Timing(K, 4, 16.0), policy, 0.2)
             records, _ = simulate_trace(config, FixedCost(0.2), trace, 30.0,
@@ -318,7 +318,7 @@ def test_committed_example_busy_is_predicted_within_3_percent():
 
 def _two_measurements(tmp_path):
     for group in ("A", "B"):
-        for K in (2, 8):  # noqa: N806
+        for K in (2, 8):
             for policy in (BASELINE, SPECULATIVE):
                 run_folders.complete_run(tmp_path / group / f"K{K}-{policy.name}", K, policy)
     run_folders.interrupted_run(tmp_path / "A" / "K4-speculative", end=13.0, K=4)

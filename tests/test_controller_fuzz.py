@@ -200,9 +200,9 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
         t0=st.one_of(st.just(0.0), st.floats(0.0, 1e6, allow_nan=False)),
         data=st.data(),
     )
-    def setup(self, K, r, fps, commit, t0, data):  # noqa: N803
+    def setup(self, K, r, fps, commit, t0, data):
         timing = Timing(K, r, fps)
-        delta, T = timing.delta, timing.T  # noqa: N806
+        delta, T = timing.delta, timing.T
         q = data.draw(st.sampled_from(_divisors(K)), label="q")
         commit_lead = data.draw(st.one_of(st.just(0.0), st.floats(0.0, T)), label="commit_lead")
         lead = data.draw(st.one_of(
@@ -575,8 +575,8 @@ class ControllerMachine(TimerQueue, RuleBasedStateMachine):
 # The rules' strategies are built once per machine setting (tests/helpers.py): building
 # them at every draw cost a fifth of the fuzz's time.
 @functools.cache
-def _job_time_strategy(c_scale: float, K: int, delta: float,  # noqa: N803
-                       T: float) -> st.SearchStrategy[float]:  # noqa: N803
+def _job_time_strategy(c_scale: float, K: int, delta: float,
+                       T: float) -> st.SearchStrategy[float]:
     return st.one_of(st.just(c_scale), st.floats(0.5, 1.5).map(lambda u: u * c_scale),
                      st.integers(0, 3 * K).map(lambda k: k * delta),
                      st.floats(0.0, 3 * T, allow_nan=False))

@@ -87,13 +87,13 @@ def test_anything_else_goes_to_typer():
     assert max(len(line) for line in done.stdout.decode().splitlines()) == 50
 
 
-def _context(command, path: str, **settings):  # noqa: ANN001, ANN202 - typer's own click
+def _context(command, path: str, **settings):  # typer's own click
     """A context for ``command`` of typer's click (typer 0.28 carries its own: the real
     ``click`` package, where one is installed, is another)."""
     return command.context_class(command, info_name=path, **settings)
 
 
-def _is_group(command) -> bool:  # noqa: ANN001
+def _is_group(command) -> bool:
     return callable(getattr(command, "list_commands", None))
 
 

@@ -59,13 +59,13 @@ class FakeGenerator:
         return GeneratorInfo("fake", f"fake:{self.c}", "cpu", "cpu: stand-in", "none", None,
                              {"n_params": 0}, 1)
 
-    def reset_stream(self, K: int) -> None:  # noqa: N803
+    def reset_stream(self, K: int) -> None:
         pass
 
-    def check_fits(self, K: int) -> None:  # noqa: N803
+    def check_fits(self, K: int) -> None:
         pass
 
-    def warmup(self, K, untimed=2, timed=10, decode_group=1, gap_s=0.0):  # noqa: N803
+    def warmup(self, K, untimed=2, timed=10, decode_group=1, gap_s=0.0):
         return [self.run_job(StartJob(-(i + 1), "refill", K * (i + 1), K, 0, 0))
                 for i in range(timed)]
 

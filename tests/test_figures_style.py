@@ -93,7 +93,7 @@ def test_serving_figure_counts_streams_on_integer_ticks(close_figures):
     _, middle, right = fig.axes
     for axis in (middle.yaxis, right.xaxis):
         locator = axis.get_major_locator()
-        assert isinstance(locator, MaxNLocator) and locator._integer  # noqa: SLF001
+        assert isinstance(locator, MaxNLocator) and locator._integer
 
 
 def _interactive(equal_l95: bool) -> dict[str, list[dict]]:

@@ -208,7 +208,7 @@ def _tier(n: int):
 
 
 def _check_model_numbers(model) -> None:
-    for K in (1, 4, 21):  # noqa: N806
+    for K in (1, 4, 21):
         try:
             mean, q = model.mean(K), model.quantile(K, 0.99)
         except LatsimError:
@@ -329,7 +329,7 @@ def test_cli_theory(n):
     @_tier(n)
     @given(K=numbers, C=numbers, r=st.none() | numbers, fps=st.none() | numbers,
            rate=st.none() | numbers, as_json=st.booleans())
-    def check(K, C, r, fps, rate, as_json) -> None:  # noqa: N803
+    def check(K, C, r, fps, rate, as_json) -> None:
         args = ["theory", "--K", K, "--C", C]
         for name, value in (("--r", r), ("--fps", fps), ("--rate", rate)):
             if value is not None:

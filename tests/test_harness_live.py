@@ -159,7 +159,7 @@ def _response_bounds(results) -> dict:
       shown as itself has ``L <= lead + delta + C_max + S``.
     """
     base_rec, spec_rec = (r.driver.records for r in results)
-    T, delta, lead = (results[0].summary[k] for k in ("T", "delta", "lead"))  # noqa: N806
+    T, delta, lead = (results[0].summary[k] for k in ("T", "delta", "lead"))
     s_base = _stall_s(base_rec)
     lower = {}
     for c in base_rec.conditions:

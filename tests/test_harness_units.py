@@ -73,7 +73,7 @@ def test_analytic_flops_match_torchs_flop_counter_on_the_tiny_model():
     from harness.generators.wan import WanConfig, WanGenerator
 
     gen = WanGenerator(WanConfig("tiny", "small"))
-    K = 3  # noqa: N806
+    K = 3
     x = gen._randn(gen.latent_shape(K), 1)
     with torch.inference_mode(), sdpa_kernel(SDPBackend.MATH), \
             FlopCounterMode(display=False) as counter:
@@ -251,7 +251,7 @@ def test_wall_clock_driver_reproduces_the_simulator_given_its_job_times(policy):
     """
     from harness.live.driver import DriverConfig, LiveDriver, SleepExecutor
 
-    C, duration = 0.05, 4.0  # noqa: N806
+    C, duration = 0.05, 4.0
     trace = Trace("t", (0.4, 1.3, 1.32, 2.45, 2.9), duration)
     config = ControllerConfig(Timing(2, 4, 16.0), policy, 0.08)
     last_shown = 3.0 + 1e-6  # the condition at 2.9 s plays at 3.0 s under both policies

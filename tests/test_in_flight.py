@@ -188,7 +188,7 @@ def test_chunks_in_flight_keep_every_invariant(setup, seed):
                               in_flight_policy=serving.in_flight_policy, run_ahead=run_ahead)
     run = simulate_serving(config, cost, serving, inputs(traces, joins, seed), duration,
                            np.random.default_rng(seed))
-    K = timing.K  # noqa: N806
+    K = timing.K
     for records in run.streams:
         # slots play once each, in order, δ apart or more, never an older version
         assert [s.position for s in records.slots] == list(range(len(records.slots)))

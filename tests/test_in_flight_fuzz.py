@@ -65,7 +65,7 @@ COUNT = {"steps": 0, "flushed": 0, "out of order": 0}
 
 
 @functools.cache
-def _job_time_strategy(c_scale: float, T: float) -> st.SearchStrategy[float]:  # noqa: N803
+def _job_time_strategy(c_scale: float, T: float) -> st.SearchStrategy[float]:
     """A job's time: the run's C scale, or anything up to 3 T (built once per setting)."""
     return st.one_of(st.just(c_scale), st.floats(0.0, 3 * T, allow_nan=False))
 
@@ -79,9 +79,9 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
                 commit=st.sampled_from(["lazy", "eager"]),
                 t0=st.one_of(st.just(0.0), st.floats(0.0, 1e5, allow_nan=False)),
                 data=st.data())
-    def setup(self, K, r, fps, commit, t0, data):  # noqa: N803
+    def setup(self, K, r, fps, commit, t0, data):
         timing = Timing(K, r, fps)
-        delta, T = timing.delta, timing.T  # noqa: N806
+        delta, T = timing.delta, timing.T
         q = data.draw(st.sampled_from([d for d in range(1, K + 1) if K % d == 0]), label="q")
         commit_lead = data.draw(st.sampled_from([0.0, delta / 2, T]), label="commit_lead")
         lead = data.draw(st.one_of(st.just(0.0), st.integers(0, 2 * K).map(lambda k: k * delta),
@@ -191,7 +191,7 @@ class InFlightMachine(TimerQueue, RuleBasedStateMachine):
         self._apply(self.ctrl.handle(event, at), event, before)
 
     def _apply(self, commands, event, before) -> None:
-        ctrl, K = self.ctrl, self.K  # noqa: N806
+        ctrl, K = self.ctrl, self.K
         locked_before, cache_before, n_slots, n_discards = before
         if isinstance(event, JobDone):
             assert event.job_id in self.running

@@ -40,7 +40,7 @@ def test_the_wait_quantile_by_hand_and_at_its_edges():
         periodic_wait_quantile(1.0, 2, 2.0, 0.5)
 
 
-def _shared(streams: int, C: float = 0.5, lead=None, **serving) -> Experiment:  # noqa: N803
+def _shared(streams: int, C: float = 0.5, lead=None, **serving) -> Experiment:
     return Experiment(Ks=(8,), cost=f"fixed:{C}", updates="poisson:0.04", lead=lead,
                       duration=1200.0, seeds=4, records="none",
                       serving=ServingConfig(streams=streams, pools=(("dit", 1),), **serving))
@@ -110,7 +110,7 @@ def test_auto_lead_keeps_stalls_under_a_tenth_of_a_percent_where_c_alone_does_no
     (8, 0.425, 4, 1, "fifo", 16),      # ρ 0.85, replans to 91 %
     (8, 0.425, 8, 2, "least-slack", 8),  # ρ 0.85 on two devices, least slack first
 ])
-def test_auto_lead_keeps_its_promise_where_replans_add_load(K, C, streams, devices,  # noqa: N803
+def test_auto_lead_keeps_its_promise_where_replans_add_load(K, C, streams, devices,
                                                             schedule, seeds):
     """The nD/D/1 quantile at ρ = N·C/T missed these (0.157 %, 0.148 %, 0.126 %): replans
     load the device beyond ρ. The stall is not above the target by more than two standard

@@ -19,13 +19,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("websockets")
 
-from harness.net.netclock import Shaper  # noqa: E402
-from harness.viewer.client import ClientConfig, run_client  # noqa: E402
-from latsim.analysis.fidelity import error_pct  # noqa: E402
-from latsim.analysis.viewer_compare import compare_client_runs  # noqa: E402
-from latsim.model.traces import Trace  # noqa: E402
-from latsim.run.folder import read_run_folder  # noqa: E402
-from latsim.run.viewer import read_viewer_records  # noqa: E402
+from harness.net.netclock import Shaper
+from harness.viewer.client import ClientConfig, run_client
+from latsim.analysis.fidelity import error_pct
+from latsim.analysis.viewer_compare import compare_client_runs
+from latsim.model.traces import Trace
+from latsim.run.folder import read_run_folder
+from latsim.run.viewer import read_viewer_records
 
 pytestmark = pytest.mark.slow
 

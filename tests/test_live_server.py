@@ -19,23 +19,23 @@ from typer.testing import CliRunner
 pytest.importorskip("torch")
 pytest.importorskip("websockets")
 
-from harness.net.netclock import Shaper  # noqa: E402
-from harness.net.wire import ProtocolError, decode_frame, encode_frame, parse_text  # noqa: E402
-from harness.serve.config import ServerConfig  # noqa: E402
+from harness.net.netclock import Shaper
+from harness.net.wire import ProtocolError, decode_frame, encode_frame, parse_text
+from harness.serve.config import ServerConfig
 from harness.serve.device import SharedDevice
-from harness.serve.server import ServerThread, StreamServer  # noqa: E402
-from harness.viewer.client import ClientConfig, run_client  # noqa: E402
-from latsim.cli import app  # noqa: E402
-from latsim.controller import StartJob  # noqa: E402
-from latsim.controller.playout import ClientPlayout  # noqa: E402
-from latsim.errors import LatsimError  # noqa: E402
-from latsim.model.traces import Trace  # noqa: E402
-from latsim.plugins import GeneratorConfig, JobTiming  # noqa: E402
-from latsim.run.folder import read_run_folder  # noqa: E402
-from latsim.run.viewer import read_viewer_records  # noqa: E402
-from latsim.viz.perfetto import perfetto_trace  # noqa: E402
-from tests.helpers import envelope_of  # noqa: E402
-from tests.test_perfetto import check_trace  # noqa: E402
+from harness.serve.server import ServerThread, StreamServer
+from harness.viewer.client import ClientConfig, run_client
+from latsim.cli import app
+from latsim.controller import StartJob
+from latsim.controller.playout import ClientPlayout
+from latsim.errors import LatsimError
+from latsim.model.traces import Trace
+from latsim.plugins import GeneratorConfig, JobTiming
+from latsim.run.folder import read_run_folder
+from latsim.run.viewer import read_viewer_records
+from latsim.viz.perfetto import perfetto_trace
+from tests.helpers import envelope_of
+from tests.test_perfetto import check_trace
 
 OFFSET = 250.0  # the server's clock runs this far ahead of the client's
 

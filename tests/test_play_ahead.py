@@ -83,9 +83,9 @@ def streams(draw):
     ]))
     whole = draw(st.booleans())  # C on whole slots: job ends tie with ticks
     if whole:
-        C = timing.delta * draw(st.integers(1, 2 * timing.K))  # noqa: N806  (past T: stalls)
+        C = timing.delta * draw(st.integers(1, 2 * timing.K))  # past T: stalls
     else:
-        C = draw(st.floats(0.01, 2.0)) * timing.T  # noqa: N806
+        C = draw(st.floats(0.01, 2.0)) * timing.T
     cost = FixedCost(C) if draw(st.booleans()) else LognormalCost(C, draw(st.floats(0.1, 1.5)))
     lead = draw(st.sampled_from([0.0, C, timing.delta * draw(st.integers(0, 2 * timing.K)),
                                  cost.quantile(timing.K, 0.99)]))
@@ -276,7 +276,7 @@ def test_skipping_with_chunks_in_flight_gives_the_tick_by_tick_records(data, see
     timing = Timing(K=data.draw(st.integers(1, 6)), r=data.draw(st.integers(1, 4)),
                     fps=data.draw(st.sampled_from([8.0, 16.0, 24.0])))
     whole = data.draw(st.booleans())  # job ends on slot boundaries: ties with ticks
-    C = (timing.delta * data.draw(st.integers(1, 4 * timing.K)) if whole  # noqa: N806
+    C = (timing.delta * data.draw(st.integers(1, 4 * timing.K)) if whole
          else data.draw(st.floats(0.05, 3.0)) * timing.T)
     config = ControllerConfig(
         timing, data.draw(st.sampled_from([BASELINE, SPECULATIVE])),

@@ -25,7 +25,7 @@ def settings_with_c_below_t(draw):
         r=draw(st.integers(1, 4)),
         fps=draw(st.sampled_from([8.0, 12.0, 16.0, 24.0, 30.0])),
     )
-    C = draw(st.floats(0.0, 1.0)) * timing.T  # noqa: N806
+    C = draw(st.floats(0.0, 1.0)) * timing.T
     return timing, C
 
 
@@ -105,10 +105,10 @@ def run_checked(timing, policy, times, duration, cost, lead=None, seed=0):
 @SETTINGS
 @given(data=st.data(), setting=settings_with_c_below_t())
 def test_fixed_cost_runs_keep_every_invariant(data, setting):
-    timing, C = setting  # noqa: N806
+    timing, C = setting
     duration = timing.T * data.draw(st.floats(1.0, 12.0))
     times = data.draw(arrival_times(timing, duration))
-    T = timing.T  # noqa: N806
+    T = timing.T
     for policy in (BASELINE, SPECULATIVE):
         records = run_checked(timing, policy, times, duration, C)
         if policy is BASELINE:
@@ -130,7 +130,7 @@ def test_fixed_cost_runs_keep_every_invariant(data, setting):
 @given(data=st.data(), setting=settings_with_c_below_t(), q_index=st.integers(0, 5),
        commit=st.sampled_from(["eager", "lazy"]), cv=st.floats(0.0, 1.5))
 def test_stochastic_costs_and_ablations_keep_every_invariant(data, setting, q_index, commit, cv):
-    timing, C = setting  # noqa: N806
+    timing, C = setting
     divisors = [d for d in range(1, timing.K + 1) if timing.K % d == 0]
     commit_lead = data.draw(st.sampled_from([0.0, 0.5 * timing.delta, 2 * timing.delta]))
     policy = Policy("ablation", divisors[q_index % len(divisors)], commit, commit_lead)
@@ -156,8 +156,8 @@ def test_over_uniform_phases_baseline_mean_meets_the_bound_and_speculative_beats
     value (0 or T of the step) is within T/2 of the step's cell average. That cell weighs 1/N:
     |mean - (C + T/2)| <= T/(2N), attained when the jump sits at a grid point.
     """
-    timing, C = setting  # noqa: N806
-    T = timing.T  # noqa: N806
+    timing, C = setting
+    T = timing.T
     base = []
     for i in range(n_phases):
         t = 2 * T + (i + 0.5) / n_phases * T
@@ -181,8 +181,8 @@ def test_speculative_mean_never_exceeds_baseline_mean_over_uniform_phases(
     a chunk; the mean L over all shifts (every displayed condition) is no larger under latent
     commitment. Pathwise it can be (a replan may hold the one worker when a later condition
     comes), so the property is about the phase average, as in Prop. 1."""
-    timing, C = setting  # noqa: N806
-    T = timing.T  # noqa: N806
+    timing, C = setting
+    T = timing.T
     rng = np.random.default_rng(seed)
     pattern = np.cumsum(rng.exponential(spread * T, size=n_conditions))
     n_phases = 16

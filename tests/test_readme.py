@@ -22,7 +22,7 @@ def test_the_python_api_example_prints_what_the_readme_shows():
     expected = [line[2:] for line in block.splitlines() if line.startswith("# ")]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(block, "README.md", "exec"), {})  # noqa: S102 - the README's own code
+        exec(compile(block, "README.md", "exec"), {})  # the README's own code
     assert out.getvalue().splitlines() == expected
 
 

@@ -72,7 +72,7 @@ def sweep() -> dict[tuple[int, str], dict]:
 
 def test_the_readme_runs_the_sweep_it_describes(sweep):
     (command,) = _find(r"`(latsim sweep [^`]*)`", SWEEP)
-    Ks = [int(k) for k in shlex.split(command)[shlex.split(command).index("--K") + 1:]]  # noqa: N806
+    Ks = [int(k) for k in shlex.split(command)[shlex.split(command).index("--K") + 1:]]
     assert sorted({K for K, _ in sweep}) == Ks == [4, 8, 21]
     assert {policy for _, policy in sweep} == {"baseline", "speculative"}
 
@@ -112,13 +112,13 @@ def test_the_cost_models_derivation_and_its_C_per_K(sweep):
     _printed(slope, b / n * 1e3)
     *Cs, k_a, k_b, k_c = _find(rf"C = ({NUMBER}) / ({NUMBER}) / ({NUMBER}) s for K = (\d+) / "
                                r"(\d+) / (\d+)", SWEEP)
-    for stated, K in zip(Cs, (k_a, k_b, k_c), strict=True):  # noqa: N806
+    for stated, K in zip(Cs, (k_a, k_b, k_c), strict=True):
         for policy in ("baseline", "speculative"):
             _printed(stated, sweep[(int(K), policy)]["C_mean"])
 
 
 def test_what_the_default_sweep_shows(sweep):
-    K, busy = _find(r"at K = (\d+) the worker is busy (\d+)% of the time \(C > T − δ\)",  # noqa: N806
+    K, busy = _find(r"at K = (\d+) the worker is busy (\d+)% of the time \(C > T − δ\)",
                     SWEEP)
     for policy in ("baseline", "speculative"):
         row = sweep[(int(K), policy)]
@@ -133,14 +133,14 @@ def test_what_the_default_sweep_shows(sweep):
     k8, k21, *means = _find(rf"at K = (\d+) and (\d+) it removes much of the boundary wait "
                             rf"\(mean L ({NUMBER}) → ({NUMBER}) s and ({NUMBER}) → ({NUMBER}) s\)",
                             SWEEP)
-    for i, K in enumerate((int(k8), int(k21))):  # noqa: N806
+    for i, K in enumerate((int(k8), int(k21))):
         _printed(means[2 * i], sweep[(K, "baseline")]["L_mean"])
         _printed(means[2 * i + 1], sweep[(K, "speculative")]["L_mean"])
 
     *extra, a8, se8, a21, se21, seconds, long_a, long_k = _find(
         rf"at ({NUMBER})% and ({NUMBER})% extra DiT work \(A = ({NUMBER}) ± ({NUMBER}) and "
         rf"({NUMBER}) ± ({NUMBER}); one (\d+) s run gives ({NUMBER}) at K = (\d+)\)", SWEEP)
-    for K, pct, A, se in ((int(k8), extra[0], a8, se8), (int(k21), extra[1], a21, se21)):  # noqa: N806
+    for K, pct, A, se in ((int(k8), extra[0], a8, se8), (int(k21), extra[1], a21, se21)):
         row = sweep[(K, "speculative")]
         _printed(pct, 100 * (row["A"] - 1))
         _printed(A, row["A"])
@@ -190,7 +190,7 @@ def test_the_compare_example_docs_live_md_states(monkeypatch):
     (command,) = _find(r"then `(latsim compare results/compare/runs)[^`]*`", text)
     payload = _json(*shlex.split(command)[1:])
     rows = {(row["K"], row["policy"]): row for row in payload["rows"]}
-    busy_low, busy_high, Ks, updates, window = _find(  # noqa: N806
+    busy_low, busy_high, Ks, updates, window = _find(
         r"\(busy (\d+)–(\d+)%\), K = ([\d, ]+), both policies, (\d+) isolated updates in "
         r"(\d+) s", text)
     busy = [row["busy_pct_measured"] for row in rows.values()]

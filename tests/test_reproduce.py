@@ -70,7 +70,7 @@ def test_theory_column_matches_the_papers_predictions(run: tuple[Path, str]) -> 
     # the phase-grid simulation reproduces every closed form; eq. (6) starts every idle
     # arrival at once, latsim's controller lets the refill serve the ones whose branch would
     # be the cache end, which adds a known deferral to R (and nothing to L)
-    C, T, delta = 1.6, 5.0, 0.25  # noqa: N806
+    C, T, delta = 1.6, 5.0, 0.25
     deferral = (theory.speculative_residual_wait_mean(C, T, delta)
                 - theory.residual_wait_mean(C, T))
     assert deferral > 0
@@ -100,7 +100,7 @@ def test_simulated_reduction_is_recomputed(run: tuple[Path, str]) -> None:
 def test_amplification_and_stall_follow_theory(run: tuple[Path, str]) -> None:
     out, _ = run
     for row in _rows(out / "amplification.csv"):
-        K, p = int(row["K"]), float(row["p"])  # noqa: N806
+        K, p = int(row["K"]), float(row["p"])
         assert float(row["A_independent"]) == pytest.approx(
             theory.work_amplification_independent(K, p), abs=1e-6)
         if float(row["lambda_T"]) <= 0.2:
@@ -120,7 +120,7 @@ def test_paper_numbers_live_only_in_the_data_file() -> None:
         assert number not in source, number
 
 
-def test_C_comes_from_the_paper_data(monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: N802
+def test_C_comes_from_the_paper_data(monkeypatch: pytest.MonkeyPatch) -> None:
     data = json.loads(paper_settings.PAPER_DATA.read_text())
     settings = paper_settings.SETTINGS
     wan_long, ltx_short, ltx_long = settings[1], settings[4], settings[5]

@@ -29,7 +29,7 @@ def test_a_failed_atomic_write_keeps_the_old_file_and_leaves_no_temporary(tmp_pa
     with pytest.raises(LatsimError, match="not a file"):
         write_json(blocker, {"b": 2})
 
-    def failing_replace(src, dst):  # noqa: ANN001, ANN202 - the rename fails after the write
+    def failing_replace(src, dst):  # the rename fails after the write
         raise OSError(28, "No space left on device", str(dst))
 
     monkeypatch.setattr("latsim.run.folder.os.replace", failing_replace)

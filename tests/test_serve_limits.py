@@ -17,11 +17,11 @@ import pytest
 
 pytest.importorskip("websockets")
 
-from harness.serve.config import ServerConfig  # noqa: E402
-from harness.serve.server import ServerThread, StreamServer  # noqa: E402
-from latsim.errors import LatsimError  # noqa: E402
-from latsim.plugins import GeneratorConfig  # noqa: E402
-from latsim.run.folder import read_run_folder  # noqa: E402
+from harness.serve.config import ServerConfig
+from harness.serve.server import ServerThread, StreamServer
+from latsim.errors import LatsimError
+from latsim.plugins import GeneratorConfig
+from latsim.run.folder import read_run_folder
 
 
 def _server(**config) -> StreamServer:
@@ -58,7 +58,7 @@ async def _session(port: int, duration: float, until_end: bool, quiet_s: float
                     messages.append(json.loads(message))
                     if until_end and messages[-1]["type"] == "end":
                         break
-        except Exception:  # noqa: BLE001, S110 - the close ends the viewer either way
+        except Exception:  # noqa: BLE001 - the close ends the viewer either way
             pass
         return messages, ws.close_code, ws.close_reason
 
@@ -166,7 +166,7 @@ def test_a_probe_flood_is_cut_off_and_a_client_probing_as_usual_is_not():
                             replies += 1
                         elif message["type"] == "error":
                             error = message["error"]
-                except Exception:  # noqa: BLE001, S110 - the close ends it
+                except Exception:  # noqa: BLE001 - the close ends it
                     pass
                 await ws.wait_closed()
                 return replies, error, ws.close_code
@@ -488,7 +488,7 @@ def test_a_slow_reader_is_told_ahead_of_its_backlog_then_dropped_by_the_server(c
                         if isinstance(message, str):
                             texts.append(json.loads(message))
                         await asyncio.sleep(0.3)  # about 3 messages a second: 4 come
-                except Exception:  # noqa: BLE001, S110 - the close ends it
+                except Exception:  # noqa: BLE001 - the close ends it
                     pass
                 return texts, ws.close_code
 

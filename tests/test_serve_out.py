@@ -18,21 +18,21 @@ import pytest
 
 pytest.importorskip("websockets")
 
-from typer.testing import CliRunner  # noqa: E402
+from typer.testing import CliRunner
 
-from harness.serve.config import ServerConfig  # noqa: E402
-from harness.serve.server import DEVICE_TASKS, ServerThread, StreamServer  # noqa: E402
-from harness.viewer.client import ClientConfig, run_client  # noqa: E402
-from latsim.cli.root import app  # noqa: E402
-from latsim.controller.records import read_csv  # noqa: E402
-from latsim.errors import LatsimError  # noqa: E402
-from latsim.model.traces import Trace  # noqa: E402
-from latsim.plugins import GeneratorConfig  # noqa: E402
-from latsim.run.folder import SERVED, read_run_folder  # noqa: E402
-from latsim.run.serving import TaskRecord  # noqa: E402
-from latsim.run.viewer import FORMAT1_NAMES, migrate_client_folder, read_viewer_records  # noqa: E402
-from latsim.viz.perfetto import client_trace, perfetto_trace  # noqa: E402
-from tests.test_perfetto import check_trace  # noqa: E402
+from harness.serve.config import ServerConfig
+from harness.serve.server import DEVICE_TASKS, ServerThread, StreamServer
+from harness.viewer.client import ClientConfig, run_client
+from latsim.cli.root import app
+from latsim.controller.records import read_csv
+from latsim.errors import LatsimError
+from latsim.model.traces import Trace
+from latsim.plugins import GeneratorConfig
+from latsim.run.folder import SERVED, read_run_folder
+from latsim.run.serving import TaskRecord
+from latsim.run.viewer import FORMAT1_NAMES, migrate_client_folder, read_viewer_records
+from latsim.viz.perfetto import client_trace, perfetto_trace
+from tests.test_perfetto import check_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

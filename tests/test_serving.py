@@ -70,8 +70,8 @@ DEDICATED = (
        over=st.sampled_from([1.0, 1.5]))
 def test_one_dedicated_stream_reproduces_the_single_worker_exactly(data, setting, cv, over):
     """Same seed, same records: zero-cost stages add no event and no draw that matters."""
-    timing, C = setting  # noqa: N806
-    C = max(C * over, 1e-3)  # noqa: N806 - C above T too (a stream that stalls)
+    timing, C = setting
+    C = max(C * over, 1e-3)  # C above T too (a stream that stalls)
     duration = timing.T * data.draw(st.floats(1.0, 8.0))
     times = data.draw(arrival_times(timing, duration))
     cost = LognormalCost(C, cv)
@@ -104,15 +104,15 @@ class RecordingCost:
         self.inner = LognormalCost(mean, cv)
         self.draws: dict[int, list[float]] = defaultdict(list)
 
-    def sample(self, K, rng, kind="refill"):  # noqa: N803
+    def sample(self, K, rng, kind="refill"):
         value = self.inner.sample(K, rng, kind)
         self.draws[id(rng)].append(value)
         return value
 
-    def mean(self, K):  # noqa: N803
+    def mean(self, K):
         return self.inner.mean(K)
 
-    def quantile(self, K, level):  # noqa: N803
+    def quantile(self, K, level):
         return self.inner.quantile(K, level)
 
 
@@ -148,7 +148,7 @@ def test_many_streams_keep_every_invariant(setup, seed):
     config = ControllerConfig(timing, policy, cost.quantile(timing.K, 0.99), serving.discard)
     streams = inputs(traces, joins, seed)
     run = simulate_serving(config, cost, serving, streams, duration, np.random.default_rng(seed))
-    K = timing.K  # noqa: N806
+    K = timing.K
     for index, records in enumerate(run.streams):
         # no stream's played versions ever decrease; slots play in order, δ apart or more
         versions = [s.version for s in records.slots]
@@ -206,7 +206,7 @@ def _periodic_run(streams: int, ratio: float, start: str, seed: int, periods: in
     """Baseline streams with no conditions, fixed C = T / ratio, a lead that covers every
     wait (N·C + C/4 < T): each stream asks for a refill exactly every T, phase = its join."""
     timing = Timing(8, 4, 16.0)
-    C = timing.T / ratio  # noqa: N806
+    C = timing.T / ratio
     lead = (streams + 0.25) * C
     assert lead < timing.T
     rng = np.random.default_rng(seed)
@@ -222,7 +222,7 @@ def _periodic_run(streams: int, ratio: float, start: str, seed: int, periods: in
 def test_synchronised_streams_wait_in_a_deterministic_interleaving():
     """All streams join together: their refills are due at the same instants, FIFO serves
     them in stream order, so stream s waits exactly s·C every period and never stalls."""
-    timing, C, run = _periodic_run(4, 5.0, "together", 0)  # noqa: N806
+    timing, C, run = _periodic_run(4, 5.0, "together", 0)
     for task in run.tasks:
         if task.job_id > 1:  # from the second refill on (the first is also due at once)
             assert abs(task.wait - task.stream * C) < 1e-9
@@ -239,7 +239,7 @@ def test_random_phases_wait_as_the_nd_d_1_queue(streams, ratio):
     waits, work = [], []
     probe = np.random.default_rng(99)
     for seed in range(300):
-        timing, C, run = _periodic_run(streams, ratio, "random", seed)  # noqa: N806
+        timing, C, run = _periodic_run(streams, ratio, "random", seed)
         assert all(not s.stalls for s in run.streams)  # the lead covers every wait
         window = [t.wait for t in run.tasks if 3 * timing.T <= t.t_enqueue < 5 * timing.T]
         assert len(window) == 2 * streams
@@ -272,7 +272,7 @@ def test_overloaded_device_stalls_grow_with_the_run_length():
     free prebuffer and a partly served period at each end), so the tolerance is N·C + T
     seconds of stall over the window."""
     timing = Timing(8, 4, 16.0)
-    streams, C = 3, 1.0  # noqa: N806 - ρ = 3 / 2
+    streams, C = 3, 1.0  # ρ = 3 / 2
     rate = overload_stall_fraction(streams, timing.T, C)
     stalls = {}
     for duration in (100.0, 400.0):
@@ -364,7 +364,7 @@ def test_discard_on_ready_keeps_playing_the_old_future_until_the_replan_is_ready
     assert on_ready.cached_positions == {4: (1, replan.job_id), 5: (1, replan.job_id)}
     # JobStarted moved the job's start: its wait counts in R
     assert on_ready.jobs[-1].t_start == 0.2
-    K = 4  # noqa: N806
+    K = 4
     assert K * (1 + on_ready.jobs_done) == on_ready.played + on_ready.discarded + len(
         on_ready.cached_positions)
 

@@ -35,7 +35,7 @@ def _streams(seed: int) -> StepStreams:
 def test_sdvg_with_every_draft_accepted_costs_draft_decode_reward_per_block():
     model = SdvgCost(0.1, 0.8, 0.05, 0.03, accept=1.0, replan_first="target")
     routed = 0.1 + 0.05 + 0.03
-    for K, blocks in ((3, 1), (6, 2), (7, 3)):  # noqa: N806
+    for K, blocks in ((3, 1), (6, 2), (7, 3)):
         assert model.sample(K, np.random.default_rng(0), "refill") == pytest.approx(blocks * routed)
         # a replan's first block, like a stream's block 0, goes to the target
         assert model.sample(K, np.random.default_rng(0), "replan") == pytest.approx(
@@ -53,10 +53,10 @@ def test_sdvg_with_every_draft_rejected_is_slower_than_the_target_alone():
 
 @settings(max_examples=40, deadline=None)
 @given(draft=st.floats(0.0, 1.0), target=st.floats(0.0, 5.0), vae=st.floats(0.0, 0.5),
-       reward=st.floats(0.0, 0.5), accept=st.floats(0.0, 1.0), K=st.integers(1, 12),  # noqa: N803
+       reward=st.floats(0.0, 0.5), accept=st.floats(0.0, 1.0), K=st.integers(1, 12),
        block=st.integers(1, 4), kind=st.sampled_from(["refill", "replan"]),
        seed=st.integers(0, 10**6))
-def test_sdvg_steps_sample_mean_and_quantile_agree(draft, target, vae, reward, accept, K,  # noqa: N803
+def test_sdvg_steps_sample_mean_and_quantile_agree(draft, target, vae, reward, accept, K,
                                                    block, kind, seed):
     model = SdvgCost(draft, target, vae, reward, accept, block, "route")
     # the steps run back to back are the sample, from the same draws
@@ -77,8 +77,8 @@ def test_sdvg_steps_sample_mean_and_quantile_agree(draft, target, vae, reward, a
 
 @settings(max_examples=40, deadline=None)
 @given(unit=st.floats(0.001, 1.0), c_v=st.floats(0.5, 3.0), tau=st.floats(1.0, 8.0),
-       K=st.integers(1, 40))  # noqa: N803
-def test_draft_verify_mean_and_quantile_match_its_samples(unit, c_v, tau, K):  # noqa: N803
+       K=st.integers(1, 40))
+def test_draft_verify_mean_and_quantile_match_its_samples(unit, c_v, tau, K):
     model = DraftVerifyCost(unit, c_v, tau)
     rng = np.random.default_rng(0)
     draws = np.array([model.verify_steps(K, rng) for _ in range(4000)])

@@ -32,7 +32,7 @@ def test_eq6_worked_example():
 
 
 def test_limits_and_consistency():
-    T, delta = 2.0, 0.25  # noqa: N806
+    T, delta = 2.0, 0.25
     # C = T: eq. (6) gives T/2 and the refined mean becomes 3T/2 (no gain over baseline)
     assert theory.residual_wait_mean(T, T) == pytest.approx(T / 2)
     assert theory.speculative_latency_mean(T, T, delta) == pytest.approx(
@@ -56,7 +56,7 @@ def test_limits_and_consistency():
     assert theory.work_amplification_independent(4, 1.0) == pytest.approx(4.0)
     assert theory.work_amplification_independent(4, 0.0) == 1.0
     # for small p, A - 1 ≈ p(K-1)/2, the Poisson form with λ = p/δ
-    p, K = 1e-4, 8  # noqa: N806
+    p, K = 1e-4, 8
     approx = theory.work_amplification_poisson(p / delta, K * delta, delta)
     assert theory.work_amplification_independent(K, p) == pytest.approx(approx, rel=1e-6)
 
@@ -102,7 +102,7 @@ def test_simulated_speculative_r_mean_matches_the_summarys_speculative_r_mean():
     pooled R_mean that ``latsim simulate`` reports is within Z standard errors (a jackknife
     over runs) of the summary's ``speculative_R_mean``."""
     timing = Timing(K=8, r=4, fps=16.0)
-    C, duration, seeds = 0.9, 600.0, 100  # noqa: N806
+    C, duration, seeds = 0.9, 600.0, 100
     source = parse_updates("poisson:0.02")
     runs = [
         run(timing, SPECULATIVE, source.trace(i, np.random.default_rng(i), duration, timing).times,

@@ -72,7 +72,7 @@ def test_streams_play_most_ticks_in_bulk(schedule):
     node_runs = []
 
     class Counting(serving_module.ServingNode):
-        def records(self, *args):  # noqa: ANN002, ANN202
+        def records(self, *args):
             node_runs.append(sum(port._queued_id for port in self.ports))
             return super().records(*args)
 

@@ -80,7 +80,7 @@ def torch_device(device: str, threads: int | None) -> tuple[Any, Any, Any, int]:
 
 
 @contextmanager
-def out_of_memory_as_error(torch: Any, device: Any, K: int, what: str,  # noqa: N803
+def out_of_memory_as_error(torch: Any, device: Any, K: int, what: str,
                            release: Callable[[], None]) -> Iterator[None]:
     """An out-of-memory error inside becomes a one-line :class:`LatsimError` naming K and
     ``what`` (the preset and resolution), after ``release()`` dropped what was allocated."""
@@ -94,7 +94,7 @@ def out_of_memory_as_error(torch: Any, device: Any, K: int, what: str,  # noqa: 
                           "memory in warm-up); use a smaller --K or --resolution") from None
 
 
-def warm_up(generator: LiveGenerator, K: int, untimed: int, timed: int,  # noqa: N803
+def warm_up(generator: LiveGenerator, K: int, untimed: int, timed: int,
             decode_group: int, gap_s: float) -> list[JobTiming]:
     """Run ``untimed`` then ``timed`` refills of ``K`` latents on a new default stream;
     returns the timed ones. Each timed job follows ``gap_s`` seconds of idleness, as jobs

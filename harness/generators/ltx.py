@@ -104,7 +104,7 @@ PAPER_WORKLOAD = (
 OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {"audio": ("none", ("none", "synced"))}
 
 
-def paper_context(K: int) -> int:  # noqa: N803
+def paper_context(K: int) -> int:
     """Clean history latents the paper's LTX forward of ``K`` latents attends over."""
     return max(0, LTX_WINDOW_LATENTS - K)
 
@@ -338,7 +338,7 @@ def resolution(name: str) -> Resolution:
     return _lookup(RESOLUTIONS, name, "resolution")
 
 
-def audio_tokens(K: int) -> int:  # noqa: N803
+def audio_tokens(K: int) -> int:
     """Audio latents covering ``K`` video latents (8 K frames at 24 fps)."""
     return math.ceil(AUDIO_LATENTS_PER_S * TEMPORAL_SCALE * K / FPS)
 
@@ -485,7 +485,7 @@ class LTXGenerator(TensorGenerator):
     def _synced(self) -> bool:
         return self.config.audio == "synced"
 
-    def _audio_inputs(self, K: int, seed: int) -> tuple[Any, Any]:  # noqa: N803
+    def _audio_inputs(self, K: int, seed: int) -> tuple[Any, Any]:
         """Noise audio latents for a chunk of ``K`` latents and their positions."""
         n = audio_tokens(K) if self._synced else 1
         audio = self._randn((1, n, self.preset.audio_in_channels), seed)
@@ -518,7 +518,7 @@ class LTXGenerator(TensorGenerator):
 
     # ------------------------------------------------------------ stream state
 
-    def new_stream(self, K: int, keep_frames: bool = False) -> StreamState:  # noqa: N803
+    def new_stream(self, K: int, keep_frames: bool = False) -> StreamState:
         """A new stream's state: positions ``0..K-1`` hold seeded random latents (the
         prebuffer). LTX's decoder carries no cache, so nothing is decoded here. With
         ``keep_frames`` the decoded pixels of each job stay on the state."""
@@ -534,7 +534,7 @@ class LTXGenerator(TensorGenerator):
         torch = self._torch
         stream = stream or self._stream
         store = stream.store
-        K = job.length  # noqa: N806
+        K = job.length
         # Set-up outside the timed region, as the Wan generator's: seeded noise (drawn on the
         # CPU, the same on every device) and the prompt embeddings are on the device, and the
         # sampler's step index is set (no host sync looking it up on its first step).
@@ -619,7 +619,7 @@ class LTXGenerator(TensorGenerator):
              "fps": FPS},
             self.threads)
 
-    def forward_times(self, K: int, reps: int, context: int = 0, *,  # noqa: N803
+    def forward_times(self, K: int, reps: int, context: int = 0, *,
                       warmup: int = 3) -> list[float]:
         """Milliseconds of each of ``reps`` transformer forwards over ``K`` noisy latents at
         the generator's resolution, after ``warmup`` untimed ones; CUDA forwards are timed
@@ -660,7 +660,7 @@ class LTXGenerator(TensorGenerator):
         return times
 
     @contextlib.contextmanager
-    def _kv_cache(self, K: int, context: int) -> Iterator[None]:  # noqa: N803
+    def _kv_cache(self, K: int, context: int) -> Iterator[None]:
         """While open, every block's video self-attention reads a KV cache of ``context``
         clean latents before the chunk (random keys and values). Restores the model."""
         if context <= 0:
@@ -686,7 +686,7 @@ class LTXGenerator(TensorGenerator):
 
     # ------------------------------------------------------------ warm-up and limits
 
-    def check_fits(self, K: int) -> None:  # noqa: N803
+    def check_fits(self, K: int) -> None:
         """Up-front memory check for chunk size ``K`` plus the context (a rough estimate).
         LTX's rotary positions are continuous (seconds), so no frame count is out of range."""
         if K <= 0:

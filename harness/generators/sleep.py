@@ -53,13 +53,13 @@ class SleepGenerator:
                              {"cost": self.cost.spec, "seed": self.seed,
                               "payload_bytes": self.payload_bytes})
 
-    def check_fits(self, K: int) -> None:  # noqa: N803
+    def check_fits(self, K: int) -> None:
         self.cost.mean(K)  # K outside a cost table's range fails here
 
-    def new_stream(self, K: int, keep_frames: bool = False) -> SleepStream:  # noqa: N803
+    def new_stream(self, K: int, keep_frames: bool = False) -> SleepStream:
         return SleepStream(K, dict.fromkeys(range(K), 0))
 
-    def reset_stream(self, K: int) -> None:  # noqa: N803
+    def reset_stream(self, K: int) -> None:
         self._stream = self.new_stream(K)
 
     def run_job(self, job: StartJob, decode_group: int = 1,
@@ -78,7 +78,7 @@ class SleepGenerator:
         values = np.full(self.payload_bytes // 4, stream.versions.get(position, 0), np.float32)
         return "latent", values.shape, values.tobytes()
 
-    def warmup(self, K: int, untimed: int = 2, timed: int = 10,  # noqa: N803
+    def warmup(self, K: int, untimed: int = 2, timed: int = 10,
                decode_group: int = 1, gap_s: float = 0.0) -> list[JobTiming]:
         return warm_up(self, K, untimed, timed, decode_group, gap_s)
 

@@ -98,10 +98,10 @@ class TensorGenerator:
         """The default stream's latents by position."""
         return self._stream.store
 
-    def new_stream(self, K: int, keep_frames: bool = False) -> Any:  # noqa: N803
+    def new_stream(self, K: int, keep_frames: bool = False) -> Any:
         raise NotImplementedError
 
-    def reset_stream(self, K: int) -> None:  # noqa: N803
+    def reset_stream(self, K: int) -> None:
         """Start a new default stream (:meth:`new_stream`)."""
         self._stream = self.new_stream(K)
 
@@ -118,7 +118,7 @@ class TensorGenerator:
         return "latent", tuple(latent.shape), latent.tobytes()
 
     def warmup(
-        self, K: int, untimed: int = 2, timed: int = 10, decode_group: int = 1,  # noqa: N803
+        self, K: int, untimed: int = 2, timed: int = 10, decode_group: int = 1,
         gap_s: float = 0.0,
     ) -> list[JobTiming]:
         """:func:`~harness.generators.device.warm_up`; raises :class:`LatsimError` if ``K``

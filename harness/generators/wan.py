@@ -121,7 +121,7 @@ class WanGenerator(TensorGenerator):
             self._embeddings[version] = emb
         return emb
 
-    def new_stream(self, K: int, keep_frames: bool = False) -> StreamState:  # noqa: N803
+    def new_stream(self, K: int, keep_frames: bool = False) -> StreamState:
         """A new stream's state: positions ``0..K-1`` hold the version-0 prebuffer; its own
         VAE causal cache is primed by decoding the last prebuffered latent. With
         ``keep_frames`` the decoded pixels of each job stay on the state (for a server that
@@ -144,7 +144,7 @@ class WanGenerator(TensorGenerator):
         torch = self._torch
         stream = stream or self._stream
         store = stream.store
-        K = job.length  # noqa: N806
+        K = job.length
         # Set-up outside the timed region: the seeded noise and the condition embedding
         # (drawn on the CPU, the same on every device) are on the device, and the sampler's
         # step index is set, so its first step does not look the index up with a host sync
@@ -218,7 +218,7 @@ class WanGenerator(TensorGenerator):
         if self.device.type == "cuda":
             self._torch.cuda.synchronize()
 
-    def check_fits(self, K: int) -> None:  # noqa: N803
+    def check_fits(self, K: int) -> None:
         """Up-front memory and position checks for chunk size ``K`` (a rough estimate)."""
         frames = K + self.config.context
         if frames > self.preset.rope_max_seq_len:

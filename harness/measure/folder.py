@@ -124,7 +124,7 @@ def measured_summary(config: ControllerConfig, cost: str, updates: str, seed: in
                               result.records.duration, seed)
     wall = np.array([row["L_wall"] for row in display])
     lateness = [row["t_display"] - row["t_play"] for row in display]
-    A = work_ratio([records], [baseline])[0] if baseline is not None else None  # noqa: N806
+    A = work_ratio([records], [baseline])[0] if baseline is not None else None
     return summary_row(
         identity, metrics.as_dict(),
         # L on the wall clock; the controller-timeline values beside it
@@ -201,7 +201,7 @@ def write_telemetry(run_dir: Path, result: DriverResult, warmup: Warmup,
     for rec in result.records.jobs:
         if rec.job_id > 0:
             observed[rec.kind].append(rec.t_ready - rec.t_start)
-    K = warmup.K  # noqa: N806
+    K = warmup.K
     save_json(run_dir / "cost_samples.json", {
         "costs": {str(K): {"refill": refill, "replan": replan}},
         "note": "generator wall time per job (s), warm-up jobs first under refill; "

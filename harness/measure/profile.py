@@ -81,7 +81,7 @@ def _time_jobs(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
     """Time the jobs into ``costs`` (K -> kind -> seconds) as they finish."""
     if generator is None:
         generator = build_generator(config.generator_name, config.generator)
-    for K in config.Ks:  # noqa: N806
+    for K in config.Ks:
         generator.warmup(K, untimed=config.untimed, timed=0)
         generator.reset_stream(K)
         executor = GeneratorExecutor(generator, 1, f"profile-K{K}")

@@ -94,12 +94,12 @@ MAX_KS = 16
 MAX_TOTAL_WINDOW_S = 6 * 3600.0
 
 
-def check_ks(Ks: tuple[int, ...]) -> None:  # noqa: N803
+def check_ks(Ks: tuple[int, ...]) -> None:
     if not Ks:
         raise LatsimError("give at least one --K")
     if len(Ks) > MAX_KS:
         raise LatsimError(f"--K takes at most {MAX_KS} values, got {len(Ks)}")
-    for K in Ks:  # noqa: N806
+    for K in Ks:
         check_option("--K", K)
 
 
@@ -153,7 +153,7 @@ class MeasureConfig:
         if self.duration is not None:
             check_number("--duration", self.duration, 0, MAX_LIVE_WINDOW_S, positive=True,
                          unit="s")
-        for K in self.Ks:  # noqa: N806
+        for K in self.Ks:
             Timing(K, self.r or 4, self.fps)
         if not self.policies:
             raise LatsimError("give at least one --policy")
@@ -399,7 +399,7 @@ def _check_runs(config: MeasureConfig, r: int, trace: Trace, duration: float,
 def _measure_all(session: _Measurement, timings: dict[int, Timing], policies: list[Policy],
                  root: Path, prefix: str, kept: _Kept, results: list[RunResult]) -> None:
     config = session.config
-    for K, timing in timings.items():  # noqa: N806
+    for K, timing in timings.items():
         kept.stage = f"the warm-up of K={K}"
         warmups = _warm_up(session, timing, policies)
         kept.stage = f"the in-run calibration of K={K}"
@@ -450,7 +450,7 @@ def _write_index(root: Path, config: MeasureConfig, results: list[RunResult],
 
 def _run_one(session: _Measurement, plan: _RunPlan) -> RunResult:
     config, timing, policy = session.config, plan.timing, plan.policy
-    K, run_dir, run_id = timing.K, plan.run_dir, plan.run_dir.name  # noqa: N806
+    K, run_dir, run_id = timing.K, plan.run_dir, plan.run_dir.name
     duration = session.duration
     ctrl_config = ControllerConfig(timing, policy, plan.lead.lead)
     job_timeout = (config.job_timeout if config.job_timeout is not None
@@ -494,7 +494,7 @@ def _run_one(session: _Measurement, plan: _RunPlan) -> RunResult:
     before = plan.index * duration
     total = len(session.config.Ks) * len(session.config.policies) * duration
 
-    def report(t: float, ctrl) -> None:  # noqa: ANN001 - the driver's controller
+    def report(t: float, ctrl) -> None:  # the driver's controller
         progress(line(t, ctrl), before + min(t, duration), total)  # type: ignore[misc]
 
     driver = LiveDriver(
@@ -546,7 +546,7 @@ def _run_one(session: _Measurement, plan: _RunPlan) -> RunResult:
     return RunResult(run_dir, summary, result)
 
 
-def command_line(config: MeasureConfig, K: int, policy: str,  # noqa: N803
+def command_line(config: MeasureConfig, K: int, policy: str,
                   lead: float | None) -> str:
     parts = ["latsim measure", f"--generator {config.generator}"]
     parts += [f"--{name} {value}" for name, value in (

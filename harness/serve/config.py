@@ -77,7 +77,7 @@ class ServerConfig:
                               f", got {self.schedule!r}")
         if not self.Ks or len(self.Ks) > 16:
             raise LatsimError("--K takes 1 to 16 chunk sizes")
-        for K in self.Ks:  # noqa: N806
+        for K in self.Ks:
             check_option("--K", K)
         for option, value in (("--port", self.port), ("--max-sessions", self.max_sessions),
                               ("--warmup", self.warmup), ("--max-duration", self.max_duration),

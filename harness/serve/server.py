@@ -131,7 +131,7 @@ class StreamServer:
                                              self.config.generator)
         self.info = self.generator.describe()
         decode_group = 1 if self.config.generator.decode else 0
-        for K in self.config.Ks:  # noqa: N806
+        for K in self.config.Ks:
             if K in self.leads:
                 continue
             if progress is not None:
@@ -225,7 +225,7 @@ class StreamServer:
         except RuntimeError:  # the event loop has closed: nobody is listening
             self._release(session.id)
 
-    def _check_token(self, connection, request):  # noqa: ANN001, ANN202 - websockets'
+    def _check_token(self, connection, request):  # websockets'
         """At the handshake: no token configured, or the right one in the URL's ``token``
         query or an ``Authorization: Bearer`` header; else 401 (counted as refused).
 
@@ -272,7 +272,7 @@ class StreamServer:
                         f"; refused outright for {delay:.1f} s" if delay else "")
         return connection.respond(HTTPStatus.UNAUTHORIZED, "a valid token is required\n")
 
-    def _foreign_origin(self, connection, request):  # noqa: ANN001, ANN202 - websockets'
+    def _foreign_origin(self, connection, request):  # websockets'
         """Without ``--allow-origin``, a browser may connect only from a page of this server:
         an Origin header (browsers send one; other clients need not) must name the host and
         port the request was sent to, else 403. Otherwise any web page the user opens could
@@ -540,7 +540,7 @@ def web_page(path: str) -> tuple[str, str] | None:
     return (files("harness.viewer") / "web" / name).read_text(encoding="utf-8"), content_type
 
 
-def _web_response(connection, request):  # noqa: ANN001, ANN202 - websockets' types
+def _web_response(connection, request):  # websockets' types
     """The viewer page's HTTP response for a GET that asks for no WebSocket, else ``None``
     (the handshake goes on)."""
     if "websocket" in request.headers.get("Upgrade", "").lower():

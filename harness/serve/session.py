@@ -109,7 +109,7 @@ class Session:
         self.send = send  # (message, server perf time it leaves) -> queued in order
         self.downlink = downlink
         config = server.config
-        K = hello.K  # noqa: N806
+        K = hello.K
         if K not in server.leads:
             raise ProtocolError(f"K={K} is not served here; choose one of "
                                 f"{', '.join(map(str, sorted(server.leads)))}")

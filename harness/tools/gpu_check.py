@@ -92,7 +92,7 @@ OTHER_KS = (1, 3, 9, 15, 45)
 FORMAT = "latsim-gpu-check/2"
 
 
-def paper_context(K: int) -> int:  # noqa: N803
+def paper_context(K: int) -> int:
     """Clean history latents the paper's forward of ``K`` latents attends over."""
     return max(0, WAN_WINDOW_LATENTS - K)
 
@@ -116,7 +116,7 @@ class ForwardRow:
     like_for_like: bool = False  # the paper's workload: context == paper_context(K)
 
 
-def make_row(preset: ModelPreset, res: Resolution, K: int,  # noqa: N803
+def make_row(preset: ModelPreset, res: Resolution, K: int,
              times_ms: list[float], context: int = 0) -> ForwardRow:
     """Reduce per-forward times (ms) of one K to a table row."""
     if not times_ms:
@@ -177,7 +177,7 @@ class CachedSelfAttention:
 
 
 @contextlib.contextmanager
-def cached_context(generator, res: Resolution, K: int, context: int) -> Iterator[None]:  # noqa: N803
+def cached_context(generator, res: Resolution, K: int, context: int) -> Iterator[None]:
     """While open, ``generator.model`` on K latents is a cached forward over ``context``
     clean latents before them: every block's self-attention reads a KV cache of the
     context (synthetic values, allocated on the device here, outside any timing) and the
@@ -213,7 +213,7 @@ def cached_context(generator, res: Resolution, K: int, context: int) -> Iterator
         processors.clear()
 
 
-def time_forwards(generator, K: int, reps: int = 20, warmup: int = 3, *,  # noqa: N803
+def time_forwards(generator, K: int, reps: int = 20, warmup: int = 3, *,
                   res: Resolution | None = None, context: int = 0) -> list[float]:
     """Per-forward times (ms) of ``generator.model`` on ``K`` noisy latents at ``res`` (the
     generator's by default), over ``context`` cached clean latents. Every input is on the
@@ -245,14 +245,14 @@ def time_forwards(generator, K: int, reps: int = 20, warmup: int = 3, *,  # noqa
     return times
 
 
-def forward_rows(generator, Ks: tuple[int, ...], reps: int = 20,  # noqa: N803
+def forward_rows(generator, Ks: tuple[int, ...], reps: int = 20,
                  warmup: int = 3, *, res: Resolution | None = None,
                  context: int | Callable[[int], int] = 0) -> list[ForwardRow]:
     """Time every K and build the rows (works on CPU too, for tests). ``context`` is a
     number of cached latents, or a function of K (:func:`paper_context`)."""
     res = res or generator.res
     rows = []
-    for K in Ks:  # noqa: N806
+    for K in Ks:
         ctx = context(K) if callable(context) else context
         if ctx + K > generator.preset.rope_max_seq_len:
             raise LatsimError(f"K={K} plus {ctx} context latents exceed the model's "
@@ -265,14 +265,14 @@ def forward_rows(generator, Ks: tuple[int, ...], reps: int = 20,  # noqa: N803
     return rows
 
 
-def paper_rows(generator, resolutions: tuple[str, ...], Ks: tuple[int, ...],  # noqa: N803
+def paper_rows(generator, resolutions: tuple[str, ...], Ks: tuple[int, ...],
                reps: int = 30, warmup: int = 10) -> list[ForwardRow]:
     """The paper's workload (:data:`PAPER_CONTEXT`) and the context-free forward of the same
     shapes, per resolution and K: pairs of rows, like-for-like first."""
     rows = []
     for name in resolutions:
         res = resolution(name)
-        for K in Ks:  # noqa: N806
+        for K in Ks:
             rows += forward_rows(generator, (K,), reps, warmup, res=res, context=paper_context)
             if paper_context(K):
                 rows += forward_rows(generator, (K,), reps, warmup, res=res, context=0)
@@ -591,7 +591,7 @@ def _other_generator(args: argparse.Namespace) -> int:
 
 def _forward_medians(generator, args: argparse.Namespace, device: str) -> dict:
     rows = []
-    for K in args.Ks:  # noqa: N806
+    for K in args.Ks:
         times = generator.forward_times(K, args.reps)
         rows.append({"K": K, "median_ms": statistics.median(times), "min_ms": min(times),
                      "max_ms": max(times), "n": len(times)})
@@ -607,7 +607,7 @@ def _ltx_paper(generator, args: argparse.Namespace, device: str) -> dict:
     from harness.generators.ltx import PAPER_WORKLOAD
 
     rows = []
-    for K, paper_ms in PAPER_LTX_MS.items():  # noqa: N806
+    for K, paper_ms in PAPER_LTX_MS.items():
         times = generator.forward_times(K, args.paper_reps, PAPER_LTX_CONTEXT,
                                         warmup=args.paper_warmup)
         ours = statistics.median(times)

@@ -122,16 +122,16 @@ class MeasuredCost:
         rows = self.samples.get(kind) or self.samples.get("refill")
         return rows or tuple(s for rows in self.samples.values() for s in rows)
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         rows = self._rows(kind)
         pick = rows[0] if len(rows) == 1 else rows[int(rng.integers(len(rows)))]
         self.drawn.append(pick)
         return pick.C
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         return float(np.mean([s.C for s in self._rows("refill")]))
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         return max(float(np.quantile([s.C for s in rows], level))
                    for rows in self.samples.values())
 
@@ -377,7 +377,7 @@ def load_measured(run_dir: Path) -> MeasuredRun:
         if end is None or end <= 0:
             raise LatsimError(f"{folder.path}: {state} run with no finished job: nothing to "
                               "compare")
-        T = config.timing.T  # noqa: N806
+        T = config.timing.T
         window = min(end, duration)
         if window < T:
             raise LatsimError(f"{folder.path}: {state} run covers only [0, {end:.3g}] s, less "
@@ -412,7 +412,7 @@ def load_measured(run_dir: Path) -> MeasuredRun:
 def write_simulated(run_dir: Path, config: ControllerConfig, cost: CostModel, trace: Trace,
                     records: RunRecords, seed: int | None = None) -> Path:
     """Write one simulated run as a run folder, summarised like every other run."""
-    K = config.timing.K  # noqa: N806
+    K = config.timing.K
     identity = RunIdentity.of(config, cost.spec, cost.mean(K), f"trace:{trace.name}",
                               records.duration, seed)
     summary = summary_row(identity, summarize([records]).as_dict())

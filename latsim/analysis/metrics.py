@@ -76,7 +76,7 @@ def _calls_started(run: RunRecords) -> int:
 def work_calls(run: RunRecords) -> float:
     """DiT work consumed in the window, in calls: generated latents played or discarded
     within ``[0, duration]``, over K (every job samples K latents)."""
-    K = max((j.length for j in run.jobs), default=1)  # noqa: N806
+    K = max((j.length for j in run.jobs), default=1)
     return (_played_generated(run) + _discarded(run)) / K
 
 

@@ -38,13 +38,13 @@ def _check_nonnegative(**values: float) -> None:
         _require(math.isfinite(value) and value >= 0, f"{name} must be >= 0, got {value!r}")
 
 
-def boundary_wait_lower_bound(T: float) -> float:  # noqa: N803
+def boundary_wait_lower_bound(T: float) -> float:
     """E[R + Q] >= T/2 under chunk-boundary commitment (eq. 4; App. A.1 Prop. 1)."""
     _check_positive(T=T)
     return T / 2
 
 
-def baseline_latency_lower_bound(C: float, T: float) -> float:  # noqa: N803
+def baseline_latency_lower_bound(C: float, T: float) -> float:
     """E[L] >= C + T/2 under chunk-boundary commitment, fixed C (eq. 4; Prop. 1).
 
     With lead = C the baseline's L is uniform on [C, C + T), so the bound holds with equality.
@@ -53,7 +53,7 @@ def baseline_latency_lower_bound(C: float, T: float) -> float:  # noqa: N803
     return C + boundary_wait_lower_bound(T)
 
 
-def baseline_latency_quantile(lead: float, T: float, level: float) -> float:  # noqa: N803
+def baseline_latency_quantile(lead: float, T: float, level: float) -> float:
     """The ``level`` quantile of the baseline's L when it plans ``lead`` >= C ahead, C <= T.
 
     A chunk's job starts ``lead`` before its boundary, so a condition is shown at the first
@@ -66,14 +66,14 @@ def baseline_latency_quantile(lead: float, T: float, level: float) -> float:  # 
     return lead + level * T
 
 
-def speculative_latency_ideal(C: float, delta: float) -> float:  # noqa: N803
+def speculative_latency_ideal(C: float, delta: float) -> float:
     """E[L] -> C + δ/2 when a ready prefix exists on arrival (eq. 5; App. A.2)."""
     _check_nonnegative(C=C)
     _check_positive(delta=delta)
     return C + delta / 2
 
 
-def residual_wait_mean(C: float, T: float) -> float:  # noqa: N803
+def residual_wait_mean(C: float, T: float) -> float:
     """E[R] = C²/(2T): a worker busy C of every T, uniform arrivals (eq. 6; App. A.3)."""
     _check_nonnegative(C=C)
     _check_positive(T=T)
@@ -81,7 +81,7 @@ def residual_wait_mean(C: float, T: float) -> float:  # noqa: N803
     return C * C / (2 * T)
 
 
-def speculative_residual_wait_mean(C: float, T: float, delta: float) -> float:  # noqa: N803
+def speculative_residual_wait_mean(C: float, T: float, delta: float) -> float:
     """E[R] under latent commitment with refill deferral, fixed C = lead, rare updates.
 
     Eq. (6)'s C²/(2T) assumes every idle arrival starts its job at once. latsim's controller
@@ -100,7 +100,7 @@ def speculative_residual_wait_mean(C: float, T: float, delta: float) -> float:  
     return base + idle + busy
 
 
-def residual_wait_split(C: float, T: float) -> dict[str, float]:  # noqa: N803
+def residual_wait_split(C: float, T: float) -> dict[str, float]:
     """Eq. (6) worked out, Q excluded (App. A.3): an idle arrival waits C; a busy arrival
     (probability C/T) waits C/2 + C on average; the unconditional mean is C + C²/(2T)."""
     residual = residual_wait_mean(C, T)
@@ -113,7 +113,7 @@ def residual_wait_split(C: float, T: float) -> dict[str, float]:  # noqa: N803
 
 
 def speculative_latency_mean(
-    C: float, T: float, delta: float, lead: float | None = None  # noqa: N803
+    C: float, T: float, delta: float, lead: float | None = None
 ) -> float:
     """E[L] of latent-boundary commitment, fixed C, lead = C, rare updates (DESIGN §2).
 
@@ -142,12 +142,12 @@ def speculative_latency_mean(
     residual = residual_wait_mean(C, T)
     m = math.ceil(C / delta - 1e-9)
     gap = m * delta - C
-    K = round(T / delta)  # noqa: N806
+    K = round(T / delta)
     q_total = (K - m) * delta * delta / 2 + gap * gap / 2 + C * gap
     return C + residual + q_total / T + (0.0 if lead is None else lead - C)
 
 
-def speculative_latency_segments(C: float, T: float, delta: float,  # noqa: N803
+def speculative_latency_segments(C: float, T: float, delta: float,
                                  lead: float | None = None) -> list[tuple[float, float, float]]:
     """The map from an arrival's phase to its L under latent-boundary commitment, fixed C,
     rare updates and a ``lead`` >= C (default C): segments ``(a, b, c)`` on which an
@@ -175,7 +175,7 @@ def speculative_latency_segments(C: float, T: float, delta: float,  # noqa: N803
     return segments
 
 
-def speculative_latency_cdf(x: float, C: float, T: float, delta: float,  # noqa: N803
+def speculative_latency_cdf(x: float, C: float, T: float, delta: float,
                             lead: float | None = None) -> float:
     """P(L <= x) under latent-boundary commitment, fixed C, rare updates, a ``lead`` >= C
     (default C), C < T: the share of a chunk period's phases whose L is at most ``x``
@@ -183,13 +183,13 @@ def speculative_latency_cdf(x: float, C: float, T: float, delta: float,  # noqa:
     return _share_at_most(speculative_latency_segments(C, T, delta, lead), T, x)
 
 
-def _share_at_most(segments: list[tuple[float, float, float]], T: float,  # noqa: N803
+def _share_at_most(segments: list[tuple[float, float, float]], T: float,
                    x: float) -> float:
     """The share of a period of length ``T`` whose phase map L = c − u is at most ``x``."""
     return sum(max(0.0, b - max(a, c - x)) for a, b, c in segments) / T
 
 
-def speculative_latency_quantile(C: float, T: float, delta: float,  # noqa: N803
+def speculative_latency_quantile(C: float, T: float, delta: float,
                                  level: float, lead: float | None = None) -> float:
     """The ``level`` quantile of L under latent-boundary commitment, fixed C, rare updates,
     a ``lead`` >= C (default C), C < T: the inverse of :func:`speculative_latency_cdf`,
@@ -205,7 +205,7 @@ def speculative_latency_quantile(C: float, T: float, delta: float,  # noqa: N803
     return high
 
 
-def speculative_latency_mean_design(C: float, T: float, delta: float) -> float:  # noqa: N803
+def speculative_latency_mean_design(C: float, T: float, delta: float) -> float:
     """DESIGN §2's form C + C²/(2T) + (1 − C/T)·δ/2 + (C/T)·δ·(⌈C/δ⌉ − C/δ).
 
     Equal to :func:`speculative_latency_mean` when C is a multiple of δ, an upper bound on it
@@ -218,7 +218,7 @@ def speculative_latency_mean_design(C: float, T: float, delta: float) -> float: 
     return C + residual + (1 - C / T) * delta / 2 + (C / T) * busy_q
 
 
-def boundary_wait_reduction(T: float, delta: float) -> float:  # noqa: N803
+def boundary_wait_reduction(T: float, delta: float) -> float:
     """Predicted mean-latency reduction of latent vs chunk commitment: (T − δ)/2 (§4.3)."""
     _check_positive(T=T, delta=delta)
     _require(delta <= T + 1e-12, f"need δ <= T, got δ={delta:g}, T={T:g}")
@@ -231,7 +231,7 @@ def work_amplification(w: float) -> float:
     return 1 / (1 - w)
 
 
-def work_amplification_independent(K: int, p: float) -> float:  # noqa: N803
+def work_amplification_independent(K: int, p: float) -> float:
     """A = Kp / (1 − (1−p)^K), independent per-latent updates with probability p (App. B.2).
 
     p = 0 returns the limit 1.
@@ -243,7 +243,7 @@ def work_amplification_independent(K: int, p: float) -> float:  # noqa: N803
     return K * p / (1 - (1 - p) ** K)
 
 
-def work_amplification_poisson(rate: float, T: float, delta: float) -> float:  # noqa: N803
+def work_amplification_poisson(rate: float, T: float, delta: float) -> float:
     """A ≈ 1 + λ(T − δ)/2 for Poisson updates with λT ≪ 1 (App. B.2).
 
     Raises when λT >= 1, where the approximation has no claim.
@@ -254,13 +254,13 @@ def work_amplification_poisson(rate: float, T: float, delta: float) -> float:  #
     return 1 + rate * (T - delta) / 2
 
 
-def saturated_latency_mean(T: float) -> float:  # noqa: N803
+def saturated_latency_mean(T: float) -> float:
     """C = T: the worker is always busy, E[R] = T/2, Q = 0, E[L] = 3T/2 (App. A.3)."""
     _check_positive(T=T)
     return 1.5 * T
 
 
-def stall_fraction(C: float, T: float) -> float:  # noqa: N803
+def stall_fraction(C: float, T: float) -> float:
     """Long-run fraction of time a single worker's player is frozen: max(0, 1 − T/C).
 
     For C > T one worker produces T seconds of video per C seconds of work.
@@ -282,7 +282,7 @@ ABOUT: dict[str, str] = {
 }
 
 
-def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> dict:  # noqa: N803
+def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> dict:
     """Every closed form for one setting; formulas outside their validity give ``None``
     and a note under ``notes``; ``about`` says which simulated quantity a value is the
     mean of where two are easily confused (R with and without the refill deferral).
@@ -297,7 +297,7 @@ def summary(K: int, r: int, fps: float, C: float, rate: float | None = None) -> 
     if rate is not None:
         check_number("rate", rate, 0, MAX_RATE, unit="per s")
     timing = Timing(K, r, fps)
-    T, delta = timing.T, timing.delta  # noqa: N806
+    T, delta = timing.T, timing.delta
     notes: dict[str, str] = {}
 
     def attempt(key: str, fn, *args):
@@ -348,7 +348,7 @@ def theory_lines(row: dict) -> dict[str, float | None]:
     (:func:`speculative_latency_mean`) and its quantiles those of the phase map
     (:func:`speculative_latency_quantile`). They assume fixed C and rare updates: a
     measured C varies, so they are references, not predictions."""
-    C, T, delta, lead = row["C_measured_mean"], row["T"], row["delta"], row["lead"]  # noqa: N806
+    C, T, delta, lead = row["C_measured_mean"], row["T"], row["delta"], row["lead"]
     out: dict[str, float | None] = {"baseline_L50": None, "baseline_L95": None,
                                     "speculative_L50": None, "speculative_L95": None,
                                     "speculative_L_mean": None}

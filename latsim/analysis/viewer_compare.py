@@ -133,13 +133,13 @@ def predict_viewers(runs: list[ClientRun], replications: int = 20, seed: int = 0
     jobs: dict[tuple[int, str], list[float]] = {}
     uplinks, delivers = [], []
     for run in runs:
-        K = run.controller_config().timing.K  # noqa: N806
+        K = run.controller_config().timing.K
         for job in run.records.jobs:
             if job.kind != "prebuffer":
                 jobs.setdefault((K, job.kind), []).append(job.C)
         uplinks += [c.t_arrival - c.t_sent for c in run.records.conditions]
         delivers += [s.t_received - s.t_start for s in run.records.slots]
-    for K in {k for k, _ in jobs}:  # noqa: N806
+    for K in {k for k, _ in jobs}:
         if (K, "refill") not in jobs:
             jobs[(K, "refill")] = [c for (k, _), values in jobs.items() if k == K
                                    for c in values]

@@ -45,7 +45,7 @@ from latsim.formatting import fmt as _fmt
 
 
 def capacity(
-    K: Annotated[int, typer.Option("--K", help="chunk size in latent frames")],  # noqa: N803
+    K: Annotated[int, typer.Option("--K", help="chunk size in latent frames")],
     slo_l95: Annotated[float, typer.Option(help="SLO: end-to-end L95 at most this (s)")],
     slo_stall: Annotated[float, typer.Option(
         help="SLO: viewer stall (server stalls + late deliveries) at most this % of the "
@@ -53,7 +53,7 @@ def capacity(
     policy: Annotated[str, typer.Option(help="baseline or speculative")] = "speculative",
     r: ROptions = 4,
     fps: FpsOpt = 16.0,
-    C: COpt = None,  # noqa: N803
+    C: COpt = None,
     cost: CostOpt = None,
     lead: LeadOpt = None,
     updates: UpdatesOpt = "poisson:0.1",
@@ -143,7 +143,7 @@ def capacity(
 
     bar = ProgressBar("capacity")
 
-    def progress(verdict) -> None:  # noqa: ANN001
+    def progress(verdict) -> None:
         measured.append(verdict)
         keep(capacity_payload(query, measured, None, "running"))
         bar.label = (f"capacity: N={verdict.streams} {verdict.verdict} (L95 "

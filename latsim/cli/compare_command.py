@@ -120,7 +120,7 @@ def _viewer_payload(envelope_of_viewer: dict) -> dict:
     return {key: envelope_of_viewer[key] for key in ("rows", "MAPE", "MAPE_over")}
 
 
-def _compare_viewer(comparison, output: str, out: Path | None, seed: int) -> dict:  # noqa: ANN001
+def _compare_viewer(comparison, output: str, out: Path | None, seed: int) -> dict:
     """The viewer-side table: client runs (``latsim client``) against the serving model,
     printed in ``output`` (``none``: not printed); returns its envelope."""
     from latsim.analysis.fidelity import mape

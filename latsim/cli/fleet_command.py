@@ -114,7 +114,7 @@ def fleet(
 class _RunByDefault(TyperGroup):
     """A group whose first argument, when it names no command, is the file of ``run``."""
 
-    def parse_args(self, ctx, args):  # noqa: ANN001, ANN201 - click's signature
+    def parse_args(self, ctx, args):  # click's signature
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             args = ["run", *args]
         return super().parse_args(ctx, args)

@@ -199,8 +199,8 @@ def reproduce_serving(
             print_serving_report, output_format(fmt, as_json))
 
 
-def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: str,  # noqa: ANN001
-            max_events: int, figure: str, plot, report, output: str) -> None:  # noqa: ANN001
+def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: str,
+            max_events: int, figure: str, plot, report, output: str) -> None:
     """Run a reproduction on ``scheduler``, draw ``figure`` into ``out`` and print the
     tables (or their JSON)."""
     from latsim.cli.progress import ProgressBar
@@ -220,7 +220,7 @@ def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: st
     _emit_tables(output, tables, table, out)
 
 
-def _emit_tables(output: str, tables: dict[str, list[dict]], table, out: Path,  # noqa: ANN001
+def _emit_tables(output: str, tables: dict[str, list[dict]], table, out: Path,
                  **extra: object) -> None:
     """A reproduction's result: its first table as the envelope's rows, every table (by
     its CSV file's name) under ``tables``."""
@@ -350,7 +350,7 @@ def reproduce_replan_rule(
 def plot_timeline(
     run_dir: Annotated[Path, typer.Argument(help="folder with jobs.csv, slots.csv, ...")],
     policy: Annotated[str | None, typer.Option(help="policy to draw (default: first)")] = None,
-    K: Annotated[int | None, typer.Option("--K", help="chunk size (default: first)")] = None,  # noqa: N803
+    K: Annotated[int | None, typer.Option("--K", help="chunk size (default: first)")] = None,
     run: Annotated[int | None, typer.Option(help="run index (default: first)")] = None,
     stream: Annotated[int | None, typer.Option(
         help="stream of a serving folder (default: the first)")] = None,

@@ -94,7 +94,7 @@ def plan(
          slo=deployment.describe()["slo"], out=None if out is None else str(out))
 
 
-def _write_folder(out: Path, source: Path, deployment, result) -> None:  # noqa: ANN001
+def _write_folder(out: Path, source: Path, deployment, result) -> None:
     from latsim.run.files import dumps, write_rows_csv
     from latsim.viz.plan import draw_frontier
 

@@ -185,14 +185,14 @@ class OneLineErrors(TyperGroup):
     and exit 2, and ``KeyboardInterrupt`` into ``latsim: interrupted`` and exit 130; adds
     the commands of installed plugins (:data:`PLUGIN_GROUP`)."""
 
-    def list_commands(self, ctx):  # noqa: ANN001, ANN201 - click's signature
+    def list_commands(self, ctx):  # click's signature
         own = super().list_commands(ctx)
         return own + sorted(name for name in _plugin_commands() if name not in own)
 
-    def get_command(self, ctx, cmd_name):  # noqa: ANN001, ANN201 - click's signature
+    def get_command(self, ctx, cmd_name):  # click's signature
         return super().get_command(ctx, cmd_name) or _plugin_commands().get(cmd_name)
 
-    def invoke(self, ctx):  # noqa: ANN001, ANN201 - click's signature
+    def invoke(self, ctx):  # click's signature
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:  # past typer's Exit(130), see the carrier
@@ -352,14 +352,14 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
     """Register ``simulate`` or ``sweep``: the same options, one K or several."""
 
     def command(
-        K: Annotated[  # noqa: N803
+        K: Annotated[
             list[int] | None, typer.Option("--K", help="chunk size(s) in latent frames, "
                                            "e.g. --K 4 8 21")
         ] = default_Ks,
         policy: PolicyOpt = "both",
         r: ROptions = 4,
         fps: FpsOpt = 16.0,
-        C: COpt = None,  # noqa: N803
+        C: COpt = None,
         cost: CostOpt = None,
         lead: LeadOpt = None,
         q: QOpt = None,
@@ -446,8 +446,8 @@ _experiment_command(
 
 @app.command("theory")
 def theory_cmd(
-    K: Annotated[int, typer.Option("--K", help="chunk size in latent frames")],  # noqa: N803
-    C: Annotated[float, typer.Option("--C", help="generation time C (s)")],  # noqa: N803
+    K: Annotated[int, typer.Option("--K", help="chunk size in latent frames")],
+    C: Annotated[float, typer.Option("--C", help="generation time C (s)")],
     r: ROptions = 4,
     fps: FpsOpt = 16.0,
     rate: Annotated[

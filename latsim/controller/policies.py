@@ -37,7 +37,7 @@ class Policy:
         if not (math.isfinite(self.commit_lead) and self.commit_lead >= 0):
             raise LatsimError(f"commit lead must be >= 0 seconds, got {self.commit_lead!r}")
 
-    def commit_unit(self, K: int) -> int:  # noqa: N803
+    def commit_unit(self, K: int) -> int:
         """The commit unit for chunk size ``K``; raises if it does not divide ``K``."""
         q = K if self.q is None else self.q
         if K % q:

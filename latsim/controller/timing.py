@@ -33,6 +33,6 @@ class Timing:
         return self.r / self.fps
 
     @property
-    def T(self) -> float:  # noqa: N802 - the paper's symbol
+    def T(self) -> float:  # the paper's symbol
         """Seconds one chunk of K latents plays for."""
         return self.K * self.r / self.fps

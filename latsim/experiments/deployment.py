@@ -90,7 +90,7 @@ class PlanSLO:
 
 @dataclass(frozen=True)
 class SearchSpace:
-    Ks: tuple[int, ...]  # noqa: N815
+    Ks: tuple[int, ...]
     policies: tuple[str, ...]
     degrees: tuple[int, ...]
     gpus_per_node: tuple[int, ...]
@@ -112,7 +112,7 @@ class SearchSpace:
                               f"{list(self.policies)!r}")
         check_int("search.max_sessions", self.max_sessions, 1, MAX_NODE_SESSIONS)
         check_int("search.max_verified", self.max_verified, 1, MAX_VERIFIED)
-        for K, score in self.quality:  # noqa: N806
+        for K, score in self.quality:
             if K not in self.Ks:
                 raise LatsimError(f"search.quality gives K={K}, which search.K does not list")
             check_number(f"search.quality[{K}]", score, -1e9, 1e9)
@@ -125,7 +125,7 @@ class SearchSpace:
             raise LatsimError(f"the search space holds {count} candidates; at most "
                               f"{MAX_CANDIDATES}")
 
-    def quality_of(self, K: int) -> float:  # noqa: N803
+    def quality_of(self, K: int) -> float:
         return dict(self.quality).get(K, float(K))
 
 
@@ -174,7 +174,7 @@ class Deployment:
 
 @dataclass(frozen=True)
 class Candidate:
-    K: int  # noqa: N815
+    K: int
     policy: str
     degree: int
     gpus: int
@@ -262,7 +262,7 @@ def _check_shape(deployment: Deployment, candidate: Candidate, path: str) -> Non
                           f"{exc}") from None
 
 
-def node_cost(deployment: Deployment, candidate: Candidate):  # noqa: ANN201
+def node_cost(deployment: Deployment, candidate: Candidate):
     """The DiT cost model at the candidate's USP degree (a ``usp:`` table's own table for
     that degree; any other cost is one time whatever the degree, so only degree 1)."""
     from latsim.experiments.engine import DEFAULT_COST
@@ -281,7 +281,7 @@ def node_cost(deployment: Deployment, candidate: Candidate):  # noqa: ANN201
 # ---------------------------------------------------------------- the surrogate
 
 
-def update_rate(deployment: Deployment, K: int) -> float:  # noqa: N803
+def update_rate(deployment: Deployment, K: int) -> float:
     """Conditions per second while a session is active (the workload's ``updates``)."""
     from latsim.model.arrivals import parse_updates
 
@@ -298,9 +298,9 @@ class NodeModel:
     chunk period and slot, the mean C, the lead before queueing, the update rate while
     active, its DiT groups and its policy."""
 
-    T: float  # noqa: N815
+    T: float
     delta: float
-    C: float  # noqa: N815
+    C: float
     base_lead: float
     rate: float
     groups: int
@@ -320,7 +320,7 @@ class NodeModel:
     def estimate(self, sessions: int, slo: PlanSLO) -> dict:
         """The node with ``sessions`` streams: load, lead, L95, TTFC (and the limit it
         breaks, ``failed``, empty when none). Every session counts as active at once."""
-        T, C = self.T, self.C  # noqa: N806
+        T, C = self.T, self.C
         per_group = -(-sessions // self.groups)
         replans = self.rate * T if self.policy == "speculative" else 0.0
         rho = per_group * C * (1 + replans) / T
@@ -355,7 +355,7 @@ def screen(deployment: Deployment, candidate: Candidate) -> dict:
     """The surrogate's row for ``candidate``: the most sessions a node holds within the SLO
     (up to ``search.max_sessions``), the nodes the peak needs, and what that costs."""
     space, model = deployment.space, NodeModel.of(deployment, candidate)
-    A = (theory.work_amplification_poisson(model.rate, model.T, model.delta)  # noqa: N806
+    A = (theory.work_amplification_poisson(model.rate, model.T, model.delta)
          if candidate.policy == "speculative" and model.rate * model.T < 1 else 1.0)
     row: dict[str, Any] = {
         "K": candidate.K, "policy": candidate.policy, "usp": candidate.degree,

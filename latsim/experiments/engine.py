@@ -118,7 +118,7 @@ class Experiment:
         by :func:`plan`."""
         if not self.Ks:
             raise LatsimError("give at least one K")
-        for K in self.Ks:  # noqa: N806
+        for K in self.Ks:
             check_int("K", K, 1, MAX_K)
         check_int("r", self.r, 1, MAX_R)
         check_number("fps", self.fps, MIN_FPS, MAX_FPS, positive=True)
@@ -235,7 +235,7 @@ def _policy(experiment: Experiment, name: str) -> Policy:
                    commit_lead=experiment.commit_lead)
 
 
-def _check_job_time(what: str, value: float, K: int, spec: str) -> float:  # noqa: N803
+def _check_job_time(what: str, value: float, K: int, spec: str) -> float:
     if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
         raise LatsimError(f"{what} at K={K} is {value:.4g} s under cost {spec}; a job time "
                           f"must be finite and at most {MAX_SECONDS:g} s")
@@ -258,7 +258,7 @@ def plan(experiment: Experiment) -> Plan:
     cells = []
     auto: dict[tuple[int, str], tuple[float, str]] = {}  # see Plan.auto_leads
     stream = serving or ServingConfig()  # its defaults are the single worker's settings
-    for K in experiment.Ks:  # noqa: N806
+    for K in experiment.Ks:
         timing = Timing(K, experiment.r, experiment.fps)
         if duration < timing.T:
             raise LatsimError(
@@ -333,7 +333,7 @@ def closed_form_wait(serving: ServingConfig, cost: CostModel, timing: Timing
     from latsim.analysis.queueing import periodic_wait_quantile
 
     groups = dict(serving.pools).get(serving.dit_pool, 0) // (serving.degree or 1)
-    C = cost.mean(timing.K)  # noqa: N806
+    C = cost.mean(timing.K)
     per_group = -(-serving.streams // groups) if groups else 0
     if not 0 < per_group * C < timing.T:
         return None
@@ -341,7 +341,7 @@ def closed_form_wait(serving: ServingConfig, cost: CostModel, timing: Timing
 
 
 @lru_cache(maxsize=64)
-def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,  # noqa: N803
+def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,
                    policy: str) -> tuple[float, str]:
     """(seconds, model) that ``--lead auto`` adds to ``base_lead`` for ``policy``'s cell at
     chunk size ``K``: the wait for devices shared with other streams. Each policy gets its
@@ -445,7 +445,7 @@ def _stream_inputs(p: Plan, cell: Cell, replication: int) -> list[StreamInput]:
 
     serving = p.serving
     assert serving is not None
-    seed, T = p.experiment.seed, cell.timing.T  # noqa: N806
+    seed, T = p.experiment.seed, cell.timing.T
     inputs = []
     for s in range(serving.streams):
         arrivals = np.random.SeedSequence(seed, spawn_key=(replication, 2 * s))
@@ -652,13 +652,13 @@ def _theory_mean(p: Plan, cell: Cell) -> float | None:
     lead − C for a lead above C), and only while its branches are placed ``lead`` ahead: a
     ``commit_lead`` beyond the lead moves them further.
     """
-    timing, K = cell.timing, cell.timing.K  # noqa: N806
+    timing, K = cell.timing, cell.timing.K
     if p.experiment.run_ahead:  # refills start earlier than the closed forms assume
         return None
     if not p.cost.deterministic or not (p.experiment.serving is None
                                         or p.experiment.serving.trivial):
         return None
-    C = p.cost.mean(K)  # noqa: N806
+    C = p.cost.mean(K)
     if C > timing.T or C > cell.lead + 1e-12:
         return None
     if cell.policy.commit == "eager":
@@ -676,7 +676,7 @@ def _stream_runs(runs: list) -> list[RunRecords]:
 
 
 def _row(p: Plan, cell: Cell, runs: dict) -> dict:
-    K = cell.timing.K  # noqa: N806
+    K = cell.timing.K
     own = runs[(K, cell.policy.name)]
     if p.experiment.serving is None:
         metrics = summarize(own).as_dict()
@@ -687,7 +687,7 @@ def _row(p: Plan, cell: Cell, runs: dict) -> dict:
         metrics = {"pools": ",".join(f"{name}={size}" for name, size in serving.pools),
                    "schedule": serving.schedule, "start": serving.start,
                    **serving_metrics(own)}
-    A, A_se = work_ratio(_stream_runs(own), _stream_runs(runs[(K, "baseline")]))  # noqa: N806
+    A, A_se = work_ratio(_stream_runs(own), _stream_runs(runs[(K, "baseline")]))
     identity = RunIdentity.of(cell.config, p.cost.spec, p.cost.mean(K), p.arrivals.spec,
                               p.duration, p.experiment.seed)
     auto = dict(p.auto_leads).get((K, cell.policy.name))
@@ -759,7 +759,7 @@ def write_experiment(result: ExperimentResult, out: Path,
     asked = result.plan.experiment.policies
     own = {key: cell_runs for key, cell_runs in result.runs.items() if key[1] in asked}
     runs = (((policy, K, index), run)
-            for (K, policy), cell_runs in own.items()  # noqa: N806
+            for (K, policy), cell_runs in own.items()
             for index, run in enumerate(cell_runs))
     level, serving = result.plan.experiment.records, result.plan.experiment.serving
     if level != "none":
@@ -772,7 +772,7 @@ def write_experiment(result: ExperimentResult, out: Path,
         from latsim.analysis.serving import per_stream_rows
 
         streams = [{"policy": policy, "K": K, **row}
-                   for (K, policy), cell_runs in own.items()  # noqa: N806
+                   for (K, policy), cell_runs in own.items()
                    for row in per_stream_rows(cell_runs)]
         write_rows_csv(out / "streams.csv", streams)
         written.append(out / "streams.csv")

@@ -158,7 +158,7 @@ class DaskPool:
 def _warm_up() -> None:
     """Import what every task needs (numpy, SimPy, the simulators) on a worker; the
     experiment engine on top of them is light."""
-    import latsim.sim.serving  # noqa: F401
+    import latsim.sim.serving
     import latsim.sim.simpy_driver  # noqa: F401
 
 

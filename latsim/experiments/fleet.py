@@ -117,7 +117,7 @@ def _joins(fp: FleetPlan, replication: int) -> tuple[float, ...]:
     """A population's join times, by the serving model's ``start`` rule."""
     serving, seed = fp.plan.serving, fp.run.seed
     assert serving is not None
-    T = fp.cell.timing.T  # noqa: N806
+    T = fp.cell.timing.T
     joins = []
     for s in range(serving.streams):
         if serving.start == "random":
@@ -184,7 +184,7 @@ def simulate_replication(fp: FleetPlan, replication: int) -> FleetRecords:
     return merge_plays(control, plans, plays)
 
 
-def _play(fp: FleetPlan, replication: int, node: int, plan: list):  # noqa: ANN202
+def _play(fp: FleetPlan, replication: int, node: int, plan: list):
     from latsim.sim.fleet import simulate_node_plan
 
     setup, _, inputs, batch_rng, _ = _parts(fp, replication, with_sessions=False)
@@ -339,7 +339,7 @@ class FleetFolder:
                 write_rows_csv(self.out / f"{name}.csv", rows)
 
 
-def _run_sharded(fp: FleetPlan, pool, progress, done) -> list[ReplicationResult]:  # noqa: ANN001
+def _run_sharded(fp: FleetPlan, pool, progress, done) -> list[ReplicationResult]:
     """Every replication's control plane here, then every node of every replication as
     one work unit on the pool, then each replication's merge as its nodes come back."""
     from latsim.sim.fleet import merge_plays, plan_fleet_run

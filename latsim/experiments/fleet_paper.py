@@ -131,7 +131,7 @@ POLICY_SLOS = (7.0, 3.0)
 
 def policy_table(max_events: int, step: Callable[[], None] = lambda: None) -> list[dict]:
     rows = []
-    for name, K, r, fps, C in POLICY_SETTINGS:  # noqa: N806
+    for name, K, r, fps, C in POLICY_SETTINGS:
         base_work = None  # the baseline's work at the loosest SLO it meets: A's denominator
         run = _fleet({"arrivals": "poisson:0.05", "duration": "exponential:120",
                       "updates": "poisson:0.1"},

@@ -204,7 +204,7 @@ def load_grid(path: str | Path) -> GridSpec:
     return parse_grid(read_input_file(path, "grid file"), str(path))
 
 
-def experiment(spec: GridSpec, index: int):  # noqa: ANN201 - Experiment (lazy import)
+def experiment(spec: GridSpec, index: int):  # Experiment (lazy import)
     """The :class:`~latsim.experiments.engine.Experiment` of cell ``index``."""
     from latsim.experiments.engine import Experiment
     from latsim.model.serving import build_serving
@@ -217,7 +217,7 @@ def experiment(spec: GridSpec, index: int):  # noqa: ANN201 - Experiment (lazy i
     if "rate" in settings:
         settings["updates"] = f"poisson:{settings.pop('rate')!r}"
     policy = settings.pop("policy", "speculative")
-    K = settings.pop("K")  # noqa: N806
+    K = settings.pop("K")
     return Experiment(Ks=(K,), policies=(policy,), seeds=spec.seeds, seed=spec.seed,
                       serving=serving_config, records="none", **settings)
 
@@ -258,7 +258,7 @@ def _probe_keys(spec: GridSpec, index: int) -> tuple[str, ...]:
     cell = experiment(spec, index)
     serving = None if cell.serving is None else replace(cell.serving, streams=1)
     probe = replace(cell, seeds=1, serving=serving)
-    T = plan(probe).cells[0].timing.T  # noqa: N806
+    T = plan(probe).cells[0].timing.T
     with local_only():
         summary = run_experiment(replace(probe, duration=T), jobs=1).rows[0]
     return tuple(k for k, v in summary.items() if not isinstance(v, dict))
@@ -277,7 +277,7 @@ def run_cells(work: tuple[GridSpec, tuple[int, ...]]) -> list[tuple[int, dict]]:
     return out
 
 
-def _with_errors(spec: GridSpec, result) -> dict:  # noqa: ANN001
+def _with_errors(spec: GridSpec, result) -> dict:
     """The cell's summary row with each metric's standard error over its replications
     (``{metric}_se``, None with one replication or a metric missing from one) and their
     number (``n_runs``)."""

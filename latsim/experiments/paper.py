@@ -58,7 +58,7 @@ from latsim.run.stream import RunRecords, default_drain
 from latsim.sim.simpy_driver import simulate_trace
 
 
-def _setting_experiment(setting: Setting, C: float, trace_dir: Path,  # noqa: N803
+def _setting_experiment(setting: Setting, C: float, trace_dir: Path,
                         max_events: int = DEFAULT_MAX_EVENTS) -> Experiment:
     """Both policies of ``setting`` at fixed ``C`` on one trace set (one replication per
     trace, the same traces for both policies)."""
@@ -66,7 +66,7 @@ def _setting_experiment(setting: Setting, C: float, trace_dir: Path,  # noqa: N8
                       updates=f"traces:{trace_dir}", max_events=max_events)
 
 
-def _simulate(setting: Setting, C: float, trace_dir: Path,  # noqa: N803
+def _simulate(setting: Setting, C: float, trace_dir: Path,
               jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS) -> ExperimentResult:
     """Run :func:`_setting_experiment`."""
     return run_experiment(_setting_experiment(setting, C, trace_dir, max_events), jobs=jobs)
@@ -76,7 +76,7 @@ def _rows_by_policy(result: ExperimentResult) -> dict[str, dict]:
     return {row["policy"]: row for row in result.rows}
 
 
-def _sim_rows(setting: Setting, C: float, trace_dir: Path, jobs: int | None,  # noqa: N803
+def _sim_rows(setting: Setting, C: float, trace_dir: Path, jobs: int | None,
               max_events: int = DEFAULT_MAX_EVENTS) -> dict:
     """The summary row of each policy (see :func:`_simulate`)."""
     return _rows_by_policy(_simulate(setting, C, trace_dir, jobs, max_events))
@@ -128,8 +128,8 @@ def settings_table(root: Path, jobs: int | None,
     rows = []
     for s in SETTINGS:
         data = paper_data()["settings"][s.name]
-        T, delta = s.timing.T, s.timing.delta  # noqa: N806
-        C = infer_C(s)  # noqa: N806
+        T, delta = s.timing.T, s.timing.delta
+        C = infer_C(s)
         row: dict = {
             "setting": s.name, "K": s.K, "r": s.r, "fps": s.fps, "T": _r6(T),
             "delta": _r6(delta), "C": _r6(C), "C_method": s.c_method,
@@ -170,7 +170,7 @@ def settings_table(root: Path, jobs: int | None,
     return rows
 
 
-def phase_grid_runs(K: int, r: int, fps: float, C: float, policy: str,  # noqa: N803
+def phase_grid_runs(K: int, r: int, fps: float, C: float, policy: str,
                     n: int) -> list[tuple]:
     """One run per arrival phase u_i = (i + ½)/n · T, arrival at T + u_i (steady state: the
     refill cycle is busy over [mT − C, mT)); a deterministic stand-in for uniform phase.
@@ -187,11 +187,11 @@ def phase_grid_runs(K: int, r: int, fps: float, C: float, policy: str,  # noqa: 
 
 
 def _phase_runs(work: tuple) -> list[tuple]:
-    K, r, fps, C, policy, n, phases = work  # noqa: N806
+    K, r, fps, C, policy, n, phases = work
     timing = Timing(K, r, fps)
     config = ControllerConfig(timing, PRESETS[policy], C)
     cost = FixedCost(C)
-    T = timing.T  # noqa: N806
+    T = timing.T
     out = []
     with gc_paused():
         for i in phases:
@@ -204,7 +204,7 @@ def _phase_runs(work: tuple) -> list[tuple]:
     return out
 
 
-def phase_grid_conditions(K: int, r: int, fps: float, C: float, policy: str,  # noqa: N803
+def phase_grid_conditions(K: int, r: int, fps: float, C: float, policy: str,
                           n: int) -> list:
     """The condition records of :func:`phase_grid_runs`."""
     return [cond for cond, _ in phase_grid_runs(K, r, fps, C, policy, n)]
@@ -218,14 +218,14 @@ EQ6_PHASES = 2000
 
 def eq6_table() -> list[dict]:
     """The eq. (6) worked example by theory and by a phase-grid simulation."""
-    K, r, fps = EQ6_TIMING  # noqa: N806
+    K, r, fps = EQ6_TIMING
     timing = Timing(K, r, fps)
-    T, delta, C = timing.T, timing.delta, EQ6_C  # noqa: N806
+    T, delta, C = timing.T, timing.delta, EQ6_C
     split = theory.residual_wait_split(C, T)
     spec_runs = phase_grid_runs(K, r, fps, C, "speculative", EQ6_PHASES)
     spec = [cond for cond, _ in spec_runs]
     base = phase_grid_conditions(K, r, fps, C, "baseline", EQ6_PHASES)
-    R = np.array([c.R for c in spec])  # noqa: N806
+    R = np.array([c.R for c in spec])
     rc = np.array([c.R + c.C for c in spec])
     busy = np.array([was_busy for _, was_busy in spec_runs])
     paper = paper_data()["eq6_example"]
@@ -278,7 +278,7 @@ def amplification_table(jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS) 
         for row in run_experiment(exp, jobs=jobs).rows:
             if row["policy"] != "speculative":
                 continue
-            K, T, delta = row["K"], row["T"], row["delta"]  # noqa: N806
+            K, T, delta = row["K"], row["T"], row["delta"]
             rate = p / delta
             a_ind = theory.work_amplification_independent(K, p)
             try:
@@ -310,7 +310,7 @@ def _stall_experiment(ratio: float, max_events: int = DEFAULT_MAX_EVENTS) -> Exp
 def stall_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS) -> list[dict]:
     """LTX short-chunk eager (C > T) on the paper's trace sets, then a C/T sweep."""
     s = SETTINGS[4]
-    C = infer_C(s)  # noqa: N806
+    C = infer_C(s)
     paper = paper_data()["settings"][s.name]["baseline_stall_pct"]
     rows = []
     for kind in TRACE_SETS:
@@ -325,8 +325,8 @@ def stall_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVEN
     return rows
 
 
-def _stall_row(case: str, s: Setting, C: float, row: dict, paper: float | None) -> dict:  # noqa: N803
-    T = s.timing.T  # noqa: N806
+def _stall_row(case: str, s: Setting, C: float, row: dict, paper: float | None) -> dict:
+    T = s.timing.T
     stall = 100 * theory.stall_fraction(C, T)
     return {
         "case": case, "policy": row["policy"], "K": s.K, "T": _r6(T), "C": _r6(C),
@@ -421,7 +421,7 @@ def reproduction_experiments(root: Path, max_events: int = DEFAULT_MAX_EVENTS
     return experiments
 
 
-def phase_grid_events(K: int, r: int, fps: float, C: float, n: int) -> float:  # noqa: N803
+def phase_grid_events(K: int, r: int, fps: float, C: float, n: int) -> float:
     """Events :func:`phase_grid_runs` may cover for one policy: n runs of 4T plus the
     drain, one condition each."""
     timing = Timing(K, r, fps)

@@ -69,7 +69,7 @@ C_METHOD_TEXT = {
 }
 
 
-def refined_reduction(C: float, T: float, delta: float) -> float:  # noqa: N803
+def refined_reduction(C: float, T: float, delta: float) -> float:
     """Theory's mean-latency reduction at generation time C: baseline C + T/2 minus the
     refined speculative mean (eq. 6 plus Q), :func:`theory.speculative_latency_mean`."""
     return theory.baseline_latency_lower_bound(C, T) - theory.speculative_latency_mean(
@@ -77,7 +77,7 @@ def refined_reduction(C: float, T: float, delta: float) -> float:  # noqa: N803
     )
 
 
-def smooth_reduction(C: float, T: float, delta: float) -> float:  # noqa: N803
+def smooth_reduction(C: float, T: float, delta: float) -> float:
     """Δ(C) ≈ (T − δ)/2 − C²/(2T): the boundary-wait reduction less eq. (6)'s residual wait,
     with the completion phase averaged out. The exact :func:`refined_reduction` is a
     sawtooth in C (a busy arrival's Q jumps from 0 to nearly δ each time C passes a multiple
@@ -85,7 +85,7 @@ def smooth_reduction(C: float, T: float, delta: float) -> float:  # noqa: N803
     return theory.boundary_wait_reduction(T, delta) - theory.residual_wait_mean(C, T)
 
 
-def invert_reduction(target: float, T: float, delta: float) -> float | None:  # noqa: N803
+def invert_reduction(target: float, T: float, delta: float) -> float | None:
     """The C in [0, T] with :func:`smooth_reduction` = ``target``:
     C = sqrt(2T·((T − δ)/2 − target)); None when ``target`` exceeds (T − δ)/2 (no C >= 0
     reaches it) or needs C > T."""
@@ -96,10 +96,10 @@ def invert_reduction(target: float, T: float, delta: float) -> float | None:  # 
     return c if c <= T else None
 
 
-def infer_C(setting: Setting) -> float:  # noqa: N802
+def infer_C(setting: Setting) -> float:
     """The C used for ``setting``, derived from the paper measurement its method names."""
     data = paper_data()["settings"][setting.name]
-    T = setting.timing.T  # noqa: N806
+    T = setting.timing.T
     if setting.c_method == "activity":
         return min(data["kernel_activity_pct"]) / 100.0 * T
     if setting.c_method == "stall":

@@ -40,7 +40,7 @@ def _experiments(root: Path, max_events: int) -> list[tuple[dict, Experiment, Ex
     for setting in (s for s in SETTINGS if s.name in RULE_SETTINGS):
         timing = setting.timing
         for below in SLOTS_BELOW_T:
-            C = round(timing.T - below * timing.delta, 9)  # noqa: N806
+            C = round(timing.T - below * timing.delta, 9)
             for load in TRACE_SETS:
                 defer = Experiment(Ks=(setting.K,), r=setting.r, fps=setting.fps,
                                    cost=FixedCost(C), updates=f"traces:{root / load}",
@@ -52,7 +52,7 @@ def _experiments(root: Path, max_events: int) -> list[tuple[dict, Experiment, Ex
     return cells
 
 
-def _speculative(result) -> tuple[dict, list]:  # noqa: ANN001 - ExperimentResult
+def _speculative(result) -> tuple[dict, list]:  # ExperimentResult
     row = next(r for r in result.rows if r["policy"] == "speculative")
     runs = next(runs for (_, policy), runs in result.runs.items() if policy == "speculative")
     return row, runs

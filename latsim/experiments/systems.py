@@ -208,7 +208,7 @@ def measured_fps(model: WaveForcingCost, pools: tuple[tuple[str, int], ...]
     decoded = [task.t_end for task in run.tasks if task.stage == "decode"]
     lo, hi = STEADY
 
-    def fps(ends) -> float:  # noqa: ANN001
+    def fps(ends) -> float:
         return sum(lo <= end < hi for end in ends) * frames / (hi - lo)
 
     return fps(generated.values()), fps(decoded)

@@ -64,13 +64,13 @@ class FixedCost:
     def spec(self) -> str:
         return f"fixed:{self.C!r}"
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         return self.C
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         return self.C
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         return self.C
 
     @property
@@ -93,13 +93,13 @@ class AffineCost:
     def spec(self) -> str:
         return f"affine:{self.a!r},{self.b!r}"
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         return self.mean(K)
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         return self.a + self.b * K
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         return self.mean(K)
 
     @property
@@ -133,13 +133,13 @@ class LognormalCost:
     def spec(self) -> str:
         return f"lognormal:{self.mean_s!r},{self.cv!r}"
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         return float(rng.lognormal(self._mu, self._sigma)) if self.cv > 0 else self.mean_s
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         return self.mean_s
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         if self.cv == 0:
             return self.mean_s
         return math.exp(self._mu + self._sigma * NormalDist().inv_cdf(level))
@@ -175,17 +175,17 @@ class TableCost:
     def spec(self) -> str:
         return f"table:{self.path}"
 
-    def _rows(self, K: int, kind: str) -> tuple[float, ...] | None:  # noqa: N803
+    def _rows(self, K: int, kind: str) -> tuple[float, ...] | None:
         return self.samples.get((K, kind)) or self.samples.get((K, "refill"))
 
     def _table_ks(self) -> list[int]:
         return sorted({k for k, _ in self.samples})
 
-    def _kind_rows(self, K: int) -> list[tuple[float, ...]]:  # noqa: N803
+    def _kind_rows(self, K: int) -> list[tuple[float, ...]]:
         """The rows each job kind draws from at a table ``K`` (empty between table rows)."""
         return [rows for kind in JOB_KINDS if (rows := self._rows(K, kind)) is not None]
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         rows = self._rows(K, kind)
         if rows is None:
             return self.mean(K)
@@ -193,7 +193,7 @@ class TableCost:
             return rows[0]
         return rows[int(rng.integers(len(rows)))]
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         """The refill rows' mean (what a refill costs on average), interpolated between
         table K."""
         rows = self._rows(K, "refill")
@@ -209,7 +209,7 @@ class TableCost:
         m_lo, m_hi = self.mean(lo), self.mean(hi)
         return m_lo + (m_hi - m_lo) * (K - lo) / (hi - lo)
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         """The largest of the job kinds' ``level`` quantiles at ``K``.
 
         The planning lead is this quantile, and the controller starts both refills and
@@ -328,13 +328,13 @@ class ParallelTableCost:
     def spec(self) -> str:
         return f"usp:{self.path}@{self.degree}"
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         return self.tables[self.degree].sample(K, rng, kind)
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         return self.tables[self.degree].mean(K)
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         return self.tables[self.degree].quantile(K, level)
 
     @property

@@ -49,7 +49,7 @@ MAX_NODE_SESSIONS = 16384
 class NodeSpec:
     """One node: a serving model whose streams are the sessions placed on it."""
 
-    K: int  # noqa: N815
+    K: int
     cost: str | None  # None: latsim's default (Wan1.3B's affine cost)
     policy: str
     lead: float | str | None  # seconds, "auto" or "cost"; None: cost

@@ -81,7 +81,7 @@ class StagedGenerator:
     decode: CostModel | None = None
     decode_pool: str = "vae"
 
-    def steps(self, K: int, kind: str, streams: StepStreams) -> Iterator[Step]:  # noqa: N803
+    def steps(self, K: int, kind: str, streams: StepStreams) -> Iterator[Step]:
         if hasattr(self.dit, "steps"):  # a system model: its own chain
             yield from self.dit.steps(K, kind, streams)  # type: ignore[attr-defined]
         else:
@@ -130,7 +130,7 @@ class SdvgCost:
     def spec(self) -> str:
         return f"sdvg:{self.source}"
 
-    def blocks(self, K: int) -> int:  # noqa: N803
+    def blocks(self, K: int) -> int:
         return -(-K // self.block)
 
     def _forced(self, kind: str) -> int:
@@ -138,7 +138,7 @@ class SdvgCost:
         return 1 if kind == "prebuffer" or (kind == "replan" and self.replan_first == "target") \
             else 0
 
-    def steps(self, K: int, kind: str, streams: StepStreams) -> Iterator[Step]:  # noqa: N803
+    def steps(self, K: int, kind: str, streams: StepStreams) -> Iterator[Step]:
         rng = streams.cost
         for index in range(self.blocks(K)):
             latents = min(self.block, K - index * self.block)
@@ -158,7 +158,7 @@ class SdvgCost:
 
     # -- as a cost model: the job's time on dedicated devices (steps back to back)
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         streams = StepStreams(rng, rng, rng)
         return sum(step.duration for step in self.steps(K, kind, streams))
 
@@ -168,7 +168,7 @@ class SdvgCost:
     def _rejected(self) -> float:
         return self.target + self.vae
 
-    def _distribution(self, K: int, kind: str) -> list[tuple[float, float]]:  # noqa: N803
+    def _distribution(self, K: int, kind: str) -> list[tuple[float, float]]:
         """(time, probability) of a job: the rejections among its routed blocks are
         binomial."""
         forced = min(self._forced(kind), self.blocks(K))
@@ -178,10 +178,10 @@ class SdvgCost:
                  math.comb(routed, r) * (1 - self.accept) ** r * self.accept ** (routed - r))
                 for r in range(routed + 1)]
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         return sum(t * p for t, p in self._distribution(K, "refill"))
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         """The largest over job kinds of the ``level`` quantile of the job time."""
         out = 0.0
         for kind in JOB_KINDS:
@@ -197,7 +197,7 @@ class SdvgCost:
     def deterministic(self) -> bool:
         return self.accept in (0.0, 1.0) and self.replan_first == "route"
 
-    def target_alone(self, K: int) -> float:  # noqa: N803
+    def target_alone(self, K: int) -> float:
         """A job's time when the target generates every block (no draft, no reward)."""
         return self.blocks(K) * self._rejected()
 
@@ -250,17 +250,17 @@ class DraftVerifyCost:
         """The geometric success probability with mean ``tau`` on {1, 2, ...}."""
         return 1.0 / self.tau
 
-    def verify_steps(self, K: int, rng: np.random.Generator) -> int:  # noqa: N803
+    def verify_steps(self, K: int, rng: np.random.Generator) -> int:
         done = steps = 0
         while done < K:
             done += int(rng.geometric(self._p)) if self.tau > 1 else 1
             steps += 1
         return steps
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         return self.verify_steps(K, rng) * self.c_v * self.unit
 
-    def _steps_distribution(self, K: int) -> list[float]:  # noqa: N803
+    def _steps_distribution(self, K: int) -> list[float]:
         """P(V = v) for v = 0..K: verify steps to cover K units. Each step covers at least
         one unit, so V <= K; V = number of renewals of a geometric walk reaching K, i.e.
         1 + Binomial(K − 1, p) (each unit after the first starts a new step w.p. p)."""
@@ -268,10 +268,10 @@ class DraftVerifyCost:
         return [0.0] + [math.comb(K - 1, v - 1) * p ** (v - 1) * (1 - p) ** (K - v)
                         for v in range(1, K + 1)]
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         return (1 + (K - 1) * self._p) * self.c_v * self.unit
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         total = 0.0
         for v, probability in enumerate(self._steps_distribution(K)):
             total += probability
@@ -283,7 +283,7 @@ class DraftVerifyCost:
     def deterministic(self) -> bool:
         return self.tau == 1.0
 
-    def normalised_latency(self, K: int) -> float:  # noqa: N803
+    def normalised_latency(self, K: int) -> float:
         """Mean cost over plain decoding's ``K · unit``."""
         return self.mean(K) / (K * self.unit)
 
@@ -334,22 +334,22 @@ class WaveForcingCost:
     def pools(self) -> tuple[str, ...]:
         return ("dit", "vae") if self.mode == "1f1c" else ("dit",)
 
-    def steps_of(self, K: int, kind: str) -> list[Step]:  # noqa: N803
+    def steps_of(self, K: int, kind: str) -> list[Step]:
         through = self.depth * self.round_time
         if self.mode == "1f1c":
             return [Step("pipeline", "dit", through, K), Step("decode", "vae", self.vae, K)]
         return [Step("dit", "dit", through, K), Step("decode", "dit", self.vae, K)]
 
-    def steps(self, K: int, kind: str, streams: StepStreams) -> Iterator[Step]:  # noqa: N803
+    def steps(self, K: int, kind: str, streams: StepStreams) -> Iterator[Step]:
         yield from self.steps_of(K, kind)
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         return self.mean(K)
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         return self.depth * self.round_time + self.vae
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         return self.mean(K)
 
     @property

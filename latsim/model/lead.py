@@ -73,7 +73,7 @@ class LeadRule:
     def with_margin(self, c_quantile: float, jitter_s: float = 0.0) -> float:
         return c_quantile + self.margin(c_quantile, jitter_s)
 
-    def from_cost(self, cost: CostModel, K: int) -> float:  # noqa: N803
+    def from_cost(self, cost: CostModel, K: int) -> float:
         """The lead for chunk size ``K`` under a cost model: its quantile over every job
         kind the controller may start, plus the margin."""
         return self.with_margin(cost.quantile(K, self.quantile))

@@ -204,7 +204,7 @@ class ServingConfig:
             return self.playout_delay
         return 0.0 if self.deliver is None else self.deliver.quantile(1, 0.99)
 
-    def lead_extra(self, K: int) -> float:  # noqa: N803
+    def lead_extra(self, K: int) -> float:
         """What the default planning lead adds to the DiT's 0.99 quantile: decode's and the
         replan overhead's 0.99 quantiles (a sum of quantiles: exact for fixed costs, an
         upper bound otherwise). Queueing on shared pools is not in it: ``--lead auto`` adds

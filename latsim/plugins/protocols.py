@@ -39,15 +39,15 @@ class CostModel(Protocol):
 
     spec: str
 
-    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:  # noqa: N803
+    def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         """Draw one job duration (seconds)."""
         ...
 
-    def mean(self, K: int) -> float:  # noqa: N803
+    def mean(self, K: int) -> float:
         """Expected job duration (seconds); a refill's where the job kinds differ."""
         ...
 
-    def quantile(self, K: int, level: float) -> float:  # noqa: N803
+    def quantile(self, K: int, level: float) -> float:
         """The ``level`` quantile of the job duration (seconds), for every job kind: the
         planning lead is set from it and covers refills and replans alike."""
         ...
@@ -68,7 +68,7 @@ class Staged(Protocol):
     """A cost model whose jobs run as steps on named pools (a generator model,
     :mod:`latsim.model.generators`): the serving model puts each step on its pool."""
 
-    def steps(self, K: int, kind: str, streams: Any) -> Iterator[Any]:  # noqa: N803
+    def steps(self, K: int, kind: str, streams: Any) -> Iterator[Any]:
         """The :class:`~latsim.model.generators.Step` s of one job of ``kind``."""
         ...
 
@@ -257,22 +257,22 @@ class LiveGenerator(Protocol):
     def describe(self) -> GeneratorInfo:
         ...
 
-    def check_fits(self, K: int) -> None:  # noqa: N803
+    def check_fits(self, K: int) -> None:
         """A one-line :class:`~latsim.errors.LatsimError` if chunks of ``K`` latents cannot
         run (memory, positions), before any work."""
         ...
 
-    def warmup(self, K: int, untimed: int = 2, timed: int = 10,  # noqa: N803
+    def warmup(self, K: int, untimed: int = 2, timed: int = 10,
                decode_group: int = 1, gap_s: float = 0.0) -> list[JobTiming]:
         """Run ``untimed`` then ``timed`` jobs of ``K``, each timed one after ``gap_s`` s
         idle; returns the timed ones."""
         ...
 
-    def new_stream(self, K: int, keep_frames: bool = False) -> Any:  # noqa: N803
+    def new_stream(self, K: int, keep_frames: bool = False) -> Any:
         """A new stream's state, its prebuffer (positions ``0..K-1``) in place."""
         ...
 
-    def reset_stream(self, K: int) -> None:  # noqa: N803
+    def reset_stream(self, K: int) -> None:
         """Start a new default stream (the one :meth:`run_job` uses when given none)."""
         ...
 
@@ -294,7 +294,7 @@ GeneratorFactory = Callable[[GeneratorConfig], LiveGenerator]
 class TimesForwards(Protocol):
     """A live generator whose single forward pass can be timed alone (``gpu_check``)."""
 
-    def forward_times(self, K: int, reps: int, context: int = 0, *,  # noqa: N803
+    def forward_times(self, K: int, reps: int, context: int = 0, *,
                       warmup: int = 3) -> list[float]:
         """Milliseconds of each of ``reps`` forwards over ``K`` noisy latents (after
         ``warmup`` untimed ones), over a cache of ``context`` clean latents."""

@@ -109,7 +109,7 @@ class RunIdentity:
     seed: int | None
 
     @classmethod
-    def of(cls, config: ControllerConfig, cost: str, C_mean: float, updates: str,  # noqa: N803
+    def of(cls, config: ControllerConfig, cost: str, C_mean: float, updates: str,
            duration: float, seed: int | None) -> RunIdentity:
         timing, policy = config.timing, config.policy
         return cls(policy.name, timing.K, policy.commit_unit(timing.K), policy.commit,
@@ -228,9 +228,9 @@ def write_records(run_dir: Path, runs: Iterable[tuple[tuple[str, int, int], RunR
     records)`` in order."""
     runs, skip = list(runs), set(skip)
     return [_write_table(run_dir, table, record_type,
-                         (((("policy", policy), ("K", K), ("run", index)),  # noqa: N806
+                         (((("policy", policy), ("K", K), ("run", index)),
                            getattr(records, table))
-                          for (policy, K, index), records in runs))  # noqa: N806
+                          for (policy, K, index), records in runs))
             for table, record_type in RECORD_TYPES.items() if table not in skip]
 
 
@@ -255,15 +255,15 @@ def write_serving_records(run_dir: Path,
     records carry their stream) after ``policy, K, run``; none of the tables in ``skip``."""
     runs, skip = list(runs), set(skip)
     paths = [_write_table(run_dir, table, record_type,
-                          (((("policy", policy), ("K", K), ("run", index),  # noqa: N806
+                          (((("policy", policy), ("K", K), ("run", index),
                              ("stream", stream)), getattr(records, table))
-                           for (policy, K, index), serving in runs  # noqa: N806
+                           for (policy, K, index), serving in runs
                            for stream, records in enumerate(serving.streams)))
              for table, record_type in RECORD_TYPES.items() if table not in skip]
     paths += [_write_table(run_dir, table, record_type,
-                           (((("policy", policy), ("K", K), ("run", index)),  # noqa: N806
+                           (((("policy", policy), ("K", K), ("run", index)),
                              getattr(serving, table))
-                            for (policy, K, index), serving in runs))  # noqa: N806
+                            for (policy, K, index), serving in runs))
               for table, record_type in SERVING_RECORD_TYPES.items() if table not in skip]
     return paths
 

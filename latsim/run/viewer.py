@@ -127,7 +127,7 @@ class ViewerJob:
     t_gen_end: float
 
     @property
-    def C(self) -> float:  # noqa: N802
+    def C(self) -> float:
         return self.t_ready - self.t_start
 
 

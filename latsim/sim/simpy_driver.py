@@ -59,7 +59,7 @@ class _SimPyPort:
     expects it.
     """
 
-    def __init__(self, env: Clock, cost: CostModel, K: int,  # noqa: N803
+    def __init__(self, env: Clock, cost: CostModel, K: int,
                  rng: np.random.Generator, delta: float) -> None:
         self.env = env
         self.cost = cost

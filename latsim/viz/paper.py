@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def _small_bar_note(ax, x: float, value: float | None, top: float) -> None:  # noqa: ANN001
+def _small_bar_note(ax, x: float, value: float | None, top: float) -> None:
     """Say the value of a bar too short to see (under 1.5% of the axis), or that it has
     none, so that no bar is missing without a note; over where the bar stands."""
     if value is None:
@@ -99,7 +99,7 @@ def reproduction_figure(result: Reproduction) -> Figure:
     ax = fig.add_subplot(grid[1, 0])
     p_max = max(AMP_PS)
     dense = np.linspace(0.0, p_max, 201)
-    for index, K in enumerate(AMP_KS):  # noqa: N806
+    for index, K in enumerate(AMP_KS):
         color = style.SERIES_COLORS[index]
         sel = [row for row in result.amplification if row["K"] == K]
         delta = sel[0]["delta"]

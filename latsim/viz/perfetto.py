@@ -75,7 +75,7 @@ def _group(extra: dict) -> tuple[str, str, str]:
     return (str(extra.get("policy", "")), str(extra.get("K", "")), str(extra.get("run", "")))
 
 
-def _delta(folder, slots: list) -> float:  # noqa: ANN001
+def _delta(folder, slots: list) -> float:
     config = folder.config
     if "delta" in config:
         return float(config["delta"])

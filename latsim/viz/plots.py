@@ -48,7 +48,7 @@ def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) ->
     """
     fig, axes = plt.subplots(1, 2, figsize=style.TWO_PANELS, sharex=True)
     policies = sorted({row["policy"] for row in rows})
-    Ks = sorted({row["K"] for row in rows})  # noqa: N806
+    Ks = sorted({row["K"] for row in rows})
     for ax, metric in zip(axes, ("L50", "L95"), strict=True):
         level = 50 if metric == "L50" else 95
         for policy in policies:
@@ -210,7 +210,7 @@ def plot_viewer_cdf(comparison, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _save(fig, path: Path) -> Path:  # noqa: ANN001 - a matplotlib Figure
+def _save(fig, path: Path) -> Path:  # a matplotlib Figure
     return style.save(fig, path)
 
 
@@ -220,7 +220,7 @@ def compare_cdf_figure(comparison):
     ks = sorted({row["K"] for row in rows})
     fig, axes = plt.subplots(1, len(ks), figsize=style.row_of_panels(len(ks), 4.0, 4.0),
                              squeeze=False)
-    for ax, K in zip(axes[0], ks, strict=True):  # noqa: N806
+    for ax, K in zip(axes[0], ks, strict=True):
         for run, row, predicted in zip(comparison.runs, rows, comparison.predicted_latencies,
                                        strict=True):
             if row["K"] != K:

@@ -79,7 +79,7 @@ class RunData:
     client: ClientView | None = None  # a client folder: the viewer's clock
 
     @property
-    def T(self) -> float:  # noqa: N802 - the paper's symbol
+    def T(self) -> float:  # the paper's symbol
         return self.K * self.delta
 
     @property
@@ -104,7 +104,7 @@ class RunData:
         return "; ".join(parts)
 
 
-def _select(frame, policy: str | None, K: int | None, run: int | None,  # noqa: N803
+def _select(frame, policy: str | None, K: int | None, run: int | None,
             stream: int | None = None):
     if frame.empty:
         return frame
@@ -127,7 +127,7 @@ def _infer_delta(slots, folder: RunFolder) -> float:
     return float(starts.min())
 
 
-def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = None,  # noqa: N803
+def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = None,
                run: int | None = None, stream: int | None = None) -> RunData:
     """Read a run folder (:mod:`latsim.run.folder`) and select one (policy, K, run) and, in
     a serving folder (records with a ``stream`` column), one stream; ``None`` picks the
@@ -150,7 +150,7 @@ def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = N
     policy = policy if policy is not None else str(first.get("policy", "run"))
     sel = _select(jobs, policy, None, None)
     if K is None:
-        K = int(sel.iloc[0]["K"]) if "K" in sel.columns else int(sel["length"].max())  # noqa: N806
+        K = int(sel.iloc[0]["K"]) if "K" in sel.columns else int(sel["length"].max())
     sel = _select(sel, None, K, None)
     if sel.empty:
         raise LatsimError(f"{run_dir}: no records for policy {policy!r} with K={K}")
@@ -187,7 +187,7 @@ def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = N
                    end_time, duration, notes, stream, others, waits, devices)
 
 
-def _device_use(folder: RunFolder, policy: str, K: int, run: int,  # noqa: N803
+def _device_use(folder: RunFolder, policy: str, K: int, run: int,
                 stream: int) -> tuple[tuple, tuple, tuple]:
     """From a serving folder's ``tasks.csv``: the other streams' tasks on the devices
     ``stream`` uses, this stream's waits for a device (enqueued until started), and those
@@ -219,7 +219,7 @@ def _device_use(folder: RunFolder, policy: str, K: int, run: int,  # noqa: N803
     return spans, waits, tuple(devices)
 
 
-def _client_run(folder: RunFolder, policy: str | None, K: int | None,  # noqa: N803
+def _client_run(folder: RunFolder, policy: str | None, K: int | None,
                 run: int | None, stream: int | None) -> RunData:
     """A client folder as :class:`RunData`: the server's side as the client converted it,
     the viewer's clock in :attr:`RunData.client`."""
@@ -289,7 +289,7 @@ def default_window(data: RunData) -> tuple[float, float]:
     return 0.0, 4 * data.T
 
 
-def _version_color(version: int):  # noqa: ANN202 - a matplotlib colour
+def _version_color(version: int):  # a matplotlib colour
     return version_color(version)
 
 
@@ -340,7 +340,7 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
     t1 = hi if t1 is None else t1
     if not t1 > t0:
         raise LatsimError(f"the window needs t1 > t0, got t0={t0:g}, t1={t1:g}")
-    delta, K = data.delta, data.K  # noqa: N806
+    delta, K = data.delta, data.K
     jobs = data.jobs
     slots = data.slots
     discards = data.discards
