@@ -72,6 +72,28 @@ TraceOpt = Annotated[
     Path | None, typer.Option(help="condition trace (JSONL); default: Poisson at --rate")
 ]
 RateOpt = Annotated[float, typer.Option(help="conditions per second when no --trace is given")]
+UpdatesOpt = Annotated[str | None, typer.Option(
+    help="poisson:RATE or trace:PATH, as simulate's --updates (in place of --rate/--trace)")]
+
+
+def updates_as_trace_and_rate(updates: str | None, trace: Path | None, rate: float
+                              ) -> tuple[Path | None, float]:
+    """``--updates`` as a live run's ``(--trace, --rate)``: a live run replays one trace,
+    or draws Poisson conditions from its seed."""
+    if updates is None:
+        return trace, rate
+    from latsim.model.arrivals import PoissonArrivals, TraceArrivals, parse_updates
+
+    if trace is not None or rate != 0.1:
+        raise LatsimError("give --updates or --rate/--trace, not both")
+    if updates.partition(":")[0] not in ("poisson", "trace"):
+        raise LatsimError(f"--updates {updates[:60]!r}: a live run takes poisson:RATE or "
+                          "trace:PATH (it replays one trace)")
+    source = parse_updates(updates)  # the spec's own checks and messages
+    if isinstance(source, PoissonArrivals):
+        return None, source.rate
+    assert isinstance(source, TraceArrivals)
+    return Path(updates.partition(":")[2]), rate
 DurationOpt = Annotated[
     float | None, typer.Option(help="window (s); default: the trace header's, else 60")
 ]
@@ -173,6 +195,7 @@ def measure(
     policy: Annotated[str, typer.Option(help="baseline, speculative or both")] = "both",
     trace: TraceOpt = None,
     rate: RateOpt = 0.1,
+    updates: UpdatesOpt = None,
     duration: DurationOpt = None,
     device: DeviceOpt = "cpu",
     out: Annotated[
@@ -218,6 +241,7 @@ def measure(
     from latsim.errors import LatsimError
 
     output = output_format(format_name, as_json)
+    trace, rate = updates_as_trace_and_rate(updates, trace, rate)
     if trace is not None and not trace.is_file():
         raise LatsimError(f"--trace {trace}: no such file")
     if device not in ("cpu", "cuda"):
@@ -410,6 +434,7 @@ def client(
     out: Annotated[Path, typer.Option(help="run folder to write")],
     trace: TraceOpt = None,
     rate: RateOpt = 0.1,
+    updates: UpdatesOpt = None,
     duration: DurationOpt = None,
     K: Annotated[int, typer.Option("--K", help="chunk size (one the server warmed up)")] = 4,
     policy: Annotated[str, typer.Option(help="baseline or speculative")] = "speculative",
@@ -448,6 +473,7 @@ def client(
     if policy not in PRESETS:
         raise LatsimError(f"--policy must be one of {', '.join(PRESETS)}, got {policy!r}")
     check_option("--K", K)
+    trace, rate = updates_as_trace_and_rate(updates, trace, rate)
     if trace is not None and not trace.is_file():
         raise LatsimError(f"--trace {trace}: no such file")
     from harness.measure.run import trace_and_window

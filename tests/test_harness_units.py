@@ -359,6 +359,14 @@ def test_measure_rejects_bad_input_with_one_line(tmp_path):
          "300 conditions in 2 s, more than 100 per second"),
         (["measure", "--K", "4", "--out", str(tmp_path / "a-file" / "runs")],
          "--out " + str(tmp_path / "a-file" / "runs") + ": cannot write there"),
+        # --updates takes simulate's spec, the kinds a live run can replay
+        (["measure", "--updates", "bernoulli:0.1"], "a live run takes poisson:RATE or trace:"),
+        (["measure", "--updates", f"traces:{tmp_path}"], "a live run takes poisson:RATE"),
+        (["measure", "--updates", "poisson:1", "--rate", "2"], "--updates or --rate/--trace"),
+        (["measure", "--updates", "poisson:-1"], "poisson rate must be >= 0"),
+        (["measure", "--updates", f"trace:{bad_trace}", "--out", str(tmp_path)], "unsorted"),
+        (["client", "ws://127.0.0.1:9", "--updates", "bernoulli:0.5", "--out",
+          str(tmp_path / "c")], "a live run takes"),
     ]
     (tmp_path / "a-file").write_text("not a folder")
     try:
@@ -373,3 +381,15 @@ def test_measure_rejects_bad_input_with_one_line(tmp_path):
         assert result.exit_code == 2, (args, result.output)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (args, result.stderr)
+
+
+def test_updates_is_the_rate_or_the_trace_of_a_live_run(tmp_path):
+    """``--updates poisson:R`` is ``--rate R`` and ``trace:PATH`` is ``--trace PATH``, so
+    the same seed draws the same conditions."""
+    from harness.cli import updates_as_trace_and_rate
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"t": 1.0}\n')
+    assert updates_as_trace_and_rate("poisson:0.5", None, 0.1) == (None, 0.5)
+    assert updates_as_trace_and_rate(f"trace:{trace}", None, 0.1) == (trace, 0.1)
+    assert updates_as_trace_and_rate(None, trace, 2.0) == (trace, 2.0)
