@@ -13,10 +13,11 @@ Over ``[0, horizon]`` of one run (keys in seconds unless named otherwise):
 - viewers: ``ttfc_mean``, ``ttfc_p95``, ``ttfc_p99`` (arrival to first frame shown),
   ``L50``, ``L95``, ``L99`` (every shown condition, client send to client display),
   ``stall_pct`` (the share of played time the viewers saw frozen: server stalls plus late
-  deliveries), ``chunk_p99`` and ``chunk_max`` (a DiT task's wait plus run: the
-  per-chunk latency), ``w`` (the share of generated latents discarded) and
-  ``dit_calls_per_viewer_hour`` (the work: a speculative fleet's over a baseline one's is
-  its amplification A);
+  deliveries, within ``[0, horizon]``; a population's, within each session's own first
+  ``horizon`` seconds of play, as the serving model's ``viewer_stall_pct``),
+  ``chunk_p99`` and ``chunk_max`` (a DiT task's wait plus run: the per-chunk latency),
+  ``w`` (the share of generated latents discarded) and ``dit_calls_per_viewer_hour``
+  (the work: a speculative fleet's over a baseline one's is its amplification A);
 - cost: ``gpu_hours`` (node-hours paid for, provisioning and draining included, times the
   node's devices), ``cost_usd``, ``viewer_hours`` (played time), ``cost_per_viewer_hour``.
 
@@ -118,7 +119,7 @@ def node_tallies(run: FleetRecords) -> list[NodeTally]:
     origins: dict[int, dict[int, tuple[float, float]]] = {}
     for segment in run.segments:
         origins.setdefault(segment.node, {})[segment.stream] = (segment.t_start,
-                                                                segment.played)
+                                                                run.measured(segment))
     out = []
     for node, node_run in enumerate(run.node_runs):
         own = origins.get(node, {})
@@ -187,8 +188,12 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
     means = level_means(run)
     samples = fleet_samples(run, tallies) if samples is None else samples
     ttfc, latencies = list(samples["ttfc"]), list(samples["L"])
-    played = _played(run, 0.0, run.horizon)
-    stalled = _stalled(tallies, 0.0, run.horizon)
+    if run.session_window is None:
+        played = _played(run, 0.0, run.horizon)
+        stalled = _stalled(tallies, 0.0, run.horizon)
+    else:  # each session over its own window, as the serving model's summary takes it
+        played = sum(run.measured(s) for s in run.segments if not math.isnan(s.t_start))
+        stalled = sum(end - start for tally in tallies for start, end in tally.stalls)
     chunks = [c for tally in tallies for c in tally.chunks]
     discarded = sum(t.discarded for t in tallies)
     generated = discarded + sum(t.played_generated for t in tallies)
@@ -259,8 +264,9 @@ def fleet_timeseries(run: FleetRecords, window_s: float = 60.0,
     played: list[list[float]] = [[] for _ in starts]
     for seg in run.segments:
         if not math.isnan(seg.t_start):
-            for k in touched(seg.t_start, seg.t_start + seg.played):
-                played[k].append(max(0.0, min(seg.t_start + seg.played, ends[k])
+            measured = run.measured(seg)
+            for k in touched(seg.t_start, seg.t_start + measured):
+                played[k].append(max(0.0, min(seg.t_start + measured, ends[k])
                                      - max(seg.t_start, starts[k])))
     stalled: list[list[float]] = [[] for _ in starts]
     shown: list[list[float]] = [[] for _ in starts]

@@ -198,7 +198,8 @@ def run_node_unit(args: tuple) -> tuple:
 
     fp, replication, node, plan = args
     play = _play(fp, replication, node, plan)
-    played = [0.0 if math.isnan(a) else max(0.0, b - a)
+    window = fp.horizon if fp.run.workload.population else math.inf  # FleetRecords.measured
+    played = [0.0 if math.isnan(a) else min(max(0.0, b - a), window)
               for a, b in zip(play.starts, play.ends, strict=True)]
     return replace(play, records=None), node_tally(play.records, play.starts, played)
 

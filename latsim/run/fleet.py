@@ -112,6 +112,16 @@ class FleetRecords:
     node_runs: tuple[ServingRecords, ...]
     gpus_per_node: int
     max_sessions: int
+    #: a population's sessions are measured over their own first ``session_window``
+    #: seconds of play, as the serving model measures each stream; None: over ``[0,
+    #: horizon]``
+    session_window: float | None = None
+
+    def measured(self, segment: SegmentRecord) -> float:
+        """Seconds of ``segment``'s play that the metrics measure (its window's)."""
+        if self.session_window is None:
+            return segment.played
+        return min(segment.played, self.session_window)
 
     def node_hours(self, until: float | None = None) -> float:
         """Node-hours paid for over ``[0, until]`` (default the horizon)."""

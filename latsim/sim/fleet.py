@@ -582,7 +582,8 @@ class _Fleet:
                             segments=tuple(s.record() for s in self.segments), nodes=nodes,
                             levels=tuple(self.levels), node_runs=node_runs,
                             gpus_per_node=setup.node.gpus,
-                            max_sessions=setup.node.max_sessions)
+                            max_sessions=setup.node.max_sessions,
+                            session_window=setup.horizon if setup.population else None)
 
 
 
