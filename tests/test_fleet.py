@@ -431,7 +431,10 @@ def test_without_cold_starts_a_sharded_run_is_the_exact_run(rate, activity, admi
     from latsim.analysis.fleet import fleet_metrics
 
     assert fleet_metrics(a) == fleet_metrics(b)
-    assert a.sessions == b.sessions and a.segments == b.segments and a.levels == b.levels
+    # by repr: a record's NaN (a rejected session's admission) equals another NaN only as
+    # the same object, which the two paths need not share (Python 3.13's did not)
+    for records in ("sessions", "segments", "levels"):
+        assert repr(getattr(a, records)) == repr(getattr(b, records)), records
 
 
 def test_with_cold_starts_sharded_differs_from_exact_only_by_the_first_chunks_prediction():
