@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from latsim.numeric import total
+
 
 def error_pct(measured: float | None, predicted: float | None) -> float | None:
     """Signed percent error of the prediction, ``100·(predicted − measured)/|measured|``.
@@ -23,4 +25,4 @@ def error_pct(measured: float | None, predicted: float | None) -> float | None:
 def mape(errors: Iterable[float | None]) -> float | None:
     """Mean absolute percent error over the defined errors (``None`` if there are none)."""
     defined = [abs(e) for e in errors if e is not None]
-    return sum(defined) / len(defined) if defined else None
+    return total(defined) / len(defined) if defined else None

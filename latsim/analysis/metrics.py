@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from latsim.controller.records import count_slots_before
+from latsim.numeric import total
 from latsim.run.stream import RunRecords, window_overlap
 
 
@@ -58,7 +59,7 @@ def _mean(values: list[float]) -> float | None:
 
 def stall_time_in_window(run: RunRecords) -> float:
     """Seconds the player was frozen within ``[0, duration]``."""
-    return sum(window_overlap(s.t_start, s.t_end, run.duration) for s in run.stalls)
+    return total(window_overlap(s.t_start, s.t_end, run.duration) for s in run.stalls)
 
 
 def _played_generated(run: RunRecords) -> int:
@@ -143,7 +144,7 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
     """
     shown = [c for run in runs for c in run.conditions if c.displayed]
     latencies = np.array([c.L for c in shown], dtype=float)
-    window = sum(run.duration for run in runs)
+    window = total(run.duration for run in runs)
     played = sum(count_slots_before(run.slots, run.duration) for run in runs)
     played_generated = sum(_played_generated(run) for run in runs)
     discarded = sum(_discarded(run) for run in runs)
@@ -163,12 +164,12 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
         R_mean=_mean([c.R for c in shown]),
         C_obs_mean=_mean([c.C for c in shown]),
         Q_mean=_mean([c.Q for c in shown]),
-        stall_pct=100.0 * sum(stall_time_in_window(run) for run in runs) / window,
-        busy_pct=100.0 * sum(run.busy_in_window for run in runs) / window,
+        stall_pct=100.0 * total(stall_time_in_window(run) for run in runs) / window,
+        busy_pct=100.0 * total(run.busy_in_window for run in runs) / window,
         w=(discarded / (discarded + played_generated)
            if played_generated + discarded else None),
         dit_calls=sum(_calls_started(run) for run in runs),
-        work_calls=sum(work_calls(run) for run in runs),
+        work_calls=total(work_calls(run) for run in runs),
         played=played,
         played_generated=played_generated,
         discarded=discarded,

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from latsim.analysis.metrics import stall_time_in_window, summarize
+from latsim.numeric import total
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunRecords, window_overlap
 from latsim.run.viewer import ViewerRecords
@@ -47,16 +48,16 @@ def _latency_stats(values: np.ndarray, prefix: str) -> dict:
 
 
 def _client_stall_in_window(run: ServingRecords, stream: int) -> float:
-    return sum(window_overlap(s.t_start, s.t_end, run.duration)
+    return total(window_overlap(s.t_start, s.t_end, run.duration)
                for s in run.client_stalls if s.stream == stream)
 
 
 def _stall_seconds(runs: Sequence[ServingRecords]) -> tuple[float, float, float]:
     """(client stall, server stall, window) seconds over every stream of ``runs``."""
-    client = sum(_client_stall_in_window(run, i)
+    client = total(_client_stall_in_window(run, i)
                  for run in runs for i in range(len(run.streams)))
-    server = sum(stall_time_in_window(s) for run in runs for s in run.streams)
-    return client, server, sum(s.duration for run in runs for s in run.streams)
+    server = total(stall_time_in_window(s) for run in runs for s in run.streams)
+    return client, server, total(s.duration for run in runs for s in run.streams)
 
 
 def viewer_stall_pct(runs: Sequence[ServingRecords]) -> float:
@@ -123,8 +124,8 @@ def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
         "busy_pct": busy_pct_by_pool.get("dit", base["busy_pct"]),
         "client_stall_pct": 100.0 * client_stall / window if window else 0.0,
         "viewer_stall_pct": _viewer_pct(client_stall, server_stall, window),
-        "cpr": (sum(a for a, _ in smooth) / sum(b for _, b in smooth)
-                if sum(b for _, b in smooth) else None),
+        "cpr": (total(a for a, _ in smooth) / total(b for _, b in smooth)
+                if total(b for _, b in smooth) else None),
         "ttff_mean": float(np.mean(ttff)) if ttff else None,
         "n_streams": len(runs[0].streams) if runs else 0,
         "busy_pct_by_pool": busy_pct_by_pool,
@@ -147,8 +148,8 @@ def per_stream_rows(runs: Sequence[ServingRecords]) -> list[dict]:
                                            if v.stream == index and v.displayed],
                                           dtype=float), "L")
         base = summarize(own)
-        window = sum(r.duration for r in own)
-        client = sum(_client_stall_in_window(run, index) for run in runs)
+        window = total(r.duration for r in own)
+        client = total(_client_stall_in_window(run, index) for run in runs)
         ttff = [run.starts[index].ttff for run in runs if math.isfinite(run.starts[index].ttff)]
         rows.append({
             "stream": index, "n_conditions": base.n_conditions,
@@ -167,9 +168,9 @@ def viewer_metrics(records: ViewerRecords, duration: float) -> dict:
     ``[0, duration]`` of stream time (viewer = server stalls + client stalls); the uplink
     and deliver delays; how late the display callbacks ran; C over the jobs a device ran."""
     shown = [c for c in records.conditions if c.status == "shown"]
-    server = sum(window_overlap(s.t_start, s.t_end, duration)
+    server = total(window_overlap(s.t_start, s.t_end, duration)
                  for s in records.stalls if s.side == "server")
-    client = sum(window_overlap(s.t_start, s.t_end, duration)
+    client = total(window_overlap(s.t_start, s.t_end, duration)
                  for s in records.stalls if s.side == "client")
     ran = [j for j in records.jobs if j.kind != "prebuffer"]  # the prebuffer ran on no device
 
@@ -188,7 +189,7 @@ def viewer_metrics(records: ViewerRecords, duration: float) -> dict:
         **stats([c.t_arrival - c.t_sent for c in records.conditions], "uplink"),
         **stats([s.t_received - s.t_start for s in records.slots], "deliver"),
         **stats([s.t_displayed - s.t_shown for s in records.slots], "display_lateness"),
-        "C_mean": sum(j.C for j in ran) / len(ran) if ran else None,
+        "C_mean": total(j.C for j in ran) / len(ran) if ran else None,
         "n_jobs": len(ran), "n_slots": len(records.slots),
         "bytes_received": sum(s.bytes for s in records.slots),
     }
