@@ -506,10 +506,8 @@ def test_ctrl_c_during_a_parallel_sweep_is_one_line_and_stops_the_workers():
 
 def _command_paths() -> list[tuple[str, ...]]:
     """Every command of ``latsim`` (the live harness's included), as argument paths."""
-    import click
-
     root = typer.main.get_command(app)
-    ctx = click.Context(root)
+    ctx = root.context_class(root)  # typer's own click (the installed one may be another)
     paths: list[tuple[str, ...]] = []
 
     def walk(group, path: tuple[str, ...]) -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jupytext
-import nbclient
-import nbformat
 import pytest
+
+jupytext = pytest.importorskip("jupytext", reason="the notebooks extra is not installed")
+nbclient = pytest.importorskip("nbclient", reason="the notebooks extra is not installed")
+nbformat = pytest.importorskip("nbformat", reason="the notebooks extra is not installed")
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {
