@@ -250,8 +250,8 @@ class _Engine:
         self._seq = 0
         self._batches = 0
         self._batch_rng = batch_rng
-        # the tick of this engine's streams run last (played in bulk: a pending one):
-        # its time and its stream's index (ticks of one instant run by stream index)
+        # the last tick of this engine's streams that ran from the clock (in bulk): its
+        # time and its stream's index (ticks of one instant run by stream index)
         self.tick_at = -math.inf
         self.tick_index = -1
 
@@ -356,8 +356,8 @@ class _StreamPort:
         self.closed = False  # the stream left (a fleet's session): its events do nothing
         self.hold_until = -math.inf  # no job starts before this (a fleet's migration)
         self._tick_callbacks = (self._on_tick,)
-        # quiet ticks played in bulk (module docstring): where the network adds a draw to
-        # every slot, and for a controller that hands out its records, tick by tick
+        # quiet ticks played in bulk (module docstring); where the network draws a delivery
+        # time for every slot, tick by tick
         self.in_bulk = in_bulk and self.serving.deliver is None
         self._tick_pos = -1  # in bulk: the pending tick's position (-1: none) ...
         self._tick_at = 0.0  # ... and its time on the clock
