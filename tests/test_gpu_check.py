@@ -35,7 +35,7 @@ def snapshots(monkeypatch):
 
     def recording(path, payload):
         out = write(path, payload)
-        assert not list(path.parent.glob(".*.tmp")), "a temp file was left behind"
+        assert not list(path.parent.glob(".*.partial*")), "a temp file was left behind"
         seen.append(json.loads(path.read_text()))
         return out
 

@@ -13,8 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Layers bottom-up; a module may import from its own layer and the ones before it.
-LAYERS = ("errors", "numeric", "formatting", "controller", "plugins", "model", "run", "sim",
-          "analysis", "experiments", "viz", "cli")
+LAYERS = ("errors", "writing", "numeric", "formatting", "controller", "plugins", "model",
+          "run", "sim", "analysis", "experiments", "viz", "cli")
 
 
 def _module_name(path: Path) -> str:

@@ -134,5 +134,6 @@ def test_export_to_a_full_device_is_one_line_and_leaves_the_device(tmp_path):
                     "--seeds", "1")
     result = runner.invoke(app, ["export", "perfetto", str(run), "--out", "/dev/full"])
     assert result.exit_code == 2
-    assert result.stderr.strip() == "latsim: error: /dev/full: No space left on device"
+    assert result.stderr.strip() == ("latsim: error: cannot write /dev/full: No space left on "
+                                     "device")
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)

@@ -19,27 +19,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from latsim.controller.records import RECORD_TYPES, write_csv
-from latsim.errors import LatsimError
-
-
-def cannot_write(path: Path | str, exc: OSError) -> str:
-    """``cannot write PATH: REASON`` for a failed write of ``path``."""
-    return f"cannot write {path}: {exc.strerror or exc}"
-
-
-@contextmanager
-def writing(path: Path | str) -> Iterator[None]:
-    """Turn an ``OSError`` in the block into a :class:`LatsimError` naming ``path``."""
-    try:
-        yield
-    except OSError as exc:
-        raise LatsimError(cannot_write(path, exc)) from exc
-
+from latsim.writing import cannot_write, writing
 
 _TABLE_OF: dict[type, str] = {record_type: table for table, record_type in RECORD_TYPES.items()}
 

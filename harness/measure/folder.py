@@ -21,7 +21,6 @@ import numpy as np
 
 from harness.live.driver import DriverResult
 from harness.live.lead import Warmup
-from harness.live.recorder import writing
 from harness.telemetry.nvml import NvmlSampler
 from harness.telemetry.reduce import KernelActivity
 from latsim.analysis.metrics import summarize, work_ratio
@@ -29,6 +28,7 @@ from latsim.controller import ControllerConfig
 from latsim.model.lead import LIVE
 from latsim.run.folder import RunIdentity, summary_row, write_json
 from latsim.run.stream import RunRecords
+from latsim.writing import replacing, writing
 
 
 def save_json(path: Path, payload: object) -> Path:
@@ -159,7 +159,7 @@ def measured_summary(config: ControllerConfig, cost: str, updates: str, seed: in
 
 
 def write_rows(path: Path, header: list[str], rows: list[list]) -> None:
-    with writing(path), path.open("w", newline="") as handle:
+    with replacing(path) as tmp, tmp.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
         writer.writerows(rows)

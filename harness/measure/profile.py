@@ -30,13 +30,13 @@ from harness.generators.device import device_name
 from harness.live.driver import SIGTERM, Terminated, sigterm_as_interrupt
 from harness.live.executor import GeneratorExecutor
 from harness.live.faults import faults_from_env
-from harness.live.recorder import writing
 from harness.measure.run import check_ks
 from latsim.controller import StartJob
 from latsim.errors import Interrupted, LatsimError, check_option
 from latsim.plugins import GeneratorConfig, LiveGenerator, build_generator
 from latsim.run.files import check_writable
 from latsim.run.folder import write_json
+from latsim.writing import writing
 
 #: The profile's idle gaps (2 x jobs x K values x gap) may take at most this long, seconds.
 MAX_IDLE_S = 3600.0

@@ -55,7 +55,7 @@ from harness.live.driver import (
 from harness.live.executor import GeneratorExecutor
 from harness.live.faults import faults_from_env
 from harness.live.lead import Calibration, LeadChoice, Warmup, choose_lead, default_job_timeout
-from harness.live.recorder import RecordWriter, writing
+from harness.live.recorder import RecordWriter
 from harness.measure.calibration import calibrate
 from harness.measure.folder import (
     measured_summary,
@@ -83,6 +83,7 @@ from latsim.model.traces import Trace, load_trace, write_trace
 from latsim.plugins import GeneratorConfig, GeneratorInfo, LiveGenerator, build_generator
 from latsim.run.files import check_writable
 from latsim.run.folder import run_config
+from latsim.writing import writing
 
 #: Default results folder when ``--out`` is not given (one folder per run inside).
 RESULTS_RUNS = Path("results/runs")

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from harness.live.driver import FAILED, DriverConfig, LiveDriver
 from harness.live.faults import JobFaults
 from harness.live.lead import default_job_timeout
-from harness.live.recorder import RecordWriter, writing
+from harness.live.recorder import RecordWriter
 from harness.net.netclock import Shaper
 from harness.net.wire import (
     Ack,
@@ -48,6 +48,7 @@ from latsim.controller.timing import Timing
 from latsim.model.traces import write_trace
 from latsim.plugins import GeneratorInfo, JobTiming
 from latsim.run.folder import SERVED, RunIdentity, run_config, summary_row, write_json
+from latsim.writing import writing
 
 log = logging.getLogger("latsim.serve")
 

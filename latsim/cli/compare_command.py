@@ -40,7 +40,8 @@ def compare(
     from latsim.analysis.compare import COMPARED, compare_runs
     from latsim.analysis.viewer_compare import client_runs, compare_client_runs
     from latsim.errors import MAX_SEED, check_int
-    from latsim.run.files import dumps, write_rows_csv
+    from latsim.run.files import write_rows_csv
+    from latsim.run.folder import write_json
 
     output = output_format(fmt, as_json)
     check_int("--seed", seed, 0, MAX_SEED)
@@ -62,7 +63,7 @@ def compare(
         from latsim.viz.plots import plot_compare_cdf, plot_compare_overlay
 
         out.mkdir(parents=True, exist_ok=True)
-        (out / "compare.json").write_text(dumps(envelope(result.rows, seed, **beside)) + "\n")
+        write_json(out / "compare.json", envelope(result.rows, seed, **beside))
         write_rows_csv(out / "compare.csv", result.rows)
         plot_compare_cdf(result, out / "compare_cdf.png")
         plot_compare_overlay(result, out / "compare_overlay.png")
@@ -125,7 +126,8 @@ def _compare_viewer(comparison, output: str, out: Path | None, seed: int) -> dic
     printed in ``output`` (``none``: not printed); returns its envelope."""
     from latsim.analysis.fidelity import mape
     from latsim.analysis.viewer_compare import VIEWER_COMPARED
-    from latsim.run.files import dumps, write_rows_csv
+    from latsim.run.files import write_rows_csv
+    from latsim.run.folder import write_json
 
     rows = comparison.rows
 
@@ -134,7 +136,7 @@ def _compare_viewer(comparison, output: str, out: Path | None, seed: int) -> dic
     payload = envelope(rows, seed, MAPE=overall, MAPE_over="complete client runs")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "compare_viewer.json").write_text(dumps(payload) + "\n")
+        write_json(out / "compare_viewer.json", payload)
         write_rows_csv(out / "compare_viewer.csv", rows)
         from latsim.viz.plots import plot_viewer_cdf
 

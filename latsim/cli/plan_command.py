@@ -97,14 +97,16 @@ def plan(
 def _write_folder(out: Path, source: Path, deployment, result) -> None:
     from latsim.run.files import dumps, write_rows_csv
     from latsim.viz.plan import draw_frontier
+    from latsim.writing import replacing
 
     out.mkdir(parents=True, exist_ok=True)
     write_rows_csv(out / CANDIDATES_CSV, result.rows)
-    (out / PLAN_JSON).write_text(dumps({
-        "format": "latsim-plan", "version": 1, "source": str(source),
-        "comparison": result.comparison, "frontier": result.frontier,
-        "recommended": result.recommended, "fleet": deployment.base.describe(),
-        **deployment.describe()}))
+    with replacing(out / PLAN_JSON) as tmp:
+        tmp.write_text(dumps({
+            "format": "latsim-plan", "version": 1, "source": str(source),
+            "comparison": result.comparison, "frontier": result.frontier,
+            "recommended": result.recommended, "fleet": deployment.base.describe(),
+            **deployment.describe()}))
     draw_frontier(result.rows, result.frontier, out / FRONTIER_PNG,
                   "quality" if deployment.space.quality else "K")
 

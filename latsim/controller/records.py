@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar, dataclass_transform, overload
 
 from latsim.errors import MAX_RECORD_FILE_BYTES, LatsimError
+from latsim.writing import writing
 
 NAN = math.nan
 
@@ -370,7 +371,7 @@ def write_csv(
 ) -> None:
     """Write records as CSV; ``extra`` columns (e.g. run id, policy) go first on every row."""
     new_file = not append or not path.exists()
-    with path.open("a" if append else "w", newline="") as handle:
+    with writing(path), path.open("a" if append else "w", newline="") as handle:
         writer = csv.writer(handle)
         if new_file:
             writer.writerow([name for name, _ in extra] + column_names(record_type))

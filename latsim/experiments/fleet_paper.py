@@ -28,6 +28,7 @@ from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.experiments.fleet import plan_fleet, pooled_row, run_fleet, sharded_vs_exact
 from latsim.experiments.fleet_plan import FleetSLO, plan_fleet_size
 from latsim.model.fleet import FleetRun, parse_fleet
+from latsim.writing import replacing
 
 #: The compressed day: the arrival curve's period (s).
 DAY_S = 7200.0
@@ -58,7 +59,8 @@ def diurnal_curve(path: Path) -> Path:
         t = i * DAY_S / CURVE_PIECES
         phase = 2 * math.pi * i / CURVE_PIECES  # the first piece the trough, piece 12 the peak
         rows.append(f"{t:g},{mid - amplitude * math.cos(phase):.6f}")
-    path.write_text("\n".join(rows) + "\n")
+    with replacing(path) as tmp:
+        tmp.write_text("\n".join(rows) + "\n")
     return path
 
 

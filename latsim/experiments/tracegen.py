@@ -137,14 +137,23 @@ def generate_set(kind: str, count: int, duration: float, seed: int,
 
 
 def write_set(traces: list[GeneratedTrace], out_dir: str | Path) -> list[Path]:
-    """Write each trace as ``out_dir/<name>.jsonl``; returns the paths."""
+    """Write each trace as ``out_dir/<name>.jsonl``; returns the paths. A set is written
+    whole or not at all: when one trace cannot be written (a full disk), the ones this call
+    wrote are removed and the error says so, so no partial set looks complete."""
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for trace in traces:
-        path = folder / f"{trace.name}.jsonl"
-        write_trace(path, list(trace.times), trace.meta)
-        paths.append(path)
+    paths: list[Path] = []
+    try:
+        for trace in traces:
+            path = folder / f"{trace.name}.jsonl"
+            write_trace(path, list(trace.times), trace.meta)
+            paths.append(path)
+    except LatsimError as exc:
+        for path in paths:
+            path.unlink(missing_ok=True)
+        removed = (f" (removed the {len(paths)} of {len(traces)} trace(s) written before it)"
+                   if paths else "")
+        raise LatsimError(f"{exc}; the set is not written{removed}") from exc
     return paths
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from latsim.errors import DEFAULT_MAX_TRACE_EVENTS, MAX_DURATION, MAX_INPUT_BYTES, LatsimError
+from latsim.writing import replacing
 
 
 @dataclass(frozen=True)
@@ -204,4 +205,5 @@ def write_trace(path: str | Path, times: list[float], meta: dict | None = None) 
     """Write a trace file (header line first when ``meta`` is given)."""
     lines = [json.dumps({"meta": meta}, sort_keys=True)] if meta else []
     lines += [json.dumps({"t": round(t, 6), "version": i + 1}) for i, t in enumerate(times)]
-    Path(path).write_text("\n".join(lines) + "\n")
+    with replacing(path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from latsim.errors import LatsimError
+from latsim.writing import replacing
 
 
 def check_writable(folder: Path, option: str = "--out", keep: bool = False) -> None:
@@ -83,7 +84,7 @@ def write_rows_csv(path: Path, rows: list[dict]) -> None:
     """``rows`` as a CSV file (:func:`rows_csv`); nothing is written for no rows."""
     if not rows:
         return
-    with path.open("w", newline="") as handle:
+    with replacing(path) as tmp, tmp.open("w", newline="") as handle:
         rows_csv(handle, rows)
 
 

@@ -31,14 +31,12 @@ Folders written before the format had a version (no ``format_version``) read as 
 
 from __future__ import annotations
 
-import errno
 import io
 import json
 import math
 import os
 import re
 import socket
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,6 +59,7 @@ from latsim.model.traces import Trace, load_trace, write_trace
 from latsim.run.files import dumps
 from latsim.run.serving import SERVING_RECORD_TYPES, ServingRecords
 from latsim.run.stream import COMPLETE, INTERRUPTED, RunRecords
+from latsim.writing import replacing
 
 FORMAT_VERSION = 1
 #: A client folder's format (:mod:`latsim.run.viewer`): 2 has the simulator's table and
@@ -173,53 +172,15 @@ def writer_alive(payload: Mapping[str, Any]) -> bool | None:
 def write_json(path: Path, payload: object) -> Path:
     """Write JSON to ``path``, never replacing what is not a file of its own. A mapping
     whose ``status`` is ``running`` gets a ``writer`` stamp (:func:`writer_stamp`), so a
-    reader can tell a dead run from a live one (:func:`writer_alive`).
-
-    A regular file (or a new one) is written atomically: a reader sees the old file or the
-    new one, never half. A symbolic link is followed: the file it names is replaced and the
-    link stays a link. A character device or a named pipe (``/dev/stdout``, ``/dev/null``)
-    is written through, and stays what it is; a pipe with no reader is an error, not a
-    wait. Anything else (a directory, a socket) is refused with a one-line error."""
+    reader can tell a dead run from a live one (:func:`writer_alive`). Written as
+    :func:`latsim.writing.replacing` says: atomically, following a link, through a device
+    or a pipe, never replacing a device, a pipe or a folder."""
     if isinstance(payload, Mapping) and payload.get("status") == RUNNING:
         payload = {**payload, "writer": writer_stamp()}
     text = dumps(payload) + "\n"
-    target = Path(os.path.realpath(path))
-    try:
-        mode = target.stat().st_mode
-    except FileNotFoundError:
-        mode = None
-    if mode is not None and not stat.S_ISREG(mode):
-        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-            _write_through(path, target, text)
-            return path
-        raise LatsimError(f"{path}: not a file (a directory, socket or other); give the path "
-                          "of a file to write")
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # leave the old file, and no half-written twin
-        raise
+    with replacing(path) as destination:
+        destination.write_text(text)
     return path
-
-
-def _write_through(path: Path, target: Path, text: str) -> None:
-    """Write ``text`` to a character device or a named pipe as it is."""
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)  # a pipe with no reader: ENXIO
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:
-            raise LatsimError(f"{path}: a named pipe with no reader") from None
-        raise
-    try:
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "w", closefd=False) as out:
-            out.write(text)
-    except OSError as exc:  # e.g. /dev/full: say which path
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
-    finally:
-        os.close(fd)
 
 
 def write_records(run_dir: Path, runs: Iterable[tuple[tuple[str, int, int], RunRecords]],

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from latsim.writing import replacing
+
 if TYPE_CHECKING:  # names for annotations only: nothing is imported at run time
     from matplotlib.axes import Axes
     from matplotlib.axis import Axis
@@ -240,7 +242,11 @@ def title(ax: Axes, text: str, size: float | None = None, **kwargs: Any) -> None
 
 def save(fig: Figure, path: Path, dpi: int = DPI) -> Path:
     """Write ``fig`` to ``path`` with fixed metadata (no software version: the same figure
-    gives the same bytes) and close it."""
-    fig.savefig(path, dpi=dpi, metadata={"Software": None})
-    pyplot().close(fig)
+    gives the same bytes) and close it; a failed write leaves no partial file."""
+    try:
+        with replacing(path) as tmp:
+            fig.savefig(tmp, dpi=dpi, metadata={"Software": None},
+                        format=Path(path).suffix[1:] or "png")
+    finally:
+        pyplot().close(fig)
     return path

@@ -1,0 +1,81 @@
+"""Writing files so that a failure names its path and leaves nothing half-written.
+
+:func:`writing` turns an ``OSError`` (a full disk's names no file) into a one-line
+:class:`~latsim.errors.LatsimError` that says which file; :func:`replacing` writes a new
+file beside the target and renames it over the target only once it is complete, so a
+reader sees the old file or the new one, never a torn or empty one; it writes through to a
+device or a pipe and never replaces one.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from latsim.errors import LatsimError
+
+
+def cannot_write(path: object, exc: OSError) -> str:
+    """``cannot write PATH: REASON`` for a failed write of ``path``."""
+    return f"cannot write {path}: {exc.strerror or exc}"
+
+
+@contextmanager
+def writing(path: object) -> Iterator[None]:
+    """Turn an ``OSError`` in the block into a :class:`LatsimError` naming ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        raise LatsimError(cannot_write(path, exc)) from exc
+
+
+@contextmanager
+def replacing(path: str | Path) -> Iterator[Path]:
+    """Yield the path to write ``path``'s new content to, never replacing what is not a
+    file of its own. Errors name ``path`` (:func:`writing`).
+
+    - A regular file (or a new one): a temporary file beside it (same suffix), renamed over
+      it when the block ends and removed when the block fails, so a reader sees the old
+      file or the new one, never a torn or empty one.
+    - A symbolic link is followed: the file it names is replaced, the link stays a link.
+    - A character device or a named pipe (``/dev/stdout``, ``/dev/null``): the path itself,
+      written through, and it stays what it is; a pipe with no reader is an error, not a
+      wait.
+    - Anything else (a directory, a socket) is refused with a one-line error."""
+    target = Path(os.path.realpath(path))
+    try:
+        mode: int | None = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        if stat.S_ISFIFO(mode):
+            _has_reader(path, target)
+        elif not stat.S_ISCHR(mode):
+            raise LatsimError(f"{path}: not a file (a directory, socket or other); give the "
+                              "path of a file to write")
+        with writing(path):
+            yield target
+        return
+    tmp = target.with_name(f".{target.stem}.partial{target.suffix}")
+    try:
+        with writing(path):
+            yield tmp
+            os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _has_reader(path: str | Path, fifo: Path) -> None:
+    """Refuse a named pipe that nobody reads (opening it to write would wait forever)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise LatsimError(f"{path}: a named pipe with no reader") from None
+        raise LatsimError(cannot_write(path, exc)) from exc
+    os.close(fd)

@@ -1,0 +1,129 @@
+"""A full disk: every write names its file, and nothing half-written is left looking complete.
+
+The unit tests inject ``ENOSPC`` (a full disk's error names no file); the command-line
+test writes into a real, full tmpfs where this machine lets the test mount one (root), and
+says why it skips elsewhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from latsim.errors import LatsimError
+from latsim.experiments import tracegen
+from latsim.writing import replacing
+
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_failed_replacement_keeps_the_old_file_and_leaves_no_twin(tmp_path):
+    target = tmp_path / "rows.csv"
+    target.write_text("old\n")
+    with pytest.raises(LatsimError, match=f"^cannot write {target}: No space left on device$"):
+        with replacing(target) as tmp:
+            tmp.write_text("half")
+            _enospc()
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv"]
+
+
+def test_a_trace_set_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    traces = tracegen.generate_set("low", 5, 60.0, 0, 10_000)
+    real_write = tracegen.write_trace
+    calls = []
+
+    def write_trace(path, times, meta):
+        calls.append(path)
+        if len(calls) == 4:
+            with replacing(path):
+                _enospc()
+        real_write(path, times, meta)
+
+    monkeypatch.setattr(tracegen, "write_trace", write_trace)
+    with pytest.raises(LatsimError) as info:
+        tracegen.write_set(traces, tmp_path / "set")
+    assert str(info.value) == (
+        f"cannot write {tmp_path / 'set' / 'low_003.jsonl'}: No space left on device; the set "
+        "is not written (removed the 3 of 5 trace(s) written before it)")
+    assert list((tmp_path / "set").iterdir()) == []
+
+
+def test_a_figure_that_cannot_be_written_leaves_no_file(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from latsim.viz.style import save
+
+    figure = Figure()
+    figure.add_subplot().plot([0, 1], [0, 1])
+    monkeypatch.setattr(Figure, "savefig", lambda self, path, **kw: (
+        Path(path).write_bytes(b"\x89PNG half"), _enospc()))
+    with pytest.raises(LatsimError, match=f"cannot write {tmp_path / 'f.png'}: No space"):
+        save(figure, tmp_path / "f.png")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- a real full disk
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MiB tmpfs with no room left; skips where it cannot be mounted."""
+    mount = shutil.which("mount")
+    if mount is None or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root and mount(8); the unit tests above inject "
+                    "the same error")
+    root = tmp_path / "disk"
+    root.mkdir()
+    made = subprocess.run([mount, "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(root)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        with (root / "filler").open("wb") as filler:
+            try:
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+        yield root
+    finally:
+        subprocess.run(["umount", str(root)], check=False)
+
+
+def _latsim(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "latsim"), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args, written", [
+    (["traces", "generate", "--kind", "low", "--count", "5", "--out", "{out}"],
+     "{out}/low_000.jsonl"),
+    (["reproduce", "--out", "{out}"], "{out}/settings.csv"),
+    (["sweep", "--K", "4", "--duration", "10", "--out", "{out}"], "{out}/config.json"),
+    (["plot", "timeline", "{run}", "--out", "{out}.png"], "{out}.png"),
+])
+def test_commands_on_a_full_disk_fail_in_one_line_naming_the_file(full_disk, tmp_path, args,
+                                                                written):
+    run = tmp_path / "run"
+    if "{run}" in args:
+        assert _latsim("simulate", "--K", "8", "--duration", "10", "--out",
+                       str(run)).returncode == 0
+    out = full_disk / "out"
+    result = _latsim(*[a.format(out=out, run=run) for a in args])
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].startswith(f"latsim: error: cannot write {written.format(out=out)}: No "
+                               "space left on device"), lines[0]
+    left = [p for p in full_disk.rglob("*") if p.is_file() and p.name != "filler"]
+    assert not [p for p in left if p.stat().st_size == 0 or ".partial" in p.name], left
