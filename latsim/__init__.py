@@ -8,3 +8,19 @@ run layer (:mod:`latsim.run`). The folders are the layers; docs/design.md §3 li
 """
 
 __version__ = "0.1.0"
+
+#: The modules the compiled build compiles (setup.py): the controller and the simulators'
+#: per-event paths, where a simulation spends its time.
+COMPILED = ("latsim.controller.machine", "latsim.run.stream", "latsim.sim.simpy_driver",
+            "latsim.sim.serving")
+
+
+def build() -> str:
+    """Which build runs: ``compiled with mypyc: MODULES`` when :data:`COMPILED` were loaded
+    from extension modules (``LATSIM_COMPILE=1``, see setup.py), else ``pure Python``. Both
+    give the same numbers; the compiled one is faster."""
+    import importlib
+
+    compiled = [name for name in COMPILED
+                if not str(importlib.import_module(name).__file__).endswith(".py")]
+    return f"compiled with mypyc: {', '.join(compiled)}" if compiled else "pure Python"

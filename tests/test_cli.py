@@ -523,10 +523,10 @@ def _command_paths() -> list[tuple[str, ...]]:
 
 
 def test_version_and_the_short_help_flag():
-    from latsim import __version__
+    from latsim import __version__, build
 
     result = invoke("--version")
-    assert result.exit_code == 0 and result.stdout == f"latsim {__version__}\n"
+    assert result.exit_code == 0 and result.stdout == f"latsim {__version__} ({build()})\n"
     assert invoke("-h").exit_code == 0 and "Usage: " in invoke("-h").stdout
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from latsim.controller import (
+    EVENT_KINDS,
     TRANSITIONS,
     ConditionArrived,
     Controller,
@@ -311,4 +312,4 @@ def test_diagram_and_table_print_every_row():
     assert diagram.count("    note right of Produce\n") == 1 and "    end note\n" in diagram
     for row in TRANSITIONS:
         guard = f" [{row.guard}]" if row.guard else ""
-        assert f"{row.trigger.kind}{guard} / {row.action}" in diagram
+        assert f"{EVENT_KINDS[row.trigger]}{guard} / {row.action}" in diagram

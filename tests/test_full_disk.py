@@ -28,10 +28,10 @@ def _enospc(*args, **kwargs):
 def test_a_failed_replacement_keeps_the_old_file_and_leaves_no_twin(tmp_path):
     target = tmp_path / "rows.csv"
     target.write_text("old\n")
-    with pytest.raises(LatsimError, match=f"^cannot write {target}: No space left on device$"):
-        with replacing(target) as tmp:
-            tmp.write_text("half")
-            _enospc()
+    with (pytest.raises(LatsimError, match=f"^cannot write {target}: No space left on device$"),
+          replacing(target) as tmp):
+        tmp.write_text("half")
+        _enospc()
     assert target.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv"]
 

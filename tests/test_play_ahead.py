@@ -168,7 +168,7 @@ MIRRORED_METHODS = ("_guard_replan_feasible", "_guard_refill_due", "_guard_flush
                     "_guard_refill_due_in_flight", "_guard_room_in_flight", "_act_arm_refill",
                     "_act_hold", "_act_play_or_stall", "_play_slot", "_replan_branch",
                     "_refill_due_from", "_refill_due_at", "_resolve_conditions")
-MIRROR_DIGEST = "4cc25e19b8355a93"
+MIRROR_DIGEST = "fbfa966b75222e8f"
 
 
 def mirror_digest() -> str:

@@ -58,6 +58,7 @@ from typing import Protocol
 
 from harness.live.player import SPIN_S, ConditionInjector, PlayerClock, sleep_until
 from latsim.controller import (
+    EVENT_KINDS,
     ConditionArrived,
     Controller,
     ControllerConfig,
@@ -453,7 +454,7 @@ class LiveDriver:
             decision = clock() - h0
             event = item.event
             events.append(EventTiming(
-                kind=event.kind,  # type: ignore[attr-defined]
+                kind=EVENT_KINDS[type(event)],
                 position=event.position if type(event) is SlotDue else None,
                 scheduled=None if item.scheduled is None else item.scheduled - t0,
                 happened=item.happened - t0, handled=handled, now=now, decision_s=decision,

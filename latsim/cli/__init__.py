@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["app", "main"]
+__all__ = ["main"]  # and ``app``, loaded when first read (module __getattr__)
 
 
 def main() -> None:

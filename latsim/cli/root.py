@@ -254,9 +254,9 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from latsim import __version__
+        from latsim import __version__, build
 
-        typer.echo(f"latsim {__version__}")
+        typer.echo(f"latsim {__version__} ({build()})")
         raise typer.Exit()
 
 
@@ -530,7 +530,7 @@ def controller(
     diagram: Annotated[bool, typer.Option("--diagram", help="print a Mermaid diagram")] = False,
 ) -> None:
     """Print the controller's transition table (or its Mermaid state diagram)."""
-    from latsim.controller import TRANSITIONS, mermaid_diagram
+    from latsim.controller import EVENT_KINDS, TRANSITIONS, mermaid_diagram
 
     if diagram:
         typer.echo(mermaid_diagram(), nl=False)
@@ -539,9 +539,8 @@ def controller(
         source = "any" if row.source is None else row.source.value
         target = "same" if row.target is None else row.target.value
         guard = f"[{row.guard}]" if row.guard else ""
-        typer.echo(
-            f"{source:8} --{row.trigger.kind}{guard}--> {target:8} {row.action}: {row.note}"
-        )
+        trigger = EVENT_KINDS[row.trigger]
+        typer.echo(f"{source:8} --{trigger}{guard}--> {target:8} {row.action}: {row.note}")
 
 
 def _register_extensions() -> None:

@@ -5,18 +5,21 @@ The controller's public types are re-exported here (``from latsim.controller imp
 Controller, StartJob``).
 """
 
-from latsim.controller.machine import (
+from latsim.controller.config import (
     BIND_MODES,
     DISCARD_MODES,
-    EPS,
     IN_FLIGHT_POLICIES,
     MAX_IN_FLIGHT,
     REPLAN_AT_CACHE_END,
+    ControllerConfig,
+)
+from latsim.controller.machine import (
+    EPS,
+    EVENT_KINDS,
     TRANSITIONS,
     Command,
     ConditionArrived,
     Controller,
-    ControllerConfig,
     Decide,
     Event,
     JobDone,
@@ -32,7 +35,7 @@ from latsim.controller.machine import (
 )
 
 __all__ = [
-    "BIND_MODES", "DISCARD_MODES", "EPS", "IN_FLIGHT_POLICIES", "MAX_IN_FLIGHT",
+    "BIND_MODES", "DISCARD_MODES", "EPS", "EVENT_KINDS", "IN_FLIGHT_POLICIES", "MAX_IN_FLIGHT",
     "REPLAN_AT_CACHE_END", "TRANSITIONS", "Command",
     "ConditionArrived", "Controller",
     "ControllerConfig", "Decide", "Event", "JobDone", "JobStarted", "PlaySlot",

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from latsim.controller.policies import Policy
+from latsim.controller.config import ControllerConfig
 from latsim.controller.records import (
     FOLD_AT,
     ConditionRecord,
@@ -31,8 +31,6 @@ from latsim.controller.records import (
     SlotTally,
     StallRecord,
 )
-from latsim.controller.timing import Timing
-from latsim.errors import LatsimError
 
 #: Tolerance for comparing times that are sums of floats (slot starts, job ends).
 EPS = 1e-9
@@ -51,7 +49,7 @@ class State(enum.Enum):
 
 
 # ---------------------------------------------------------------- events (inputs)
-# Dispatch is by type; ``kind`` is only a label (the event logs and the printed table).
+# Dispatch is by type; :data:`EVENT_KINDS` labels them (the event logs and the printed table).
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +57,6 @@ class ConditionArrived:
     """The viewer sent a new condition; the controller gives it the next version."""
 
     payload: Any = None
-    kind = "condition_arrived"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +66,6 @@ class JobStarted:
     whose worker starts every job at once need not send it."""
 
     job_id: int
-    kind = "job_started"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +73,6 @@ class JobDone:
     """The generator finished job ``job_id``: all its outputs are ready now."""
 
     job_id: int
-    kind = "job_done"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,14 +80,12 @@ class SlotDue:
     """Playback tick: the slot of ``position`` is due to start now."""
 
     position: int
-    kind = "slot_due"
 
 
 @dataclass(frozen=True, slots=True)
 class WakeUp:
     """A wake-up the controller asked for (refill check). Stale wake-ups are harmless."""
 
-    kind = "wake_up"
 
 
 Event = ConditionArrived | JobStarted | JobDone | SlotDue | WakeUp
@@ -102,7 +95,14 @@ class Decide:
     """Not an event: the trigger of the decide step, taken after every event and at start."""
 
     __slots__ = ()
-    kind = "decide"
+
+
+#: Each trigger's label, by type. (Not a class attribute: the compiled build's frozen
+#: dataclasses take an annotated one for a field.)
+EVENT_KINDS: dict[type, str] = {
+    ConditionArrived: "condition_arrived", JobStarted: "job_started", JobDone: "job_done",
+    SlotDue: "slot_due", WakeUp: "wake_up", Decide: "decide",
+}
 
 
 # ---------------------------------------------------------------- commands (outputs)
@@ -210,7 +210,7 @@ def _sources(row: Transition) -> tuple[State, ...]:
 
 def _label(row: Transition) -> str:
     guard = f" [{row.guard}]" if row.guard else ""
-    return f"{row.trigger.kind}{guard} / {row.action}"
+    return f"{EVENT_KINDS[row.trigger]}{guard} / {row.action}"
 
 
 def mermaid_diagram() -> str:
@@ -234,85 +234,6 @@ def mermaid_diagram() -> str:
 
 
 # ---------------------------------------------------------------- the controller
-
-
-#: When a replan gives up the replaceable future: ``on-start`` (the paper's rule: the cached
-#: positions from the branch on are discarded when the replan starts, so a late replan
-#: stalls the player) or ``on-ready`` (they stay playable until the replacement is ready).
-DISCARD_MODES = ("on-start", "on-ready")
-#: What a new condition does to chunks in flight (generated under an older one):
-#: ``let-play`` (they play; the condition shows from the next chunk started, like chunk
-#: commitment) or ``flush`` (a replan branches at once and the chunks in flight behind its
-#: branch are dropped when they land, counted as discarded; like latent commitment).
-IN_FLIGHT_POLICIES = ("let-play", "flush")
-#: The most chunks one stream may have in flight.
-MAX_IN_FLIGHT = 64
-#: A pending condition whose replan branch would fall at (or past) the end of the cache,
-#: under lazy commit: ``defer`` (start no job; the refill, due ``lead`` before that
-#: position, takes the condition: DESIGN §2's rule, the default) or ``start`` (clamp the
-#: branch to the cache end and start the replan at once, as an independent reference model
-#: reads the paper). Under eager commit nothing cached is replaceable and both are ``defer``.
-REPLAN_AT_CACHE_END = ("defer", "start")
-#: When a job that waited for a shared device takes its condition (DESIGN §6): ``start``
-#: (the newest version known when the device starts it, as a server assembles a job's
-#: inputs at dispatch: the default) or ``enqueue`` (the version known when it was queued,
-#: the reading before; kept for comparison). A worker that starts every job at once sends
-#: no :class:`JobStarted`, and the two agree.
-BIND_MODES = ("start", "enqueue")
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    """What the controller needs to know: timing, policy, the planning lead (seconds), when
-    a replan discards the old future (:data:`DISCARD_MODES`), how many chunks one stream
-    may have in flight and what a new condition does to them (:data:`IN_FLIGHT_POLICIES`),
-    ``run_ahead``: seconds beyond the lead that refills start early (a deeper buffer, as
-    a pipeline that runs ahead keeps; replans still branch one lead ahead), and
-    ``replan_at_cache_end`` (:data:`REPLAN_AT_CACHE_END`) and ``bind``, when a job that
-    waited for a device takes its condition (:data:`BIND_MODES`).
-    """
-
-    timing: Timing
-    policy: Policy
-    lead: float
-    discard: str = "on-start"
-    in_flight: int = 1
-    in_flight_policy: str = "let-play"
-    run_ahead: float = 0.0
-    replan_at_cache_end: str = "defer"
-    bind: str = "start"
-
-    def __post_init__(self) -> None:
-        self.policy.commit_unit(self.timing.K)
-        if self.bind not in BIND_MODES:
-            raise LatsimError(f"bind must be start or enqueue, got {self.bind!r}")
-        if self.replan_at_cache_end not in REPLAN_AT_CACHE_END:
-            raise LatsimError(f"replan at cache end must be defer or start, got "
-                              f"{self.replan_at_cache_end!r}")
-        if not (math.isfinite(self.lead) and self.lead >= 0):
-            raise LatsimError(f"lead must be >= 0 seconds, got {self.lead!r}")
-        if self.discard not in DISCARD_MODES:
-            raise LatsimError(f"discard mode must be on-start or on-ready, got "
-                              f"{self.discard!r}")
-        if (isinstance(self.in_flight, bool) or not isinstance(self.in_flight, int)
-                or not 1 <= self.in_flight <= MAX_IN_FLIGHT):
-            raise LatsimError(f"chunks in flight must be a whole number in 1..{MAX_IN_FLIGHT}, "
-                              f"got {self.in_flight!r}")
-        if not (math.isfinite(self.run_ahead) and self.run_ahead >= 0):
-            raise LatsimError(f"run-ahead must be >= 0 seconds, got {self.run_ahead!r}")
-        if self.in_flight_policy not in IN_FLIGHT_POLICIES:
-            raise LatsimError(f"in-flight policy must be let-play or flush, got "
-                              f"{self.in_flight_policy!r}")
-        if self.discard == "on-ready" and (self.in_flight > 1
-                                           or self.in_flight_policy == "flush"):
-            raise LatsimError("discard on-ready keeps the old future playing while one replan "
-                              "runs: it needs one chunk in flight and the let-play policy")
-
-    @property
-    def pipelined(self) -> bool:
-        """Whether jobs may overlap (several in flight, or a flush starting a replan while
-        the flushed job still runs): a driver must then queue or pool them."""
-        return self.in_flight > 1 or self.in_flight_policy == "flush"
 
 
 @dataclass(slots=True)
@@ -500,8 +421,8 @@ class Controller:
         :meth:`play_ahead`. Returns how many, and the time the first tick not played is
         due (on the shifted clock, if any)."""
         shifted = origin is not None
-        if not shifted:
-            clock = t
+        if origin is None:
+            clock, origin = t, 0.0
         if self._stalled_since is not None:
             return 0, clock
         check = self._quiet_decide[self.state]
@@ -516,6 +437,7 @@ class Controller:
         armed = self._armed_refill
         if decide and armed is None:
             return 0, clock  # the decide step would arm a refill
+        armed_at = math.nan if armed is None else armed  # read only when deciding
         slowly = self._on_record is not None  # records to hand out as they are made
         if slowly and (shifted or dry):
             raise ValueError("a controller that hands out its records plays tick by tick")
@@ -548,7 +470,7 @@ class Controller:
                     break
                 # _refill_due_from(position + 1, after), inlined (a call a tick): the same sums
                 due = after + (planned_end - (position + 1)) * delta - refill_lead
-                if due <= t + EPS or abs(armed - due) > EPS:
+                if due <= t + EPS or abs(armed_at - due) > EPS:
                     break
             locked = playing_locks
             if dry:
@@ -938,7 +860,7 @@ class Controller:
     def _guard_room_in_flight(self, event: None, now: float) -> bool | None:
         return True if self._live < self._max_in_flight else None
 
-    def _act_hold(self, value: None, now: float, out: list) -> None:
+    def _act_hold(self, value: object, now: float, out: list) -> None:
         pass
 
     def _discard(self, positions: Iterable[int], now: float, by_version: int) -> None:
@@ -954,7 +876,7 @@ class Controller:
     def _act_start_refill(self, branch: int, now: float, out: list) -> None:
         self._start_job("refill", branch, now, out)
 
-    def _act_arm_refill(self, value: None, now: float, out: list) -> None:
+    def _act_arm_refill(self, value: object, now: float, out: list) -> None:
         due = self._refill_due_at(now)
         if self._armed_refill is None or abs(self._armed_refill - due) > EPS:
             self._armed_refill = due

@@ -2,7 +2,7 @@
 entry points the way a third party registers its own.
 
 Each entry is a factory: called once per run, it returns the chooser
-(:data:`~latsim.plugins.protocols.Placement`) the control plane asks for every session it
+(:class:`~latsim.plugins.protocols.Placement`) the control plane asks for every session it
 places, with the nodes that have room (in node order, never empty) and the run's placement
 random stream. Ties go to the lowest node index, so a run is reproducible.
 

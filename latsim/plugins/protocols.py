@@ -173,10 +173,13 @@ class NodeLoad:
     slack_s: float  # the least playout slack of its playing streams (inf with none)
 
 
-#: Chooses the node for a new session among those with room (never empty); a fresh one per
-#: run, built by the ``latsim.placements`` factory (``() -> Placement``), so it may keep
-#: state (round-robin's position). It returns the chosen :class:`NodeLoad`.
-Placement = Callable[[Sequence[NodeLoad], "np.random.Generator"], NodeLoad]
+class Placement(Protocol):
+    """Chooses the node for a new session among those with room (never empty); a fresh one
+    per run, built by the ``latsim.placements`` factory (``() -> Placement``), so it may
+    keep state (round-robin's position). A plain function of these arguments is one."""
+
+    def __call__(self, loads: Sequence[NodeLoad], rng: np.random.Generator) -> NodeLoad:
+        """The chosen :class:`NodeLoad`."""
 
 
 # ---------------------------------------------------------------- live generators

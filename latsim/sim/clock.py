@@ -58,6 +58,11 @@ class Clock(simpy.Environment):
     """SimPy's environment, plus scheduling at an exact time, light callbacks, event ids
     taken ahead, and moving a timer (see the module docstring for the order of events)."""
 
+    def __init__(self, initial_time: float = 0.0) -> None:
+        # SimPy's own default is the int 0, which a record made before the first float
+        # event kept (a prebuffer's t_start read 0, the compiled build's 0.0)
+        super().__init__(initial_time)
+
     def call_later(self, delay: float, callbacks: tuple[Callable[[Call], None], ...],
                    value: object = None) -> None:
         """Call each of ``callbacks`` with a :class:`Call` carrying ``value``, ``delay``

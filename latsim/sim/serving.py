@@ -23,11 +23,13 @@ exactly 0 completes without a SimPy event for that reason.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import simpy
@@ -158,7 +160,10 @@ class _PipelinePool:
         self.in_flight[batch_id] = (task, now)
         if task.first and task.job_id:
             task.port.job_started(task.job_id, now, task.duration, now > task.t_enqueue)
-        engine.env.call_later(task.duration, (lambda _, b=batch_id: self._leave(b),))
+        def leave(_: Call, batch: int = batch_id) -> None:
+            self._leave(batch)
+
+        engine.env.call_later(task.duration, (leave,))
         self._plan()
 
     def _leave(self, batch_id: int) -> None:
@@ -482,7 +487,7 @@ class _StreamPort:
         plays its slot (the same commands, carried out here), else the tick as an event."""
         if self.closed:
             return
-        position, ctrl, env, origin = timer.value, self._ctrl, self.env, self.origin
+        position, ctrl, env, origin = cast(int, timer.value), self._ctrl, self.env, self.origin
         at = env.now
         now = at - origin
         if ctrl.play_tick(position, now):
@@ -503,7 +508,7 @@ class _StreamPort:
         them (a fleet's exact mode: every session's)."""
         env = self.env
         window, uplink = self.run.window, self.serving.uplink
-        arrivals = []
+        arrivals: list[tuple[float, int, int, float]] = []
         for t in self.inputs.trace.times:
             if t < window.duration:
                 arrives = t if uplink is None else t + uplink.sample(1, self.uplink_rng)
@@ -782,8 +787,7 @@ def simulate_serving(
             engine.tally_tasks(max(port.origin for port in ports) + window.duration)
         for port in ports:
             if port.origin > env.now:
-                env.timeout(port.origin).callbacks.append(
-                    lambda _, p=port: p.start_playback())
+                env.timeout(port.origin).callbacks.append(_then(port.start_playback))
             else:
                 port.start_playback()
     last_origin = max(port.origin for port in ports)
@@ -835,7 +839,16 @@ def _cold_starts(env: Clock, node: ServingNode, ports: list[_StreamPort]
     for port in ports:
         if port.inputs.join > env.now:
             env.timeout(port.inputs.join).callbacks.append(
-                lambda _, p=port: node.begin(p, ready))
+                _then(functools.partial(node.begin, port, ready)))
         else:
             node.begin(port, ready)
     return all_started
+
+
+def _then(action: Callable[[], object]) -> Callable[[simpy.Event], None]:
+    """A SimPy callback that ignores its event and calls ``action``."""
+
+    def callback(_: simpy.Event) -> None:
+        action()
+
+    return callback

@@ -94,6 +94,7 @@ class _SimPyPort:
         """Deliver the timer due now, then the ones before SimPy's next event (see the
         class docstring); then hand SimPy a timer for the earliest left."""
         timers, env, run = self._timers, self.env, self.run
+        assert run is not None, "the port is attached to its run before the clock starts"
         self._wake, self._wake_at = None, -math.inf  # pushes while delivering: no timer
         now = env.now
         limit = min(self.batch_until, env.peek())
@@ -108,7 +109,7 @@ class _SimPyPort:
             if type(event) is SlotDue:
                 self._tick = None
             self.now = at
-            run.deliver(event, at)  # type: ignore[union-attr]
+            run.deliver(event, at)
             if not at < limit:
                 break
             if self.play_through:
@@ -219,14 +220,13 @@ def _play_through(run: StreamRun, timers: list[list], horizon: float, order: Ite
             tick = None
         last = at
         for command in handle(event, at):
-            kind = type(command)
-            if kind is ScheduleWakeUp:
+            if type(command) is ScheduleWakeUp:
                 timer = [at + max(0.0, command.at - at),
                          (type(command.event) is SlotDue, next(order)), command.event]
                 if type(command.event) is SlotDue:
                     tick = timer
                 heappush(timers, timer)
-            elif kind is StartJob:
+            elif type(command) is StartJob:
                 starts[command.job_id] = at
                 heappush(timers, [job_end(command, at), (False, next(order)),
                                   JobDone(command.job_id)])

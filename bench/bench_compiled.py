@@ -1,0 +1,102 @@
+"""The compiled build against the pure one: the engine issue's per-event figures in both.
+
+Run: ``.venv/bin/python bench/bench_compiled.py [PYTHON]`` after making the compiled build
+(``.venv-compiled``, as .ci/run does; or give its interpreter). Reports numbers; asserts
+nothing. Each build runs the same workloads in its own process, alternated three times,
+best of each, every figure beside its yardstick from the same process (bare or plain
+SimPy), so the ratios compare like with like:
+
+- one stream, K = 4, conditions every 1,000 s and every 10 s: simulated slot-events per
+  second, as a ratio to a bare SimPy timeout loop (bench/bench_sim.py's workload);
+- the serving model: 256 periodic streams on one FIFO device at ρ = 0.5, jobs per second
+  as a ratio to the same workload in plain SimPy (bench/bench_serving.py's first figure);
+- µs per played slot, 256 speculative streams, dit = N/4 (its second figure).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Runs in each build's interpreter (the bench folder last on the path, so the installed
+#: latsim of that interpreter is the one measured).
+MEASURE = r"""
+import json, sys, time
+sys.path.append(sys.argv[1])
+import numpy as np
+import latsim
+import bench_serving, bench_sim
+from latsim.controller import ControllerConfig
+from latsim.controller.policies import BASELINE
+from latsim.controller.timing import Timing
+from latsim.model.costs import AffineCost, FixedCost
+from latsim.model.serving import ServingConfig
+from latsim.model.traces import Trace
+from latsim.sim.serving import simulate_serving
+from latsim.sim.simpy_driver import simulate_trace
+
+out = {"build": latsim.build()}
+bare = bench_sim.bare_simpy_rate()
+cost = AffineCost(0.14725, 0.16275)
+timing = Timing(4, 4, 16.0)
+for every in (1000.0, 10.0):
+    rng = np.random.default_rng(0)
+    arrivals = tuple(np.cumsum(rng.exponential(every, size=max(4, int(3600 / every)))))
+    duration = max(3600.0, float(arrivals[-1]) + 1)
+    trace = Trace("b", arrivals, duration)
+    config = ControllerConfig(timing, BASELINE, cost.mean(4))
+    run = lambda: simulate_trace(config, cost, trace, duration, np.random.default_rng(1))[1]
+    took = bench_sim.best_of(3, run)
+    out[f"one stream K=4 every {every:g} s / bare SimPy"] = run().played / took / bare
+
+streams, seconds = 256, 60.0
+job = 0.5 * bench_serving.TIMING.T / streams
+inputs = bench_serving._inputs(streams, seconds, 0.0)
+config = ControllerConfig(bench_serving.TIMING, BASELINE, job + 0.5 * bench_serving.TIMING.T)
+serving = ServingConfig(streams=streams, pools=(("dit", 1),), start="random")
+ours, plain = [], []
+for _ in range(3):
+    took, run = bench_serving.cpu_seconds(lambda: simulate_serving(
+        config, FixedCost(job), serving, inputs, seconds, np.random.default_rng(1),
+        records="none"))
+    ours.append(sum(s.jobs_done for s in run.streams) / took)
+    took, jobs = bench_serving.cpu_seconds(lambda: bench_serving.plain_simpy_jobs(
+        streams, job, seconds, [i.join for i in inputs]))
+    plain.append(jobs / took)
+out["serving jobs/s, 256 streams / plain SimPy"] = max(ours) / max(plain)
+out["serving us per slot, 256 streams"] = min(
+    bench_serving.per_slot(256, 60.0, "fixed:0.25", None)[1] for _ in range(3))
+print(json.dumps(out))
+"""
+
+
+def measure(python: str) -> dict:
+    result = subprocess.run([python, "-c", MEASURE, str(ROOT / "bench")], capture_output=True,
+                            text=True, check=True, cwd="/")
+    return json.loads(result.stdout)
+
+
+def main() -> None:
+    compiled = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / ".venv-compiled/bin/python")
+    if not Path(compiled).exists():
+        sys.exit(f"no compiled build at {compiled}: make one as .ci/run does")
+    runs: dict[str, list[dict]] = {"pure": [], "compiled": []}
+    for _ in range(3):  # alternated
+        runs["pure"].append(measure(sys.executable))
+        runs["compiled"].append(measure(compiled))
+    print(f"pure: {runs['pure'][0]['build']}; compiled: {runs['compiled'][0]['build']}")
+    print(f"{'figure':48} {'pure':>8} {'compiled':>9} {'ratio':>6}")
+    for key in (k for k in runs["pure"][0] if k != "build"):
+        pick = min if key.startswith("serving us") else max  # the best of the three
+        pure = pick(r[key] for r in runs["pure"])
+        fast = pick(r[key] for r in runs["compiled"])
+        ratio = pure / fast if pick is min else fast / pure
+        print(f"{key:48} {pure:8.3f} {fast:9.3f} {ratio:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()

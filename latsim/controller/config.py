@@ -1,0 +1,92 @@
+"""What the controller is configured with (:class:`ControllerConfig`) and the values its
+modes take. Plain data, kept apart from the controller's logic (:mod:`latsim.controller.
+machine`): the compiled build compiles the logic, and a config stays an ordinary frozen
+dataclass there, pickled for worker processes and validated with one-line errors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from latsim.controller.policies import Policy
+from latsim.controller.timing import Timing
+from latsim.errors import LatsimError
+
+#: When a replan gives up the replaceable future: ``on-start`` (the paper's rule: the cached
+#: positions from the branch on are discarded when the replan starts, so a late replan
+#: stalls the player) or ``on-ready`` (they stay playable until the replacement is ready).
+DISCARD_MODES = ("on-start", "on-ready")
+#: What a new condition does to chunks in flight (generated under an older one):
+#: ``let-play`` (they play; the condition shows from the next chunk started, like chunk
+#: commitment) or ``flush`` (a replan branches at once and the chunks in flight behind its
+#: branch are dropped when they land, counted as discarded; like latent commitment).
+IN_FLIGHT_POLICIES = ("let-play", "flush")
+#: The most chunks one stream may have in flight.
+MAX_IN_FLIGHT = 64
+#: A pending condition whose replan branch would fall at (or past) the end of the cache,
+#: under lazy commit: ``defer`` (start no job; the refill, due ``lead`` before that
+#: position, takes the condition: DESIGN §2's rule, the default) or ``start`` (clamp the
+#: branch to the cache end and start the replan at once, as an independent reference model
+#: reads the paper). Under eager commit nothing cached is replaceable and both are ``defer``.
+REPLAN_AT_CACHE_END = ("defer", "start")
+#: When a job that waited for a shared device takes its condition (DESIGN §6): ``start``
+#: (the newest version known when the device starts it, as a server assembles a job's
+#: inputs at dispatch: the default) or ``enqueue`` (the version known when it was queued,
+#: the reading before; kept for comparison). A worker that starts every job at once sends
+#: no :class:`JobStarted`, and the two agree.
+BIND_MODES = ("start", "enqueue")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """What the controller needs to know: timing, policy, the planning lead (seconds), when
+    a replan discards the old future (:data:`DISCARD_MODES`), how many chunks one stream
+    may have in flight and what a new condition does to them (:data:`IN_FLIGHT_POLICIES`),
+    ``run_ahead``: seconds beyond the lead that refills start early (a deeper buffer, as
+    a pipeline that runs ahead keeps; replans still branch one lead ahead), and
+    ``replan_at_cache_end`` (:data:`REPLAN_AT_CACHE_END`) and ``bind``, when a job that
+    waited for a device takes its condition (:data:`BIND_MODES`).
+    """
+
+    timing: Timing
+    policy: Policy
+    lead: float
+    discard: str = "on-start"
+    in_flight: int = 1
+    in_flight_policy: str = "let-play"
+    run_ahead: float = 0.0
+    replan_at_cache_end: str = "defer"
+    bind: str = "start"
+
+    def __post_init__(self) -> None:
+        self.policy.commit_unit(self.timing.K)
+        if self.bind not in BIND_MODES:
+            raise LatsimError(f"bind must be start or enqueue, got {self.bind!r}")
+        if self.replan_at_cache_end not in REPLAN_AT_CACHE_END:
+            raise LatsimError(f"replan at cache end must be defer or start, got "
+                              f"{self.replan_at_cache_end!r}")
+        if not (math.isfinite(self.lead) and self.lead >= 0):
+            raise LatsimError(f"lead must be >= 0 seconds, got {self.lead!r}")
+        if self.discard not in DISCARD_MODES:
+            raise LatsimError(f"discard mode must be on-start or on-ready, got "
+                              f"{self.discard!r}")
+        if (isinstance(self.in_flight, bool) or not isinstance(self.in_flight, int)
+                or not 1 <= self.in_flight <= MAX_IN_FLIGHT):
+            raise LatsimError(f"chunks in flight must be a whole number in 1..{MAX_IN_FLIGHT}, "
+                              f"got {self.in_flight!r}")
+        if not (math.isfinite(self.run_ahead) and self.run_ahead >= 0):
+            raise LatsimError(f"run-ahead must be >= 0 seconds, got {self.run_ahead!r}")
+        if self.in_flight_policy not in IN_FLIGHT_POLICIES:
+            raise LatsimError(f"in-flight policy must be let-play or flush, got "
+                              f"{self.in_flight_policy!r}")
+        if self.discard == "on-ready" and (self.in_flight > 1
+                                           or self.in_flight_policy == "flush"):
+            raise LatsimError("discard on-ready keeps the old future playing while one replan "
+                              "runs: it needs one chunk in flight and the let-play policy")
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether jobs may overlap (several in flight, or a flush starting a replan while
+        the flushed job still runs): a driver must then queue or pool them."""
+        return self.in_flight > 1 or self.in_flight_policy == "flush"
