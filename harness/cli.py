@@ -21,6 +21,7 @@ from typing import Annotated
 
 import typer
 
+from latsim.cli.completion import plugins
 from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
 from latsim.errors import LatsimError
 from latsim.formatting import StatusLine, fmt
@@ -38,7 +39,7 @@ commands = typer.Typer(help="Live measurement with a real generator (latsim plug
 # Generator options shared by profile, measure and serve.
 GeneratorOpt = Annotated[
     str, typer.Option(help="live generator (latsim plugins lists them): wan, ltx, sleep or "
-                      "a plug-in's")
+                      "a plug-in's", autocompletion=plugins("generators"))
 ]
 PresetOpt = Annotated[
     str | None, typer.Option(help="the generator's model preset: tiny (default) or full size "

@@ -16,11 +16,16 @@ COMPILED = ("latsim.controller.machine", "latsim.run.stream", "latsim.sim.simpy_
 
 
 def build() -> str:
-    """Which build runs: ``compiled with mypyc: MODULES`` when :data:`COMPILED` were loaded
-    from extension modules (``LATSIM_COMPILE=1``, see setup.py), else ``pure Python``. Both
-    give the same numbers; the compiled one is faster."""
+    """Which build runs: ``compiled with mypyc`` when every module of :data:`COMPILED` was
+    loaded from an extension module (``LATSIM_COMPILE=1``, see setup.py), ``pure Python``
+    when none was, else ``partly compiled with mypyc: MODULES``. Both builds give the same
+    numbers; the compiled one is faster."""
     import importlib
 
     compiled = [name for name in COMPILED
                 if not str(importlib.import_module(name).__file__).endswith(".py")]
-    return f"compiled with mypyc: {', '.join(compiled)}" if compiled else "pure Python"
+    if not compiled:
+        return "pure Python"
+    if len(compiled) == len(COMPILED):
+        return "compiled with mypyc"
+    return f"partly compiled with mypyc: {', '.join(compiled)}"

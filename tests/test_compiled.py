@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-import latsim
-
 ROOT = Path(__file__).resolve().parents[1]
 #: Cases drawn from each property generator.
 EXAMPLES = 60
@@ -68,7 +66,7 @@ def test_the_compiled_build_gives_the_pure_builds_records_byte_for_byte(compiled
                                                                        cases):
     pure, compiled = _digests(Path(sys.executable), cases), _digests(compiled_python, cases)
     assert pure["build"] == "pure Python"
-    assert compiled["build"] == f"compiled with mypyc: {', '.join(latsim.COMPILED)}"
+    assert compiled["build"] == "compiled with mypyc"  # every module of latsim.COMPILED
     assert len(pure["single"]) >= EXAMPLES and len(pure["serving"]) == EXAMPLES
     assert compiled["single"] == pure["single"]
     assert compiled["serving"] == pure["serving"]

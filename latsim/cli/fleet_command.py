@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
+from latsim.cli.completion import plugins
 from latsim.cli.options import JobsOpt, MaxSimEventsOpt, SchedulerOpt, scheduler_context
 from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
@@ -45,7 +46,8 @@ def fleet(
         help="a static fleet of N nodes (nodes_initial = nodes_max = N, no autoscaling)")
     ] = None,
     placement: Annotated[str | None, typer.Option(
-        help="placement policy (latsim plugins placements)")] = None,
+        help="placement policy (latsim plugins placements)",
+        autocompletion=plugins("placements"))] = None,
     autoscale: Annotated[str | None, typer.Option(help="on or off (default: the file's)")
                          ] = None,
     fmt: FormatOpt = None,

@@ -10,7 +10,10 @@ from typing import Annotated, Any
 
 import typer
 
-PolicyOpt = Annotated[str, typer.Option(help="baseline, speculative or both")]
+from latsim.cli.completion import choices, plugins, prefixes
+
+PolicyOpt = Annotated[str, typer.Option(help="baseline, speculative or both",
+                                        autocompletion=choices("baseline", "speculative", "both"))]
 ROptions = Annotated[int, typer.Option("--r", help="pixel frames per latent frame")]
 FpsOpt = Annotated[float, typer.Option("--fps", help="video frames per second")]
 COpt = Annotated[float | None, typer.Option("--C", help="fixed generation time C (s)")]
@@ -21,7 +24,8 @@ CostOpt = Annotated[
     str | None,
     # rich markup would read [@G] as a tag: escaped
     typer.Option(help=f"cost model: {', '.join(COST_SPECS)}, or a plug-in's "
-                 "(latsim plugins costs)".replace("[", "\\[")),
+                 "(latsim plugins costs)".replace("[", "\\["),
+                 autocompletion=prefixes("costs")),
 ]
 LeadOpt = Annotated[
     str | None, typer.Option(
@@ -51,7 +55,8 @@ QOpt = Annotated[
     int | None, typer.Option("--q", help="speculative policy's commit unit (must divide K)")
 ]
 UpdatesOpt = Annotated[
-    str, typer.Option(help="poisson:RATE, bernoulli:P, trace:PATH or traces:DIR")
+    str, typer.Option(help="poisson:RATE, bernoulli:P, trace:PATH or traces:DIR",
+                      autocompletion=prefixes(None, ("poisson", "bernoulli", "trace", "traces")))
 ]
 DurationOpt = Annotated[
     float | None, typer.Option(help="window length (s); default: trace header or 60")
@@ -64,14 +69,17 @@ OutOpt = Annotated[Path | None, typer.Option(help="write records, summary and pl
 RecordsOpt = Annotated[str | None, typer.Option(
     help="what each run keeps: all, conditions (per-condition and per-event tables; slots "
     "and tasks only counted) or none (summaries only; memory grows with streams and "
-    "conditions, not slots). Default: all with --out, else none")]
+    "conditions, not slots). Default: all with --out, else none",
+    autocompletion=choices("all", "conditions", "none"))]
 JobsOpt = Annotated[int | None, typer.Option(help="worker processes (default: up to 2)")]
 SchedulerOpt = Annotated[str, typer.Option(
     help="where simulations run: local (in process or --jobs worker processes), dask-local "
-    "(a local Dask cluster of --jobs workers) or tcp://HOST:PORT (a Dask scheduler)")]
+    "(a local Dask cluster of --jobs workers) or tcp://HOST:PORT (a Dask scheduler)",
+    autocompletion=choices("local", "dask-local", "tcp://"))]
 CommitOpt = Annotated[
     str | None,
-    typer.Option(help="speculative policy's commit mode: eager or lazy (ablations)"),
+    typer.Option(help="speculative policy's commit mode: eager or lazy (ablations)",
+                 autocompletion=choices("eager", "lazy")),
 ]
 CommitLeadOpt = Annotated[
     float, typer.Option(help="lazy commit locks a latent this many seconds before it plays")
@@ -93,9 +101,10 @@ PoolsOpt = Annotated[str | None, typer.Option(
 ScheduleOpt = Annotated[str | None, typer.Option(
     help="which waiting task a free device takes: fifo, least-slack, replan-first or a "
     "plug-in's (latsim plugins schedules)",
-    rich_help_panel=_SERVING)]
+    rich_help_panel=_SERVING, autocompletion=plugins("schedules"))]
 DecodeOpt = Annotated[str | None, typer.Option(
-    help="VAE decode cost spec of a chunk (on pool vae)", rich_help_panel=_SERVING)]
+    help="VAE decode cost spec of a chunk (on pool vae)", rich_help_panel=_SERVING,
+    autocompletion=prefixes("costs"))]
 DeliverOpt = Annotated[str | None, typer.Option(
     help="network delay spec of one slot to the client", rich_help_panel=_SERVING)]
 UplinkOpt = Annotated[str | None, typer.Option(
@@ -111,20 +120,20 @@ PlayoutOpt = Annotated[float | None, typer.Option(
     rich_help_panel=_SERVING)]
 StartOpt = Annotated[str | None, typer.Option(
     help="stream join times: staggered (s·T/N), random (uniform in [0, T)) or together",
-    rich_help_panel=_SERVING)]
+    rich_help_panel=_SERVING, autocompletion=choices("staggered", "random", "together"))]
 DiscardOpt = Annotated[str | None, typer.Option(
     help="a replan discards the old future on-start (default) or on-ready",
-    rich_help_panel=_SERVING)]
+    rich_help_panel=_SERVING, autocompletion=choices("on-start", "on-ready"))]
 BindOpt = Annotated[str | None, typer.Option(
     help="a job that waited for a device takes the newest condition when the device starts "
     "it (start, default) or the one known when it was queued (enqueue)",
-    rich_help_panel=_SERVING)]
+    rich_help_panel=_SERVING, autocompletion=choices("start", "enqueue"))]
 InFlightOpt = Annotated[int | None, typer.Option(
     help="chunks one stream may have in flight at once (default 1)", rich_help_panel=_SERVING)]
 InFlightPolicyOpt = Annotated[str | None, typer.Option(
     help="what a new condition does to chunks in flight: let-play (default: they play, it "
     "shows from the next chunk) or flush (a replan now; their outputs are discarded)",
-    rich_help_panel=_SERVING)]
+    rich_help_panel=_SERVING, autocompletion=choices("let-play", "flush"))]
 ColdStartOpt = Annotated[bool | None, typer.Option(
     "--cold-start/--no-cold-start",
     help="generate each stream's first chunk on the pools when it joins",

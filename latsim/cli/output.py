@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 import typer
 
+from latsim.cli.completion import choices
 from latsim.errors import LatsimError
 
 #: Bumped when a key of the envelope changes meaning or goes away (adding keys does not).
@@ -31,7 +32,7 @@ FORMATS = ("table", "csv", "json")
 
 FormatOpt = Annotated[str | None, typer.Option(
     "--format", help="table (default), csv (the rows) or json (the envelope, "
-    "docs/envelope.md)", metavar="table|csv|json")]
+    "docs/envelope.md)", metavar="table|csv|json", autocompletion=choices(*FORMATS))]
 JsonOpt = Annotated[bool, typer.Option("--json", help="the same as --format json")]
 
 #: The command line being run, set by the ``latsim`` entry point before a command starts.

@@ -1,0 +1,55 @@
+"""The wall times the README and docs/ give for commands are the measured ones.
+
+Every such time comes from a committed benchmark file: ``results/bench/commands.json``
+(bench/bench_commands.py) for the commands, ``results/bench/fleet_target.json``
+(bench/bench_fleet.py) for the 10,000-viewer fleet. A document quotes a row in the form
+``bench_commands.quote`` writes; this test checks every quote against its file, and that
+no document quotes the file with a time no row holds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT / "bench"))
+from bench_commands import COMMANDS, quote  # noqa: E402
+
+COMMANDS_JSON = ROOT / "results" / "bench" / "commands.json"
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _rows() -> list[dict]:
+    return json.loads(COMMANDS_JSON.read_text())["rows"]
+
+
+@pytest.mark.parametrize("row", _rows(), ids=lambda row: row["command"])
+def test_each_measured_command_is_quoted_with_its_median_where_it_says(row):
+    assert row["quoted_in"], f"{row['command']}: quoted nowhere"
+    for name in row["quoted_in"]:
+        assert quote(row) in (ROOT / name).read_text(), f"{name}: quote {quote(row)!r}"
+
+
+def test_every_benchmarked_command_has_a_row_and_no_document_quotes_a_stale_one():
+    rows = _rows()
+    assert [row["command"] for row in rows] == [command for command, _, _ in COMMANDS]
+    quoted = sum(len(row["quoted_in"]) for row in rows)
+    cited = sum(doc.read_text().count("results/bench/commands.json)") for doc in DOCUMENTS)
+    assert cited == quoted, "a document quotes results/bench/commands.json with no row"
+
+
+def test_the_fleet_targets_time_is_the_benchmarks():
+    rows = json.loads((ROOT / "results" / "bench" / "fleet_target.json").read_text())["rows"]
+    walls = [row["wall_s"] for row in rows
+             if row["mode"] == "sharded" and row["viewers"] == 10_000 and row["jobs"] == 2]
+    minutes = statistics.median(walls) / 60
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(r"10,000 viewers for a simulated hour take ([0-9.]+) minutes", readme)
+    assert found, "README: the 10,000-viewer fleet's time"
+    assert found.group(1) == f"{minutes:.1f}"
