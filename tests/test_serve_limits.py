@@ -626,3 +626,73 @@ def test_a_hung_session_job_times_out_and_the_device_serves_the_next_viewer(monk
     assert after[-1]["type"] == "end" and after[-1]["status"] == "complete"
     with pytest.raises(LatsimError, match="--job-timeout"):
         ServerConfig(job_timeout=0.0)
+
+
+def test_the_default_lead_budgets_for_the_other_sessions_jobs():
+    """One stream's lead, plus max_sessions - 1 jobs at the largest warm-up p99 over the
+    Ks (a session holds one job at a time: on the FIFO device that many can be ahead)."""
+    from harness.live.lead import Warmup, choose_lead
+    from harness.serve.server import shared_device_leads
+    from latsim.model.lead import LIVE
+    from latsim.plugins import JobTiming
+
+    def warm(K: int, seconds: float) -> Warmup:
+        return Warmup(K, 0, tuple(JobTiming(-i, "refill", K, K, 0, 0, 0.0, seconds, None, 0, 0)
+                                  for i in range(1, 6)))
+
+    warmups = {4: warm(4, 0.02), 8: warm(8, 0.05)}
+    leads = shared_device_leads(warmups, max_sessions=3)
+    for K, warmup in warmups.items():
+        alone = choose_lead(LIVE, [warmup]).lead
+        assert leads[K].lead == pytest.approx(alone + 2 * 0.05)
+        assert "2 other session(s)' jobs" in leads[K].source
+    assert shared_device_leads(warmups, max_sessions=1)[4].lead == choose_lead(
+        LIVE, [warmups[4]]).lead
+
+
+def test_a_viewer_flooding_conditions_does_not_stall_an_honest_one_beside_it(tmp_path):
+    """A viewer sending conditions at the rate limit keeps a replan on the device at all
+    times; the viewer beside it, whose refills queue behind those replans, plays on under
+    the server's default lead (one stream's lead let it stall: 0.56 % in issue 34)."""
+    from websockets.asyncio.client import connect
+
+    from harness.viewer.client import ClientConfig, run_client
+    from latsim.model.traces import Trace
+
+    built = _server(max_sessions=2)
+    duration = 12.0
+    with ServerThread(built) as port:
+        flooded = []
+
+        async def flooder() -> None:
+            async with connect(f"ws://127.0.0.1:{port}") as ws:
+                await ws.send(json.dumps({"type": "hello", "K": 4, "duration": duration,
+                                          "policy": "speculative"}))
+                assert json.loads(await ws.recv())["type"] == "ready"
+
+                async def read() -> None:
+                    async for message in ws:
+                        if isinstance(message, str) and json.loads(message)["type"] == "end":
+                            return
+
+                reader = asyncio.create_task(read())
+                for cid in range(int((duration - 1) * 19)):  # just under the limit of 20/s
+                    await ws.send(json.dumps({"type": "condition", "cid": cid}))
+                    flooded.append(cid)
+                    await asyncio.sleep(1 / 19)
+                await asyncio.wait_for(reader, 30)
+
+        honest = {}
+
+        def viewer() -> None:
+            honest.update(run_client(ClientConfig(
+                f"ws://127.0.0.1:{port}", Trace("t", (2.5, 6.0, 9.5), duration),
+                tmp_path / "honest", policy="speculative")))
+
+        other = threading.Thread(target=viewer)
+        other.start()
+        asyncio.run(flooder())
+        other.join(60)
+    assert len(flooded) > 190
+    assert honest["status"] == "complete" and honest["n_displayed"] == 3
+    assert honest["stall_pct"] == 0.0

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.live.lead import Warmup, choose_lead
+from harness.live.lead import LeadChoice, Warmup, choose_lead
 from harness.net.netclock import Shaper
 from harness.net.wire import (
     FROM_CLIENT,
@@ -90,6 +90,31 @@ MAX_TOKEN_BACKOFF_S = 60.0
 MAX_TRACKED_ADDRESSES = 4096
 
 
+def shared_device_leads(warmups: dict[int, Warmup], max_sessions: int) -> dict[int, LeadChoice]:
+    """Each K's default lead: one stream's (:func:`~harness.live.lead.choose_lead`, from
+    its warm-up) plus a wait budget for the other sessions' jobs on the shared device.
+
+    A session has one job in flight at a time, so on the FIFO device a job it queues waits
+    for at most one job of each of the ``max_sessions - 1`` others (whatever they send:
+    a session flooding conditions holds one job too), each at most the largest warm-up
+    quantile over the Ks served: the budget is their product. A lead of one stream's
+    let a refill queued behind another session's job stall its viewer (issue 33: 12 of 64
+    sessions stalled at 2 ms jobs; an honest viewer beside one sending 20 conditions/s
+    stalled 0.56 %). Under another schedule a task may be overtaken more than once, and
+    the budget is a floor, not a bound. A viewer's hello may give its own lead."""
+    single = {K: choose_lead(LIVE, [warm]) for K, warm in warmups.items()}
+    longest = max(LIVE.sample_quantile(warm.durations) for warm in warmups.values())
+    others = max_sessions - 1
+    wait = others * longest
+    if not others:
+        return single
+    return {K: LeadChoice(choice.lead + wait, f"{choice.source}; plus {others} other "
+                          f"session(s)' jobs ahead on the shared device, one each at the "
+                          f"warm-up's p{100 * LIVE.quantile:g} of {longest:.4g} s: "
+                          f"{wait:.4g} s", choice.jitter_s)
+            for K, choice in single.items()}
+
+
 class StreamServer:
     """Builds the generator, warms it up per K (the default leads), serves sessions."""
 
@@ -131,6 +156,7 @@ class StreamServer:
                                              self.config.generator)
         self.info = self.generator.describe()
         decode_group = 1 if self.config.generator.decode else 0
+        warmups = {}
         for K in self.config.Ks:
             if K in self.leads:
                 continue
@@ -138,7 +164,9 @@ class StreamServer:
                 progress(f"warming up K={K}")
             jobs = self.generator.warmup(K, 2, self.config.warmup, max(decode_group, 1),
                                          gap_s=0.1)
-            self.leads[K] = choose_lead(LIVE, [Warmup(K, decode_group, tuple(jobs))])
+            warmups[K] = Warmup(K, decode_group, tuple(jobs))
+        if warmups:
+            self.leads.update(shared_device_leads(warmups, self.config.max_sessions))
         self.device = SharedDevice(self.generator, self.config.schedule, decode_group)
 
     def clock(self) -> float:
