@@ -160,7 +160,8 @@ class _PipelinePool:
         self.in_flight[batch_id] = (task, now)
         if task.first and task.job_id:
             task.port.job_started(task.job_id, now, task.duration, now > task.t_enqueue)
-        def leave(_: Call, batch: int = batch_id) -> None:
+
+        def leave(_: Call, batch: int = batch_id) -> None:  # typed: the compiled build
             self._leave(batch)
 
         engine.env.call_later(task.duration, (leave,))
