@@ -57,6 +57,7 @@ from latsim.controller.records import ConditionRecord, JobRecord, StallRecord, r
 from latsim.errors import DEFAULT_MAX_EVENTS, MAX_SEEDS, LatsimError, check_int, check_work
 from latsim.model.costs import CostModel
 from latsim.model.traces import Trace
+from latsim.numeric import total
 from latsim.run.folder import (
     COMPLETE,
     KINDS,
@@ -368,7 +369,7 @@ def load_measured(run_dir: Path) -> MeasuredRun:
                          if isinstance(c, ConditionRecord) and c.displayed]
         if busy_fallback:
             busy = _controller_busy(jobs)
-            measured["busy_pct"] = 100.0 * sum(
+            measured["busy_pct"] = 100.0 * total(
                 window_overlap(b.t_start, b.t_end, duration) for b in busy) / duration
     else:
         end, source = folder.end_time, "as the run stated"

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from latsim.analysis.metrics import summarize
+from latsim.numeric import total
 from latsim.run.fleet import REJECTED, SERVED, WAITING, FleetRecords
 from latsim.run.serving import ServingRecords
 
@@ -130,13 +131,13 @@ def node_tallies(run: FleetRecords) -> list[NodeTally]:
 
 def _played(run: FleetRecords, t0: float, t1: float) -> float:
     """Seconds the segments played within global ``[t0, t1]``."""
-    return sum(max(0.0, min(s.t_start + s.played, t1) - max(s.t_start, t0))
-               for s in run.segments if not math.isnan(s.t_start))
+    return total(max(0.0, min(s.t_start + s.played, t1) - max(s.t_start, t0))
+                 for s in run.segments if not math.isnan(s.t_start))
 
 
 def _stalled(tallies: Sequence[NodeTally], t0: float, t1: float) -> float:
-    return sum(max(0.0, min(end, t1) - max(start, t0))
-               for tally in tallies for start, end in tally.stalls if start < t1 and end > t0)
+    return total(max(0.0, min(end, t1) - max(start, t0))
+                 for tally in tallies for start, end in tally.stalls if start < t1 and end > t0)
 
 
 def _latencies(tallies: Sequence[NodeTally], t0: float = -math.inf,
@@ -192,8 +193,8 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
         played = _played(run, 0.0, run.horizon)
         stalled = _stalled(tallies, 0.0, run.horizon)
     else:  # each session over its own window, as the serving model's summary takes it
-        played = sum(run.measured(s) for s in run.segments if not math.isnan(s.t_start))
-        stalled = sum(end - start for tally in tallies for start, end in tally.stalls)
+        played = total(run.measured(s) for s in run.segments if not math.isnan(s.t_start))
+        stalled = total(end - start for tally in tallies for start, end in tally.stalls)
     chunks = [c for tally in tallies for c in tally.chunks]
     discarded = sum(t.discarded for t in tallies)
     generated = discarded + sum(t.played_generated for t in tallies)
@@ -283,12 +284,12 @@ def fleet_timeseries(run: FleetRecords, window_s: float = 60.0,
         width = t1 - t0
         means = {key: value / width for key, value in totals[k].items()} if width > 0 \
             else totals[k]
-        seconds = sum(played[k])
+        seconds = total(played[k])
         rows.append({"t_start": t0, "t_end": t1, "sessions": means["present"],
                      "active": means["playing"], "queued": means["queued"],
                      "nodes": means["nodes"], "L95": _quantile(shown[k], 95),
                      "n_conditions_shown": len(shown[k]),
-                     "stall_pct": (100.0 * sum(stalled[k]) / seconds if seconds else None)})
+                     "stall_pct": (100.0 * total(stalled[k]) / seconds if seconds else None)})
     return rows
 
 
