@@ -21,6 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: Cases drawn from each property generator.
 EXAMPLES = 60
+#: Each build's processes import their own latsim: no PYTHONPATH pointing at a source tree.
+ENV = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
 def _sources_digest(package: Path) -> str:
@@ -38,7 +40,7 @@ def compiled_python() -> Path:
     if not python.exists():
         pytest.skip(f"no compiled build at {python}: .ci/run makes one (see setup.py)")
     where = subprocess.run([str(python), "-c", "import latsim; print(latsim.__file__)"],
-                           capture_output=True, text=True, check=True, cwd="/")
+                           capture_output=True, text=True, check=True, cwd="/", env=ENV)
     installed = Path(where.stdout.strip()).parent
     if _sources_digest(installed) != _sources_digest(ROOT / "latsim"):
         pytest.skip(f"the compiled build at {installed} was built from other sources than "
@@ -57,7 +59,7 @@ def cases(tmp_path_factory) -> Path:
 
 def _digests(python: Path, cases: Path) -> dict:
     result = subprocess.run([str(python), str(ROOT / "tests" / "build_digest.py"), "run",
-                             str(cases)], capture_output=True, text=True, cwd="/")
+                             str(cases)], capture_output=True, text=True, cwd="/", env=ENV)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout)
 
@@ -81,7 +83,7 @@ def test_a_compiled_sweep_across_processes_writes_the_pure_sweeps_files(compiled
         out = tmp_path / name
         subprocess.run([str(python.parent / "latsim"), "sweep", "--K", "4", "8", "--seeds",
                         "4", "--jobs", "2", "--out", str(out)], check=True,
-                       capture_output=True, cwd=tmp_path)
+                       capture_output=True, cwd=tmp_path, env=ENV)
         outputs[name] = {p.name: p.read_bytes() for p in out.iterdir()
                          if p.suffix == ".csv"}
     assert "summary.csv" in outputs["pure"]
