@@ -100,10 +100,16 @@ def fleet(
                 f"{row['admission']}, nodes {row['nodes_initial']}..{row['nodes_max']}"
                 f"{' autoscaled' if row['autoscale'] else ''}, {row['max_sessions']} "
                 f"sessions/node; mean ± standard error over {row['n_runs']} replication(s) "
-                f"of {row['duration']:g} s[/dim]")
+                f"of {row['duration']:g} s; lead {row['lead']:.3g} s ({row['lead_rule']})"
+                "[/dim]")
+        notes = [note]
+        if row["lead_rule"].startswith("auto") and row["full_node_rho"] >= 1:
+            notes.append(f"a full node's busiest device is at ρ = {row['full_node_rho']:.2f} "
+                         "from refills alone: no lead keeps the stall target there; lower "
+                         "node.max_sessions or add devices")
         print_table(title, [Column("metric", 0, "left"), Column("mean", 0), Column("± se", 1)],
                     [[label, _fmt(row[key], digits), _fmt(row[f"{key}_se"], digits)]
-                     for key, label, digits in SHOWN if key in row], [note])
+                     for key, label, digits in SHOWN if key in row], notes)
         if out is not None:
             typer.echo(f"wrote {out}/ (fleet.json, summary.json, runs.csv, timeseries.csv, "
                        "nodes.csv, sessions.csv, fleet.png)")

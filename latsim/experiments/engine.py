@@ -332,12 +332,22 @@ def closed_form_wait(serving: ServingConfig, cost: CostModel, timing: Timing
     on one device wait at least as long as G devices sharing one queue)."""
     from latsim.analysis.queueing import periodic_wait_quantile
 
-    groups = dict(serving.pools).get(serving.dit_pool, 0) // (serving.degree or 1)
-    C = cost.mean(timing.K)
-    per_group = -(-serving.streams // groups) if groups else 0
-    if not 0 < per_group * C < timing.T:
+    if not 0 < refill_load(serving, cost, timing) < 1:
         return None
-    return periodic_wait_quantile(0.99, per_group, timing.T, C)
+    return periodic_wait_quantile(0.99, _streams_per_group(serving), timing.T,
+                                  cost.mean(timing.K))
+
+
+def _streams_per_group(serving: ServingConfig) -> int:
+    groups = dict(serving.pools).get(serving.dit_pool, 0) // (serving.degree or 1)
+    return -(-serving.streams // groups) if groups else 0
+
+
+def refill_load(serving: ServingConfig, cost: CostModel, timing: Timing) -> float:
+    """The busiest DiT device's (or USP group's) load from refills alone, ⌈N/G⌉·C/T for N
+    streams on G devices: at 1 or more no wait budget keeps a stall target (replans add
+    to it)."""
+    return _streams_per_group(serving) * cost.mean(timing.K) / timing.T
 
 
 @lru_cache(maxsize=64)

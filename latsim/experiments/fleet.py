@@ -33,6 +33,7 @@ from latsim.experiments.engine import (
     Experiment,
     Plan,
     plan,
+    refill_load,
 )
 from latsim.experiments.executors import LocalPool, active_pool
 from latsim.model.fleet import FleetRun
@@ -54,21 +55,23 @@ def fleet_experiment(run: FleetRun) -> Experiment:
     """The serving experiment a node runs: the node's K, policy, cost and serving model
     (a population's N sessions as its streams), the workload's updates, the run's seeds.
 
-    Its lead is ``node.lead``: seconds; ``"cost"`` (the default: C's 0.99 quantile, plus
-    decode's and the replan overhead's); or ``"auto"``, which adds ``--lead auto``'s wait:
-    for a population that of its N streams (one node is then ``simulate --streams N``),
-    else that of a full node, ``max_sessions`` streams at random phases, as sessions that
-    come and go have (:func:`node_auto_lead`). It is not the default because a node's
-    occupancy varies: a full node's wait overstates a part-full one's, and where the full
-    node is at ρ ≥ 1 its pilot run measures a queue that only grows."""
+    Its lead is ``node.lead``: seconds; ``"cost"`` (C's 0.99 quantile, plus decode's and
+    the replan overhead's); or ``"auto"``, the default, ``--lead auto``'s rule: for a
+    population the wait budget of its N streams (one node is then ``simulate --streams
+    N``), else that of a full node, ``max_sessions`` streams at random phases, as sessions
+    that come and go have (:func:`node_auto_lead`). A session keeps its lead while others
+    join and leave, so the lead covers the node at its fullest: a part-full node's sessions
+    pay for waits they may not meet (the price is in L), and a node whose full occupancy
+    loads its devices to ρ >= 1 (:func:`full_node_load`) has no wait budget that keeps the
+    stall target."""
     node, workload = run.node, run.workload
     streams = workload.arrivals.population if workload.population else 1
     experiment = Experiment(
         Ks=(node.K,), r=node.r, fps=node.fps, cost=node.cost or DEFAULT_COST,
-        lead=COST_LEAD if node.lead is None else node.lead, policies=(node.policy,),
+        lead=AUTO_LEAD if node.lead is None else node.lead, policies=(node.policy,),
         updates=workload.updates, duration=run.duration, seeds=run.seeds, seed=run.seed,
         serving=replace(node.serving, streams=streams), records="conditions")
-    if workload.population or node.lead != AUTO_LEAD:
+    if workload.population or experiment.lead != AUTO_LEAD:
         return experiment
     return replace(experiment, lead=node_auto_lead(experiment, node.max_sessions))
 
@@ -81,6 +84,17 @@ def node_auto_lead(experiment: Experiment, sessions: int) -> float:
     (cell,) = [c for c in full.cells if c.policy.name == experiment.policies[0]]
     return cell.lead
 
+
+def lead_rule(run: FleetRun) -> str:
+    """How the node's lead was chosen, in words (the fleet's summary says it)."""
+    lead = AUTO_LEAD if run.node.lead is None else run.node.lead
+    if lead == COST_LEAD:
+        return "cost: C's 0.99 quantile, no wait for shared devices"
+    if lead != AUTO_LEAD:
+        return "given"
+    if run.workload.population:
+        return f"auto: the wait budget of the node's {run.workload.arrivals.population} streams"
+    return f"auto: the wait budget of a full node ({run.node.max_sessions} sessions)"
 
 @dataclass(frozen=True)
 class FleetPlan:
@@ -111,6 +125,15 @@ def plan_fleet(run: FleetRun, max_events: int = DEFAULT_MAX_EVENTS) -> FleetPlan
                           f"for {p.duration:g} s), more than the work bound {max_events:.3g};"
                           " shorten run.duration, lower the rate, or raise --max-events")
     return FleetPlan(run, p, cell)
+
+
+def full_node_load(fp: FleetPlan) -> float:
+    """A full node's refill load on its busiest DiT device (:func:`refill_load`):
+    ``max_sessions`` sessions, or a population's N streams."""
+    serving = fp.plan.serving
+    assert serving is not None
+    streams = serving.streams if fp.run.workload.population else fp.run.node.max_sessions
+    return refill_load(replace(serving, streams=streams), fp.plan.cost, fp.cell.timing)
 
 
 def _joins(fp: FleetPlan, replication: int) -> tuple[float, ...]:
@@ -255,7 +278,8 @@ def pooled_row(fp: FleetPlan, results: list[ReplicationResult]) -> dict:
 
     run = fp.run
     row: dict = {"K": run.node.K, "policy": run.node.policy, "cost": fp.plan.cost.spec,
-                 "lead": fp.cell.lead, "placement": run.fleet.placement,
+                 "lead": fp.cell.lead, "lead_rule": lead_rule(run),
+                 "full_node_rho": full_node_load(fp), "placement": run.fleet.placement,
                  "admission": run.fleet.admission, "autoscale": run.fleet.autoscale,
                  "target_util": run.fleet.target_util if run.fleet.autoscale else None,
                  "nodes_initial": run.fleet.nodes_initial, "nodes_max": run.fleet.nodes_max,
