@@ -23,6 +23,7 @@ from harness.live.driver import DriverResult
 from harness.live.lead import Warmup
 from harness.telemetry.nvml import NvmlSampler
 from harness.telemetry.reduce import KernelActivity
+from latsim.analysis.latency import WALL, latency_stats
 from latsim.analysis.metrics import summarize, work_ratio
 from latsim.controller import ControllerConfig
 from latsim.model.lead import LIVE
@@ -122,16 +123,15 @@ def measured_summary(config: ControllerConfig, cost: str, updates: str, seed: in
     run_c = [j.wall_s for j in result.jobs] or warmup.durations
     identity = RunIdentity.of(config, cost, float(np.mean(run_c)), updates,
                               result.records.duration, seed)
-    wall = np.array([row["L_wall"] for row in display])
+    wall = [row["L_wall"] for row in display]
     lateness = [row["t_display"] - row["t_play"] for row in display]
     A = work_ratio([records], [baseline])[0] if baseline is not None else None
     return summary_row(
         identity, metrics.as_dict(),
         # L on the wall clock; the controller-timeline values beside it
-        L_mean=float(wall.mean()) if wall.size else None,
-        L50=float(np.percentile(wall, 50)) if wall.size else None,
-        L95=float(np.percentile(wall, 95)) if wall.size else None,
-        L_mean_timeline=metrics.L_mean, L50_timeline=metrics.L50, L95_timeline=metrics.L95,
+        **latency_stats(wall), L_basis=WALL,
+        **{f"{key}_timeline": getattr(metrics, key)
+           for key in ("L_mean", "L_mean_se", "L50", "L95", "L99")},
         display_lateness_ms=percentiles_ms(lateness),
         C_p50=float(np.percentile(run_c, 50)), C_p99=float(np.percentile(run_c, 99)),
         C_warmup_mean=float(np.mean(warmup.durations)),

@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from latsim.analysis.fidelity import error_pct, mape
+from latsim.analysis.latency import TIMELINE, WALL, latency_stats
 from latsim.analysis.metrics import summarize
 from latsim.controller import ControllerConfig
 from latsim.controller.records import ConditionRecord, JobRecord, StallRecord, read_text
@@ -81,9 +82,6 @@ COMPARED = ("L_mean", "L50", "L95", "stall_pct", "busy_pct", "w", "dit_calls")
 #: busy_basis values: which time per job counts as busy, on both sides.
 GENERATOR = "generator"
 CONTROLLER = "controller"
-#: L_basis values: where the measured L comes from.
-WALL = "wall clock"
-TIMELINE = "controller timeline"
 
 
 @dataclass(frozen=True)
@@ -259,14 +257,6 @@ def _controller_busy(jobs: list[JobRecord]) -> tuple[BusyInterval, ...]:
                  if j.kind != "prebuffer")
 
 
-def _latency_stats(values: list[float]) -> dict:
-    arr = np.asarray(values, dtype=float)
-    if not arr.size:
-        return {"L_mean": None, "L50": None, "L95": None}
-    return {"L_mean": float(arr.mean()), "L50": float(np.percentile(arr, 50)),
-            "L95": float(np.percentile(arr, 95))}
-
-
 def _partial_records(folder: RunFolder, trace: Trace, jobs: list[JobRecord],
                      busy: tuple[BusyInterval, ...], window: float, end: float,
                      notes: list[str]) -> RunRecords:
@@ -391,7 +381,7 @@ def load_measured(run_dir: Path) -> MeasuredRun:
         if display is not None:
             latencies = [L for t_arrival, t_play, L in display
                          if t_arrival < window and t_play < end]
-            measured.update(_latency_stats(latencies))
+            measured.update(latency_stats(latencies), L_basis=WALL)
         else:
             latencies = [c.L for c in records.conditions if c.displayed]
         for key in ("kernel_activity", "kernel_activity_note"):
@@ -451,7 +441,10 @@ def predict(run: MeasuredRun, replications: int = 20, seed: int = 0
         runs.append(records)
     per_run = [summarize([r]).as_dict() for r in runs]
     predicted = {}
-    for key in per_run[0]:
+    for key, first in per_run[0].items():
+        if isinstance(first, str):  # a label (L_basis): the same in every replication
+            predicted[key] = first
+            continue
         values = [m[key] for m in per_run if m[key] is not None]
         predicted[key] = float(np.mean(values)) if values else None
     return predicted, runs

@@ -11,7 +11,8 @@ Over ``[0, horizon]`` of one run (keys in seconds unless named otherwise):
   idle ones included), ``active_mean`` (time-average segments playing), ``nodes_mean``,
   ``util_pct`` (time-average slots held over the slots of the nodes taking sessions);
 - viewers: ``ttfc_mean``, ``ttfc_p95``, ``ttfc_p99`` (arrival to first frame shown),
-  ``L50``, ``L95``, ``L99`` (every shown condition, client send to client display),
+  ``L50``, ``L95``, ``L99`` (every shown condition, client send to client display:
+  ``L_basis`` viewer),
   ``stall_pct`` (the share of played time the viewers saw frozen: server stalls plus late
   deliveries, within ``[0, horizon]``; a population's, within each session's own first
   ``horizon`` seconds of play, as the serving model's ``viewer_stall_pct``),
@@ -35,14 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from latsim.analysis.latency import LEVELS, percentile, pooled
 from latsim.analysis.metrics import summarize
 from latsim.numeric import total
 from latsim.run.fleet import REJECTED, SERVED, WAITING, FleetRecords
 from latsim.run.serving import ServingRecords
-
-
-def _quantile(values: list[float], level: float) -> float | None:
-    return float(np.percentile(values, level)) if values else None
 
 
 def _mean(values: list[float]) -> float | None:
@@ -161,7 +159,7 @@ def fleet_samples(run: FleetRecords, tallies: Sequence[NodeTally] | None = None
 #: The quantiles of :func:`fleet_metrics` that pool every replication's values (the
 #: sample they are taken over, the level) rather than averaging each replication's own,
 #: as the serving model's summary pools its conditions.
-POOLED_QUANTILES = {"L50": ("L", 50), "L95": ("L", 95), "L99": ("L", 99),
+POOLED_QUANTILES = {**{f"L{level}": ("L", level) for level in LEVELS},
                     "ttfc_p95": ("ttfc", 95), "ttfc_p99": ("ttfc", 99)}
 
 
@@ -169,8 +167,7 @@ def pooled_quantiles(samples: Sequence[Mapping[str, Sequence[float]]]) -> dict:
     """:data:`POOLED_QUANTILES` over the values of every replication's ``samples``."""
     out = {}
     for key, (name, level) in POOLED_QUANTILES.items():
-        values = [v for sample in samples for v in sample[name]]
-        out[key] = _quantile(values, level)
+        out[key] = percentile(pooled(sample[name] for sample in samples), level)
     return out
 
 
@@ -214,12 +211,12 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
         "sessions_mean": means["present"], "active_mean": means["playing"],
         "nodes_mean": means["nodes"],
         "util_pct": 100.0 * means["held"] / means["slots"] if means["slots"] else None,
-        "ttfc_mean": _mean(ttfc), "ttfc_p95": _quantile(ttfc, 95),
-        "ttfc_p99": _quantile(ttfc, 99),
-        "L50": _quantile(latencies, 50), "L95": _quantile(latencies, 95),
-        "L99": _quantile(latencies, 99), "n_conditions_shown": len(latencies),
+        "ttfc_mean": _mean(ttfc), "ttfc_p95": percentile(ttfc, 95),
+        "ttfc_p99": percentile(ttfc, 99),
+        **{f"L{level}": percentile(latencies, level) for level in LEVELS},
+        "n_conditions_shown": len(latencies),
         "stall_pct": 100.0 * stalled / played if played else 0.0,
-        "chunk_p99": _quantile(chunks, 99), "chunk_max": max(chunks) if chunks else None,
+        "chunk_p99": percentile(chunks, 99), "chunk_max": max(chunks) if chunks else None,
         "w": discarded / generated if generated else None,
         "dit_calls_per_viewer_hour": dit_calls / viewer_hours if viewer_hours else None,
         "gpu_hours": gpu_hours, "cost_usd": cost, "viewer_hours": viewer_hours,
@@ -287,7 +284,7 @@ def fleet_timeseries(run: FleetRecords, window_s: float = 60.0,
         seconds = total(played[k])
         rows.append({"t_start": t0, "t_end": t1, "sessions": means["present"],
                      "active": means["playing"], "queued": means["queued"],
-                     "nodes": means["nodes"], "L95": _quantile(shown[k], 95),
+                     "nodes": means["nodes"], "L95": percentile(shown[k], 95),
                      "n_conditions_shown": len(shown[k]),
                      "stall_pct": (100.0 * total(stalled[k]) / seconds if seconds else None)})
     return rows

@@ -1,4 +1,5 @@
-"""Summary metrics computed from records (DESIGN §2): latency percentiles, stall %, busy %,
+"""Summary metrics computed from records (DESIGN §2): latency statistics (on the
+controller's timeline, :mod:`latsim.analysis.latency`), stall %, busy %,
 waste w, DiT work and the relative work A. Works on simulated and measured records alike.
 
 Work is counted in generated latents *consumed in the window*: played (from a DiT job, not the
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from latsim.analysis.latency import TIMELINE, latency_stats
 from latsim.controller.records import count_slots_before
 from latsim.numeric import total
 from latsim.run.stream import RunRecords, window_overlap
@@ -31,6 +33,7 @@ class Metrics:
     L_mean_se: float | None  # standard error of L_mean
     L50: float | None
     L95: float | None
+    L99: float | None
     R_mean: float | None
     C_obs_mean: float | None
     Q_mean: float | None
@@ -48,6 +51,7 @@ class Metrics:
     n_censored: int
     n_runs: int
     window_s: float
+    L_basis: str = TIMELINE  # what L is measured between (latsim.analysis.latency)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -143,7 +147,7 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
     over the runs' windows; w counts latents played or discarded in the window.
     """
     shown = [c for run in runs for c in run.conditions if c.displayed]
-    latencies = np.array([c.L for c in shown], dtype=float)
+    latencies = [c.L for c in shown]
     window = total(run.duration for run in runs)
     played = sum(count_slots_before(run.slots, run.duration) for run in runs)
     played_generated = sum(_played_generated(run) for run in runs)
@@ -151,16 +155,8 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
     n_all = sum(len(run.conditions) for run in runs)
     n_superseded = sum(1 for run in runs for c in run.conditions if c.superseded)
     n_censored = sum(1 for run in runs for c in run.conditions if not c.displayed)
-    has_latency = latencies.size > 0
     return Metrics(
-        L_mean=float(latencies.mean()) if has_latency else None,
-        L_mean_se=(
-            float(latencies.std(ddof=1) / math.sqrt(latencies.size))
-            if latencies.size > 1
-            else None
-        ),
-        L50=float(np.percentile(latencies, 50)) if has_latency else None,
-        L95=float(np.percentile(latencies, 95)) if has_latency else None,
+        **latency_stats(latencies),
         R_mean=_mean([c.R for c in shown]),
         C_obs_mean=_mean([c.C for c in shown]),
         Q_mean=_mean([c.Q for c in shown]),

@@ -27,24 +27,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from latsim.analysis.latency import VIEWER, latency_stats
 from latsim.analysis.metrics import stall_time_in_window, summarize
 from latsim.numeric import total
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunRecords, window_overlap
 from latsim.run.viewer import ViewerRecords
-
-
-def _percentile(values: np.ndarray, level: float) -> float | None:
-    return float(np.percentile(values, level)) if values.size else None
-
-
-def _latency_stats(values: np.ndarray, prefix: str) -> dict:
-    """``{prefix}_mean``, ``{prefix}_mean_se`` and the 50/95/99th percentiles
-    (``{prefix}50`` ...)."""
-    mean = float(values.mean()) if values.size else None
-    se = float(values.std(ddof=1) / math.sqrt(values.size)) if values.size > 1 else None
-    return {f"{prefix}_mean": mean, f"{prefix}_mean_se": se,
-            **{f"{prefix}{level}": _percentile(values, level) for level in (50, 95, 99)}}
 
 
 def _client_stall_in_window(run: ServingRecords, stream: int) -> float:
@@ -95,8 +83,8 @@ def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
     stream_runs: list[RunRecords] = [s for run in runs for s in run.streams]
     base = summarize(stream_runs).as_dict()
     shown = [v for run in runs for v in run.viewer if v.displayed]
-    viewer = _latency_stats(np.array([v.L for v in shown], dtype=float), "L")
-    server = _latency_stats(np.array([v.L_server for v in shown], dtype=float), "L_server")
+    viewer = latency_stats([v.L for v in shown])
+    server = latency_stats([v.L_server for v in shown], "L_server")
     client_stall, server_stall, window = _stall_seconds(runs)
     smooth = [_smooth_seconds(_stall_intervals(run, i), run.duration)
               for run in runs for i in range(len(run.streams))]
@@ -119,6 +107,7 @@ def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
         **base,
         **viewer,
         **{key: value for key, value in server.items() if key != "L_server_mean_se"},
+        "L_basis": VIEWER,
         "uplink_mean": (float(np.mean([v.uplink for v in shown])) if shown else None),
         "playout_delay": runs[0].playout_delay if runs else None,
         "busy_pct": busy_pct_by_pool.get("dit", base["busy_pct"]),
@@ -144,9 +133,8 @@ def per_stream_rows(runs: Sequence[ServingRecords]) -> list[dict]:
     rows = []
     for index in range(len(runs[0].streams)):
         own = [run.streams[index] for run in runs]
-        latency = _latency_stats(np.array([v.L for run in runs for v in run.viewer
-                                           if v.stream == index and v.displayed],
-                                          dtype=float), "L")
+        latency = latency_stats([v.L for run in runs for v in run.viewer
+                                 if v.stream == index and v.displayed])
         base = summarize(own)
         window = total(r.duration for r in own)
         client = total(_client_stall_in_window(run, index) for run in runs)
@@ -175,14 +163,14 @@ def viewer_metrics(records: ViewerRecords, duration: float) -> dict:
     ran = [j for j in records.jobs if j.kind != "prebuffer"]  # the prebuffer ran on no device
 
     def stats(values: list[float], prefix: str) -> dict:
-        return _latency_stats(np.array([v for v in values if math.isfinite(v)], dtype=float),
-                              prefix)
+        return latency_stats([v for v in values if math.isfinite(v)], prefix)
 
     return {
         "n_conditions": len(records.conditions), "n_displayed": len(shown),
         "n_lost": sum(c.status in ("lost", "refused") for c in records.conditions),
         **stats([c.L for c in shown], "L"),
         **stats([c.L_server for c in shown], "L_server"),
+        "L_basis": VIEWER,
         "stall_pct": 100.0 * server / duration if duration else 0.0,
         "client_stall_pct": 100.0 * client / duration if duration else 0.0,
         "viewer_stall_pct": 100.0 * (server + client) / duration if duration else 0.0,

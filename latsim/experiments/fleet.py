@@ -275,10 +275,11 @@ def pooled_row(fp: FleetPlan, results: list[ReplicationResult]) -> dict:
     serving model's summary takes them (:data:`~latsim.analysis.fleet.POOLED_QUANTILES`);
     their ``_se`` is still the spread of each replication's own."""
     from latsim.analysis.fleet import pooled_quantiles
+    from latsim.analysis.latency import VIEWER
 
     run = fp.run
     row: dict = {"K": run.node.K, "policy": run.node.policy, "cost": fp.plan.cost.spec,
-                 "lead": fp.cell.lead, "lead_rule": lead_rule(run),
+                 "L_basis": VIEWER, "lead": fp.cell.lead, "lead_rule": lead_rule(run),
                  "full_node_rho": full_node_load(fp), "placement": run.fleet.placement,
                  "admission": run.fleet.admission, "autoscale": run.fleet.autoscale,
                  "target_util": run.fleet.target_util if run.fleet.autoscale else None,
