@@ -148,6 +148,49 @@ def test_no_import_cycles_even_through_lazy_or_type_checking_imports(package):
             visit(name, [])
 
 
+#: What the controller never imports: it is pure logic, so no files, no clock, no simulator
+#: or accelerator. The run layer reads and writes its records (:mod:`latsim.run.record_files`).
+CONTROLLER_NEVER_IMPORTS = ("csv", "io", "os", "pathlib", "shutil", "stat", "tempfile",
+                            "socket", "time", "simpy", "numpy", "torch", "latsim.writing")
+#: Calls that open or read or write a file, by the name called.
+FILE_CALLS = ("open", "read_text", "write_text", "read_bytes", "write_bytes")
+
+
+def _controller_io(source: str, module: str, is_package: bool) -> list[str]:
+    """What in ``source`` does I/O: the modules of :data:`CONTROLLER_NEVER_IMPORTS` it
+    imports (lazily too), and its calls of :data:`FILE_CALLS`."""
+    found = sorted(m for m in _imported(source, module, is_package, module_level_only=False)
+                   if any(m == name or m.startswith(name + ".")
+                          for name in CONTROLLER_NEVER_IMPORTS))
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            called = (node.func.id if isinstance(node.func, ast.Name) else
+                      node.func.attr if isinstance(node.func, ast.Attribute) else None)
+            if called in FILE_CALLS:
+                found.append(f"{called}() on line {node.lineno}")
+    return found
+
+
+def test_the_io_reader_sees_imports_and_file_calls():
+    source = ("import csv\n"
+              "from latsim.writing import writing\n"
+              "def save(path):\n"
+              "    from pathlib import Path\n"
+              "    with open(path) as f, Path(path).open() as g:\n"
+              "        return Path(path).read_text()\n")
+    found = _controller_io(source, "latsim.controller.records", False)
+    assert {"csv", "latsim.writing", "pathlib", "open() on line 5",
+            "read_text() on line 6"} <= set(found)
+    assert not _controller_io("import math\nfrom dataclasses import fields\n",
+                              "latsim.controller.records", False)
+
+
+@pytest.mark.parametrize("path", _sources("latsim/controller"), ids=lambda p: _module_name(p))
+def test_the_controller_does_no_io(path):
+    found = _controller_io(path.read_text(), _module_name(path), path.name == "__init__.py")
+    assert not found, f"{_module_name(path)} does I/O: {found}"
+
+
 def _loaded_after_import(module: str) -> set[str]:
     code = f"import sys, {module}; print(' '.join(sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

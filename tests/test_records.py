@@ -8,9 +8,10 @@ from dataclasses import astuple
 import pytest
 
 from latsim.controller.policies import SPECULATIVE
-from latsim.controller.records import RECORD_TYPES, JobRecord, read_csv, write_csv
+from latsim.controller.records import RECORD_TYPES, JobRecord
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
+from latsim.run.record_files import read_csv, write_csv
 from tests.helpers import run
 
 

@@ -24,11 +24,11 @@ from harness.serve.config import ServerConfig
 from harness.serve.server import DEVICE_TASKS, ServerThread, StreamServer
 from harness.viewer.client import ClientConfig, run_client
 from latsim.cli.root import app
-from latsim.controller.records import read_csv
 from latsim.errors import LatsimError
 from latsim.model.traces import Trace
 from latsim.plugins import GeneratorConfig
 from latsim.run.folder import SERVED, read_run_folder
+from latsim.run.record_files import read_csv
 from latsim.run.serving import TaskRecord
 from latsim.run.viewer import FORMAT1_NAMES, migrate_client_folder, read_viewer_records
 from latsim.viz.perfetto import client_trace, perfetto_trace

@@ -1,7 +1,7 @@
 """Appending the controller's records to CSV while a live run goes.
 
 The controller calls ``on_record`` on the driver thread; :class:`RecordWriter` only enqueues
-there and a writer thread appends the rows with :func:`latsim.controller.records.write_csv` every
+there and a writer thread appends the rows with :func:`latsim.run.record_files.write_csv` every
 ``flush_every_s`` (0.2 s), so disk I/O never delays a decision. The files are the simulator's
 (``conditions.csv``, ``jobs.csv``, ``slots.csv``, ``stalls.csv``, ``discards.csv``) with
 the same leading ``policy, K, run`` columns as :func:`latsim.run.files.write_experiment`; all
@@ -22,7 +22,8 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from latsim.controller.records import RECORD_TYPES, write_csv
+from latsim.controller.records import RECORD_TYPES
+from latsim.run.record_files import write_csv
 from latsim.writing import cannot_write, writing
 
 _TABLE_OF: dict[type, str] = {record_type: table for table, record_type in RECORD_TYPES.items()}

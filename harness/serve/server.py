@@ -66,13 +66,13 @@ from harness.serve.config import ServerConfig
 from harness.serve.device import SharedDevice
 from harness.serve.session import Session
 from latsim.controller import StartJob
-from latsim.controller.records import write_csv
 from latsim.errors import LatsimError
 from latsim.model.lead import LIVE
 from latsim.plugins import (
     LiveGenerator,
     build_generator,
 )
+from latsim.run.record_files import write_csv
 from latsim.run.serving import TaskRecord
 
 #: ``--out DIR``'s file of the shared device's tasks (every session's, every server run's)

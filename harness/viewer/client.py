@@ -56,10 +56,10 @@ from harness.net.wire import (
 )
 from latsim.analysis.serving import viewer_metrics
 from latsim.controller.playout import ClientPlayout
-from latsim.controller.records import write_csv
 from latsim.errors import LatsimError, check_option
 from latsim.model.traces import Trace, write_trace
 from latsim.run.folder import CLIENT_FORMAT_VERSION, FAILED, RUNNING, write_json
+from latsim.run.record_files import write_csv
 from latsim.run.stream import COMPLETE, INTERRUPTED
 from latsim.run.viewer import (
     KIND,

@@ -54,7 +54,7 @@ from latsim.analysis.fidelity import error_pct, mape
 from latsim.analysis.latency import TIMELINE, WALL, latency_stats
 from latsim.analysis.metrics import summarize
 from latsim.controller import ControllerConfig
-from latsim.controller.records import ConditionRecord, JobRecord, StallRecord, read_text
+from latsim.controller.records import ConditionRecord, JobRecord, StallRecord
 from latsim.errors import DEFAULT_MAX_EVENTS, MAX_SEEDS, LatsimError, check_int, check_work
 from latsim.model.costs import CostModel
 from latsim.model.traces import Trace
@@ -71,6 +71,7 @@ from latsim.run.folder import (
     summary_row,
     write_simulated_run,
 )
+from latsim.run.record_files import read_text
 from latsim.run.stream import INTERRUPTED, BusyInterval, RunRecords, window_overlap
 from latsim.run.viewer import KIND as VIEWER_KIND
 from latsim.sim.simpy_driver import simulate_trace

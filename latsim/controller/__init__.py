@@ -1,6 +1,7 @@
 """The core layer: stream timing, commitment policies, flat records and the sans-IO controller.
 
-Pure logic with no simpy, numpy, torch or clock imports; every other layer builds on it.
+Pure logic with no simpy, numpy, torch, clock or file I/O (the run layer writes and reads
+the records); every other layer builds on it.
 The controller's public types are re-exported here (``from latsim.controller import
 Controller, StartJob``).
 """

@@ -1,2 +1,3 @@
 """The run layer both drivers share (simulated and live): run records, window checks,
-command bookkeeping, drain and busy accounting, and the run-folder format."""
+command bookkeeping, drain and busy accounting, the record tables as CSV files, and the
+run-folder format."""

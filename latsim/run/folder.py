@@ -24,7 +24,7 @@ error, e.g. a failed generator) or ``incomplete`` (its writer never finished: ki
 running). Small, essential files are written atomically (a temporary name, then a rename), so
 a reader never sees half a ``config.json`` or ``summary.json``; the record CSVs are appended
 while a live run goes, so a killed writer can leave a torn last row, which readers drop with a
-note (:func:`latsim.controller.records.read_csv`).
+note (:func:`latsim.run.record_files.read_csv`).
 
 Folders written before the format had a version (no ``format_version``) read as version 0.
 """
@@ -47,16 +47,13 @@ from latsim.controller.policies import Policy
 from latsim.controller.records import (
     COUNTED_TABLES,
     RECORD_TYPES,
-    CsvRows,
     JobRecord,
-    read_csv,
-    read_file_bytes,
-    write_csv,
 )
 from latsim.controller.timing import Timing
 from latsim.errors import MAX_INPUT_BYTES, LatsimError
 from latsim.model.traces import Trace, load_trace, write_trace
 from latsim.run.files import dumps
+from latsim.run.record_files import CsvRows, read_csv, read_file_bytes, write_csv
 from latsim.run.serving import SERVING_RECORD_TYPES, ServingRecords
 from latsim.run.stream import COMPLETE, INTERRUPTED, RunRecords
 from latsim.writing import replacing

@@ -56,9 +56,9 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from latsim.controller.records import read_csv, read_text, write_csv
 from latsim.errors import LatsimError
 from latsim.run.folder import CLIENT_FORMAT_VERSION, write_json
+from latsim.run.record_files import read_csv, read_text, write_csv
 
 KIND = "client"
 NAN = math.nan

@@ -44,10 +44,10 @@ from latsim.controller.records import (
     JobRecord,
     SlotRecord,
     StallRecord,
-    read_csv,
 )
 from latsim.errors import LatsimError
 from latsim.run.folder import SERVED, RunFolder, is_run_folder, read_run_folder
+from latsim.run.record_files import read_csv
 from latsim.run.serving import SERVING_RECORD_TYPES, TaskRecord
 from latsim.run.viewer import KIND as VIEWER_KIND
 from latsim.run.viewer import ViewerRecords, read_viewer_records

@@ -135,7 +135,7 @@
   };
   const KEYED = ["conditions", "slots", "stalls", "jobs"]; // latsim.run.viewer.KEYED
 
-  function cell(value) { // latsim.controller.records._cell: NaN is an empty cell
+  function cell(value) { // latsim.run.record_files._cell: NaN is an empty cell
     if (typeof value === "number") return Number.isNaN(value) ? "" : String(value);
     if (typeof value === "boolean") return value ? "True" : "False";
     return String(value);
