@@ -91,6 +91,21 @@ def test_serve_out_writes_a_folder_per_session_and_the_device_tasks(served):
     assert result.exit_code == 2 and "served" in result.stderr
 
 
+def test_a_sessions_summary_json_and_its_end_message_agree(served):
+    """The server's summary.json and the ``end`` message the client keeps as
+    ``server_summary`` are one summary of the same covered window: every metric they share
+    is equal (the served folder adds the run's identity and status)."""
+    out, clients, _ = served
+    for name in ("a", "bb"):
+        client = read_run_folder(clients / name)
+        sent = client.summary["server_summary"]
+        written = read_run_folder(out / client.config["session"]).summary
+        shared = set(sent) & set(written)
+        assert {"L_mean", "L50", "L95", "L99", "stall_pct", "n_conditions",
+                "L_basis"} <= shared
+        assert {key: written[key] for key in shared} == {key: sent[key] for key in shared}
+
+
 def test_perfetto_shows_both_sides_of_a_session_with_the_offset(served, tmp_path):
     out, clients, _ = served
     client = clients / "a"
