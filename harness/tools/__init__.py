@@ -1,1 +1,2 @@
-"""Scripts run on other machines: :mod:`~harness.tools.gpu_check`, the GPU check."""
+"""Scripts and helpers run beside latsim: :mod:`~harness.tools.gpu_check`, the GPU check, and
+:mod:`~harness.tools.browser`, the browser viewer in headless Chromium."""

@@ -14,6 +14,13 @@ metric over the replications, each one run of the same conditions, so the spread
 shows by chance (a median of 19 conditions can move by a whole slot when one condition
 lands on the other side of a job start).
 
+A browser session (``config["viewer"] == "browser"``) shows each slot at its display's next
+refresh after the playout rule's time (:mod:`latsim.model.display`): its prediction puts each
+displayed condition on screen at the next refresh of the session's refresh clock, whose
+period the page measured (else 60 Hz is assumed) and whose phase is fitted to the display
+times of the slots that first showed no condition, so no compared condition's own display
+time goes into it. A viewer without a display refresh (``latsim client``) gets no such step.
+
 A partial run (``status`` not ``complete``) is compared over the window it covers,
 ``[0, end_time]`` (a client killed outright has no ``end_time``: its last row's time), and
 said to be partial in its row.
@@ -21,8 +28,10 @@ said to be partial in its row.
 
 from __future__ import annotations
 
+import bisect
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +43,11 @@ from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
 from latsim.model.costs import TableCost
+from latsim.model.display import NOMINAL_PERIOD, RefreshFit, fit_refresh
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
 from latsim.run.folder import COMPLETE, read_run_folder, scan_run_folders
+from latsim.run.serving import ServingRecords
 from latsim.run.viewer import KIND, ViewerRecords, read_viewer_records
 from latsim.sim.serving import StreamInput, simulate_serving
 
@@ -84,6 +95,28 @@ class ClientRun:
         """Send times of the conditions the server acknowledged."""
         return [c.t_sent for c in self.records.conditions if c.version > 0]
 
+    def display(self) -> RefreshFit | None:
+        """The refresh clock of a browser session's display (None for a viewer without
+        one, or a session that displayed no slot): the period the page measured
+        (``config.json``'s ``display.period``), else :data:`NOMINAL_PERIOD` assumed; the
+        phase fitted to the display times of the slots that first showed no condition (all
+        displayed slots where every one showed one)."""
+        if self.config.get("viewer") != "browser":
+            return None
+        measured = (self.config.get("display") or {}).get("period")
+        try:
+            period = float(measured) if measured is not None else NOMINAL_PERIOD
+        except (TypeError, ValueError):
+            raise LatsimError(f"{self.path / 'config.json'}: display.period is not a number: "
+                              f"{measured!r}") from None
+        source = "measured" if measured is not None else "assumed"
+        displayed = [s for s in self.records.slots if math.isfinite(s.t_displayed)]
+        if not displayed:
+            return None
+        firsts = sorted(c.t_shown for c in self.records.conditions if c.status == "shown")
+        held_out = [s.t_displayed for s in displayed if not _among(s.t_shown, firsts)]
+        return fit_refresh(held_out or [s.t_displayed for s in displayed], period, source)
+
 
 def load_client_run(path: Path) -> ClientRun:
     folder = read_run_folder(path)
@@ -103,6 +136,31 @@ def load_client_run(path: Path) -> ClientRun:
                   + [c.t_sent for c in records.conditions])
     window = duration if config.get("status") == COMPLETE else min(duration, float(end))
     return ClientRun(path, config, records, window)
+
+
+def _among(t: float, ordered: list[float]) -> bool:
+    """Whether ``t`` is one of the times in ``ordered`` (sorted), to a microsecond: slots
+    are a slot time apart, so that names one slot."""
+    i = bisect.bisect_left(ordered, t - 1e-6)
+    return i < len(ordered) and ordered[i] <= t + 1e-6
+
+
+def _on_screen(sim: ServingRecords, displays: Sequence[RefreshFit | None]
+               ) -> ServingRecords:
+    """``sim`` with each displayed condition of a stream that has a display refresh on
+    screen at its next refresh after the playout rule's time (``t_display`` and ``L``
+    later by that step); streams without one unchanged."""
+    if all(d is None for d in displays):
+        return sim
+    viewer = []
+    for v in sim.viewer:
+        fit = displays[v.stream]
+        if fit is None or not v.displayed:
+            viewer.append(v)
+            continue
+        step = fit.refresh.step(v.t_display)
+        viewer.append(replace(v, t_display=v.t_display + step, L=v.L + step))
+    return replace(sim, viewer=tuple(viewer))
 
 
 def _samples(values: list[float], name: str, path: Path) -> TableCost | None:
@@ -129,7 +187,9 @@ def predict_viewers(runs: list[ClientRun], replications: int = 20, seed: int = 0
     """The serving model's prediction of each run's viewer metrics, the runs simulated
     together as streams on one shared device (joining when their sessions started on the
     server's clock), with the C samples of all their jobs (one generator) and the uplink
-    and deliver samples of all of them (pooled). One run alone is one stream."""
+    and deliver samples of all of them (pooled). One run alone is one stream. A browser
+    session's conditions are on screen at its display's next refresh (:meth:`ClientRun.display`);
+    its row's ``display_fit`` is that clock and ``display_step_mean`` the mean predicted step."""
     jobs: dict[tuple[int, str], list[float]] = {}
     uplinks, delivers = [], []
     for run in runs:
@@ -168,6 +228,9 @@ def predict_viewers(runs: list[ClientRun], replications: int = 20, seed: int = 0
                                              for s in stages_seq.spawn(4))))
         sims.append(simulate_serving(configs[0], cost, serving, streams, runs[0].window,
                                      np.random.default_rng(batch_seq), drain, configs))
+    displays = [run.display() for run in runs]
+    rule = sims  # the playout rule's display times, before any refresh
+    sims = [_on_screen(sim, displays) for sim in sims]
     rows = _viewer_rows(sims)
     one_run_rows = [_viewer_rows([sim]) for sim in sims]
     for index, row in enumerate(rows):
@@ -177,6 +240,13 @@ def predict_viewers(runs: list[ClientRun], replications: int = 20, seed: int = 0
             one_run = [run[index][metric] for run in one_run_rows]
             finite = [v for v in one_run if v is not None and math.isfinite(v)]
             row[f"{metric}_band"] = (min(finite), max(finite)) if finite else (None, None)
+        row["display_fit"] = displays[index]
+        if displays[index] is not None:
+            steps = [after.t_display - before.t_display
+                     for plain, shifted in zip(rule, sims, strict=True)
+                     for before, after in zip(plain.viewer, shifted.viewer, strict=True)
+                     if before.stream == index and before.displayed]
+            row["display_step_mean"] = float(np.mean(steps)) if steps else None
     return rows
 
 
@@ -211,6 +281,17 @@ def compare_client_run(run: ClientRun, predicted: dict, replications: int = 20,
     row["offset_uncertainty"] = run.config.get("offset_uncertainty")
     row["notes"] = "" if run.status == COMPLETE else (
         f"partial run ({run.status}): compared over [0, {run.window:.2f}] s")
+    fit = predicted.get("display_fit")
+    if fit is not None:  # a browser session: its display refresh, after the common columns
+        shown = [c for c in run.records.conditions if c.status == "shown"]
+        steps = [c.t_displayed - c.t_shown for c in shown]
+        row["display_period"] = fit.refresh.period
+        row["display_period_source"] = fit.period_source
+        row["display_phase"] = fit.refresh.phase
+        row["display_phase_slots"] = fit.n
+        row["display_phase_spread"] = fit.spread
+        row["display_step_measured"] = float(np.mean(steps)) if steps else None
+        row["display_step_predicted"] = predicted.get("display_step_mean")
     return row
 
 

@@ -173,10 +173,24 @@ def _compare_viewer(comparison, output: str, out: Path | None, seed: int) -> dic
     console = Console(width=min(table_width(), 200), highlight=False)
     console.print(f"overall MAPE (complete client runs): {_fmt(overall, 2)} %; "
                   "uplink/deliver/C drawn from each run's own measurements")
+    refreshed = [row for row in rows if row.get("display_phase") is not None]
+    if refreshed:
+        console.print(
+            "browser sessions, each frame on screen at the display's next refresh (phase "
+            "fitted to the slots that first showed no condition; step measured / predicted): "
+            + "; ".join(
+                f"{row['run']} period {1e3 * row['display_period']:.3f} ms "
+                f"({row['display_period_source']}), step "
+                f"{_fmt(_ms(row['display_step_measured']), 2)} / "
+                f"{_fmt(_ms(row['display_step_predicted']), 2)} ms" for row in refreshed))
     if out is not None:
         console.print(f"wrote {out}/ (compare_viewer.json, compare_viewer.csv, "
                       "compare_viewer_cdf.png)")
     return payload
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else 1e3 * seconds
 
 
 def _pair(measured: str, predicted: str, error: str, stacked: bool) -> str:

@@ -7,7 +7,8 @@
 // + D plus the shift of earlier client stalls; a slot that arrives later than that is shown
 // when it arrives, a client stall). A slot's display time is the timestamp of the first
 // requestAnimationFrame frame at or after the time the rule shows it, the frame that draws
-// it. Conditions come from a key press, the button, or a trace in the URL (?trace=0.5,1.7).
+// it; every frame's timestamp is kept, and the display's refresh period fitted to them
+// (refreshClock) goes into config.json as "display" for latsim compare. Conditions come from a key press, the button, or a trace in the URL (?trace=0.5,1.7).
 // Every time recorded is stream time on this page's clock (performance.now() seconds minus
 // the client time of the server's playback start), as latsim.run.viewer says; when the
 // session ends the page writes its summary into #latsim-summary and offers the run folder
@@ -120,6 +121,36 @@
 
   const overlap = (start, end, window) => Math.max(0, Math.min(end, window) - Math.max(start, 0));
 
+  // The display's refresh clock, from every requestAnimationFrame timestamp (seconds): frame
+  // i is refresh n_i of the session, counted from the frame before by the typical interval
+  // (a refresh the page skipped counts), and the period is the least-squares slope of t over
+  // n, counted again with it once (latsim.model.display reads the result; docs/live.md).
+  function refreshClock(times) {
+    if (times.length < 3) return null;
+    const deltas = [];
+    for (let i = 1; i < times.length; i++) deltas.push(times[i] - times[i - 1]);
+    let period = percentile(deltas.slice().sort((a, b) => a - b), 50);
+    let fit = null;
+    for (let pass = 0; pass < 2 && period > 0; pass++) {
+      const n = [0];
+      for (let i = 1; i < times.length; i++) {
+        n.push(n[i - 1] + Math.max(1, Math.round(deltas[i - 1] / period)));
+      }
+      const mn = mean(n), mt = mean(times);
+      let snn = 0, snt = 0;
+      for (let i = 0; i < n.length; i++) {
+        snn += (n[i] - mn) ** 2;
+        snt += (n[i] - mn) * (times[i] - mt);
+      }
+      period = snt / snn;
+      let sse = 0;
+      for (let i = 0; i < n.length; i++) sse += (times[i] - mt - period * (n[i] - mn)) ** 2;
+      fit = { period, frames: times.length, refreshes: n[n.length - 1],
+              jitter: Math.sqrt(sse / (n.length - 2)) };
+    }
+    return fit && fit.period > 0 ? fit : null;
+  }
+
   // ------------------------------------------------------------------ the run folder
 
   const COLUMNS = { // latsim.run.viewer's record types, in column order
@@ -169,6 +200,7 @@
       this.slotAt = new Map(); // position -> slot
       this.toShow = []; // slots not displayed yet, in order
       this.displayed = new Map(); // position -> client time of the frame that drew it
+      this.frameTimes = []; // every requestAnimationFrame timestamp (client clock, s)
       this.jobs = [];
       this.stalls = [];
       this.errors = [];
@@ -305,6 +337,7 @@
 
     frame(timestamp) { // requestAnimationFrame: what this frame draws, and when
       const t = timestamp / 1000;
+      this.frameTimes.push(t);
       while (this.toShow.length && this.toShow[0].t_shown + this.origin <= t) {
         const slot = this.toShow.shift();
         this.displayed.set(slot.position, t);
@@ -393,9 +426,10 @@
         : Math.max(0, ...this.slots.map((s) => s.t_received), ...rows.map((c) => c.t_sent));
       const window = complete ? config.duration : Math.min(config.duration, endTime);
       const final = estimateOffset(this.probes);
+      const display = refreshClock(this.frameTimes);
       const summary = {
         status, stop_reason: stopReason, session: this.ready ? this.ready.session : null,
-        window_s: window, ...this.metrics(window),
+        window_s: window, ...this.metrics(window), display_period: display && display.period,
         offset: this.offset,
         offset_uncertainty: this.estimate ? this.estimate.uncertainty : null,
         offset_final: final ? final.offset : null,
@@ -413,7 +447,7 @@
         seed: 0, uplink: shaped, downlink: shaped, trace_name: config.traceName,
         trace_copy: "trace.jsonl", started_at: isoSeconds(this.startedAt),
         viewer: "browser", user_agent: navigator.userAgent, stop_reason: stopReason,
-        end_time: endTime, ...this.sessionFields(),
+        end_time: endTime, ...this.sessionFields(), display,
       };
       const trace = [pyJson({ meta: { duration: config.duration, source: config.traceName } }),
         ...rows.map((c, i) => pyJson({ t: Math.round(c.t_sent * 1e6) / 1e6, version: i + 1 }))];
