@@ -62,21 +62,26 @@ def plan(
     def table() -> None:
         from latsim.cli.tables import Column, print_table
 
-        shown = [i for i, row in enumerate(rows) if row["role"]] or list(range(len(rows)))
+        shown = ([i for i, row in enumerate(rows) if row["role"] or "exact_verdict" in row]
+                 or list(range(len(rows))))
         slo = deployment.slo
         limits = f"L95 <= {slo.l95:g} s, stall <= {slo.stall_pct:g}%" + (
             f", TTFC p95 <= {slo.ttfc_p95:g} s" if slo.ttfc_p95 is not None else "")
+        autoscaled = bool(deployment.space.autoscale)
         columns = [Column("K", 0), Column("policy", 0, "left"), Column("usp", 0),
                    Column("GPUs/node", 2), Column("n/node", 1), Column("nodes", 0),
+                   *([Column("scaled", 1)] if autoscaled else []),
                    Column("$/viewer-h", 0), Column("L95", 0), Column("exact", 0, "left"),
                    Column("role", 3, "left")]
         body = []
         for i in shown:
             row = rows[i]
             exact = row.get("exact_verdict")
+            target = row.get("target_util")
             body.append([
                 str(row["K"]), row["policy"], str(row["usp"]), str(row["gpus_per_node"]),
                 str(row["sessions_per_node"]), _fmt(row["nodes"], 0),
+                *([("-" if target is None else f"to {target:g}")] if autoscaled else []),
                 _fmt(row.get("exact_cost_per_viewer_hour", row["cost_per_viewer_hour"]), 3),
                 _fmt(row.get("exact_L95", row["L95"]), 3),
                 "-" if exact is None else exact + (f" ({row['exact_failed']})"
@@ -87,7 +92,10 @@ def plan(
         print_table(f"plan {deployment_file.name}: {limits}", columns, body, [
             f"[dim]{len(rows)} candidates, {screened} pass the surrogate, {verified} run "
             f"exactly ({deployment.base.seeds} replication(s)); $ and L95 are the exact "
-            "run's where there is one[/dim]", result.comparison])
+            "run's where there is one" + ("; scaled: autoscaled from one node up to "
+                                          "nodes, to that target utilisation"
+                                          if autoscaled else "") + "[/dim]",
+            result.comparison])
 
     emit(output, rows, table, seed=deployment.base.seed, comparison=result.comparison,
          frontier=result.frontier, recommended=result.recommended,

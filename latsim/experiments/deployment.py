@@ -22,6 +22,9 @@ works in two stages, both stated in every row:
    the verification run's horizon over the viewer-hours an M/G/∞ fleet starting empty holds
    in it (:meth:`~latsim.model.workload.Workload.viewer_seconds`), less the blocked share,
    so that it predicts what the exact run measures.
+   With ``search.autoscale``, each candidate also runs autoscaled (one node up to the
+   static count, to each target utilisation): the same node, and at each moment the nodes
+   that hold the M/G/∞ mean present then at the target (:func:`screen_autoscaled`).
 2. **Verification by the exact fleet model** (``latsim fleet``, its own ``[run]``), for
    every candidate on the surrogate's Pareto frontier and for each policy's recommendation.
    A configuration meets the SLO when each metric's one-sided 95 % upper bound over the
@@ -62,7 +65,7 @@ MAX_CANDIDATES = 4096
 MAX_VERIFIED = 256
 _SEARCH_KEYS: dict[str, Any] = {"K": list, "policies": list, "usp": list,
                                 "gpus_per_node": list, "max_sessions": int,
-                                "quality": dict, "max_verified": int}
+                                "quality": dict, "max_verified": int, "autoscale": list}
 _SLO_KEYS: dict[str, Any] = {"l95": (int, float), "stall_pct": (int, float),
                              "ttfc_p95": (int, float), "blocking": (int, float)}
 
@@ -97,6 +100,8 @@ class SearchSpace:
     max_sessions: int = 64
     quality: tuple[tuple[int, float], ...] = ()  # (K, score): the user's, never invented
     max_verified: int = 24
+    #: autoscaled variants: the target utilisations to try (none: static fleets only)
+    autoscale: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         for name, values, top in (("search.K", self.Ks, 4096), ("search.usp", self.degrees,
@@ -120,7 +125,15 @@ class SearchSpace:
             missing = sorted(set(self.Ks) - {K for K, _ in self.quality})
             raise LatsimError(f"search.quality has no score for K={missing[0]}: give every K "
                               "a score, or none (the plan then ranks by K)")
-        count = len(self.Ks) * len(self.policies) * len(self.degrees) * len(self.gpus_per_node)
+        for target in self.autoscale:
+            check_number("search.autoscale", target, 0, 1, positive=True)
+            if target >= 1:
+                raise LatsimError(f"search.autoscale: a target utilisation must be below 1, "
+                                  f"got {target:g}")
+        if len(set(self.autoscale)) != len(self.autoscale):
+            raise LatsimError("search.autoscale names a value twice")
+        count = (len(self.Ks) * len(self.policies) * len(self.degrees)
+                 * len(self.gpus_per_node) * (1 + len(self.autoscale)))
         if count > MAX_CANDIDATES:
             raise LatsimError(f"the search space holds {count} candidates; at most "
                               f"{MAX_CANDIDATES}")
@@ -157,6 +170,12 @@ class Deployment:
         return rate * workload.duration.mean
 
     @cached_property
+    def present(self) -> list[float]:
+        """Sessions present over the exact runs' horizon, in 2,000 steps (M/G/∞ from an
+        empty start, :meth:`~latsim.model.workload.Workload.present_over`)."""
+        return self.base.workload.present_over(self.base.duration)
+
+    @cached_property
     def viewer_seconds(self) -> float:
         """Session-seconds an M/G/∞ fleet starting empty holds over the exact runs'
         horizon (:meth:`~latsim.model.workload.Workload.viewer_seconds`)."""
@@ -167,7 +186,8 @@ class Deployment:
         space, slo = self.space, self.slo
         return {"search": {"K": list(space.Ks), "policies": list(space.policies),
                            "usp": list(space.degrees), "gpus_per_node": list(space.gpus_per_node),
-                           "max_sessions": space.max_sessions, "quality": dict(space.quality)},
+                           "max_sessions": space.max_sessions, "quality": dict(space.quality),
+                           **({"autoscale": list(space.autoscale)} if space.autoscale else {})},
                 "slo": {"l95": slo.l95, "stall_pct": slo.stall_pct, "ttfc_p95": slo.ttfc_p95,
                         "blocking": slo.blocking}}
 
@@ -178,10 +198,17 @@ class Candidate:
     policy: str
     degree: int
     gpus: int
+    target_util: float | None = None  # None: a static fleet; else autoscaled to it
 
     @property
     def label(self) -> str:
-        return f"K={self.K} {self.policy} usp{self.degree} {self.gpus}gpu"
+        fleet = "" if self.target_util is None else f" autoscaled to {self.target_util:g}"
+        return f"K={self.K} {self.policy} usp{self.degree} {self.gpus}gpu{fleet}"
+
+    @classmethod
+    def of(cls, row: dict) -> Candidate:
+        return cls(row["K"], row["policy"], row["usp"], row["gpus_per_node"],
+                   row.get("target_util"))
 
 
 def _list(where: str, value: object, kind: type) -> tuple:
@@ -210,7 +237,10 @@ def parse_deployment(data: dict[str, Any], path: str = "deployment file") -> Dep
             degrees=_list("search.usp", search.get("usp", [1]), int),
             gpus_per_node=_list("search.gpus_per_node", search.get("gpus_per_node", [1]), int),
             max_sessions=search.get("max_sessions", 64), quality=quality,
-            max_verified=search.get("max_verified", 24))
+            max_verified=search.get("max_verified", 24),
+            autoscale=tuple(float(t) for t in _list("search.autoscale",
+                                                    search.get("autoscale", []),
+                                                    (int, float))))
         limits = PlanSLO(float(slo["l95"]), float(slo["stall_pct"]),
                          None if "ttfc_p95" not in slo else float(slo["ttfc_p95"]),
                          float(slo.get("blocking", 0.01)))
@@ -394,6 +424,41 @@ def screen(deployment: Deployment, candidate: Candidate) -> dict:
     return row
 
 
+def screen_autoscaled(deployment: Deployment, static: dict, target: float) -> dict:
+    """The surrogate's row for ``static``'s candidate on a fleet autoscaled to ``target``:
+    at most the static answer's nodes (``nodes``), and at each moment as many as hold the
+    sessions present then (M/G/∞ from an empty start) at ``target`` of their slots, at
+    least one (``nodes_mean``, and the GPU-hours and cost from it). Its node is the static
+    one's, so are its L95, lead and TTFC. The autoscaler's lag (provisioning, cooldown,
+    hysteresis) is not in it, nor what the lag costs in blocking or time to first chunk:
+    the exact run decides those."""
+    row = {**static, "fleet": "autoscaled", "target_util": target}
+    if static["verdict"] != "meets":
+        return row
+    per_node = static["sessions_per_node"] * target
+    nodes = [min(static["nodes"], max(1, math.ceil(present / per_node - 1e-9)))
+             for present in deployment.present]
+    row["nodes_mean"] = math.fsum(nodes) / len(nodes)
+    row["gpu_hours"] = row["nodes_mean"] * static["gpus_per_node"] * deployment.base.duration / 3600
+    row["cost_per_viewer_hour"] = static["cost_per_viewer_hour"] * row["gpu_hours"] / static[
+        "gpu_hours"]
+    return row
+
+
+def screen_all(deployment: Deployment) -> list[dict]:
+    """Every candidate's surrogate row: each static fleet, followed (with
+    ``search.autoscale``) by its autoscaled variants."""
+    rows = []
+    for candidate in candidates(deployment):
+        static = screen(deployment, candidate)
+        rows.append(static)
+        if deployment.space.autoscale:
+            static.update(fleet="static", target_util=None, nodes_mean=static["nodes"])
+            rows += [screen_autoscaled(deployment, static, target)
+                     for target in deployment.space.autoscale]
+    return rows
+
+
 def fleet_nodes(load: float, sessions_per_node: int, blocking: float, exact: bool = False
                 ) -> tuple[int | None, float]:
     """The least static node count whose Erlang-B blocking at ``load`` sessions is within
@@ -429,7 +494,8 @@ def pareto_frontier(rows: Sequence[dict]) -> list[int]:
 
 def fleet_of(deployment: Deployment, row: dict, nodes: int | None = None) -> FleetRun:
     """The fleet ``row`` describes: the base fleet with the candidate's node and a static
-    node count (``nodes``, default the surrogate's), nodes planning with ``--lead auto``."""
+    node count (``nodes``, default the surrogate's), or for an autoscaled row one node
+    growing to that many, nodes planning with ``--lead auto``."""
     base = deployment.base
     node = base.node
     pools = tuple((name, row["gpus_per_node"] if name == node.serving.dit_pool else size)
@@ -440,8 +506,14 @@ def fleet_of(deployment: Deployment, row: dict, nodes: int | None = None) -> Fle
     spec = replace(node, K=row["K"], policy=row["policy"], cost=cost, serving=serving,
                    lead="auto", max_sessions=row["sessions_per_node"])
     count = row["nodes"] if nodes is None else nodes
-    fleet = replace(base.fleet, nodes_initial=count, nodes_min=count, nodes_max=count,
-                    autoscale=False)
+    target = row.get("target_util")
+    if target is None:
+        fleet = replace(base.fleet, nodes_initial=count, nodes_min=count, nodes_max=count,
+                        autoscale=False)
+    else:  # as fleet plan's autoscaling grid: from one node up to the static answer
+        fleet = replace(base.fleet, nodes_initial=1, nodes_min=1, nodes_max=count,
+                        autoscale=True, target_util=target,
+                        hysteresis=min(base.fleet.hysteresis, 1 - target))
     return replace(base, node=spec, fleet=fleet)
 
 
@@ -459,6 +531,8 @@ def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVEN
     out = {f"exact_{key}": measured.get(key) for key in (
         "L50", "L95", "L95_se", "stall_pct", "stall_pct_se", "ttfc_p95", "ttfc_p95_se",
         "blocking", "blocking_se", "cost_per_viewer_hour", "gpu_hours", "n_runs")}
+    if row.get("target_util") is not None:
+        out["exact_nodes_mean"] = measured.get("nodes_mean")
     out["exact_verdict"] = "fails" if failed else "meets"
     out["exact_failed"] = ",".join(failed)
     for key in ("L95", "ttfc_p95", "blocking", "cost_per_viewer_hour"):
@@ -486,7 +560,7 @@ class DeploymentPlan:
 def plan_deployment(deployment: Deployment, max_events: int = DEFAULT_MAX_EVENTS,
                     progress: Callable[[str], None] | None = None) -> DeploymentPlan:
     """Screen every candidate, verify the frontier and each policy's recommendation."""
-    rows = [screen(deployment, c) for c in candidates(deployment)]
+    rows = screen_all(deployment)
     for row in rows:
         row["role"] = ""
     frontier = pareto_frontier(rows)
@@ -502,7 +576,8 @@ def plan_deployment(deployment: Deployment, max_events: int = DEFAULT_MAX_EVENTS
                 return False
             runs += 1
             if progress is not None:
-                progress(f"verifying {Candidate(rows[i]['K'], rows[i]['policy'], rows[i]['usp'], rows[i]['gpus_per_node']).label} ({runs} of at most {space.max_verified})")  # noqa: E501
+                progress(f"verifying {Candidate.of(rows[i]).label} ({runs} of at most "
+                         f"{space.max_verified})")
             rows[i].update(verify(deployment, rows[i], max_events))
         return rows[i]["exact_verdict"] == "meets"
 

@@ -439,6 +439,25 @@ class Workload:
             total += self.arrivals.rate_at((i + 0.5) * step) * held[steps - i] * step
         return total
 
+    def present_over(self, horizon: float, steps: int = 2000) -> list[float]:
+        """Expected sessions present at the middle of each of ``steps`` equal steps of
+        ``[0, horizon)``, from an empty start with unlimited room (M/G/∞: m(t) = ∫0^t λ(a)
+        P(D > t − a) da, by the midpoint rule; a population's N throughout). A log's
+        sessions give their own count at each midpoint."""
+        step = horizon / steps
+        middles = [(i + 0.5) * step for i in range(steps)]
+        if self.population:
+            return [float(self.arrivals.population)] * steps
+        if self.log is not None:
+            return [float(sum(1 for s in self.log if s.arrival <= t < s.arrival + s.duration))
+                    for t in middles]
+        # arrivals in step j still present at step i's middle: P(D > (i − j)·step); of
+        # step i's own, the half that has arrived by its middle
+        arriving = np.array([self.arrivals.rate_at(t) * step for t in middles])
+        staying = np.array([0.5] + [self.duration.survival(k * step)
+                                    for k in range(1, steps)])
+        return [float(v) for v in np.convolve(arriving, staying)[:steps]]
+
     @property
     def active_fraction(self) -> float:
         if self.log is None:
