@@ -4,13 +4,15 @@
 :class:`~latsim.errors.LatsimError` that says which file; :func:`replacing` writes a new
 file beside the target and renames it over the target only once it is complete, so a
 reader sees the old file or the new one, never a torn or empty one; it writes through to a
-device or a pipe and never replaces one.
+device or a pipe and never replaces one. :func:`staged` does the same for a set of files
+written into one folder: all of them or none.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,3 +81,33 @@ def _has_reader(path: str | Path, fifo: Path) -> None:
             raise LatsimError(f"{path}: a named pipe with no reader") from None
         raise LatsimError(cannot_write(path, exc)) from exc
     os.close(fd)
+
+
+@contextmanager
+def staged(folder: str | Path) -> Iterator[Path]:
+    """Yield a staging folder beside ``folder`` to write a set of files into; when the block
+    ends, move each of them into ``folder`` (a rename each, replacing files of the same
+    name), so that the set lands whole. When the block fails the staging folder is
+    removed and ``folder`` is as it was; a :class:`~latsim.errors.LatsimError` from the
+    block names the file in ``folder`` it was writing and says nothing there changed."""
+    folder = Path(folder)
+    staging = folder.parent / f".{folder.name}.staging-{os.getpid()}"
+    with writing(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+    try:
+        yield staging
+    except LatsimError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise LatsimError(f"{str(exc).replace(str(staging), str(folder))}; nothing in "
+                          f"{folder}/ was changed") from exc
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    try:
+        for path in sorted(staging.iterdir()):
+            with writing(folder / path.name):
+                os.replace(path, folder / path.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

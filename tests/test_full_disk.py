@@ -71,6 +71,30 @@ def test_a_figure_that_cannot_be_written_leaves_no_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_staged_set_of_files_lands_whole_or_not_at_all(tmp_path):
+    """A reproduction's tables are written into a staging folder and moved into place
+    when all are written: a failure part way leaves the old set as it was."""
+    from latsim.writing import staged, writing
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.csv").write_text("old")
+    with pytest.raises(LatsimError) as caught:
+        with staged(out) as staging:
+            (staging / "a.csv").write_text("new")
+            with writing(staging / "b.csv"):
+                _enospc()
+    assert str(caught.value) == (f"cannot write {out / 'b.csv'}: No space left on device; "
+                                 f"nothing in {out}/ was changed")
+    assert (out / "a.csv").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging folder left
+    with staged(out) as staging:
+        (staging / "a.csv").write_text("new")
+        (staging / "b.csv").write_text("b")
+    assert sorted(p.name for p in out.iterdir()) == ["a.csv", "b.csv"]
+    assert (out / "a.csv").read_text() == "new" and len(list(tmp_path.iterdir())) == 1
+
+
 # ---------------------------------------------------------------- a real full disk
 
 

@@ -15,6 +15,7 @@ import typer
 from latsim.cli.options import JobsOpt, SchedulerOpt, scheduler_context
 from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
 from latsim.errors import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_EVENTS, LatsimError
+from latsim.writing import staged
 
 traces_app = typer.Typer(
     help="Condition traces: generate the paper's workload, validate and summarise sets.",
@@ -165,8 +166,9 @@ def reproduce(
     with (scheduler_context(scheduler, jobs, local_pool=True),
           ProgressBar("reproducing (runs)") as bar, reporting_progress(bar)):
         result = paper.reproduce(traces_root=traces, jobs=jobs, max_events=max_events)
-    written = paper.write_results(result, out)
-    written.append(plot_reproduction(result, out / "reproduce.png"))
+    with staged(out) as staging:
+        written = paper.write_results(result, staging)
+        written.append(plot_reproduction(result, staging / "reproduce.png"))
 
     def table() -> None:
         print_report(result)
@@ -209,9 +211,10 @@ def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: st
 
     check_writable(out)  # before the first simulation
     with (scheduler_context(scheduler, jobs, local_pool=True),
-          ProgressBar("reproducing (runs)") as bar, reporting_progress(bar)):
-        tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
-    plot(tables, out / figure)
+          ProgressBar("reproducing (runs)") as bar, reporting_progress(bar),
+          staged(out) as staging):
+        tables = run(staging, traces_root=traces, jobs=jobs, max_events=max_events)
+        plot(tables, staging / figure)
 
     def table() -> None:
         report(tables)
@@ -271,8 +274,8 @@ def reproduce_fleet(
     output = output_format(fmt, as_json)
     check_writable(out)
     with scheduler_context(scheduler, jobs, local_pool=True), \
-            ProgressBar("reproduce fleet") as bar:
-        tables = run(out, max_events, bar)
+            ProgressBar("reproduce fleet") as bar, staged(out) as staging:
+        tables = run(staging, max_events, bar)
 
     def table() -> None:
         print_table("a compressed diurnal day (5:1 peak to trough)",
