@@ -174,19 +174,7 @@ def serving_figure(tables: dict[str, list[dict]]) -> Figure:
     left.set_ylabel("end-to-end L50 (s)")
     style.title(left, "Sol-H3 end to end")
     left.legend(fontsize=FONT["legend"])
-    series = iter(style.SERIES_COLORS)
-    for i, setting in enumerate(sorted({r["setting"] for r in tables["headroom"]})):
-        for factor, fmt_string in ((1.0, "o-"), (1.5, "s--")):
-            rows = [r for r in tables["headroom"]
-                    if r["setting"] == setting and r["slo_factor"] == factor]
-            # the first setting hollow and larger: a series the other covers still shows
-            middle.plot([r["margin_C"] for r in rows], [r["max_streams"] for r in rows], fmt_string,
-                        ms=9 if i == 0 else 4, mfc="none" if i == 0 else None,
-                        color=next(series), label=f"{setting}, SLO {factor:g}x")
-    middle.set_xlabel("lead margin (multiples of C)")
-    middle.set_ylabel("streams meeting the SLO")
-    style.title(middle, "long-chunk headroom per USP group")
-    middle.legend(fontsize=FONT["legend_small"])
+    _headroom_grid(middle, tables["headroom"])
     for discard, color in (("on-start", style.PALETTE["grey"]),
                            ("on-ready", style.PALETTE["blue"])):
         rows = [r for r in tables["discard"] if r["discard"] == discard]
@@ -196,12 +184,38 @@ def serving_figure(tables: dict[str, list[dict]]) -> Figure:
     right.set_ylabel("stall (%)")
     style.title(right, "when a replan discards the old future")
     right.legend(fontsize=FONT["legend"])
-    style.integer_ticks(middle.yaxis)  # stream counts
     style.integer_ticks(right.xaxis)
-    for ax in (left, middle, right):
+    for ax in (left, right):
         style.style_axes(ax)
     fig.tight_layout()
     return fig
+
+
+def _headroom_grid(ax, rows: list[dict]) -> None:
+    """The headroom table as a grid: one row per (setting, SLO factor), one column per lead
+    margin, each cell the most streams per USP group meeting the SLO (every count shown,
+    zeros included; counts are not joined by lines)."""
+    settings = sorted({r["setting"] for r in rows})
+    factors = sorted({r["slo_factor"] for r in rows})
+    margins = sorted({r["margin_C"] for r in rows})
+    labels, grid = [], []
+    for setting in settings:
+        for factor in factors:
+            by_margin = {r["margin_C"]: r["max_streams"] for r in rows
+                         if r["setting"] == setting and r["slo_factor"] == factor}
+            labels.append(f"{setting}, L95 ≤ {factor:g}×")
+            grid.append([by_margin.get(m, np.nan) for m in margins])
+    values = np.array(grid, dtype=float)
+    top = max(1.0, float(np.nanmax(values))) if values.size else 1.0
+    ax.imshow(values, cmap="Greens", vmin=0, vmax=top * 1.4, aspect="auto")
+    for (i, j), value in np.ndenumerate(values):
+        ax.text(j, i, "–" if np.isnan(value) else f"{value:.0f}", ha="center", va="center",
+                fontsize=FONT["tick"] + 1)
+    ax.set_xticks(range(len(margins)), [f"{m:g}" for m in margins], fontsize=FONT["tick"])
+    ax.set_yticks(range(len(labels)), labels, fontsize=FONT["tick"] - 1)
+    ax.set_xlabel("lead margin (multiples of C)")
+    style.title(ax, "streams per USP group meeting the SLO\n(L95 ≤ 1× or 1.5× the short "
+                "chunk's baseline L95)")
 
 
 def plot_systems(tables: dict[str, list[dict]], path: Path) -> Path:
