@@ -107,7 +107,9 @@ for tau in (1.0, 1.5, 2.0, 3.46, 5.0, 8.0):
         dv_rows.append({"model": name, "tau": tau if name != "plain" else None,
                         "C_mean": cost.mean(K), "lead": rows["baseline"]["lead"],
                         "baseline_L_mean": rows["baseline"]["L_mean"],
+                        "baseline_L_mean_se": rows["baseline"]["L_mean_se"],
                         "speculative_L_mean": rows["speculative"]["L_mean"],
+                        "speculative_L_mean_se": rows["speculative"]["L_mean_se"],
                         "gain": rows["baseline"]["L_mean"] - rows["speculative"]["L_mean"]})
 dv_table = pd.DataFrame(dv_rows).round(6)
 dv_table.to_csv(OUT / "draft_verify_gain.csv", index=False)
@@ -186,29 +188,39 @@ in_flight_table.to_csv(OUT / "wave_forcing_14b_in_flight.csv", index=False)
 display(in_flight_table.round(3))
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
 axes[0].plot(sdvg_table["accept"], sdvg_table["C_mean"], "o-", label="mean C")
 axes[0].plot(sdvg_table["accept"], sdvg_table["C_q99"], "s--", label="0.99 quantile (lead)")
 axes[0].axhline(target_alone, color="k", lw=1, label="target alone")
 axes[0].set_xlabel("SDVG acceptance rate")
 axes[0].set_ylabel("seconds per block")
-axes[0].legend(fontsize=7)
+axes[0].set_title("SDVG: a block's time against acceptance", fontsize=10)
+axes[0].legend(fontsize=8)
 dv = dv_table[dv_table["model"] == "draft-verify"]
 plain = dv_table[dv_table["model"] == "plain"].iloc[0]
-axes[1].plot(dv["tau"], dv["baseline_L_mean"], "o-", color="#7f7f7f", label="baseline")
-axes[1].plot(dv["tau"], dv["speculative_L_mean"], "o-", color="#2ca02c", label="speculative")
-axes[1].axhline(plain["baseline_L_mean"], color="#7f7f7f", ls=":", label="plain, baseline")
-axes[1].axhline(plain["speculative_L_mean"], color="#2ca02c", ls=":",
-                label="plain, speculative")
+for policy, color in (("baseline", "#7f7f7f"), ("speculative", "#2ca02c")):
+    axes[1].errorbar(dv["tau"], dv[f"{policy}_L_mean"], yerr=dv[f"{policy}_L_mean_se"],
+                     fmt="o-", color=color, capsize=3, label=f"{policy} (± 1 SE)")
+    axes[1].axhline(plain[f"{policy}_L_mean"], color=color, ls=":", label=f"plain, {policy}")
 axes[1].set_xlabel("acceptance length tau")
 axes[1].set_ylabel("mean latency (s)")
-axes[1].legend(fontsize=7)
-for steps, style in ((4, "o-"), (5, "s--")):
+axes[1].set_title("draft-verify: latency against acceptance length", fontsize=10)
+axes[1].legend(fontsize=8)
+# against all the GPUs a stream takes: 5 steps need one DiT GPU more than 4 for the same
+# end-to-end FPS, which the VAE GPUs bound (the two curves coincide against VAE GPUs)
+for steps, style, size in ((4, "o-", 5), (5, "s--", 9)):
     sel = wave_table[wave_table["steps"] == steps]
-    axes[2].plot(sel["vae_gpus"], sel["e2e_fps"], style, label=f"{steps} steps, end to end")
-axes[2].set_xlabel("VAE GPUs")
-axes[2].set_ylabel("FPS")
-axes[2].legend(fontsize=7)
+    axes[2].plot(sel["gpus"], sel["e2e_fps"], style, ms=size, mfc="none" if steps == 5
+                 else None, label=f"{steps} steps")
+    for gpus, fps, vae in zip(sel["gpus"], sel["e2e_fps"], sel["vae_gpus"], strict=True):
+        axes[2].annotate(f"{vae} VAE", (gpus, fps), textcoords="offset points",
+                         xytext=(4, -12 if steps == 4 else 6), fontsize=7)
+axes[2].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+axes[2].margins(x=0.1, y=0.1)
+axes[2].set_xlabel("GPUs (DiT + VAE)")
+axes[2].set_ylabel("end-to-end FPS")
+axes[2].set_title("Wave Forcing: FPS against GPUs", fontsize=10)
+axes[2].legend(fontsize=8)
 for ax in axes:
     ax.grid(alpha=0.3)
 fig.tight_layout()
