@@ -33,6 +33,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from latsim.analysis.latency import replication_percentile_se
 from latsim.experiments.engine import (
     DEFAULT_COST,
     Experiment,
@@ -66,12 +67,19 @@ rows = []
 for label, spec in WORKLOADS.items():
     seeds = 10 if spec.startswith("poisson") else None
     exp = Experiment(Ks=KS, cost=DEFAULT_COST, updates=spec, seeds=seeds, seed=2)
-    for row in run_experiment(exp, jobs=2).rows:
+    result = run_experiment(exp, jobs=2)
+    for row in result.rows:
+        # the pooled percentiles' jackknife standard errors over the replications
+        runs = result.runs[row["K"], row["policy"]]
+        se = {f"L{level}_se": replication_percentile_se(
+            [[c.L for c in run.conditions if c.displayed] for run in runs], level)
+            for level in (50, 95)}
         rows.append({"workload": label, "policy": row["policy"], "K": row["K"],
                      "T": row["T"], "C": round(row["C_mean"], 6),
                      **{k: (None if row[k] is None else round(row[k], 6))
                         for k in ("L_mean", "L50", "L95", "w", "A", "stall_pct",
                                   "busy_pct")},
+                     **{k: (None if v is None else round(v, 6)) for k, v in se.items()},
                      "n_shown": row["n_displayed"], "n_superseded": row["n_superseded"]})
 table = pd.DataFrame(rows)
 table.to_csv(OUT / "sweep.csv", index=False)
@@ -84,10 +92,11 @@ for ax, metric in zip(axes[0], ("L50", "L95"), strict=True):
     for label in WORKLOADS:
         for policy, ls in (("baseline", "--"), ("speculative", "-")):
             sel = table[(table["workload"] == label) & (table["policy"] == policy)]
-            ax.plot(sel["K"], sel[metric], ls, marker="o", ms=3, color=colors[label])
+            ax.errorbar(sel["K"], sel[metric], yerr=sel[f"{metric}_se"], ls=ls, marker="o",
+                        ms=3, capsize=2, color=colors[label])
     ax.set_xlabel("K")
     ax.set_ylabel(f"{metric} (s)")
-    ax.set_title(f"{metric}: baseline dashed, speculative solid")
+    ax.set_title(f"{metric} (± 1 SE): baseline dashed, speculative solid")
     ax.set_xticks(KS)
     ax.grid(alpha=0.3)
 # one key for the colours (workloads) and one for the line styles (policies)

@@ -8,7 +8,8 @@ fleet, measure, serve, client and compare.
   replications then reports what one run n times as long would. ``L_mean_se`` is
   ``s/√n`` over the pooled conditions (conditions of one run are close to independent
   where they are further apart than a chunk; where a summary needs the spread between
-  replications it says so, as the fleet's ``_se`` columns do).
+  replications it says so, as the fleet's ``_se`` columns do). A pooled percentile's own
+  standard error is the jackknife over replications (:func:`replication_percentile_se`).
 - **The basis** (``L_basis``): what L is measured between, which differs by driver and
   must be said beside the number (:data:`TIMELINE`, :data:`WALL`, :data:`VIEWER`).
 """
@@ -55,3 +56,23 @@ def latency_stats(values: Sequence[float] | np.ndarray, prefix: str = "L"
 def pooled(samples: Iterable[Sequence[float]]) -> list[float]:
     """The pooling rule across replications: every replication's values, in one sample."""
     return [value for sample in samples for value in sample]
+
+
+def replication_percentile_se(samples: Sequence[Sequence[float]], level: float
+                              ) -> float | None:
+    """Jackknife standard error over replications of the pooled ``level`` percentile:
+    each replication's values (``samples``, one sequence each) left out in turn. None
+    with fewer than two replications, or where leaving one out leaves no value."""
+    groups = [np.asarray(sample, dtype=float) for sample in samples]
+    if len(groups) < 2 or not any(group.size for group in groups):
+        return None
+    leave_one_out = []
+    for index in range(len(groups)):
+        rest = [group for i, group in enumerate(groups) if i != index]
+        kept = np.concatenate(rest) if rest else np.array([])
+        if not kept.size:
+            return None
+        leave_one_out.append(np.percentile(kept, level))
+    n = len(groups)
+    values = np.array(leave_one_out)
+    return float(math.sqrt((n - 1) / n * np.sum((values - values.mean()) ** 2)))

@@ -18,22 +18,13 @@ plt = style.pyplot()
 
 def replication_quantile_se(runs: list, level: float) -> float | None:
     """Jackknife standard error over replications of the pooled ``level`` percentile of L
-    (each replication's displayed conditions left out in turn; serving runs count each
+    (:func:`~latsim.analysis.latency.replication_percentile_se`; serving runs count each
     stream of a replication together). None with fewer than two replications."""
-    groups = [np.array([c.L for s in getattr(run, "streams", (run,)) for c in s.conditions
-                        if c.displayed]) for run in runs]
-    if len(groups) < 2 or not any(g.size for g in groups):
-        return None
-    pooled = np.concatenate(groups)
-    leave_one_out = []
-    for index in range(len(groups)):
-        rest = np.concatenate([g for i, g in enumerate(groups) if i != index] or [pooled[:0]])
-        if not rest.size:
-            return None
-        leave_one_out.append(np.percentile(rest, level))
-    n = len(groups)
-    values = np.array(leave_one_out)
-    return float(math.sqrt((n - 1) / n * np.sum((values - values.mean()) ** 2)))
+    from latsim.analysis.latency import replication_percentile_se
+
+    return replication_percentile_se(
+        [[c.L for s in getattr(run, "streams", (run,)) for c in s.conditions if c.displayed]
+         for run in runs], level)
 
 
 def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) -> Path:
