@@ -81,7 +81,11 @@ def test_row_of_panels_scales_with_the_count():
         style.row_of_panels(0)
 
 
-def test_serving_figure_counts_streams_on_integer_ticks(close_figures):
+def test_serving_figure_shows_every_headroom_count_and_counts_on_integer_ticks(
+        close_figures):
+    """The headroom panel writes each (setting, SLO factor, margin) cell's stream count,
+    zeros included (lines joining integer counts hid four series at 0); the stall panel's
+    stream counts are on integer ticks."""
     from matplotlib.ticker import MaxNLocator
 
     from latsim.viz.paper import serving_figure
@@ -91,9 +95,12 @@ def test_serving_figure_counts_streams_on_integer_ticks(close_figures):
     fig = serving_figure(tables)
     close_figures(fig)
     _, middle, right = fig.axes
-    for axis in (middle.yaxis, right.xaxis):
-        locator = axis.get_major_locator()
-        assert isinstance(locator, MaxNLocator) and locator._integer
+    shown = sorted(text.get_text() for text in middle.texts)
+    assert shown == sorted(f"{row['max_streams']:.0f}" for row in tables["headroom"])
+    assert len(middle.get_yticklabels()) == len(
+        {(row["setting"], row["slo_factor"]) for row in tables["headroom"]})
+    locator = right.xaxis.get_major_locator()
+    assert isinstance(locator, MaxNLocator) and locator._integer
 
 
 def _interactive(equal_l95: bool) -> dict[str, list[dict]]:
