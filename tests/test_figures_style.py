@@ -116,32 +116,32 @@ def _interactive(equal_l95: bool) -> dict[str, list[dict]]:
     return {"interactive": rows}
 
 
-def test_systems_l95_marks_sit_on_their_own_bars(close_figures):
-    """Each policy's L95 is a whisker at its own bar's centre, in its own colour, with a
-    legend entry; equal L95s of the two policies still draw two marks."""
+def test_systems_l95_is_a_span_on_its_own_bar_not_a_whisker(close_figures):
+    """Each policy's L50 to L95 is a lighter, hatched bar stacked on its own L50 bar (a
+    range of the distribution, which a whisker read as an error bar), in its own colour,
+    with a legend entry; equal L95s of the two policies still draw two spans."""
     from matplotlib.collections import LineCollection
-    from matplotlib.colors import to_hex
 
     from latsim.viz.paper import systems_figure
 
-    fig = systems_figure(_interactive(equal_l95=True))
+    data = _interactive(equal_l95=True)
+    fig = systems_figure(data)
     close_figures(fig)
     ax = fig.axes[0]
-    centres = sorted(round(p.get_x() + p.get_width() / 2, 6) for p in ax.patches)
-    whiskers = {}
-    for collection in ax.collections:
-        if isinstance(collection, LineCollection):
-            colors = collection.get_colors()  # one for all segments, or one each
-            for i, segment in enumerate(collection.get_segments()):
-                (x0, y0), (x1, y1) = segment
-                if x0 == x1 and y1 != y0:  # the vertical stems of the whiskers
-                    whiskers[round(x0, 6)] = to_hex(colors[i % len(colors)])
-    assert sorted(whiskers) == centres  # one whisker per bar, on the bar
-    edges = {to_hex(style.policy_style(p).edge) for p in ("baseline", "speculative")}
-    assert set(whiskers.values()) == edges
+    assert not [c for c in ax.collections if isinstance(c, LineCollection)]  # no whiskers
+    solid = [p for p in ax.patches if not p.get_hatch()]
+    spans = [p for p in ax.patches if p.get_hatch()]
+    assert len(solid) == len(spans) == 4  # two systems, two policies
+    rows = [r for policy in ("baseline", "speculative") for system in ("plain", "SDVG")
+            for r in data["interactive"]
+            if (r["speed"], r["policy"], r["system"]) == (1.0, policy, system)]
+    for bar, row in zip(solid, rows, strict=True):  # drawn policy by policy, system by system
+        span = next(p for p in spans if p.get_x() == bar.get_x())
+        assert bar.get_height() == pytest.approx(row["L50"])
+        assert span.get_y() == pytest.approx(row["L50"])  # on top of its own L50
+        assert span.get_y() + span.get_height() == pytest.approx(row["L95"])
     labels = [text.get_text() for text in fig.legends[0].get_texts()]
-    assert any(label.startswith("baseline L95") for label in labels)
-    assert any(label.startswith("speculative L95") for label in labels)
+    assert "baseline: L50 to L95" in labels and "speculative: L50 to L95" in labels
 
 
 def test_reproduction_figure_axes_are_honest(close_figures):

@@ -228,9 +228,10 @@ def plot_systems(tables: dict[str, list[dict]], path: Path) -> Path:
 def systems_figure(tables: dict[str, list[dict]]) -> Figure:
     """The figure of :func:`plot_systems` (the caller closes it).
 
-    Each policy's L50 is a bar and its L95 a whisker from the top of that bar, in the bar's
-    darker colour, so a policy whose L95 equals the other's still shows its own; the
-    lead markers take their speed's colour."""
+    Each policy's L50 is a solid bar and the span from L50 to L95 a lighter, hatched bar
+    on top of it (a range of the latency distribution, not an error bar), so a policy
+    whose L95 equals the other's still shows its own; the lead markers take their speed's
+    colour."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -253,8 +254,8 @@ def systems_figure(tables: dict[str, list[dict]]) -> Figure:
             l50 = np.array([sel[s]["L50"] for s in systems])
             l95 = np.array([sel[s]["L95"] for s in systems])
             ax.bar(at, l50, width, color=look.color, edgecolor=look.edge, linewidth=0.6)
-            ax.errorbar(at, l50, yerr=[np.zeros_like(l95), l95 - l50], fmt="none",
-                        ecolor=look.edge, elinewidth=1.2, capsize=5, capthick=1.6)
+            ax.bar(at, l95 - l50, width, bottom=l50, color=look.color, alpha=0.3,
+                   edgecolor=look.edge, linewidth=0.6, hatch="///")
         ax.set_xticks(x, [name.replace("Wave Forcing ", "WF ") for name in systems],
                       fontsize=FONT["tick"] - 1, rotation=35, ha="right")
         ax.set_ylabel("latency (s)")
@@ -265,8 +266,8 @@ def systems_figure(tables: dict[str, list[dict]]) -> Figure:
     for policy in policies:
         look = policy_style(policy)
         keys.append(Patch(facecolor=look.color, edgecolor=look.edge, label=f"{policy} L50"))
-        keys.append(Line2D([], [], color=look.edge, marker="_", ms=10, mew=1.6,
-                           label=f"{policy} L95 (whisker on its bar)"))
+        keys.append(Patch(facecolor=look.color, alpha=0.3, edgecolor=look.edge, hatch="///",
+                          label=f"{policy}: L50 to L95"))
 
     ax = axes[-1]
     systems = list(dict.fromkeys(r["system"] for r in rows if r["speed"] == speeds[-1]))
