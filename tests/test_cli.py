@@ -68,12 +68,22 @@ def test_simulate_out_writes_records_summary_and_plot(tmp_path):
     result = invoke("simulate", "--K", "8", "--C", "0.5", *FAST, "--out", str(tmp_path))
     assert result.exit_code == 0, result.stderr
     for name in ("summary.json", "summary.csv", "config.json", "conditions.csv", "jobs.csv",
-                 "slots.csv", "stalls.csv", "discards.csv", "latency_vs_K.png"):
+                 "slots.csv", "stalls.csv", "discards.csv", "latency_cdf.png"):
         assert (tmp_path / name).stat().st_size > 0, name
+    # one K: the distribution of L, not a one-point plot against K
+    assert not (tmp_path / "latency_vs_K.png").exists()
+    assert "latency_cdf.png" in result.stdout
     rows = json.loads((tmp_path / "summary.json").read_text())
     assert {r["policy"] for r in rows} == {"baseline", "speculative"}
     header = (tmp_path / "conditions.csv").read_text().splitlines()[0]
     assert header.startswith("policy,K,run,version,t_arrival")
+
+
+def test_several_k_draw_latency_against_k(tmp_path):
+    result = invoke("sweep", "--K", "4", "8", *FAST, "--out", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "latency_vs_K.png").stat().st_size > 0
+    assert not (tmp_path / "latency_cdf.png").exists()
 
 
 def test_trace_updates(tmp_path):

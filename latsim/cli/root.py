@@ -294,16 +294,17 @@ def _run(experiment, fmt: str, out: Path | None, jobs: int | None) -> None:
         check_writable(out)  # before any simulation
     with ProgressBar("simulating (runs)") as progress:
         result = run_experiment(experiment, jobs=jobs, progress=progress)
+    figure = None
     if out is not None:
-        from latsim.viz.plots import plot_latency_vs_k
+        from latsim.viz.plots import plot_latency
 
         write_experiment(result, out)
-        plot_latency_vs_k(result.rows, out / "latency_vs_K.png", result.runs)
+        figure = plot_latency(result.rows, out, result.runs)
 
     def table() -> None:
         _print_rows(result.rows)
-        if out is not None:
-            typer.echo(f"wrote {out}/ (summary.json, records CSV, latency_vs_K.png)")
+        if figure is not None:
+            typer.echo(f"wrote {out}/ (summary.json, records CSV, {figure.name})")
 
     emit(fmt, result.rows, table, seed=experiment.seed,
          out=None if out is None else str(out))

@@ -111,6 +111,73 @@ def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) ->
     return style.save(fig, path)
 
 
+def plot_latency(rows: list[dict], folder: Path, runs: dict) -> Path:
+    """An experiment's latency figure in ``folder``: L50 and L95 against K
+    (``latency_vs_K.png``, :func:`plot_latency_vs_k`) where it has several K; with one K,
+    where that would be a point per policy, the distribution of L instead
+    (``latency_cdf.png``, :func:`plot_latency_cdf`)."""
+    if len({row["K"] for row in rows}) > 1:
+        return plot_latency_vs_k(rows, folder / "latency_vs_K.png", runs)
+    return plot_latency_cdf(rows, folder / "latency_cdf.png", runs)
+
+
+def plot_latency_cdf(rows: list[dict], path: Path, runs: dict) -> Path:
+    """The empirical CDF of L per policy at one K, pooled over the runs, with its 95 %
+    DKW band, L50 and L95 marked, and the timing model's L50 and L95 beside them where
+    they hold (fixed C)."""
+    fig, ax = plt.subplots(figsize=style.PANEL)
+    for row in sorted(rows, key=lambda r: r["policy"]):
+        policy = row["policy"]
+        look = policy_style(policy)
+        values = [c.L for run in runs.get((row["K"], policy), [])
+                  for s in getattr(run, "streams", (run,)) for c in s.conditions if c.displayed]
+        if not values:
+            continue
+        xs, ys = _ecdf(values)
+        band = dkw_band(len(xs))
+        ax.step(xs, ys, where="post", color=look.color, linestyle=look.linestyle,
+                label=f"{policy}: L50 {row['L50']:.3g} s, L95 {row['L95']:.3g} s "
+                      f"(n = {len(xs)})")
+        ax.fill_between(xs, np.clip(np.array(ys) - band, 0, 1),
+                        np.clip(np.array(ys) + band, 0, 1), step="post", color=look.color,
+                        alpha=0.12, linewidth=0)
+        predicted = _theory_quantiles(row)
+        for share, value in predicted:
+            ax.plot([value], [share], marker="x", ms=8, mew=1.6, color=look.edge, ls="")
+    ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
+    ax.axhline(0.95, color="0.6", lw=0.8, ls=":")
+    ax.plot([], [], marker="x", ls="", color="0.3", label="timing model's L50, L95 (fixed C)")
+    ax.set_xlabel("latency L (s)")
+    ax.set_ylabel("share of conditions shown")
+    ax.set_ylim(0, 1.02)
+    if rows:
+        first = rows[0]
+        ax.set_title(f"K = {first['K']}: the distribution of L; shaded: 95 % DKW band",
+                     fontsize=FONT["title"])
+        fig.suptitle(f"{first['fps']:g} fps, r={first['r']}, cost {first['cost']}, updates "
+                     f"{first['updates']}, {first['duration']:g} s × {first['n_runs']} runs",
+                     fontsize=FONT["suptitle"])
+    ax.legend(fontsize=FONT["legend"], loc="lower right")
+    style.style_axes(ax)
+    fig.tight_layout()
+    return style.save(fig, path)
+
+
+def _theory_quantiles(row: dict) -> list[tuple[float, float]]:
+    """(share, L) of the timing model's L50 and L95 for ``row`` where they hold (fixed C;
+    for latent commitment C < T and C <= lead)."""
+    if row["L_mean_theory"] is None:
+        return []
+    if row["policy"] == "baseline":
+        return [(share, theory.baseline_latency_quantile(row["lead"], row["T"], share))
+                for share in (0.5, 0.95)]
+    if row["C_mean"] < row["T"] and row["C_mean"] <= row["lead"]:
+        return [(share, theory.speculative_latency_quantile(row["C_mean"], row["T"],
+                                                            row["delta"], share, row["lead"]))
+                for share in (0.5, 0.95)]
+    return []
+
+
 def bootstrap_quantile_se(values, level: float, resamples: int = 400) -> float:
     """The bootstrap standard error of the ``level`` percentile of ``values`` (a fixed
     seed: the same figure every time)."""
