@@ -38,15 +38,9 @@ def record(run_dir: Path, playout_delay: float, max_sessions: int) -> Path:
                                        generator_name="sleep", Ks=(4,), port=0, warmup=2,
                                        token=TOKEN, max_sessions=max_sessions))
     server.prepare()
-    driver = browser.chromium_driver()
-    try:
-        with ServerThread(server) as port:
-            trace = ",".join(f"{t:g}" for t in TRACE)
-            session = browser.run_session(
-                driver, f"http://127.0.0.1:{port}/?token={TOKEN}&trace={trace}"
-                f"&duration={DURATION:g}&K=4&D={playout_delay:g}", DURATION)
-    finally:
-        driver.quit()
+    with ServerThread(server) as port:
+        session = browser.replay(browser.chromium_driver(), port, TOKEN, TRACE, DURATION,
+                                 playout_delay)
     if session.state != "complete":
         raise RuntimeError(f"{run_dir.name}: the session ended {session.state!r}: "
                            f"{session.summary}")

@@ -79,11 +79,10 @@ def test_a_staged_set_of_files_lands_whole_or_not_at_all(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "a.csv").write_text("old")
-    with pytest.raises(LatsimError) as caught:
-        with staged(out) as staging:
-            (staging / "a.csv").write_text("new")
-            with writing(staging / "b.csv"):
-                _enospc()
+    with pytest.raises(LatsimError) as caught, staged(out) as staging:
+        (staging / "a.csv").write_text("new")
+        with writing(staging / "b.csv"):
+            _enospc()
     assert str(caught.value) == (f"cannot write {out / 'b.csv'}: No space left on device; "
                                  f"nothing in {out}/ was changed")
     assert (out / "a.csv").read_text() == "old"

@@ -99,3 +99,16 @@ def run_session(driver: Any, url: str, duration: float, ready_timeout: float = 1
     files = driver.execute_script("return window.latsimRecords")
     state = driver.find_element("id", "state").text
     return BrowserSession(state, summary, files, (before - page, after - page))
+
+
+def replay(driver: Any, port: int, token: str, trace: tuple[float, ...], duration: float,
+           playout_delay: float, K: int = 4) -> BrowserSession:
+    """One session of the page a ``latsim serve`` on loopback ``port`` serves, replaying
+    ``trace`` (condition times, s) over ``duration`` s at playout delay ``playout_delay``;
+    the driver is quit afterwards."""
+    times = ",".join(f"{t:g}" for t in trace)
+    try:
+        return run_session(driver, f"http://127.0.0.1:{port}/?token={token}&trace={times}"
+                           f"&duration={duration:g}&K={K}&D={playout_delay:g}", duration)
+    finally:
+        driver.quit()
