@@ -8,6 +8,7 @@ follows ``__all__``, which names classes and functions there, not submodules.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,8 +34,11 @@ def specs() -> list[str]:
 
 def main() -> int:
     out = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "docs" / "api")
+    # pdoc blocks subprocesses while it imports a module; matplotlib's first import on a
+    # fresh machine runs fc-list to build its font cache, and these modules are our own
+    env = {**os.environ, "PDOC_ALLOW_EXEC": "1"}
     return subprocess.run([sys.executable, "-m", "pdoc", *specs(), "-o", out],
-                          cwd=ROOT).returncode
+                          cwd=ROOT, env=env).returncode
 
 
 if __name__ == "__main__":
