@@ -104,6 +104,15 @@ class Clock(simpy.Environment):
         heappush(self._queue, (at, priority, next(self._eid), event))
         return event
 
+    def advance_to(self, at: float) -> None:
+        """Move the clock to ``at`` with no event run: for timers a driver holds outside
+        the queue (quiet ticks), which would have moved it there had they been events.
+        Refused past the next queued event, or back in time."""
+        if at < self._now or at > self.peek():
+            raise ValueError(f"{at!r} is not between now ({self._now!r}) and the next event "
+                             f"({self.peek()!r})")
+        self._now = at
+
     def reschedule(self, event: simpy.Event, at: float) -> None:
         """Move a scheduled, unfired ``event`` to ``at`` exactly, ordered as if scheduled
         now (a new event id). A linear search: for a queue a handful of entries long (the

@@ -55,7 +55,7 @@ from latsim.run.fleet import (
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunWindow
 from latsim.sim.clock import Clock
-from latsim.sim.serving import ServingNode, StreamInput, _Draining, _StreamPort
+from latsim.sim.serving import ServingNode, StreamInput, _StreamPort, run_drain
 
 #: ``inputs(segment_id, join, length, conditions)``: a segment's arrivals (``conditions``,
 #: its own time, from a session log; None: drawn) and random streams.
@@ -550,13 +550,11 @@ class _Fleet:
         if last_origin + self.setup.horizon > env.now:
             env.run(until=last_origin + self.setup.horizon)
         limit = last_origin + self.setup.horizon + self.window_drain
-        draining = _Draining([p.run.controller for p in ports])
-        while draining.any_open() and env.peek() <= limit:
-            env.step()
+        end = run_drain(env, [node.serving for node in self.nodes], limit)
         for segment in self.segments:
             segment.t_start = segment.port.origin
         self.note()
-        return env.now
+        return end
 
     def _records(self, end: float) -> FleetRecords:
         setup = self.setup

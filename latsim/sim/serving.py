@@ -457,6 +457,23 @@ class _StreamPort:
             self._queued_id += 1
             self.env.call_tick_at(at, self._queued_callbacks, self._queued_id, self.index)
 
+    def last_quiet_tick(self, limit: float) -> float:
+        """The clock time of the last quiet tick this stream holds unplayed at or before
+        ``limit`` (-inf if none), when nothing else touches it before ``limit``."""
+        ctrl = self._ctrl
+        if self._tick_pos < 0 or self.closed or self._tick_pos != ctrl.next_position:
+            return -math.inf
+        played, following = ctrl.play_quiet_shifted(
+            self._tick_at, self.origin, math.nextafter(limit, math.inf), dry=True)
+        if played <= 1:
+            return self._tick_at if played else -math.inf
+        # The ticks are a slot apart: counting to halfway between the last two stops
+        # after the last but one, at the last one's time (the same float sums)
+        delta = ctrl.config.timing.delta
+        _, last = ctrl.play_quiet_shifted(self._tick_at, self.origin, following - 1.5 * delta,
+                                          dry=True)
+        return last
+
     def _on_queued_tick(self, call: Call) -> None:
         engine, now = self.engine, self.env.now
         engine.tick_at, engine.tick_index = now, self.index
@@ -713,6 +730,19 @@ class ServingNode:
         self.finished[port.index] = done
         return done
 
+    def last_quiet_tick(self, now: float, limit: float) -> float:
+        """Where a drain stopped at ``limit`` with conditions still open, the time the
+        reference path (each tick an event) stops: the last quiet tick its streams play in
+        bulk at or before ``limit``, if later than ``now``; from then the ticks of that
+        instant count as run (:meth:`records` plays them)."""
+        last = now
+        for port in self.ports:
+            if port.in_bulk:
+                last = max(last, port.last_quiet_tick(limit))
+        if last > now:
+            self.engine.tick_at, self.engine.tick_index = last, len(self.ports)
+        return last
+
     def records(self, window_duration: float, window_end: float, end: float
                 ) -> ServingRecords:
         """The node's records at the end of the run (global time ``end``): tasks still
@@ -795,10 +825,23 @@ def simulate_serving(
     if last_origin + window.duration > env.now:
         env.run(until=last_origin + window.duration)
     limit = last_origin + window.limit
-    draining = _Draining([port.run.controller for port in ports])
+    end = run_drain(env, [node], limit)
+    return node.records(window.duration, last_origin + window.duration, end)
+
+
+def run_drain(env: Clock, nodes: Sequence[ServingNode], limit: float) -> float:
+    """Step the clock while a stream of ``nodes`` has a condition open, up to ``limit``;
+    returns when the run ends. Stopped at the limit, that is the last quiet tick played in
+    bulk at or before it, where one is later than the clock: the reference path steps
+    those ticks as events, and its clock ends on the last; the clock moves there."""
+    draining = _Draining([port.run.controller for node in nodes for port in node.ports])
     while draining.any_open() and env.peek() <= limit:
         env.step()
-    return node.records(window.duration, last_origin + window.duration, env.now)
+    if draining.any_open():
+        end = max(node.last_quiet_tick(env.now, limit) for node in nodes)
+        if end > env.now:
+            env.advance_to(end)
+    return env.now
 
 
 class _Draining:
