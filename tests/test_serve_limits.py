@@ -20,6 +20,7 @@ pytest.importorskip("websockets")
 from harness.serve.config import ServerConfig
 from harness.serve.server import ServerThread, StreamServer
 from latsim.errors import LatsimError
+from latsim.model.lead import AUTO_STALL
 from latsim.plugins import GeneratorConfig
 from latsim.run.folder import read_run_folder
 
@@ -698,4 +699,7 @@ def test_a_viewer_flooding_conditions_does_not_stall_an_honest_one_beside_it(tmp
         other.join(60)
     assert len(flooded) > 190
     assert honest["status"] == "complete" and honest["n_displayed"] == 3
-    assert honest["stall_pct"] == 0.0
+    # Within the stall the default lead aims at (0.1 %): one stream's lead gave 0.56 %
+    # (issue 34); a quiet machine gives 0.0, and one with both cores busy gave 0.027 % once
+    # (the server's own thread starved, not a job queued behind the flood)
+    assert honest["stall_pct"] < 100 * AUTO_STALL
