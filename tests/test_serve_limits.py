@@ -701,5 +701,5 @@ def test_a_viewer_flooding_conditions_does_not_stall_an_honest_one_beside_it(tmp
     assert honest["status"] == "complete" and honest["n_displayed"] == 3
     # Within the stall the default lead aims at (0.1 %): one stream's lead gave 0.56 %
     # (issue 34); a quiet machine gives 0.0, and one with both cores busy gave 0.027 % once
-    # (the server's own thread starved, not a job queued behind the flood)
+    # (it passes alone: the load, not the flood)
     assert honest["stall_pct"] < 100 * AUTO_STALL
