@@ -16,7 +16,9 @@ sessions waiting) over the slots of the usable nodes that take sessions. Above `
 + hysteresis`` it provisions a node (usable ``provision_delay_s`` later) while fewer than
 ``nodes_max`` are up; below ``target_util − hysteresis`` it consolidates: the emptiest usable
 node takes no new sessions and is removed once its last one leaves (sessions do not
-migrate), while more than ``nodes_min`` would stay. One action per ``cooldown_s``.
+migrate), while more than ``nodes_min`` would stay and the nodes left would hold today's
+demand without crossing ``target_util + hysteresis`` (else removing one would only provision
+it again: the autoscaler would thrash). One action per ``cooldown_s``.
 
 With ``migration``, every ``autoscale_interval_s`` the draining nodes' playing sessions
 move to nodes with room, then the fullest node gives one to the emptiest while they differ
@@ -400,7 +402,9 @@ class _Fleet:
             if util > fleet.target_util + fleet.hysteresis and len(up) < fleet.nodes_max:
                 self.provision()
             elif (util < fleet.target_util - fleet.hysteresis and len(taking) > fleet.nodes_min
-                  and len(usable) == len(taking)):
+                  and len(usable) == len(taking)
+                  and demand <= (fleet.target_util + fleet.hysteresis)
+                  * (len(usable) - 1) * self.setup.node.max_sessions):
                 self.consolidate(usable)
         env.timeout(fleet.autoscale_interval_s).callbacks.append(self.autoscale)
 
