@@ -16,9 +16,9 @@ sessions waiting) over the slots of the usable nodes that take sessions. Above `
 + hysteresis`` it provisions a node (usable ``provision_delay_s`` later) while fewer than
 ``nodes_max`` are up; below ``target_util − hysteresis`` it consolidates: the emptiest usable
 node takes no new sessions and is removed once its last one leaves (sessions do not
-migrate), while more than ``nodes_min`` would stay and the nodes left would hold today's
-demand without crossing ``target_util + hysteresis`` (else removing one would only provision
-it again: the autoscaler would thrash). One action per ``cooldown_s``.
+migrate), while more than ``nodes_min`` would stay and the nodes left would hold the
+present demand at or below ``target_util`` (else the next arrivals would have it provision
+the node again: it thrashed). One action per ``cooldown_s``.
 
 With ``migration``, every ``autoscale_interval_s`` the draining nodes' playing sessions
 move to nodes with room, then the fullest node gives one to the emptiest while they differ
@@ -403,8 +403,8 @@ class _Fleet:
                 self.provision()
             elif (util < fleet.target_util - fleet.hysteresis and len(taking) > fleet.nodes_min
                   and len(usable) == len(taking)
-                  and demand <= (fleet.target_util + fleet.hysteresis)
-                  * (len(usable) - 1) * self.setup.node.max_sessions):
+                  and demand <= fleet.target_util * (len(usable) - 1)
+                  * self.setup.node.max_sessions):
                 self.consolidate(usable)
         env.timeout(fleet.autoscale_interval_s).callbacks.append(self.autoscale)
 
