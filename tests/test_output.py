@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from latsim import __version__
 from latsim.cli.root import app
-from tests.helpers import SMALL_GRID, envelope_of
+from tests.helpers import SMALL_FLEET, SMALL_GRID, envelope_of
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -22,10 +22,42 @@ runner = CliRunner()
 #: tests/helpers.SMALL_GRID with its own seed
 GRID = "seed = 3\n" + SMALL_GRID
 
+#: the smallest deployment search: one candidate, one short exact run
+PLAN = """
+[workload]
+arrivals = "poisson:0.05"
+duration = "exponential:80"
+updates = "poisson:0.1"
+[node]
+cost = "fixed:0.3"
+r = 4
+fps = 16
+pools = "dit=2"
+[fleet]
+usd_per_gpu_hour = 2.0
+[run]
+duration = 120
+seeds = 1
+[search]
+K = [2]
+policies = ["speculative"]
+usp = [1]
+gpus_per_node = [2]
+max_sessions = 6
+[slo]
+l95 = 2.5
+stall_pct = 0.5
+ttfc_p95 = 3.0
+"""
+
 
 def _commands(tmp_path: Path) -> dict[str, list[str]]:
     grid = tmp_path / "grid.toml"
     grid.write_text(GRID)
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(SMALL_FLEET)
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
     return {
         "simulate": ["simulate", "--K", "8", "--C", "0.5", "--seeds", "2", "--duration", "20"],
         "sweep": ["sweep", "--K", "4", "8", "--seeds", "2", "--duration", "20"],
@@ -41,11 +73,28 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
         "grid": ["grid", str(grid), "--out", str(tmp_path / "grid")],
         "traces-show": ["traces", "show", "traces/high"],
         "reproduce": ["reproduce", "--out", str(tmp_path / "paper")],
+        "fleet": ["fleet", "run", str(fleet), "--out", str(tmp_path / "fleet")],
+        "fleet-plan": ["fleet", "plan", str(fleet), "--slo-l95", "5", "--slo-stall", "5",
+                       "--slo-ttfc", "30", "--max-nodes", "3", "--seeds", "2"],
+        "plan": ["plan", str(plan), "--out", str(tmp_path / "plan")],
+        "profile": ["profile", "--generator", "sleep", "--cost", "fixed:0.01", "--K", "4",
+                    "--jobs", "3", "--out", str(tmp_path / "profile")],
     }
 
 
 NAMES = ["simulate", "sweep", "serving", "theory", "plugins", "capacity", "compare",
-         "compare-viewer", "grid", "traces-show", "reproduce"]
+         "compare-viewer", "grid", "traces-show", "reproduce", "fleet", "fleet-plan", "plan",
+         "profile"]
+#: commands whose second run differs by design: a grid or a plan resumes, reproduce is long,
+#: profile measures the wall clock
+RUN_ONCE = ("grid", "reproduce", "plan", "fleet", "profile")
+
+
+def _schema():
+    import jsonschema
+
+    schema = json.loads((ROOT / "docs" / "envelope.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -58,7 +107,9 @@ def test_every_command_prints_the_envelope(name, tmp_path, monkeypatch):
     assert payload["latsim"] == __version__ and payload["envelope"] == 1
     assert payload["command"] == ["latsim", *args, "--format", "json"]
     assert payload["rows"] and all(isinstance(row, dict) for row in payload["rows"])
-    if name not in ("grid", "reproduce"):  # a grid run again resumes; reproduce is long
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in _schema().iter_errors(payload)]
+    assert not errors, errors[:5]
+    if name not in RUN_ONCE:
         assert result.stdout == runner.invoke(app, [*args, "--format", "json"]).stdout
     if name in ("simulate", "sweep", "serving", "capacity", "compare", "grid"):
         assert isinstance(payload["seed"], int)
@@ -131,14 +182,32 @@ def test_created_is_now_in_utc_or_source_date_epoch(monkeypatch):
 
 
 def test_the_schema_refuses_what_is_not_the_envelope():
-    import jsonschema
-
-    schema = json.loads((ROOT / "docs" / "envelope.schema.json").read_text())
-    good = {"latsim": "0.1.0", "envelope": 1, "command": ["latsim", "sweep"],
-            "created": "2026-12-01T00:00:00Z", "seed": 0, "rows": [{"K": 4}]}
-    jsonschema.validate(good, schema)
-    for bad in ([{"K": 4}], {**good, "rows": {"K": 4}}, {**good, "envelope": 2},
+    validator = _schema()
+    command = ["latsim", "simulate", "--K", "8", "--C", "0.5", "--seeds", "2", "--duration",
+               "20"]
+    good = envelope_of(runner.invoke(app, [*command[1:], "--json"]).stdout)
+    validator.validate(good)
+    row = good["rows"][0]
+    for bad in ([row], {**good, "rows": row}, {**good, "envelope": 2},
                 {k: v for k, v in good.items() if k != "created"},
-                {**good, "command": ["sweep"]}, {**good, "created": "yesterday"}):
-        with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(bad, schema)
+                {**good, "command": command[1:]}, {**good, "created": "yesterday"}):
+        assert not validator.is_valid(bad), bad
+
+
+@pytest.mark.parametrize(("change", "command"), [
+    ({"L_basis": None}, None),                      # a row without its basis
+    ({"K": "8"}, None),                             # a count as a string
+    ({"stall_pct": -0.5}, None),                    # a negative percentage
+    ({"n_streams": 2}, None),                       # a serving row without its pools
+    ({}, ["latsim", "theory", "--K", "8"]),         # another command's rows
+    ({}, ["latsim", "fleet", "plan", "f.toml"]),
+    ({}, ["latsim", "plan", "f.toml"]),
+])
+def test_each_commands_rows_are_checked_for_their_keys_and_types(change, command):
+    """The schema names each command's row keys and types: a row of simulate's shape passes
+    only under simulate, and only whole."""
+    args = ["simulate", "--K", "8", "--C", "0.5", "--seeds", "2", "--duration", "20"]
+    good = envelope_of(runner.invoke(app, [*args, "--json"]).stdout)
+    row = {k: v for k, v in {**good["rows"][0], **change}.items() if v is not None}
+    bad = {**good, "rows": [row], "command": command or good["command"]}
+    assert not _schema().is_valid(bad)
