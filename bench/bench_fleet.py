@@ -47,7 +47,7 @@ def one(viewers: int, duration: float, mode: str, jobs: int, scheduler: str = "l
         (result,) = run_fleet(fp)
     wall = time.perf_counter() - started
     metrics = result.metrics
-    viewer_seconds = metrics["active_mean"] * duration
+    viewer_seconds = metrics["n_active_mean"] * duration
     return {"viewers": viewers, "duration": duration, "mode": mode, "jobs": jobs,
             "scheduler": scheduler,
             "wall_s": round(wall, 2),
@@ -57,7 +57,7 @@ def one(viewers: int, duration: float, mode: str, jobs: int, scheduler: str = "l
             "viewer_seconds": round(viewer_seconds),
             "us_per_viewer_second": round(1e6 * wall / viewer_seconds, 1),
             "slots_per_s": round(viewer_seconds * 4 / wall),  # 4 latent slots a second
-            "active_mean": round(metrics["active_mean"], 1), "L95": metrics["L95"]}
+            "n_active_mean": round(metrics["n_active_mean"], 1), "L95": metrics["L95"]}
 
 
 def _run(*args: str) -> dict:

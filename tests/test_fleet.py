@@ -356,8 +356,8 @@ def test_the_command_prints_the_envelope_and_writes_its_folder(tmp_path):
     payload = envelope_of(result.stdout)
     (row,) = payload["rows"]
     for key in ("sessions_arrived", "sessions_admitted", "sessions_rejected", "blocking",
-                "active_mean", "ttfc_mean", "L50", "L95", "stall_pct", "gpu_hours",
-                "cost_usd", "nodes_mean"):
+                "n_active_mean", "ttfc_mean", "L50", "L95", "stall_pct", "gpu_hours",
+                "cost_usd", "n_nodes_mean"):
         assert key in row, key
     assert row["n_runs"] == 2 and len(payload["runs"]) == 2
     assert row["gpu_hours"] == pytest.approx(2 * 300 / 3600)
@@ -369,7 +369,7 @@ def test_the_command_prints_the_envelope_and_writes_its_folder(tmp_path):
         assert (out / name).stat().st_size > 0, name
     static = runner.invoke(app, ["fleet", str(path), "--nodes", "1", "--seeds", "1",
                                  "--json"])
-    assert envelope_of(static.stdout)["rows"][0]["nodes_mean"] == pytest.approx(1.0)
+    assert envelope_of(static.stdout)["rows"][0]["n_nodes_mean"] == pytest.approx(1.0)
     table = runner.invoke(app, ["fleet", str(path), "--seeds", "1"], env={"COLUMNS": "80"})
     assert table.exit_code == 0 and "condition L95 (s)" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
@@ -457,7 +457,7 @@ def test_with_cold_starts_sharded_differs_from_exact_only_by_the_first_chunks_pr
                   {"duration": 600, "seeds": 4})
     rows = {row["metric"]: row for row in sharded_vs_exact(exact)}
     assert replace(exact, mode="sharded").mode == "sharded"
-    for metric in ("L50", "L95", "stall_pct", "ttfc_mean", "sessions_mean"):
+    for metric in ("L50", "L95", "stall_pct", "ttfc_mean", "n_sessions_mean"):
         row = rows[metric]
         assert abs(row["difference"]) <= 4 * (row["difference_se"] or 0) + 0.05 * abs(
             row["exact"]), row

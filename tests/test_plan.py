@@ -309,16 +309,16 @@ def test_autoscaled_variants_cost_no_more_by_the_surrogate_and_run_autoscaled(tm
         for row in variants:
             assert {k: row[k] for k in ("K", "policy", "usp", "L95", "nodes", "verdict")} == {
                 k: static[k] for k in ("K", "policy", "usp", "L95", "nodes", "verdict")}
-            assert 1 <= row["nodes_mean"] <= static["nodes"]
+            assert 1 <= row["n_nodes_mean"] <= static["nodes"]
             assert row["gpu_hours"] <= static["gpu_hours"]
             assert row["cost_per_viewer_hour"] <= static["cost_per_viewer_hour"]
-        assert variants[0]["nodes_mean"] >= variants[1]["nodes_mean"]  # a lower target
+        assert variants[0]["n_nodes_mean"] >= variants[1]["n_nodes_mean"]  # a lower target
     run = fleet_of(deployment, rows[1])
     assert run.fleet.autoscale and run.fleet.target_util == 0.5
     assert (run.fleet.nodes_initial, run.fleet.nodes_max) == (1, rows[0]["nodes"])
     result = plan_deployment(deployment)
     verified = [r for r in result.rows if r.get("target_util") and "exact_verdict" in r]
-    assert verified and all(r["exact_nodes_mean"] <= r["nodes"] for r in verified)
+    assert verified and all(r["exact_n_nodes_mean"] <= r["nodes"] for r in verified)
     for policy, i in result.recommended.items():
         if i is not None:
             assert result.rows[i]["exact_verdict"] == "meets", policy

@@ -4,11 +4,11 @@ Over ``[0, horizon]`` of one run (keys in seconds unless named otherwise):
 
 - sessions: ``sessions_arrived``, ``sessions_admitted``, ``sessions_rejected``,
   ``sessions_queued`` (admitted after a wait, or still waiting at the end), ``blocking``
-  (rejected / arrived), ``wait_mean`` (admission wait of the admitted), ``queue_mean``
+  (rejected / arrived), ``wait_mean`` (admission wait of the admitted), ``n_queued_mean``
   (time-average sessions waiting), ``sessions_suspended`` (idle periods suspended),
   ``migrations`` (sessions moved between nodes);
-- occupancy: ``sessions_mean`` (time-average sessions present: admitted and not left,
-  idle ones included), ``active_mean`` (time-average segments playing), ``nodes_mean``,
+- occupancy: ``n_sessions_mean`` (time-average sessions present: admitted and not left,
+  idle ones included), ``n_active_mean`` (time-average segments playing), ``n_nodes_mean``,
   ``util_pct`` (time-average slots held over the slots of the nodes taking sessions);
 - viewers: ``ttfc_mean``, ``ttfc_p95``, ``ttfc_p99`` (arrival to first frame shown),
   ``L50``, ``L95``, ``L99`` (every shown condition, client send to client display:
@@ -205,11 +205,11 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
         "sessions_queued": sum(1 for s in admitted if s.wait > 0) + waiting,
         "blocking": rejected / arrived if arrived else None,
         "wait_mean": _mean([s.wait for s in admitted]),
-        "queue_mean": means["queued"],
+        "n_queued_mean": means["queued"],
         "sessions_suspended": sum(s.suspended for s in sessions),
         "migrations": sum(s.migrations for s in sessions),
-        "sessions_mean": means["present"], "active_mean": means["playing"],
-        "nodes_mean": means["nodes"],
+        "n_sessions_mean": means["present"], "n_active_mean": means["playing"],
+        "n_nodes_mean": means["nodes"],
         "util_pct": 100.0 * means["held"] / means["slots"] if means["slots"] else None,
         "ttfc_mean": _mean(ttfc), "ttfc_p95": percentile(ttfc, 95),
         "ttfc_p99": percentile(ttfc, 99),

@@ -23,8 +23,8 @@ from latsim.formatting import fmt as _fmt
 SHOWN = (
     ("sessions_arrived", "sessions arrived", 1), ("sessions_admitted", "admitted", 1),
     ("sessions_rejected", "rejected", 1), ("blocking", "blocking (rejected / arrived)", 4),
-    ("wait_mean", "admission wait mean (s)", 3), ("sessions_mean", "sessions present", 2),
-    ("active_mean", "segments playing", 2), ("nodes_mean", "nodes", 2),
+    ("wait_mean", "admission wait mean (s)", 3), ("n_sessions_mean", "sessions present", 2),
+    ("n_active_mean", "segments playing", 2), ("n_nodes_mean", "nodes", 2),
     ("util_pct", "slots held (%)", 1), ("ttfc_mean", "TTFC mean (s)", 3),
     ("ttfc_p95", "TTFC p95 (s)", 3), ("L50", "condition L50 (s)", 3),
     ("L95", "condition L95 (s)", 3), ("L99", "condition L99 (s)", 3),

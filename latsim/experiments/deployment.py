@@ -428,7 +428,7 @@ def screen_autoscaled(deployment: Deployment, static: dict, target: float) -> di
     """The surrogate's row for ``static``'s candidate on a fleet autoscaled to ``target``:
     at most the static answer's nodes (``nodes``), and at each moment as many as hold the
     sessions present then (M/G/∞ from an empty start) at ``target`` of their slots, at
-    least one (``nodes_mean``, and the GPU-hours and cost from it). Its node is the static
+    least one (``n_nodes_mean``, and the GPU-hours and cost from it). Its node is the static
     one's, so are its L95, lead and TTFC. The autoscaler's lag (provisioning, cooldown,
     hysteresis) is not in it, nor what the lag costs in blocking or time to first chunk:
     the exact run decides those."""
@@ -438,8 +438,9 @@ def screen_autoscaled(deployment: Deployment, static: dict, target: float) -> di
     per_node = static["sessions_per_node"] * target
     nodes = [min(static["nodes"], max(1, math.ceil(present / per_node - 1e-9)))
              for present in deployment.present]
-    row["nodes_mean"] = math.fsum(nodes) / len(nodes)
-    row["gpu_hours"] = row["nodes_mean"] * static["gpus_per_node"] * deployment.base.duration / 3600
+    row["n_nodes_mean"] = math.fsum(nodes) / len(nodes)
+    row["gpu_hours"] = (row["n_nodes_mean"] * static["gpus_per_node"]
+                        * deployment.base.duration / 3600)
     row["cost_per_viewer_hour"] = static["cost_per_viewer_hour"] * row["gpu_hours"] / static[
         "gpu_hours"]
     return row
@@ -453,7 +454,7 @@ def screen_all(deployment: Deployment) -> list[dict]:
         static = screen(deployment, candidate)
         rows.append(static)
         if deployment.space.autoscale:
-            static.update(fleet="static", target_util=None, nodes_mean=static["nodes"])
+            static.update(fleet="static", target_util=None, n_nodes_mean=static["nodes"])
             rows += [screen_autoscaled(deployment, static, target)
                      for target in deployment.space.autoscale]
     return rows
@@ -532,7 +533,7 @@ def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVEN
         "L50", "L95", "L95_se", "stall_pct", "stall_pct_se", "ttfc_p95", "ttfc_p95_se",
         "blocking", "blocking_se", "cost_per_viewer_hour", "gpu_hours", "n_runs")}
     if row.get("target_util") is not None:
-        out["exact_nodes_mean"] = measured.get("nodes_mean")
+        out["exact_n_nodes_mean"] = measured.get("n_nodes_mean")
     out["exact_verdict"] = "fails" if failed else "meets"
     out["exact_failed"] = ",".join(failed)
     for key in ("L95", "ttfc_p95", "blocking", "cost_per_viewer_hour"):

@@ -111,7 +111,7 @@ def diurnal_table(curve: Path, max_events: int, step: Callable[[], None] = lambd
         step()
         rows.append({"fleet": fleet_kind, "placement": placement,
                      **{key: row[key] for key in (
-                         "nodes_max", "nodes_mean", "gpu_hours", "gpu_hours_se", "cost_usd",
+                         "nodes_max", "n_nodes_mean", "gpu_hours", "gpu_hours_se", "cost_usd",
                          "cost_per_viewer_hour", "chunk_max", "chunk_max_se", "chunk_p99",
                          "L95", "L95_se", "stall_pct", "stall_pct_se", "ttfc_mean",
                          "ttfc_p95", "wait_mean", "sessions_arrived", "migrations",

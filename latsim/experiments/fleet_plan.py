@@ -157,7 +157,7 @@ def plan_fleet_size(run: FleetRun, slo: FleetSLO, policies: tuple[str, ...] = (
             f"{why_missed(slo, tried[first_scaled:])} over the {len(TARGETS)} targets")
         for prefix, found in (("static", static), ("autoscaled", scaled)):
             for key in ("gpu_hours", "cost_per_viewer_hour", "L95", "stall_pct", "ttfc_p95",
-                        "nodes_mean", "w", "dit_calls_per_viewer_hour"):
+                        "n_nodes_mean", "w", "dit_calls_per_viewer_hour"):
                 row[f"{prefix}_{key}"] = None if found is None else found.get(key)
         row["autoscaled_target_util"] = None if scaled is None else scaled["target_util"]
         rows.append(row)
