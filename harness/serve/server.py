@@ -20,6 +20,11 @@ The same port serves the browser viewer (``harness/viewer/web``: ``index.html`` 
 ``viewer.js``) to a plain HTTP GET of ``/`` that asks for no WebSocket upgrade; the page needs
 no token, its WebSocket does (``?token=T`` in the page's URL, passed on).
 
+**The protocol** is :mod:`harness.serve.connection`'s: pure state machines for what a
+viewer may send in each phase (:class:`~harness.serve.connection.Connection`) and what the
+server may queue for it (:class:`~harness.serve.connection.Outflow`); the code here reads
+messages into them and carries out the actions they answer.
+
 **Faults.** A malformed message gets an ``error`` reply and a log line, never an exception;
 a condition naming another session is refused the same way; a viewer that disconnects ends
 its own session only (its job, if running, finishes; its later jobs are never run); a
@@ -46,23 +51,21 @@ from typing import Any
 import numpy as np
 
 from harness.live.lead import LeadChoice, Warmup, choose_lead
-from harness.net.netclock import Shaper
-from harness.net.wire import (
-    FROM_CLIENT,
-    Bye,
-    Condition,
-    Error,
-    Hello,
-    Message,
-    Probe,
-    ProbeReply,
-    ProtocolError,
-    Shape,
-    parse_message,
-    parse_text,
-)
-from harness.serve.bucket import TokenBucket
+from harness.net.wire import Error, Hello, ProtocolError
 from harness.serve.config import ServerConfig
+from harness.serve.connection import (
+    Action,
+    Connection,
+    Fault,
+    Forward,
+    Open,
+    Outflow,
+    Phase,
+    Refuse,
+    Reply,
+    Reshape,
+    StopSession,
+)
 from harness.serve.device import SharedDevice
 from harness.serve.session import Session
 from latsim.controller import StartJob
@@ -349,178 +352,194 @@ class StreamServer:
             return
         self._pending += 1
         self._pending_from[address] = self._pending_from.get(address, 0) + 1
-
-        def said_hello() -> None:  # or left without: no longer pending
-            self._pending -= 1
-            left = self._pending_from.pop(address) - 1
-            if left:
-                self._pending_from[address] = left
-
-        pending = [said_hello]  # emptied once called
+        link = _Link(websocket, config, address, self._enqueue)
         try:
-            await self._session_connection(websocket, pending)
+            await self._pump(link)
         finally:
-            if pending:
-                pending.pop()()
+            self._said_hello(link)
 
-    async def _session_connection(self, websocket,
-                                  pending: list[Callable[[], None]]) -> None:
-        loop = asyncio.get_running_loop()
-        outbox = _Outbox()
-        state: dict[str, Any] = {"shaper": self.config.downlink, "channel":
-                                 self.config.downlink.channel(np.random.default_rng(0)),
-                                 "bytes": 0, "lagging_since": None, "session": None,
-                                 "websocket": websocket, "dropped": False}
+    def _said_hello(self, link: _Link) -> None:
+        """The connection said hello, or left without: no longer pending (once)."""
+        if not link.pending:
+            return
+        link.pending = False
+        self._pending -= 1
+        left = self._pending_from.pop(link.address) - 1
+        if left:
+            self._pending_from[link.address] = left
 
-        def send(message: bytes | str, perf: float) -> None:  # any thread
-            loop.call_soon_threadsafe(self._enqueue, outbox, state, message, perf)
-
-        sender = asyncio.create_task(self._sender(websocket, outbox, state))
-        session: Session | None = None
-        deadline = loop.time() + self.config.hello_timeout
-        rate = self.config.max_probe_rate
-        probes = TokenBucket(rate, rate, time.perf_counter())
+    async def _pump(self, link: _Link) -> None:
+        """Read the viewer's messages into the connection's machine and carry out what it
+        answers (:mod:`harness.serve.connection`), until it closes or the viewer leaves."""
+        websocket, connection = link.websocket, link.connection
+        sender = asyncio.create_task(self._sender(link))
         try:
-            while True:
-                if session is None:
+            while connection.phase is not Phase.CLOSED:
+                if connection.phase is Phase.GREETING:
+                    wait = max(0.0, connection.hello_deadline - time.perf_counter())
                     try:
-                        raw = await asyncio.wait_for(websocket.recv(),
-                                                     max(0.0, deadline - loop.time()))
+                        raw = await asyncio.wait_for(websocket.recv(), wait)
                     except TimeoutError:
-                        await self._refuse(websocket, f"no hello within "
-                                           f"{self.config.hello_timeout:g} s", 1008)
-                        return
+                        await self._carry_out(link, connection.timed_out())
+                        continue
                 else:
                     raw = await websocket.recv()
                 received = time.perf_counter()
-                message: Message | None = None
-                try:
-                    message = parse_message(raw, FROM_CLIENT)
-                    if isinstance(message, Probe):
-                        if not probes.take(received):
-                            await self._refuse(websocket, f"clock probes faster than "
-                                               f"{rate:g} per s", 1008)
-                            return
-                        send(ProbeReply(message.t0, received + self.config.clock_offset,
-                                        self.clock()).to_json(), time.perf_counter())
-                    elif isinstance(message, Hello):
-                        if session is not None:
-                            raise ProtocolError("this connection already has a session")
-                        if self._admitted >= self.config.max_sessions:
-                            await self._refuse(websocket, f"server full "
-                                               f"({self.config.max_sessions} sessions)", 1013)
-                            return
-                        self._admitted += 1  # no await between the check and this
-                        try:
-                            # the number orders streams for a schedule; the random
-                            # part makes an id nobody can guess
-                            session = await asyncio.to_thread(
-                                Session, self, f"s{next(self._ids)}-{secrets.token_hex(8)}",
-                                message, send, state["shaper"])
-                        except BaseException:
-                            self._admitted -= 1
-                            raise
-                        self.sessions[session.id] = session
-                        state["session"] = session
-                        pending.pop()()
-                        session.start()
-                        log.info("session %s: K=%d %s, %g s, lead %.4f s, from %s",
-                                 session.id, session.timing.K, session.policy,
-                                 session.duration, session.lead, websocket.remote_address)
-                        # bounded: a thread of the default executor that never returned
-                        # would hold up the event loop's shutdown
-                        await asyncio.to_thread(session.driver.started.wait, 10.0)
-                        session.send_ready()
-                        if session.folder is not None:
-                            await asyncio.to_thread(session.folder_started)
-                    elif isinstance(message, Shape):
-                        if session is not None:
-                            raise ProtocolError("shape the connection before hello")
-                        shaper = Shaper(message.delay, message.jitter, message.loss)
-                        state["shaper"] = shaper
-                        state["channel"] = shaper.channel(np.random.default_rng(message.seed))
-                    elif isinstance(message, Condition):
-                        if session is None:
-                            raise ProtocolError("condition before hello: no session")
-                        send(session.condition(message).to_json(), time.perf_counter())
-                    elif isinstance(message, Bye) and session is not None:
-                        session.driver.stop("the viewer said bye")
-                except (ProtocolError, LatsimError) as exc:
-                    self.errors += 1
-                    log.warning("session %s: %s", session.id if session else "-", exc)
-                    refused = _refused_cid(raw) if message is None else (
-                        message.cid if isinstance(message, Condition) else None)
-                    send(Error(str(exc), refused).to_json(), time.perf_counter())
+                actions = connection.receive(raw, received, received + self.config.clock_offset)
+                await self._carry_out(link, actions)
         except Exception as exc:  # noqa: BLE001 - a broken connection ends its session only
             log.info("connection closed: %s", exc)
         finally:
+            connection.close()
+            session = link.session
             if session is not None and session.thread.is_alive():
                 session.driver.stop("the viewer disconnected")
                 await asyncio.to_thread(session.thread.join, 30)
             await asyncio.sleep(0)
             sender.cancel()
 
-    def _enqueue(self, outbox: _Outbox, state: dict[str, Any], message: bytes | str,
-                 perf: float) -> None:
-        """On the event loop: queue ``message``, within the connection's bounds. Past them
-        the viewer is told it is lagging; still past them ``lag_grace`` seconds later, or
-        past twice them at any time, its session ends and nothing more is queued but the
-        small texts, its ``end`` among them (the server's memory stays bounded whatever
-        the viewer reads), and the connection closes (1008)."""
-        config, session = self.config, state["session"]
-        size = len(message)
-        over = (state["bytes"] + size > config.max_queue_bytes
-                or outbox.qsize() + 1 > config.max_queue_frames)
-        if over and session is not None:
-            now = time.perf_counter()
-            if state["lagging_since"] is None:
-                state["lagging_since"] = now
-                self.lagging += 1
-                log.warning("session %s: the viewer is lagging (%d bytes, %d frames queued)",
-                            session.id, state["bytes"], outbox.qsize())
-                notice = Error(f"lagging: {state['bytes']} bytes queued; the session ends "
-                               f"if it stays behind {config.lag_grace:g} s").to_json()
-                state["bytes"] += len(notice)  # the sender takes it off as it sends it
-                outbox.put((notice, perf), first=True)  # ahead of the backlog it is about
-            hard = (state["bytes"] + size > 2 * config.max_queue_bytes
-                    or outbox.qsize() + 1 > 2 * config.max_queue_frames)
-            if hard or now - state["lagging_since"] > config.lag_grace:
-                if not state["dropped"]:
-                    state["dropped"] = True
-                    self.dropped += 1
-                    log.warning("session %s: dropped: the viewer fell behind (%d bytes, %d "
-                                "frames queued, lagging for %.1f s)", session.id,
-                                state["bytes"], outbox.qsize(), now - state["lagging_since"])
-                    session.driver.stop("the viewer fell behind")
-                    # closed soon after its end went out, or when the close times out
-                    asyncio.get_running_loop().call_later(
-                        1.0, lambda: asyncio.ensure_future(state["websocket"].close(
-                            1008, "the viewer fell behind")))
-                if isinstance(message, bytes):
-                    return  # no more frames once dropped; the small texts (its end) go
-        elif not over:
-            state["lagging_since"] = None
-        state["bytes"] += size
-        self.peak_queue_bytes = max(self.peak_queue_bytes, state["bytes"])
-        outbox.put((message, perf))
+    async def _carry_out(self, link: _Link, actions: list[Action]) -> None:
+        """Do what the connection's machine answered, in order; a session's refusal of a
+        condition or a hello is answered like a malformed message."""
+        for action in actions:
+            try:
+                match action:
+                    case Reply(text):
+                        link.send(text, time.perf_counter())
+                    case Refuse(reason, code):
+                        await self._refuse(link.websocket, reason, code)
+                    case Open(hello):
+                        await self._open(link, hello)
+                    case Forward(condition):
+                        session = link.session
+                        assert session is not None  # the machine forwards in session only
+                        link.send(session.condition(condition).to_json(), time.perf_counter())
+                    case Reshape(shaper, seed):
+                        link.shaper = shaper
+                        link.channel = shaper.channel(np.random.default_rng(seed))
+                    case StopSession(reason):
+                        assert link.session is not None
+                        link.session.driver.stop(reason)
+                    case Fault(error, cid):
+                        self._fault(link, error, cid)
+            except (ProtocolError, LatsimError) as exc:
+                self._fault(link, str(exc), action.condition.cid
+                            if isinstance(action, Forward) else None)
 
-    async def _sender(self, websocket, outbox: _Outbox, state: dict[str, Any]) -> None:
+    def _fault(self, link: _Link, error: str, cid: int | None) -> None:
+        self.errors += 1
+        log.warning("session %s: %s", link.session.id if link.session else "-", error)
+        link.send(Error(error, cid).to_json(), time.perf_counter())
+
+    async def _open(self, link: _Link, hello: Hello) -> None:
+        """Admit and start the session ``hello`` asks for (or refuse it: the server is
+        full, or the hello asks for what the server cannot give)."""
+        connection = link.connection
+        if self._admitted >= self.config.max_sessions:
+            await self._carry_out(link, connection.refused(
+                f"server full ({self.config.max_sessions} sessions)"))
+            return
+        self._admitted += 1  # no await between the check and this
+        try:
+            # the number orders streams for a schedule; the random part makes an id
+            # nobody can guess
+            session = await asyncio.to_thread(
+                Session, self, f"s{next(self._ids)}-{secrets.token_hex(8)}", hello, link.send,
+                link.shaper)
+        except (ProtocolError, LatsimError):
+            self._admitted -= 1
+            connection.open_failed()
+            raise
+        except BaseException:
+            self._admitted -= 1
+            raise
+        connection.opened()
+        self.sessions[session.id] = session
+        link.session = session
+        self._said_hello(link)
+        session.start()
+        log.info("session %s: K=%d %s, %g s, lead %.4f s, from %s", session.id,
+                 session.timing.K, session.policy, session.duration, session.lead,
+                 link.websocket.remote_address)
+        # bounded: a thread of the default executor that never returned would hold up the
+        # event loop's shutdown
+        await asyncio.to_thread(session.driver.started.wait, 10.0)
+        session.send_ready()
+        if session.folder is not None:
+            await asyncio.to_thread(session.folder_started)
+
+    def _enqueue(self, link: _Link, message: bytes | str, perf: float) -> None:
+        """On the event loop: queue ``message`` within the connection's bounds
+        (:class:`~harness.serve.connection.Outflow` decides: a lagging notice ahead of the
+        backlog, the drop of a viewer that stayed behind, frames no longer queued once it
+        is dropped); a dropped viewer's connection closes (1008) soon after its ``end``."""
+        session, outflow = link.session, link.outflow
+        backlog = outflow.bytes
+        offer = outflow.offer(len(message), isinstance(message, bytes), time.perf_counter(),
+                              session is not None)
+        if offer.notice is not None and session is not None:
+            self.lagging += 1
+            log.warning("session %s: the viewer is lagging (%d bytes, %d frames queued)",
+                        session.id, backlog, link.outbox.qsize())
+            link.outbox.put((offer.notice, perf), first=True)  # ahead of the backlog
+        if offer.drop and session is not None:
+            self.dropped += 1
+            behind = time.perf_counter() - (outflow.lagging_since or 0.0)
+            log.warning("session %s: dropped: the viewer fell behind (%d bytes, %d frames "
+                        "queued, lagging for %.1f s)", session.id, outflow.bytes,
+                        link.outbox.qsize(), behind)
+            session.driver.stop("the viewer fell behind")
+            # closed soon after its end went out, or when the close times out
+            asyncio.get_running_loop().call_later(
+                1.0, lambda: asyncio.ensure_future(link.websocket.close(
+                    1008, "the viewer fell behind")))
+        if offer.queue:
+            self.peak_queue_bytes = max(self.peak_queue_bytes, outflow.bytes)
+            link.outbox.put((message, perf))
+
+    async def _sender(self, link: _Link) -> None:
         """Send queued messages in order, each when its shaped delay has passed."""
         try:
             while True:
-                message, perf = await outbox.get()
-                state["bytes"] -= len(message)
-                arrives = state["channel"].deliver_at(perf)
+                message, perf = await link.outbox.get()
+                link.outflow.sent(len(message))
+                arrives = link.channel.deliver_at(perf)
                 if arrives is None:
                     continue  # lost on the (shaped) network
                 wait = arrives - time.perf_counter()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                await websocket.send(message)
+                await link.websocket.send(message)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the viewer went away
             log.info("send failed: %s", exc)
+
+
+class _Link:
+    """What the server holds for one open connection: its websocket, its protocol machines
+    (:class:`~harness.serve.connection.Connection`, :class:`~harness.serve.connection.Outflow`),
+    its outbox and downlink shaping, and its session once it has one."""
+
+    def __init__(self, websocket, config: ServerConfig, address: str,
+                 enqueue: Callable[[_Link, bytes | str, float], None]) -> None:
+        self.websocket = websocket
+        self.address = address
+        self.pending = True  # counted among the connections yet to say hello
+        self.connection = Connection(time.perf_counter(), config.hello_timeout,
+                                     config.max_probe_rate, config.clock_offset)
+        self.outflow = Outflow(config.max_queue_bytes, config.max_queue_frames,
+                               config.lag_grace)
+        self.outbox = _Outbox()
+        self.shaper = config.downlink
+        self.channel = config.downlink.channel(np.random.default_rng(0))
+        self.session: Session | None = None
+        self._enqueue = enqueue
+        self._loop = asyncio.get_running_loop()
+
+    def send(self, message: bytes | str, perf: float) -> None:  # any thread
+        """Queue ``message`` (sent at ``perf``) on the event loop, within the bounds."""
+        self._loop.call_soon_threadsafe(self._enqueue, self, message, perf)
 
 
 class _Outbox:
@@ -583,18 +602,6 @@ def _web_response(connection, request):  # websockets' types
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Content-Type-Options"] = "nosniff"
     return response
-
-
-def _refused_cid(raw: str | bytes) -> int | None:
-    """The ``cid`` of a condition the server could not parse, where it has a usable one (the
-    viewer learns which of its conditions was refused)."""
-    try:
-        data = parse_text(raw)
-    except ProtocolError:
-        return None
-    cid = data.get("cid")
-    usable = data["type"] == "condition" and isinstance(cid, int) and not isinstance(cid, bool)
-    return cid if usable and 0 <= cid <= 2**53 else None
 
 
 class ServerThread:
