@@ -166,23 +166,23 @@ class Experiment:
 
 @dataclass(frozen=True)
 class Cell:
-    """One (K, policy) configuration, fully resolved."""
+    """One (K, policy) configuration, fully resolved: the controller's configuration, which
+    it holds whole (:class:`~latsim.controller.ControllerConfig` validates it, q against K
+    among the rest), with the parts a plan reads most named."""
 
-    timing: Timing
-    policy: Policy
-    lead: float
-    discard: str = "on-start"
-    in_flight: int = 1
-    in_flight_policy: str = "let-play"
-    run_ahead: float = 0.0
-    replan_at_cache_end: str = "defer"
-    bind: str = "start"
+    config: ControllerConfig
 
     @property
-    def config(self) -> ControllerConfig:
-        return ControllerConfig(self.timing, self.policy, self.lead, self.discard,
-                                self.in_flight, self.in_flight_policy, self.run_ahead,
-                                self.replan_at_cache_end, self.bind)
+    def timing(self) -> Timing:
+        return self.config.timing
+
+    @property
+    def policy(self) -> Policy:
+        return self.config.policy
+
+    @property
+    def lead(self) -> float:
+        return self.config.lead
 
 
 @dataclass(frozen=True)
@@ -284,11 +284,10 @@ def plan(experiment: Experiment) -> Plan:
                 auto[K, name] = (wait, model)
                 own = _check_job_time(f"{name}'s lead (plus its wait budget, {model})",
                                       lead + wait, K, cost.spec)
-            cells.append(Cell(timing, policy, own, stream.discard,
-                              stream.in_flight, stream.in_flight_policy,
-                              experiment.run_ahead, experiment.replan_at_cache_end,
-                              stream.bind))
-            cells[-1].config  # noqa: B018 - validates q against K
+            cells.append(Cell(ControllerConfig(
+                timing, policy, own, stream.discard, stream.in_flight,
+                stream.in_flight_policy, experiment.run_ahead, experiment.replan_at_cache_end,
+                stream.bind)))
     p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
              tuple(cells), serving, tuple(auto.items()))
     streams = "" if serving is None else f" x {serving.streams} stream(s)"
