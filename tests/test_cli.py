@@ -373,7 +373,7 @@ def test_beyond_the_run_in_a_folder_names_the_file(tmp_path):
 
 
 def test_work_bound_is_checked_before_any_simulation(monkeypatch):
-    import latsim.experiments.engine as sweep
+    import latsim.experiments.stream_models as sweep
 
     def never(*args, **kwargs):
         raise AssertionError("simulated before checking the work bound")

@@ -26,12 +26,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import numpy as np
 
 from latsim.analysis import theory
-from latsim.analysis.metrics import summarize, work_ratio
+from latsim.analysis.metrics import work_ratio
 from latsim.controller import REPLAN_AT_CACHE_END, ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
 from latsim.controller.records import COUNTED_TABLES, RECORD_LEVELS
@@ -53,6 +50,13 @@ from latsim.errors import (
     check_work,
 )
 from latsim.experiments.executors import LocalPool, active_pool, gc_paused, strided_chunks
+from latsim.experiments.stream_models import (
+    AUTO_LEAD,
+    COST_LEAD,
+    OneStream,
+    StreamModel,
+    stream_model,
+)
 from latsim.model.arrivals import ArrivalSource, parse_updates
 from latsim.model.costs import CostModel
 from latsim.model.lead import SIMULATED
@@ -65,15 +69,9 @@ from latsim.run.folder import (
     RunIdentity,
     summary_row,
     write_json,
-    write_records,
-    write_serving_records,
 )
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import COMPLETE, RunRecords, default_drain
-from latsim.sim.simpy_driver import simulate_trace
-
-if TYPE_CHECKING:
-    from latsim.sim.serving import StreamInput
 
 #: Embedded defaults of ``latsim sweep`` (README, "Defaults"): Wan2.1-1.3B's stream
 #: (16 fps, 4 pixel frames per latent), 4 sampling steps of the paper's H200 per-forward
@@ -200,6 +198,11 @@ class Plan:
     #: ``--lead auto``
     auto_leads: tuple[tuple[tuple[int, str], tuple[float, str]], ...] = ()
 
+    @property
+    def model(self) -> StreamModel:
+        """How the plan's streams meet their devices (:mod:`latsim.experiments.stream_models`)."""
+        return stream_model(self.serving)
+
 
 @dataclass(frozen=True)
 class ExperimentResult:
@@ -257,7 +260,8 @@ def plan(experiment: Experiment) -> Plan:
         arrivals.check(duration, experiment.duration is not None)
     cells = []
     auto: dict[tuple[int, str], tuple[float, str]] = {}  # see Plan.auto_leads
-    stream = serving or ServingConfig()  # its defaults are the single worker's settings
+    devices = stream_model(serving)
+    stream = devices.settings
     for K in experiment.Ks:
         timing = Timing(K, experiment.r, experiment.fps)
         if duration < timing.T:
@@ -271,15 +275,15 @@ def plan(experiment: Experiment) -> Plan:
         else:
             lead = _check_job_time("lead (C's 0.99 quantile)", SIMULATED.from_cost(cost, K), K,
                                    cost.spec)
-            if serving is not None:
+            if extra := devices.lead_extra(K):
                 lead = _check_job_time("lead (C's plus decode's and replan overhead's 0.99 "
-                                       "quantiles)", lead + serving.lead_extra(K), K, cost.spec)
+                                       "quantiles)", lead + extra, K, cost.spec)
         names = list(experiment.policies)
         if "speculative" in names and "baseline" not in names:
             names.insert(0, "baseline")  # the twin that A is measured against
         for name in names:
             policy, own = _policy(experiment, name), lead
-            if serving is not None and lead_mode(experiment) == AUTO_LEAD:
+            if lead_mode(experiment) == AUTO_LEAD:
                 wait, model = auto_lead_wait(experiment, K, lead, name)
                 auto[K, name] = (wait, model)
                 own = _check_job_time(f"{name}'s lead (plus its wait budget, {model})",
@@ -290,7 +294,7 @@ def plan(experiment: Experiment) -> Plan:
                 stream.bind)))
     p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
              tuple(cells), serving, tuple(auto.items()))
-    streams = "" if serving is None else f" x {serving.streams} stream(s)"
+    streams = "" if isinstance(devices, OneStream) else f" x {devices.streams} stream(s)"
     check_work(
         plan_events(p), experiment.max_events, "--max-events",
         f"{len(p.cells)} cell(s) x {p.replications} replication(s){streams} of "
@@ -301,12 +305,7 @@ def plan(experiment: Experiment) -> Plan:
     return p
 
 
-#: ``--lead auto`` (the serving model's default): each policy's lead is C's (and the other
-#: stages') 0.99 quantile plus the wait budget that holds its stalls to the target
-#: (:mod:`latsim.model.lead`). ``--lead cost``: C's (and the other stages') quantile alone,
-#: the single worker's default.
-AUTO_LEAD = "auto"
-COST_LEAD = "cost"
+#: the words ``--lead`` takes besides seconds (:mod:`latsim.experiments.stream_models`)
 LEAD_WORDS = (AUTO_LEAD, COST_LEAD)
 
 
@@ -317,7 +316,7 @@ def lead_mode(experiment: Experiment) -> str | None:
     if isinstance(experiment.lead, float | int):
         return None
     if experiment.lead is None:
-        return COST_LEAD if experiment.serving is None else AUTO_LEAD
+        return stream_model(experiment.serving).default_lead
     return experiment.lead
 
 
@@ -424,52 +423,7 @@ def plan_events(p: Plan) -> float:
     per_run = [cell_slots(p, cell) + (p.arrivals.mean_conditions(p.duration, cell.timing)
                                       if counts else 0.0)
                for cell in p.cells]
-    streams = 1 if p.experiment.serving is None else p.experiment.serving.streams
-    return sum(per_run) * p.replications * streams
-
-
-def _replication_streams(seed: int, replication: int) -> tuple:
-    """Replication ``replication``'s (arrival, cost) streams: the children of child
-    ``replication`` of ``SeedSequence(seed)`` (made directly, so that one replication does
-    not spawn all of them)."""
-    child = np.random.SeedSequence(seed, spawn_key=(replication,))
-    return tuple(child.spawn(2))
-
-
-#: The spawn key of a serving replication's batch-cost stream (beside the streams' keys).
-_BATCH_KEY = 2**32
-
-
-def _stream_inputs(p: Plan, cell: Cell, replication: int) -> list[StreamInput]:
-    """Every stream's arrivals, join time and random streams for one replication.
-
-    Stream ``s`` draws its arrivals and DiT costs from children ``2s`` and ``2s + 1`` of
-    replication ``replication`` of ``SeedSequence(seed)`` (stream 0 from exactly the
-    single-worker streams, :func:`_replication_streams`), its other stages from the
-    children of its cost stream, and a random join time from the first child of its
-    arrival stream: what a stream draws does not depend on how many streams there are.
-    Trace sources give stream ``s`` trace ``(replication + s) mod n``.
-    """
-    from latsim.sim.serving import StreamInput  # only serving experiments need it
-
-    serving = p.serving
-    assert serving is not None
-    seed, T = p.experiment.seed, cell.timing.T
-    inputs = []
-    for s in range(serving.streams):
-        arrivals = np.random.SeedSequence(seed, spawn_key=(replication, 2 * s))
-        costs = np.random.SeedSequence(seed, spawn_key=(replication, 2 * s + 1))
-        if serving.start == "random":
-            join = float(np.random.default_rng(arrivals.spawn(1)[0]).uniform(0, T))
-        elif serving.start == "staggered":
-            join = s * T / serving.streams
-        else:
-            join = 0.0
-        trace = p.arrivals.trace((replication + s) % p.replications,
-                                 np.random.default_rng(arrivals), p.duration, cell.timing)
-        inputs.append(StreamInput(trace, join, np.random.default_rng(costs),
-                                  tuple(np.random.default_rng(c) for c in costs.spawn(4))))
-    return inputs
+    return sum(per_run) * p.replications * p.model.streams
 
 
 def run_cell(experiment: Experiment, cell_index: int, replication: int,
@@ -477,20 +431,7 @@ def run_cell(experiment: Experiment, cell_index: int, replication: int,
     """One replication of one cell (top-level so worker processes can run it); ``p`` is
     ``plan(experiment)`` when the caller has it already."""
     p = p or plan(experiment)
-    cell = p.cells[cell_index]
-    if p.serving is not None:
-        from latsim.sim.serving import simulate_serving
-
-        batch = np.random.SeedSequence(experiment.seed, spawn_key=(replication, _BATCH_KEY))
-        return simulate_serving(cell.config, p.cost, p.serving,
-                                _stream_inputs(p, cell, replication), p.duration,
-                                np.random.default_rng(batch), records=experiment.records)
-    arrival_stream, cost_stream = _replication_streams(experiment.seed, replication)
-    trace = p.arrivals.trace(replication, np.random.default_rng(arrival_stream), p.duration,
-                             cell.timing)
-    records, _ = simulate_trace(cell.config, p.cost, trace, p.duration,
-                                np.random.default_rng(cost_stream), records=experiment.records)
-    return records
+    return p.model.run(p, p.cells[cell_index], replication)
 
 
 def run_replications(experiment: Experiment, cell_index: int, replications: range
@@ -664,8 +605,7 @@ def _theory_mean(p: Plan, cell: Cell) -> float | None:
     timing, K = cell.timing, cell.timing.K
     if p.experiment.run_ahead:  # refills start earlier than the closed forms assume
         return None
-    if not p.cost.deterministic or not (p.experiment.serving is None
-                                        or p.experiment.serving.trivial):
+    if not p.cost.deterministic or not p.model.closed_forms_hold():
         return None
     C = p.cost.mean(K)
     if C > timing.T or C > cell.lead + 1e-12:
@@ -687,15 +627,7 @@ def _stream_runs(runs: list) -> list[RunRecords]:
 def _row(p: Plan, cell: Cell, runs: dict) -> dict:
     K = cell.timing.K
     own = runs[(K, cell.policy.name)]
-    if p.experiment.serving is None:
-        metrics = summarize(own).as_dict()
-    else:
-        from latsim.analysis.serving import serving_metrics
-
-        serving = p.experiment.serving
-        metrics = {"pools": ",".join(f"{name}={size}" for name, size in serving.pools),
-                   "schedule": serving.schedule, "start": serving.start,
-                   **serving_metrics(own)}
+    metrics = p.model.metrics(own)
     A, A_se = work_ratio(_stream_runs(own), _stream_runs(runs[(K, "baseline")]))
     identity = RunIdentity.of(cell.config, p.cost.spec, p.cost.mean(K), p.arrivals.spec,
                               p.duration, p.experiment.seed)
@@ -770,21 +702,13 @@ def write_experiment(result: ExperimentResult, out: Path,
     runs = (((policy, K, index), run)
             for (K, policy), cell_runs in own.items()
             for index, run in enumerate(cell_runs))
-    level, serving = result.plan.experiment.records, result.plan.experiment.serving
+    level, model = result.plan.experiment.records, result.plan.model
     if level != "none":
-        writer = write_records if serving is None else write_serving_records
-        written += writer(out, runs, () if level == "all" else COUNTED_TABLES)
+        written += model.write_records(out, runs, () if level == "all" else COUNTED_TABLES)
         if len(own) < len(result.runs):
             written += write_experiment(_twin(result), out / TWIN_FOLDER,
                                         twin_of=list(asked))
-    if serving is not None:
-        from latsim.analysis.serving import per_stream_rows
-
-        streams = [{"policy": policy, "K": K, **row}
-                   for (K, policy), cell_runs in own.items()
-                   for row in per_stream_rows(cell_runs)]
-        write_rows_csv(out / "streams.csv", streams)
-        written.append(out / "streams.csv")
+    written += model.write_tables(out, own)
     write_rows_csv(out / "summary.csv", result.rows)
     written += [out / "summary.csv", write_json(out / "summary.json", result.rows)]
     write_json(out / "config.json", config)

@@ -3,10 +3,11 @@ the run folder.
 
 Each replication draws its sessions and every segment's arrivals and costs from
 ``SeedSequence(seed)`` with keys that do not depend on the fleet: segment ``k`` of
-replication ``r`` draws as stream ``k`` of a serving replication does (:mod:`engine`'s
-``_stream_inputs``), node 0 draws its batch costs as a serving run's pools do. So a fleet of
-one node holding a ``population:N`` is ``latsim simulate --streams N`` event for event, and
-its node's summary row is the same (``tests/test_fleet.py``).
+replication ``r`` draws as stream ``k`` of a serving replication does
+(:meth:`~latsim.experiments.stream_models.SharedDevices.stream_inputs`), node 0 draws its
+batch costs as a serving run's pools do. So a fleet of one node holding a ``population:N``
+is ``latsim simulate --streams N`` event for event, and its node's summary row is the same
+(``tests/test_fleet.py``).
 
 In exact mode a replication is one work unit on the active pool (``--jobs``,
 ``--scheduler``) and sends back its metrics, its time series and its node and session
@@ -36,6 +37,7 @@ from latsim.experiments.engine import (
     refill_load,
 )
 from latsim.experiments.executors import LocalPool, active_pool
+from latsim.experiments.stream_models import BATCH_KEY
 from latsim.model.fleet import FleetRun
 from latsim.model.traces import Trace
 from latsim.model.workload import Session, sample_sessions
@@ -43,7 +45,7 @@ from latsim.run.fleet import FleetRecords
 
 #: Spawn keys (beside a replication's segment keys 0, 1, 2, ...): node 0's batch costs (a
 #: serving run's), the sessions, the placement's draws, nodes 1, 2, ...'s batch costs.
-_BATCH_KEY = 2**32
+_BATCH_KEY = BATCH_KEY
 _WORKLOAD_KEY = 2**33
 _PLACEMENT_KEY = 2**33 + 1
 _NODE_KEY = 2**34
