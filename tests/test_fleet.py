@@ -703,3 +703,54 @@ def test_the_documented_fleet_numbers_are_the_committed_tables():
              if r["policy"] == "speculative" and float(r["slo_l95"]) == 3.0}
     (needed,) = tight
     assert f"the speculative fleet needs {needed}" in readme
+
+
+def _committed_fleet_tables() -> dict[str, list[dict]]:
+    """results/fleet's three tables as reproduce fleet returns them (numbers as floats,
+    empty cells as None)."""
+    import csv
+    from pathlib import Path
+
+    def cell(value: str) -> object:
+        if value == "":
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            return value
+
+    root = Path(__file__).resolve().parent.parent / "results" / "fleet"
+    return {name: [{k: cell(v) for k, v in row.items()}
+                   for row in csv.DictReader((root / f"{name}.csv").open())]
+            for name in ("sharded_vs_exact", "diurnal", "policy")}
+
+
+def test_reproduce_fleets_figure_draws_its_three_tables(tmp_path):
+    """One panel per table: a bar per fleet of the day, a bar per policy and SLO where a
+    fleet meets it and a cross where none does, and each shown metric's sharding error
+    with its standard error, in % of the exact value."""
+    from latsim.viz import style
+    from latsim.viz.fleet import (
+        SHARDED_SHOWN,
+        fleet_reproduction_figure,
+        plot_fleet_reproduction,
+    )
+
+    tables = _committed_fleet_tables()
+    fig = fleet_reproduction_figure(tables)
+    try:
+        day, need, shard = fig.axes
+        assert [p.get_height() for p in day.patches] == pytest.approx(
+            [r["gpu_hours"] for r in tables["diurnal"]])
+        missing = sum(r["nodes_needed"] is None for r in tables["policy"])
+        crosses = [line for line in need.lines if line.get_marker() == "x"]
+        assert missing == 2 and len(crosses) == missing
+        points = shard.lines[0].get_xdata()
+        by_metric = {r["metric"]: r for r in tables["sharded_vs_exact"]}
+        expected = [100 * by_metric[k]["difference"] / abs(by_metric[k]["exact"])
+                    for k, _ in SHARDED_SHOWN]
+        assert list(points) == pytest.approx(expected)
+    finally:
+        style.pyplot().close(fig)
+    path = plot_fleet_reproduction(tables, tmp_path / "fleet.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

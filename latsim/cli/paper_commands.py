@@ -270,12 +270,14 @@ def reproduce_fleet(
     from latsim.experiments.fleet_paper import reproduce_fleet as run
     from latsim.formatting import fmt as cell
     from latsim.run.files import check_writable
+    from latsim.viz.fleet import plot_fleet_reproduction
 
     output = output_format(fmt, as_json)
     check_writable(out)
     with scheduler_context(scheduler, jobs, local_pool=True), \
             ProgressBar("reproduce fleet") as bar, staged(out) as staging:
         tables = run(staging, max_events, bar)
+        plot_fleet_reproduction(tables, staging / "fleet.png")
 
     def table() -> None:
         print_table("a compressed diurnal day (5:1 peak to trough)",
@@ -295,8 +297,8 @@ def reproduce_fleet(
                       cell(r["nodes_needed"]), cell(r["L95"], 3), cell(r["w"], 3),
                       cell(r["A"], 3)] for r in tables["policy"]],
                     ["[dim]nodes –: no fleet of up to 8 nodes meets the SLO[/dim]"])
-        typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, diurnal_curve.csv "
-                   f"to {out}/")
+        typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, diurnal_curve.csv, "
+                   f"fleet.png to {out}/")
 
     _emit_tables(output, tables, table, out)
 
