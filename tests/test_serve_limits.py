@@ -5,6 +5,7 @@ hello, tokens and origins, condition floods, slow readers, and a graceful stop o
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import pytest
 pytest.importorskip("websockets")
 
 from harness.serve.config import ServerConfig
-from harness.serve.server import ServerThread, StreamServer
+from harness.serve.server import DEVICE_TASKS, ServerThread, StreamServer
 from latsim.errors import LatsimError
 from latsim.model.lead import AUTO_STALL
 from latsim.plugins import GeneratorConfig
@@ -663,7 +664,7 @@ def test_a_viewer_flooding_conditions_does_not_stall_an_honest_one_beside_it(tmp
     from harness.viewer.client import ClientConfig, run_client
     from latsim.model.traces import Trace
 
-    built = _server(max_sessions=2)
+    built = _server(max_sessions=2, out=tmp_path / "server")
     duration = 12.0
     with ServerThread(built) as port:
         flooded = []
@@ -699,7 +700,24 @@ def test_a_viewer_flooding_conditions_does_not_stall_an_honest_one_beside_it(tmp
         other.join(60)
     assert len(flooded) > 190
     assert honest["status"] == "complete" and honest["n_displayed"] == 3
-    # Within the stall the default lead aims at (0.1 %): one stream's lead gave 0.56 %
-    # (issue 34); a quiet machine gives 0.0, and one with both cores busy gave 0.027 % once
-    # (it passes alone: the load, not the flood)
-    assert honest["stall_pct"] < 100 * AUTO_STALL
+    # What the server guarantees, in counts (so on any machine): on the FIFO device each of
+    # the honest session's jobs waited behind at most one of the flooder's
+    tasks = list(csv.DictReader((tmp_path / "server" / DEVICE_TASKS).open()))
+    by_session: dict[str, list[dict]] = {}
+    for task in tasks:
+        by_session.setdefault(task["session"], []).append(
+            {k: float(task[k]) for k in ("t_enqueue", "t_start", "t_end")})
+    flood, calm = sorted(by_session.values(), key=len, reverse=True)
+    assert len(flood) > 5 * len(calm)  # the flood kept the device busy
+    for job in calm:
+        ahead = [f for f in flood if job["t_enqueue"] < f["t_start"] < job["t_start"]]
+        assert len(ahead) <= 1, (job, ahead)
+    # So a job was at most two jobs' time late, which the default lead budgets (one
+    # stream's lead plus the warm-up's p99 of the other's job: at least twice a job's
+    # p99): within the stall it aims at (0.1 %; one stream's lead gave 0.56 %, issue 34).
+    # Only a machine that ran a job past half the lead (a loaded one: 3.2 % was seen once,
+    # the suite running beside two more busy processes on two cores) can stall it, and
+    # then not because of the flood
+    lead = built.leads[4].lead
+    overran = [t for t in tasks if float(t["t_end"]) - float(t["t_start"]) > lead / 2]
+    assert honest["stall_pct"] < 100 * AUTO_STALL or overran, honest["stall_pct"]
