@@ -61,7 +61,7 @@ def plot_fleet(timeseries: list[dict], row: dict, path: Path, replication: int =
         + f", L95 {_fmt(row.get('L95'))} s, stall {_fmt(row.get('stall_pct'))}%, "
         f"blocking {_fmt(row.get('blocking'))}", fontsize=FONT["suptitle_small"])
     fig.tight_layout()
-    return fig
+    return style.save(fig, path)
 
 
 def _window_min(series: list[dict]) -> float:
