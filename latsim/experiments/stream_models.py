@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from latsim.sim.serving import StreamInput
 
 
-class Cell(Protocol):
+class CellParts(Protocol):
     """What a model reads of a cell (:class:`latsim.experiments.engine.Cell`)."""
 
     @property
@@ -42,7 +42,7 @@ class Cell(Protocol):
     def timing(self) -> Timing: ...
 
 
-class Plan(Protocol):
+class PlanParts(Protocol):
     """What a model reads of a plan (:class:`latsim.experiments.engine.Plan`): its
     experiment's seed and record level, cost, arrivals, duration and replications."""
 
@@ -99,7 +99,7 @@ class StreamModel(Protocol):
         fixed C is checked by the engine)."""
         ...
 
-    def run(self, p: Plan, cell: Cell, replication: int) -> RunRecords | ServingRecords:
+    def run(self, p: PlanParts, cell: CellParts, replication: int) -> RunRecords | ServingRecords:
         """One replication of ``cell``."""
         ...
 
@@ -137,7 +137,7 @@ class OneStream:
     def closed_forms_hold(self) -> bool:
         return True
 
-    def run(self, p: Plan, cell: Cell, replication: int) -> RunRecords:
+    def run(self, p: PlanParts, cell: CellParts, replication: int) -> RunRecords:
         arrival_stream, cost_stream = replication_streams(p.experiment.seed, replication)
         trace = p.arrivals.trace(replication, np.random.default_rng(arrival_stream),
                                  p.duration, cell.timing)
@@ -177,7 +177,7 @@ class SharedDevices:
     def closed_forms_hold(self) -> bool:
         return self.serving.trivial
 
-    def run(self, p: Plan, cell: Cell, replication: int) -> ServingRecords:
+    def run(self, p: PlanParts, cell: CellParts, replication: int) -> ServingRecords:
         from latsim.sim.serving import simulate_serving
 
         batch = np.random.SeedSequence(p.experiment.seed, spawn_key=(replication, BATCH_KEY))
@@ -185,7 +185,7 @@ class SharedDevices:
                                 self.stream_inputs(p, cell, replication), p.duration,
                                 np.random.default_rng(batch), records=p.experiment.records)
 
-    def stream_inputs(self, p: Plan, cell: Cell, replication: int) -> list[StreamInput]:
+    def stream_inputs(self, p: PlanParts, cell: CellParts, replication: int) -> list[StreamInput]:
         """Every stream's arrivals, join time and random streams for one replication.
 
         Stream ``s`` draws its arrivals and DiT costs from children ``2s`` and ``2s + 1`` of
