@@ -415,7 +415,6 @@ class StreamServer:
                         assert session is not None  # the machine forwards in session only
                         link.send(session.condition(condition).to_json(), time.perf_counter())
                     case Reshape(shaper, seed):
-                        link.shaper = shaper
                         link.channel = shaper.channel(np.random.default_rng(seed))
                     case StopSession(reason):
                         assert link.session is not None
@@ -445,7 +444,7 @@ class StreamServer:
             # nobody can guess
             session = await asyncio.to_thread(
                 Session, self, f"s{next(self._ids)}-{secrets.token_hex(8)}", hello, link.send,
-                link.shaper)
+                link.channel.shaper)
         except (ProtocolError, LatsimError):
             self._admitted -= 1
             connection.open_failed()
@@ -474,20 +473,19 @@ class StreamServer:
         backlog, the drop of a viewer that stayed behind, frames no longer queued once it
         is dropped); a dropped viewer's connection closes (1008) soon after its ``end``."""
         session, outflow = link.session, link.outflow
-        backlog = outflow.bytes
+        backlog, queued = outflow.bytes, outflow.items  # before this message and its notice
         offer = outflow.offer(len(message), isinstance(message, bytes), time.perf_counter(),
                               session is not None)
         if offer.notice is not None and session is not None:
             self.lagging += 1
             log.warning("session %s: the viewer is lagging (%d bytes, %d frames queued)",
-                        session.id, backlog, link.outbox.qsize())
+                        session.id, backlog, queued)
             link.outbox.put((offer.notice, perf), first=True)  # ahead of the backlog
         if offer.drop and session is not None:
             self.dropped += 1
             behind = time.perf_counter() - (outflow.lagging_since or 0.0)
             log.warning("session %s: dropped: the viewer fell behind (%d bytes, %d frames "
-                        "queued, lagging for %.1f s)", session.id, outflow.bytes,
-                        link.outbox.qsize(), behind)
+                        "queued, lagging for %.1f s)", session.id, backlog, queued, behind)
             session.driver.stop("the viewer fell behind")
             # closed soon after its end went out, or when the close times out
             asyncio.get_running_loop().call_later(
@@ -531,8 +529,7 @@ class _Link:
         self.outflow = Outflow(config.max_queue_bytes, config.max_queue_frames,
                                config.lag_grace)
         self.outbox = _Outbox()
-        self.shaper = config.downlink
-        self.channel = config.downlink.channel(np.random.default_rng(0))
+        self.channel = config.downlink.channel(np.random.default_rng(0))  # and its shaper
         self.session: Session | None = None
         self._enqueue = enqueue
         self._loop = asyncio.get_running_loop()
@@ -563,9 +560,6 @@ class _Outbox:
             self._ready.clear()
             await self._ready.wait()
         return self._items.popleft()
-
-    def qsize(self) -> int:
-        return len(self._items)
 
 
 #: The browser viewer's files (``harness/viewer/web``, package data), by URL path.

@@ -43,9 +43,9 @@ from latsim.model.traces import Trace
 from latsim.model.workload import Session, sample_sessions
 from latsim.run.fleet import FleetRecords
 
-#: Spawn keys (beside a replication's segment keys 0, 1, 2, ...): node 0's batch costs (a
-#: serving run's), the sessions, the placement's draws, nodes 1, 2, ...'s batch costs.
-_BATCH_KEY = BATCH_KEY
+#: Spawn keys (beside a replication's segment keys 0, 1, 2, ...): the sessions, the
+#: placement's draws, nodes 1, 2, ...'s batch costs. Node 0 draws its batch costs with a
+#: serving run's key (``stream_models.BATCH_KEY``).
 _WORKLOAD_KEY = 2**33
 _PLACEMENT_KEY = 2**33 + 1
 _NODE_KEY = 2**34
@@ -183,7 +183,7 @@ def _parts(fp: FleetPlan, replication: int, with_sessions: bool = True) -> tuple
                            tuple(np.random.default_rng(c) for c in costs.spawn(4)))
 
     def batch_rng(node: int) -> np.random.Generator:
-        key = _BATCH_KEY if node == 0 else _NODE_KEY + node
+        key = BATCH_KEY if node == 0 else _NODE_KEY + node
         return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(replication, key)))
 
     assert p.serving is not None

@@ -123,7 +123,7 @@ def fleet_reproduction_figure(tables: dict[str, list[dict]]) -> Figure:
         need.bar(at, [n or 0 for n in nodes], width, color=look.color, edgecolor=look.edge,
                  linewidth=0.6, label=name)
         for a, k, n in zip(at, groups, nodes, strict=True):
-            if n in (None, ""):
+            if n is None:
                 need.plot(a, 0.15, marker="x", color=look.edge, ms=7, mew=1.5)
                 need.annotate("none\n≤ 8", (a, 0.15), xytext=(0, 6), textcoords="offset points",
                               ha="center", fontsize=FONT["note"])
@@ -133,8 +133,7 @@ def fleet_reproduction_figure(tables: dict[str, list[dict]]) -> Figure:
     need.set_xticks(g, [f"{s}\nL95 ≤ {slo:g} s" for s, slo in groups],
                     fontsize=FONT["tick"] - 1)
     need.set_ylabel("nodes needed (stall ≤ 1 %)", fontsize=FONT["label"])
-    need.set_ylim(0, 1.4 * max((r["nodes_needed"] or 0) for r in policy if
-                               r["nodes_needed"] not in (None, "")))
+    need.set_ylim(0, 1.4 * (max(r["nodes_needed"] or 0 for r in policy) or 1))
     style.integer_ticks(need.yaxis)
     style.title(need, "nodes needed at an L95 SLO, per policy")
     style.style_axes(need, grid="y", legend=True, loc="upper left")
