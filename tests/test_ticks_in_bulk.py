@@ -83,6 +83,31 @@ def test_a_drain_stopped_at_its_limit_ends_where_each_tick_as_an_event_ends():
     assert pickle.dumps(bulk) == pickle.dumps(run(False))
 
 
+def test_a_stale_queued_tick_stands_where_the_pending_tick_of_its_instant_runs():
+    """Found by the property above (the drain's case, one stream later): stream 4's queued
+    tick went stale (its ticks turned quiet) but still ran at the time of its pending tick,
+    the drain's last instant. Each tick an event, that tick runs there (ticks of an instant
+    by stream index) and plays its slot; in bulk the stale event now plays it too."""
+    timing = Timing(K=4, r=4, fps=16.0)
+    serving = ServingConfig(streams=6, pools=(("dit", 1),), cold_start=True,
+                            start="staggered")
+    traces = [(), (), (), (), (), (0.6799319039689096, 1.6995290054347743,
+                                   1.7193356680238296, 1.7216049947050578)]
+    config = ControllerConfig(timing, BASELINE, RecordingCost(0.78125, 0.3).quantile(4, 0.99),
+                              "on-start", in_flight=2, in_flight_policy="let-play",
+                              bind="enqueue")
+
+    def run(bulk: bool):
+        return simulate_serving(config, RecordingCost(0.78125, 0.3), serving,
+                                inputs(traces, [0.0] * 5 + [1.0], 234), 2.0,
+                                np.random.default_rng(234), records="all", ticks_in_bulk=bulk)
+
+    bulk = run(True)
+    last = bulk.streams[4].slots.t_start[-1] + bulk.starts[4].t_origin
+    assert last == pytest.approx(bulk.end_time)  # its tick of the last instant played
+    assert pickle.dumps(bulk) == pickle.dumps(run(False))
+
+
 @pytest.mark.parametrize("schedule", ["fifo", "least-slack"])
 def test_streams_play_most_ticks_in_bulk(schedule):
     """Not only the same records: at K = 8 with rare conditions, most ticks never reach

@@ -410,17 +410,19 @@ class _StreamPort:
 
     # ------------------------------------------------- quiet ticks in bulk
 
-    def catch_up(self, now: float) -> None:
+    def catch_up(self, now: float, through: bool = False) -> None:
         """Play the quiet ticks that run before an event at ``now`` (global time) touches
         the stream: those before ``now``, and those at ``now`` where a tick of a later
         stream of this node runs now (ticks of one instant run by stream index, after
-        every other event of it)."""
+        every other event of it), or (``through``) where this stream's own place among
+        the ticks of ``now`` has come."""
         at = self._tick_at
         if self._tick_pos < 0 or at > now:
             return
         engine = self.engine
         horizon = (math.nextafter(now, math.inf)
-                   if engine.tick_at == now and self.index < engine.tick_index else now)
+                   if through or (engine.tick_at == now and self.index < engine.tick_index)
+                   else now)
         if at >= horizon:
             return
         played, next_at = self._ctrl.play_quiet_shifted(at, self.origin, horizon)
@@ -477,8 +479,12 @@ class _StreamPort:
     def _on_queued_tick(self, call: Call) -> None:
         engine, now = self.engine, self.env.now
         engine.tick_at, engine.tick_index = now, self.index
-        if self.closed or call.value != self._queued_id:
-            return  # stale: the ticks before it are not quiet any more, or it left
+        if self.closed:
+            return
+        if call.value != self._queued_id:  # stale: the ticks before it are quiet now
+            if self._tick_at == now:  # but this is the pending tick's place in the order:
+                self.catch_up(now, through=True)  # where each tick an event plays it
+            return
         self.catch_up(now)
         position = self._tick_pos
         if (position, self._tick_at) != self._queued:
