@@ -5,6 +5,7 @@ condition for another session, a viewer that disconnects, a server that stops)."
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import threading
@@ -95,10 +96,12 @@ class _FakeGenerator:
 
 class _Stub:
     stream = None
+    streams = itertools.count()
 
     def __init__(self) -> None:
         from harness.live.faults import JobFaults
 
+        self.index = next(self.streams)  # a session of its own
         self.payloads: dict = {}
         self.faults = JobFaults("stub", ())
 

@@ -217,15 +217,16 @@ def test_a_plug_in_cost_gives_the_same_numbers_as_the_built_in_it_equals(third_p
     assert plug == built_in
 
 
-def _served_last_in(tasks_csv: Path) -> tuple[int, int]:
+def _served_last_in(tasks_csv: Path) -> tuple[int, int, int]:
     """(picks of a DiT task that waited while others waited too, those that took the one
-    queued last), from the task records of a run on one device. A pick among tasks queued
-    at the same latest instant is left out: their times cannot say which came last."""
+    queued last, those that took the one queued first), from the task records of a run on
+    one device. A pick among tasks queued at the same latest instant is left out: their
+    times cannot say which came last."""
     import pandas as pd
 
     tasks = pd.read_csv(tasks_csv)
     tasks = tasks[tasks.stage == "dit"]
-    picks = last = 0
+    picks = last = first = 0
     for start, enqueued in zip(tasks.t_start, tasks.t_enqueue, strict=True):
         if not enqueued < start:
             continue  # it did not wait: nothing was chosen
@@ -236,7 +237,8 @@ def _served_last_in(tasks_csv: Path) -> tuple[int, int]:
                 continue
             picks += 1
             last += bool(enqueued == latest)
-    return picks, last
+            first += bool(enqueued < others.t_enqueue.min())
+    return picks, last, first
 
 
 def test_a_plug_in_schedule_serves_the_task_queued_last(third_party, tmp_path):
@@ -249,10 +251,13 @@ def test_a_plug_in_schedule_serves_the_task_queued_last(third_party, tmp_path):
         assert out.returncode == 0, out.stderr
         tasks = tmp_path / schedule / "tasks.csv"  # (its baseline twin's: baseline_twin/)
         counts[schedule] = _served_last_in(tasks)
-    picks, last = counts["lifo"]
-    assert picks >= 10 and last == picks
-    fifo_picks, fifo_last = counts["fifo"]
-    assert fifo_picks >= 10 and fifo_last < fifo_picks  # FIFO takes the oldest instead
+    picks, last, first = counts["lifo"]
+    print("lifo picks, the last queued, the first queued:", picks, last, first)
+    # the plug-in's pick, except where it would overtake a task for a stream's second
+    # time: the share bound (latsim.plugins.take_next) takes the first waiting instead
+    assert picks >= 10 and last >= picks / 2 and last + first == picks
+    fifo_picks, fifo_last, fifo_first = counts["fifo"]
+    assert fifo_picks >= 10 and fifo_first == fifo_picks  # FIFO takes the oldest
 
 
 def test_a_plug_in_generator_runs_a_live_measurement(third_party, tmp_path):

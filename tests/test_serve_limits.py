@@ -635,7 +635,8 @@ def test_a_hung_session_job_times_out_and_the_device_serves_the_next_viewer(monk
 
 def test_the_default_lead_budgets_for_the_other_sessions_jobs():
     """One stream's lead, plus max_sessions - 1 jobs at the largest warm-up p99 over the
-    Ks (a session holds one job at a time: on the FIFO device that many can be ahead)."""
+    Ks (a session holds one job at a time: on the FIFO device that many can be ahead;
+    under another schedule each may also overtake it once, twice that)."""
     from harness.live.lead import Warmup, choose_lead
     from harness.serve.server import shared_device_leads
     from latsim.model.lead import LIVE
@@ -653,6 +654,10 @@ def test_the_default_lead_budgets_for_the_other_sessions_jobs():
         assert "2 other session(s)' jobs" in leads[K].source
     assert shared_device_leads(warmups, max_sessions=1)[4].lead == choose_lead(
         LIVE, [warmups[4]]).lead
+    # another schedule: each other session may also overtake the job once (take_next)
+    overtaking = shared_device_leads(warmups, max_sessions=3, schedule="replan-first")
+    assert overtaking[8].lead == pytest.approx(choose_lead(LIVE, [warmups[8]]).lead + 4 * 0.05)
+    assert "two each under replan-first" in overtaking[8].source
 
 
 def test_a_viewer_flooding_conditions_does_not_stall_an_honest_one_beside_it(tmp_path):

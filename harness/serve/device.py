@@ -54,6 +54,7 @@ class QueuedJob:
     done: threading.Event = field(default_factory=threading.Event)
     timing: JobTiming | None = None
     error: BaseException | None = None
+    overtaken_by: set[int] | None = None  # the streams that overtook it (take_next)
 
     @property
     def stream(self) -> int:

@@ -93,7 +93,8 @@ MAX_TOKEN_BACKOFF_S = 60.0
 MAX_TRACKED_ADDRESSES = 4096
 
 
-def shared_device_leads(warmups: dict[int, Warmup], max_sessions: int) -> dict[int, LeadChoice]:
+def shared_device_leads(warmups: dict[int, Warmup], max_sessions: int,
+                        schedule: str = "fifo") -> dict[int, LeadChoice]:
     """Each K's default lead: one stream's (:func:`~harness.live.lead.choose_lead`, from
     its warm-up) plus a wait budget for the other sessions' jobs on the shared device.
 
@@ -103,16 +104,20 @@ def shared_device_leads(warmups: dict[int, Warmup], max_sessions: int) -> dict[i
     quantile over the Ks served: the budget is their product. A lead of one stream's
     let a refill queued behind another session's job stall its viewer (issue 33: 12 of 64
     sessions stalled at 2 ms jobs; an honest viewer beside one sending 20 conditions/s
-    stalled 0.56 %). Under another schedule a task may be overtaken more than once, and
-    the budget is a floor, not a bound. A viewer's hello may give its own lead."""
+    stalled 0.56 %). Under another ``schedule`` each other session may also overtake the
+    job once (:func:`latsim.plugins.take_next`'s share bound): twice as many jobs. A
+    viewer's hello may give its own lead."""
     single = {K: choose_lead(LIVE, [warm]) for K, warm in warmups.items()}
     longest = max(LIVE.sample_quantile(warm.durations) for warm in warmups.values())
     others = max_sessions - 1
-    wait = others * longest
     if not others:
         return single
+    jobs = others if schedule == "fifo" else 2 * others
+    wait = jobs * longest
+    ahead = ("one each" if schedule == "fifo"
+             else f"two each under {schedule} (ahead, and overtaking once)")
     return {K: LeadChoice(choice.lead + wait, f"{choice.source}; plus {others} other "
-                          f"session(s)' jobs ahead on the shared device, one each at the "
+                          f"session(s)' jobs on the shared device, {ahead}, at the "
                           f"warm-up's p{100 * LIVE.quantile:g} of {longest:.4g} s: "
                           f"{wait:.4g} s", choice.jitter_s)
             for K, choice in single.items()}
@@ -169,7 +174,8 @@ class StreamServer:
                                          gap_s=0.1)
             warmups[K] = Warmup(K, decode_group, tuple(jobs))
         if warmups:
-            self.leads.update(shared_device_leads(warmups, self.config.max_sessions))
+            self.leads.update(shared_device_leads(warmups, self.config.max_sessions,
+                                                   self.config.schedule))
         self.device = SharedDevice(self.generator, self.config.schedule, decode_group)
 
     def clock(self) -> float:

@@ -21,6 +21,7 @@ group                  entry name                   the object it points at
 from __future__ import annotations
 
 from collections.abc import MutableSequence
+from itertools import islice
 from typing import Any
 
 from latsim.errors import LatsimError
@@ -97,7 +98,16 @@ def take_next(waiting: MutableSequence[Any], schedule: Schedule, now: float) -> 
     """Take off ``waiting`` (in submission order) the task ``schedule`` serves next: the
     one loop the serving simulator and the live server share. With one task waiting there
     is nothing to choose. A schedule that raises, or returns something that is not
-    waiting, is a one-line error (:func:`schedule_failed`)."""
+    waiting, is a one-line error (:func:`schedule_failed`).
+
+    **The share bound.** While a task waits, each other stream overtakes it at most once
+    (starts a task queued after it): where the schedule's choice would overtake a task for
+    its stream's second time, the first task waiting goes instead (it overtakes nobody).
+    So a task waits for the tasks queued before it plus at most one task of each other
+    stream, whatever the schedule prefers and whatever a stream sends (a stream flooding
+    replans under ``replan-first`` cannot starve the others' refills). FIFO never
+    overtakes, so it is untouched. Each waiting task keeps the streams that overtook it in
+    its ``overtaken_by`` attribute (None before the first)."""
     if len(waiting) == 1:
         return waiting.pop()
     try:
@@ -105,9 +115,23 @@ def take_next(waiting: MutableSequence[Any], schedule: Schedule, now: float) -> 
     except Exception as exc:  # noqa: BLE001 - a plug-in's failure is one line
         raise schedule_failed(schedule, exc) from None
     try:
-        waiting.remove(best)
+        index = waiting.index(best)
     except ValueError:
         raise schedule_failed(schedule, None) from None
+    if index:
+        stream = best.stream
+        older = list(islice(waiting, index))
+        if any(task.overtaken_by is not None and stream in task.overtaken_by
+               for task in older):
+            best, index = waiting[0], 0  # a second overtaking: the first waiting goes
+        else:
+            for task in older:
+                if task.stream != stream:  # a stream may reorder its own tasks
+                    if task.overtaken_by is None:
+                        task.overtaken_by = {stream}
+                    else:
+                        task.overtaken_by.add(stream)
+    del waiting[index]
     return best
 
 

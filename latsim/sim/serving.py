@@ -84,7 +84,7 @@ class _Task:
     it as a :class:`latsim.plugins.WaitingTask`."""
 
     __slots__ = ("port", "job_id", "kind", "stage", "latents", "duration", "t_enqueue",
-                 "seq", "then", "first")
+                 "seq", "then", "first", "overtaken_by")
 
     def __init__(self, port: _StreamPort, job_id: int, kind: str, stage: str, latents: int,
                  duration: float, t_enqueue: float, seq: int,
@@ -99,6 +99,7 @@ class _Task:
         self.t_enqueue = t_enqueue
         self.seq = seq
         self.then = then  # called with (t_start, t_end) once the task is done
+        self.overtaken_by: set[int] | None = None  # take_next's share bound
 
     @property
     def stream(self) -> int:
