@@ -14,6 +14,7 @@ import errno
 import os
 import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,11 +45,16 @@ def replacing(path: str | Path) -> Iterator[Path]:
       it when the block ends and removed when the block fails, so a reader sees the old
       file or the new one, never a torn or empty one.
     - A symbolic link is followed: the file it names is replaced, the link stays a link.
+    - A process's open file named through ``/dev`` or ``/proc`` (``/dev/stdout`` when the
+      shell sends it to a file, ``/dev/fd/N``): the new content is added to it, as any
+      write to that stream would be (``>>`` keeps what was there), not renamed over it.
     - A character device or a named pipe (``/dev/stdout``, ``/dev/null``): the path itself,
       written through, and it stays what it is; a pipe with no reader is an error, not a
       wait.
     - Anything else (a directory, a socket) is refused with a one-line error."""
-    target = Path(os.path.realpath(path))
+    stream = _names_a_stream(path)
+    # a stream's name leads to "pipe:[N]" under realpath: its own stat follows the link
+    target = Path(path) if stream else Path(os.path.realpath(path))
     try:
         mode: int | None = target.stat().st_mode
     except FileNotFoundError:
@@ -62,6 +68,14 @@ def replacing(path: str | Path) -> Iterator[Path]:
         with writing(path):
             yield target
         return
+    if mode is not None and stream:
+        with tempfile.TemporaryDirectory(prefix="latsim-") as folder:
+            tmp = Path(folder) / f"out{target.suffix}"
+            with writing(path):
+                yield tmp
+                with open(path, "ab") as stream, open(tmp, "rb") as content:
+                    shutil.copyfileobj(content, stream)
+        return
     tmp = target.with_name(f".{target.stem}.partial{target.suffix}")
     try:
         with writing(path):
@@ -70,6 +84,12 @@ def replacing(path: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _names_a_stream(path: str | Path) -> bool:
+    """Whether ``path`` is a name of an open file (``/dev/stdout``, ``/dev/fd/1``,
+    ``/proc/self/fd/1``) rather than of a file on disk."""
+    return Path(os.path.abspath(path)).parts[1:2] in (("dev",), ("proc",))
 
 
 def _has_reader(path: str | Path, fifo: Path) -> None:

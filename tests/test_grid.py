@@ -225,6 +225,28 @@ def test_damaged_files_in_out_are_one_line_errors_and_keep_the_finished_cells(tm
         run_grid(spec, out)
 
 
+def test_a_device_pipe_or_huge_file_in_out_is_refused_not_read(tmp_path):
+    """A resume read cells.jsonl and grid.json whole: ``/dev/zero`` behind either grew
+    to 24 GB before it was killed, and a named pipe hung. Both are refused in one line."""
+    spec = load_grid(_grid(tmp_path, duration=20, rates="[0.1]"))
+    out = tmp_path / "out"
+    run_grid(spec, out)
+    lines, meta = (out / "cells.jsonl").read_bytes(), (out / "grid.json").read_bytes()
+    for name in ("cells.jsonl", "grid.json"):
+        (out / name).unlink()
+        if os.path.exists("/dev/zero"):
+            (out / name).symlink_to("/dev/zero")
+            with pytest.raises(LatsimError, match="not a regular file"):
+                run_grid(spec, out)
+            (out / name).unlink()
+        os.mkfifo(out / name)
+        with pytest.raises(LatsimError, match="not a regular file"):
+            run_grid(spec, out)
+        (out / name).unlink()
+        (out / name).write_bytes(lines if name == "cells.jsonl" else meta)
+    assert run_grid(spec, out).ran == 0  # intact again: nothing left to run
+
+
 def test_each_cell_carries_its_metrics_standard_errors_and_replications(tmp_path):
     """``{metric}_se`` is the spread of the metric over the cell's replications, each
     replication summarised alone (from the same runs as the pooled value)."""

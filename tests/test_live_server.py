@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import json
 import math
+import socket
 import threading
 import time
 from pathlib import Path
@@ -269,6 +270,16 @@ def test_bad_client_options_and_unreachable_servers_are_one_line_errors(tmp_path
         run_client(ClientConfig("ws://127.0.0.1:9", trace, tmp_path / "x",
                                 connect_timeout=2))
     assert read_run_folder(tmp_path / "x").config["status"] == "failed"
+    # a listener that never answers the handshake: the error says so (it ended in ": ")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    try:
+        with pytest.raises(LatsimError, match=r"cannot connect .*: no answer within 0\.5 s$"):
+            run_client(ClientConfig(f"ws://127.0.0.1:{silent.getsockname()[1]}", trace,
+                                    tmp_path / "y", connect_timeout=0.5))
+    finally:
+        silent.close()
     with pytest.raises(LatsimError, match="schedule"):
         ServerConfig(schedule="random")
 

@@ -137,3 +137,27 @@ def test_export_to_a_full_device_is_one_line_and_leaves_the_device(tmp_path):
     assert result.stderr.strip() == ("latsim: error: cannot write /dev/full: No space left on "
                                      "device")
     assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_export_to_dev_stdout_adds_to_the_shells_file_or_pipe(tmp_path):
+    """``--out /dev/stdout >> log`` renamed a new file over log (what was there was lost),
+    and ``--out /dev/stdout | …`` failed (its realpath is ``pipe:[N]``). Both now write
+    to the stream: appended to the file, through the pipe."""
+    import shutil
+    import subprocess
+    import sys
+
+    if not Path("/dev/stdout").exists():
+        pytest.skip("no /dev/stdout on this system")
+    run = _simulate(tmp_path / "small", "--K", "2", "--C", "0.2", "--duration", "3",
+                    "--seeds", "1")
+    latsim = shutil.which("latsim") or str(Path(sys.executable).with_name("latsim"))
+    log = tmp_path / "log.txt"
+    log.write_text("PREVIOUS\n")
+    command = [latsim, "export", "perfetto", str(run), "--out", "/dev/stdout"]
+    with open(log, "a") as out:
+        subprocess.run(command, stdout=out, check=True, timeout=120)
+    first, rest = log.read_text().split("\n", 1)
+    assert first == "PREVIOUS" and json.loads(rest)["traceEvents"]
+    piped = subprocess.run(command, capture_output=True, check=True, timeout=120)
+    assert json.loads(piped.stdout)["traceEvents"]

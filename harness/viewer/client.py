@@ -362,7 +362,8 @@ class _Client:
             raise LatsimError(f"{config.url} refused the connection: HTTP "
                               f"{exc.response.status_code} (a --token it accepts?)") from None
         except (OSError, TimeoutError) as exc:
-            raise LatsimError(f"cannot connect to {config.url}: {exc or 'timed out'}") from None
+            reason = str(exc) or f"no answer within {config.connect_timeout:g} s"
+            raise LatsimError(f"cannot connect to {config.url}: {reason}") from None
         tasks = [asyncio.create_task(self._sender(websocket)),
                  asyncio.create_task(self._receiver(websocket))]
         try:

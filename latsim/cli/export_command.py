@@ -32,7 +32,7 @@ def perfetto(
     meta = trace["metadata"]
     status = "" if meta["status"] == "complete" else f"; status {meta['status']}"
     typer.echo(f"wrote {out} ({len(trace['traceEvents'])} events{status}); open it in "
-               "https://ui.perfetto.dev")
+               "https://ui.perfetto.dev", err=True)  # stdout may be the trace itself
     for note in meta.get("notes", ()):
         typer.echo(f"latsim: note: {note}", err=True)
 

@@ -54,9 +54,10 @@ from typing import Any
 
 import numpy as np
 
-from latsim.errors import LatsimError, check_int
+from latsim.errors import MAX_INPUT_BYTES, LatsimError, check_int
 from latsim.experiments.executors import LOCAL, local_only, work_pool
 from latsim.run.files import clean
+from latsim.run.record_files import read_file_bytes
 
 #: Version 2: each metric has its standard error (``{metric}_se``) and a row its ``n_runs``.
 FORMAT = "latsim-grid/2"
@@ -334,6 +335,17 @@ def _plain(value: object) -> object:
     return item()
 
 
+def _ends_a_line(path: Path) -> bool:
+    """Whether the file at ``path`` (read whole by :func:`_read_done` already) is empty or
+    ends with a newline: its last byte alone."""
+    with path.open("rb") as handle:
+        size = handle.seek(0, 2)
+        if not size:
+            return True
+        handle.seek(size - 1)
+        return handle.read(1) == b"\n"
+
+
 def _read_done(path: Path, spec: GridSpec) -> dict[int, dict]:
     """Finished cells of an earlier run of ``spec``: a torn last line (a kill) is dropped;
     any other line that is not one of this grid's cells (not JSON, another shape, a cell
@@ -343,7 +355,7 @@ def _read_done(path: Path, spec: GridSpec) -> dict[int, dict]:
     if not path.exists():
         return done
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_file_bytes(path).decode("utf-8")  # a regular file, bounded
     except (OSError, UnicodeDecodeError) as exc:
         raise LatsimError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}; "
                           "use another --out") from None
@@ -401,8 +413,9 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
     out.mkdir(parents=True, exist_ok=True)
     meta_path, lines_path = out / "grid.json", out / "cells.jsonl"
     if meta_path.exists():
+        record = read_file_bytes(meta_path, MAX_INPUT_BYTES)  # a regular file, bounded
         try:
-            earlier = json.loads(meta_path.read_bytes().decode("utf-8"))
+            earlier = json.loads(record.decode("utf-8"))
         except (OSError, ValueError, RecursionError) as exc:  # a truncated or foreign file
             raise LatsimError(f"{meta_path}: not a grid's record ({type(exc).__name__}); "
                               "use another --out") from None
@@ -439,7 +452,7 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
     status = PARTIAL
     try:
         if todo:
-            torn = lines_path.exists() and not lines_path.read_bytes().endswith(b"\n")
+            torn = lines_path.exists() and not _ends_a_line(lines_path)
             with work_pool(scheduler, jobs) as pool, lines_path.open("a") as lines:
                 if torn and lines_path.stat().st_size:
                     lines.write("\n")  # end the torn line a killed run left, not the next
