@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -374,9 +375,21 @@ def test_without_allow_origin_only_the_servers_own_pages_may_connect_from_a_brow
                     await attempt({"Origin": "http://127.0.0.1:1"}),
                     await attempt({"Origin": "null"})]  # a file:// page
 
+        def handshake(host: str) -> str:
+            """The status line of an upgrade whose Origin and Host both name ``host`` (a
+            page at that name, which DNS points at this loopback server)."""
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                raw.sendall((f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                             f"Origin: http://{host}:{port}\r\nUpgrade: websocket\r\n"
+                             "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").encode())
+                return raw.recv(4096).split(b"\r\n", 1)[0].decode()
+
         outcomes = asyncio.run(all_of_them())
+        rebound, own = handshake("evil.example"), handshake("localhost")
     assert outcomes == ["ready", "ready", 403, 403, 403]
     assert built.refused >= 3
+    assert " 403 " in rebound and " 101 " in own  # DNS rebinding answered 101 before
 
 
 def test_a_non_loopback_bind_needs_a_token_or_says_it_is_anonymous():

@@ -309,20 +309,34 @@ class StreamServer:
                         f"; refused outright for {delay:.1f} s" if delay else "")
         return connection.respond(HTTPStatus.UNAUTHORIZED, "a valid token is required\n")
 
+    def _own_name(self, host: str) -> bool:
+        """Whether ``host`` (from a URL, lower case) names this server without DNS: an IP
+        address, ``localhost``, or the ``--host`` it was given."""
+        import ipaddress
+
+        try:
+            ipaddress.ip_address(host)
+            return True
+        except ValueError:
+            return host in ("localhost", self.config.host.lower())
+
     def _foreign_origin(self, connection, request):  # websockets'
         """Without ``--allow-origin``, a browser may connect only from a page of this server:
         an Origin header (browsers send one; other clients need not) must name the host and
         port the request was sent to, else 403. Otherwise any web page the user opens could
-        drive a server on their loopback. An ``--allow-origin`` list is websockets' to
-        check."""
+        drive a server on their loopback. That host must also be one of the server's own
+        names (an IP address, ``localhost``, or ``--host``) on its port: a page whose DNS
+        name is made to point at 127.0.0.1 (DNS rebinding) sends Origin and Host alike,
+        both with that name. An ``--allow-origin`` list is websockets' to check."""
         origin = request.headers.get("Origin")
         if self.config.origins is not None or origin is None:
             return None
         from urllib.parse import urlsplit
 
         parts = urlsplit(origin)
-        if (parts.scheme in ("http", "https")
-                and parts.netloc.lower() == request.headers.get("Host", "").lower()):
+        if (parts.scheme in ("http", "https") and parts.port == self.port
+                and parts.netloc.lower() == request.headers.get("Host", "").lower()
+                and self._own_name(parts.hostname or "")):
             return None
         self.refused += 1
         log.warning("connection from %s refused: Origin %r is not this server's (give "
