@@ -679,7 +679,9 @@ def test_the_documented_fleet_numbers_are_the_committed_tables():
     readme = " ".join((root / "docs" / "fleet.md").read_text().split())
     sve = {r["metric"]: r for r in csv.DictReader(
         (root / "results" / "fleet" / "sharded_vs_exact.csv").open())}
-    for metric, digits in (("L95", 3), ("stall_pct", 3), ("ttfc_mean", 3), ("gpu_hours", 3)):
+    for metric, digits in (("L95", 3), ("stall_pct", 3), ("ttfc_mean", 3), ("gpu_hours", 3),
+                           ("n_active_mean", 4), ("w", 4), ("ttfc_p99", 2),
+                           ("viewer_hours", 4)):
         diff, se = float(sve[metric]["difference"]), float(sve[metric]["difference_se"])
         assert f"{diff:+.{digits}f} ± {se:.{digits}f}".replace("-", "−") in readme, metric
     day = {(r["fleet"], r["placement"]): r for r in csv.DictReader(
