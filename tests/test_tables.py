@@ -31,6 +31,7 @@ CASES: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
     "theory": (["theory", "--K", "8", "--C", "0.5", "--rate", "0.1"],
                ("speculative_L_mean", "0.6562"), True),
     "plugins": (["plugins"], ("affine", "round-robin"), False),
+    "controller": (["controller"], ("register_condition", "    new version pending"), False),
     "traces show": (["traces", "show", "traces/high"], ("30 trace(s)", "mean 7.30"), False),
     "grid": (["grid", "{tmp}/grid.toml", "--out", "{tmp}/grid"], ("2/2 cells",), False),
     "compare viewer": (["compare", "results/serve/runs", "--replications", "2"],
@@ -55,6 +56,8 @@ CASES: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
                  "--jobs", "2", "--gap", "0", "--out", "{tmp}/profile.json"],
                 (" refill ", " replan ", " p99 ms ", "wrote "), True),
 }
+#: Commands that print lines, not tables, each of which must fit the width.
+LINES_FIT = {"controller", "traces show"}
 SLOW = {"reproduce serving": "6 s a width", "measure": "a live run of 2 s plus warm-up"}
 
 
@@ -81,6 +84,9 @@ def test_tables_never_cut_a_number(name, columns, tmp_path, monkeypatch):
     assert not CUT_NUMBER.search(result.stdout), CUT_NUMBER.search(result.stdout)
     for text in shown:
         assert text in result.stdout, text
+    if name in LINES_FIT:
+        widest_line = max(result.stdout.splitlines(), key=len)
+        assert len(widest_line) <= columns, widest_line
     if not fits:
         return
     widest = max((line for line in result.stdout.splitlines() if set(line) & set("│┃━─")),

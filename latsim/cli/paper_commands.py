@@ -119,8 +119,9 @@ def traces_show(
         typer.echo("inter-arrival: none (no trace has two updates)")
         return
     typer.echo(f"inter-arrival (s, n={summary.gap_n}): min {f(summary.gap_min)}, mean "
-               f"{f(summary.gap_mean)}, median {f(summary.gap_median)}, p95 "
-               f"{f(summary.gap_p95)}, max {f(summary.gap_max)}, CV {f(summary.gap_cv, 2)}")
+               f"{f(summary.gap_mean)}, median {f(summary.gap_median)},")
+    typer.echo(f"  p95 {f(summary.gap_p95)}, max {f(summary.gap_max)}, "
+               f"CV {f(summary.gap_cv, 2)}")
 
 
 TraceSetsOpt = Annotated[

@@ -536,12 +536,20 @@ def controller(
     if diagram:
         typer.echo(mermaid_diagram(), nl=False)
         return
+    import textwrap
+
+    from latsim.cli.tables import UNBOUNDED_WIDTH, table_width
+
+    width = table_width()
+    width = 100 if width == UNBOUNDED_WIDTH else max(40, width)  # piped: lines a reader keeps
     for row in TRANSITIONS:  # source None: any state; target None: the state is kept
         source = "any" if row.source is None else row.source.value
         target = "same" if row.target is None else row.target.value
         guard = f"[{row.guard}]" if row.guard else ""
         trigger = EVENT_KINDS[row.trigger]
-        typer.echo(f"{source:8} --{trigger}{guard}--> {target:8} {row.action}: {row.note}")
+        typer.echo(f"{source:8} --{trigger}{guard}--> {target:8} {row.action}")
+        typer.echo(textwrap.fill(row.note, width, initial_indent="    ",
+                                 subsequent_indent="    ", break_on_hyphens=False))
 
 
 def _register_extensions() -> None:
