@@ -9,7 +9,9 @@ Asserts nothing: ``tests/test_lead_auto.py`` holds three of these regimes to the
 
 The regimes are the trust issue's: both policies, the paper's update rates (the ``high``
 traces' 0.128/s as Poisson, and 0.5/s), 1 to 8 devices, USP groups, random and staggered
-starts, FIFO and least-slack scheduling, fixed and lognormal C, ρ up to 0.85. Each has
+starts, FIFO, least-slack and replan-first scheduling, fixed and lognormal C, ρ up to
+0.85 (replan-first at 0.8 too: with staggered starts it missed the target in 2026-12,
+where the pilot's batch-means bound under-covers; see the trust issue's notes). Each has
 N = 4 streams per group and C = ρ·T/4 (K = 8, T = 2 s), so ρ is exact.
 """
 
@@ -46,6 +48,10 @@ def regimes(quick: bool) -> list[dict]:
                         rate=0.5, cost="fixed"))
         out.append(dict(rho=rho, groups=2, degree=1, start="random", schedule="fifo",
                         rate=0.128, cost="lognormal"))
+    for rho, start in itertools.product((0.8,) if quick else (0.7, 0.8, 0.85),
+                                        ("random", "staggered")):
+        out.append(dict(rho=rho, groups=1, degree=1, start=start,  # refills wait behind
+                        schedule="replan-first", rate=0.1, cost="fixed"))  # every replan
     return out
 
 
