@@ -71,6 +71,25 @@ def test_a_figure_that_cannot_be_written_leaves_no_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_compare_writes_its_files_whole_or_none(tmp_path, monkeypatch):
+    """compare --out wrote compare.json and .csv, then failed on its figure (a full disk),
+    leaving a set that looked complete but for the figure. Now the set lands whole or not
+    at all."""
+    from matplotlib.figure import Figure
+    from typer.testing import CliRunner
+
+    from latsim.cli import app
+
+    monkeypatch.setattr(Figure, "savefig", lambda self, path, **kw: (
+        Path(path).write_bytes(b"\x89PNG half"), _enospc()))
+    runs = Path(__file__).resolve().parents[1] / "results" / "serve" / "runs"
+    result = CliRunner().invoke(app, ["compare", str(runs), "--replications", "2", "--out",
+                                      str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "No space left" in result.stderr and "nothing in" in result.stderr
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 def test_a_staged_set_of_files_lands_whole_or_not_at_all(tmp_path):
     """A reproduction's tables are written into a staging folder and moved into place
     when all are written: a failure part way leaves the old set as it was."""
@@ -134,6 +153,8 @@ def _latsim(*args: str) -> subprocess.CompletedProcess:
     (["reproduce", "--out", "{out}"], "{out}/settings.csv"),
     (["sweep", "--K", "4", "--duration", "10", "--out", "{out}"], "{out}/config.json"),
     (["plot", "timeline", "{run}", "--out", "{out}.png"], "{out}.png"),
+    (["compare", str(Path(__file__).resolve().parents[1] / "results" / "serve" / "runs"),
+      "--replications", "2", "--out", "{out}"], "{out}/compare_viewer.json"),  # all or none
 ])
 def test_commands_on_a_full_disk_fail_in_one_line_naming_the_file(full_disk, tmp_path, args,
                                                                 written):

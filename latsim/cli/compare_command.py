@@ -61,12 +61,13 @@ def compare(
     viewer = compare_client_runs(clients, replications, seed) if clients else None
     if out is not None:
         from latsim.viz.plots import plot_compare_cdf, plot_compare_overlay
+        from latsim.writing import staged
 
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "compare.json", envelope(result.rows, seed, **beside))
-        write_rows_csv(out / "compare.csv", result.rows)
-        plot_compare_cdf(result, out / "compare_cdf.png")
-        plot_compare_overlay(result, out / "compare_overlay.png")
+        with staged(out) as files:  # the four land together, or none (a full disk)
+            write_json(files / "compare.json", envelope(result.rows, seed, **beside))
+            write_rows_csv(files / "compare.csv", result.rows)
+            plot_compare_cdf(result, files / "compare_cdf.png")
+            plot_compare_overlay(result, files / "compare_overlay.png")
     if output != "table":
         if viewer is not None:  # the viewer side is written, and printed beside the runs
             beside["viewer"] = _viewer_payload(_compare_viewer(viewer, "none", out, seed))
@@ -135,12 +136,13 @@ def _compare_viewer(comparison, output: str, out: Path | None, seed: int) -> dic
                    if row["status"] == "complete")
     payload = envelope(rows, seed, MAPE=overall, MAPE_over="complete client runs")
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "compare_viewer.json", payload)
-        write_rows_csv(out / "compare_viewer.csv", rows)
         from latsim.viz.plots import plot_viewer_cdf
+        from latsim.writing import staged
 
-        plot_viewer_cdf(comparison, out / "compare_viewer_cdf.png")
+        with staged(out) as files:  # the three land together, or none (a full disk)
+            write_json(files / "compare_viewer.json", payload)
+            write_rows_csv(files / "compare_viewer.csv", rows)
+            plot_viewer_cdf(comparison, files / "compare_viewer_cdf.png")
     if output == "none":
         return payload
     if output != "table":
