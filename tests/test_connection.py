@@ -108,6 +108,22 @@ def test_probes_beyond_the_rate_close_the_connection():
         assert isinstance(steady.receive(PROBE, 0.1 * i, 100.0)[0], Reply)
 
 
+def test_connections_from_one_address_share_its_probe_rate():
+    """A client that reconnects, or opens several connections, probes at one rate in all:
+    each connection's bucket is fresh, the address's is shared."""
+    from harness.serve.bucket import TokenBucket
+
+    shared = TokenBucket(10.0, 10.0, 0.0)
+    first, second = (Connection(0.0, 10.0, 10.0, address_probes=shared) for _ in range(2))
+    for i in range(5):
+        assert isinstance(first.receive(PROBE, 1e-6 * i, 100.0)[0], Reply)
+        assert isinstance(second.receive(PROBE, 1e-6 * i, 100.0)[0], Reply)
+    third = Connection(1e-5, 10.0, 10.0, address_probes=shared)  # a reconnection
+    assert third.receive(PROBE, 1e-5, 100.0) == [
+        Refuse("clock probes from this address faster than 10 per s", 1008)]
+    assert third.phase is Phase.CLOSED
+
+
 @pytest.mark.parametrize(("raw", "cid"), [
     ("not json", None), ('{"type": "nope"}', None), (b"\x00", None),
     ('{"type": "condition", "cid": 4, "sent": "yesterday"}', 4),

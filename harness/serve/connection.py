@@ -119,12 +119,16 @@ class Connection:
     (``now`` plus its offset), which probe replies carry."""
 
     def __init__(self, now: float, hello_timeout: float, max_probe_rate: float,
-                 clock_offset: float = 0.0) -> None:
+                 clock_offset: float = 0.0, address_probes: TokenBucket | None = None
+                 ) -> None:
         self.phase = Phase.GREETING
         self.hello_deadline = now + hello_timeout
         self._hello_timeout = hello_timeout
         self._probe_rate = max_probe_rate
         self._probes = TokenBucket(max_probe_rate, max_probe_rate, now)
+        # the bucket of every connection from this one's client address: a client that
+        # reconnects, or opens many connections, does not get a fresh rate with each
+        self._address_probes = address_probes
         self._clock_offset = clock_offset
 
     def receive(self, raw: str | bytes, now: float, server_now: float) -> list[Action]:
@@ -178,6 +182,11 @@ class Connection:
         if not self._probes.take(now):
             self.phase = Phase.CLOSED
             return [Refuse(f"clock probes faster than {self._probe_rate:g} per s", 1008)]
+        shared = self._address_probes
+        if shared is not None and not shared.take(now):
+            self.phase = Phase.CLOSED
+            return [Refuse(f"clock probes from this address faster than {shared.rate:g} "
+                           "per s", 1008)]
         return [Reply(ProbeReply(message.t0, now + self._clock_offset, server_now).to_json())]
 
     def _hello(self, message: Hello, now: float, server_now: float) -> list[Action]:

@@ -52,6 +52,7 @@ import numpy as np
 
 from harness.live.lead import LeadChoice, Warmup, choose_lead
 from harness.net.wire import Error, Hello, ProtocolError
+from harness.serve.bucket import TokenBucket
 from harness.serve.config import ServerConfig
 from harness.serve.connection import (
     Action,
@@ -78,6 +79,12 @@ from latsim.plugins import (
 from latsim.run.record_files import write_csv
 from latsim.run.serving import TaskRecord
 
+#: The client addresses whose shared probe buckets the server keeps (the least recently
+#: seen go first): a bound on memory however many addresses connect.
+MAX_PROBE_ADDRESSES = 4096
+#: One client address may probe this many times one connection's ``--max-probe-rate``, in
+#: all its connections together (32 pending connections each at the rate: 32 times).
+ADDRESS_PROBES = 8
 #: ``--out DIR``'s file of the shared device's tasks (every session's, every server run's)
 DEVICE_TASKS = "tasks.csv"
 
@@ -138,6 +145,7 @@ class StreamServer:
         self._admitted = 0
         self._pending = 0  # connections that have not said hello
         self._pending_from: dict[str, int] = {}  # of them, by client address
+        self._probes_from: dict[str, TokenBucket] = {}  # probe buckets by address (LRU)
         self.refused = 0  # connections refused: server full, too many pending, no hello
         # per client address: wrong tokens in a row, and until when it is refused outright
         self._token_failures: dict[object, tuple[int, float]] = {}
@@ -359,6 +367,20 @@ class StreamServer:
         except Exception as exc:  # noqa: BLE001 - it went away first
             log.info("refusal not delivered: %s", exc)
 
+    def _probes_of(self, address: str) -> TokenBucket:
+        """The probe bucket every connection from ``address`` shares, ADDRESS_PROBES times
+        one connection's rate (many viewers behind one address each probe 16 times as they
+        start); the least recently seen of more than MAX_PROBE_ADDRESSES go."""
+        buckets = self._probes_from
+        bucket = buckets.pop(address, None)
+        if bucket is None:
+            rate = ADDRESS_PROBES * self.config.max_probe_rate
+            bucket = TokenBucket(rate, rate, time.perf_counter())
+            if len(buckets) >= MAX_PROBE_ADDRESSES:
+                del buckets[next(iter(buckets))]
+        buckets[address] = bucket  # now the most recently seen
+        return bucket
+
     async def _connection(self, websocket) -> None:
         config = self.config
         address = str((websocket.remote_address or ("?",))[0])
@@ -372,7 +394,7 @@ class StreamServer:
             return
         self._pending += 1
         self._pending_from[address] = self._pending_from.get(address, 0) + 1
-        link = _Link(websocket, config, address, self._enqueue)
+        link = _Link(websocket, config, address, self._enqueue, self._probes_of(address))
         try:
             await self._pump(link)
         finally:
@@ -540,12 +562,14 @@ class _Link:
     its outbox and downlink shaping, and its session once it has one."""
 
     def __init__(self, websocket, config: ServerConfig, address: str,
-                 enqueue: Callable[[_Link, bytes | str, float], None]) -> None:
+                 enqueue: Callable[[_Link, bytes | str, float], None],
+                 address_probes: TokenBucket | None = None) -> None:
         self.websocket = websocket
         self.address = address
         self.pending = True  # counted among the connections yet to say hello
         self.connection = Connection(time.perf_counter(), config.hello_timeout,
-                                     config.max_probe_rate, config.clock_offset)
+                                     config.max_probe_rate, config.clock_offset,
+                                     address_probes)
         self.outflow = Outflow(config.max_queue_bytes, config.max_queue_frames,
                                config.lag_grace)
         self.outbox = _Outbox()
