@@ -319,9 +319,10 @@ def _print_rows(rows: list[dict]) -> None:
     # (key, header, digits, rank): rank 0 shows first; the highest ranks go first at 80
     columns = [
         ("policy", "policy", 0, 0), ("K", "K", 0, 0), ("T", "T", 2, 5), ("C_mean", "C", 3, 4),
-        ("L_mean", "L mean", 3, 1), ("L_mean_theory", "theory", 3, 3), ("L50", "L50", 3, 1),
+        ("L_mean", "L mean", 3, 1), ("L_mean_se", "±se", 3, 4),
+        ("L_mean_theory", "theory", 3, 3), ("L50", "L50", 3, 1),
         ("L95", "L95", 3, 1), ("R_mean", "R", 3, 6), ("Q_mean", "Q", 3, 6),
-        ("stall_pct", "stall%", 2, 2), ("busy_pct", "busy%", 1, 3), ("w", "w", 3, 5),
+        ("stall_pct", "stall%", 2, 2), ("busy_pct", "busy%", 1, 4), ("w", "w", 3, 3),
         ("A", "A", 3, 3), ("dit_calls", "calls", 0, 7), ("n_displayed", "shown", 0, 7),
         ("n_superseded", "supers.", 0, 8),
     ]
