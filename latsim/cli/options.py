@@ -90,9 +90,9 @@ RunAheadOpt = Annotated[
 ]
 ReplanAtCacheEndOpt = Annotated[str, typer.Option(
     help="a pending condition whose replan branch falls at the cache end (lazy commit): "
-    "defer (the refill takes it; DESIGN §2) or start (clamp the branch to the cache end "
+    "defer (the refill takes it; docs/design.md §2) or start (clamp the branch to the cache end "
     "and start the replan at once)")]
-_SERVING = "Serving model (DESIGN §6)"
+_SERVING = "Serving model (docs/design.md §6)"
 StreamsOpt = Annotated[int | None, typer.Option(
     help="viewers sharing the pools (default 1)", rich_help_panel=_SERVING)]
 PoolsOpt = Annotated[str | None, typer.Option(
