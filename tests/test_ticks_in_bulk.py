@@ -60,24 +60,32 @@ def test_the_serving_model_records_the_same_with_ticks_in_bulk(
     assert bulk == each
 
 
+def _overloaded_drain(mean_c: float, joins: list[float], seed: int):
+    """Six streams on one device, two chunks in flight, bind at enqueue, cold starts; the
+    last stream's four conditions stay open to the drain's limit (the property's cases
+    below). Returns ``run(ticks_in_bulk)``."""
+    timing = Timing(K=4, r=4, fps=16.0)
+    serving = ServingConfig(streams=6, pools=(("dit", 1),), cold_start=True)
+    traces = [(), (), (), (), (), (0.6799319039689096, 1.6995290054347743,
+                                   1.7193356680238296, 1.7216049947050578)]
+    config = ControllerConfig(timing, BASELINE, RecordingCost(mean_c, 0.3).quantile(4, 0.99),
+                              "on-start", in_flight=2, in_flight_policy="let-play",
+                              bind="enqueue")
+
+    def run(bulk: bool):
+        return simulate_serving(config, RecordingCost(mean_c, 0.3), serving,
+                                inputs(traces, joins, seed), 2.0,
+                                np.random.default_rng(seed), records="all", ticks_in_bulk=bulk)
+
+    return run
+
+
 def test_a_drain_stopped_at_its_limit_ends_where_each_tick_as_an_event_ends():
     """Found by the property above: an overloaded device leaves one stream's conditions
     open to the drain's limit while five other streams play quiet ticks. Each tick an
     event, the clock ends on the last tick before the limit (and a task running then is
     recorded up to it); in bulk, it ends there too, not on the last other event."""
-    timing = Timing(K=4, r=4, fps=16.0)
-    serving = ServingConfig(streams=6, pools=(("dit", 1),), cold_start=True)
-    traces = [(), (), (), (), (), (0.6799319039689096, 1.6995290054347743,
-                                   1.7193356680238296, 1.7216049947050578)]
-    config = ControllerConfig(timing, BASELINE, RecordingCost(0.875, 0.3).quantile(4, 0.99),
-                              "on-start", in_flight=2, in_flight_policy="let-play",
-                              bind="enqueue")
-
-    def run(bulk: bool):
-        return simulate_serving(config, RecordingCost(0.875, 0.3), serving,
-                                inputs(traces, [0.0] * 6, 3), 2.0,
-                                np.random.default_rng(3), records="all", ticks_in_bulk=bulk)
-
+    run = _overloaded_drain(0.875, [0.0] * 6, 3)
     bulk = run(True)
     assert all(math.isnan(c.L) for c in bulk.streams[5].conditions)  # open to the limit
     assert pickle.dumps(bulk) == pickle.dumps(run(False))
@@ -88,20 +96,7 @@ def test_a_stale_queued_tick_stands_where_the_pending_tick_of_its_instant_runs()
     tick went stale (its ticks turned quiet) but still ran at the time of its pending tick,
     the drain's last instant. Each tick an event, that tick runs there (ticks of an instant
     by stream index) and plays its slot; in bulk the stale event now plays it too."""
-    timing = Timing(K=4, r=4, fps=16.0)
-    serving = ServingConfig(streams=6, pools=(("dit", 1),), cold_start=True,
-                            start="staggered")
-    traces = [(), (), (), (), (), (0.6799319039689096, 1.6995290054347743,
-                                   1.7193356680238296, 1.7216049947050578)]
-    config = ControllerConfig(timing, BASELINE, RecordingCost(0.78125, 0.3).quantile(4, 0.99),
-                              "on-start", in_flight=2, in_flight_policy="let-play",
-                              bind="enqueue")
-
-    def run(bulk: bool):
-        return simulate_serving(config, RecordingCost(0.78125, 0.3), serving,
-                                inputs(traces, [0.0] * 5 + [1.0], 234), 2.0,
-                                np.random.default_rng(234), records="all", ticks_in_bulk=bulk)
-
+    run = _overloaded_drain(0.78125, [0.0] * 5 + [1.0], 234)
     bulk = run(True)
     last = bulk.streams[4].slots.t_start[-1] + bulk.starts[4].t_origin
     assert last == pytest.approx(bulk.end_time)  # its tick of the last instant played
