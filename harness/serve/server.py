@@ -83,7 +83,7 @@ from latsim.run.serving import TaskRecord
 #: seen go first): a bound on memory however many addresses connect.
 MAX_PROBE_ADDRESSES = 4096
 #: One client address may probe this many times one connection's ``--max-probe-rate``, in
-#: all its connections together (32 pending connections each at the rate: 32 times).
+#: all its connections together (before, its 32 pending connections had 32 times).
 ADDRESS_PROBES = 8
 #: ``--out DIR``'s file of the shared device's tasks (every session's, every server run's)
 DEVICE_TASKS = "tasks.csv"
