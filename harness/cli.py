@@ -27,6 +27,18 @@ from latsim.errors import LatsimError
 from latsim.formatting import StatusLine, fmt
 
 
+def _check_trace(trace: Path | None) -> None:
+    """``--trace``'s file: one that exists and is a file; a named pipe, socket or device
+    gets the message every other input path gives it (latsim.model.traces)."""
+    if trace is None or trace.is_file():
+        return
+    if not trace.exists():
+        raise LatsimError(f"--trace {trace}: no such file")
+    if trace.is_fifo() or trace.is_socket():
+        raise LatsimError(f"--trace {trace}: cannot read: a named pipe or socket, not a file")
+    raise LatsimError(f"--trace {trace}: cannot read: not a regular file (a device or folder)")
+
+
 def require_live_extra(command: str, packages: tuple[str, ...]) -> None:
     """One line instead of a traceback when the live harness's packages are missing."""
     from harness.generators.device import require_packages
@@ -243,8 +255,7 @@ def measure(
 
     output = output_format(format_name, as_json)
     trace, rate = updates_as_trace_and_rate(updates, trace, rate)
-    if trace is not None and not trace.is_file():
-        raise LatsimError(f"--trace {trace}: no such file")
+    _check_trace(trace)
     if device not in ("cpu", "cuda"):
         raise LatsimError(f"unknown device {device!r}; choose cpu or cuda")
 
@@ -475,8 +486,7 @@ def client(
         raise LatsimError(f"--policy must be one of {', '.join(PRESETS)}, got {policy!r}")
     check_option("--K", K)
     trace, rate = updates_as_trace_and_rate(updates, trace, rate)
-    if trace is not None and not trace.is_file():
-        raise LatsimError(f"--trace {trace}: no such file")
+    _check_trace(trace)
     from harness.measure.run import trace_and_window
     from harness.net.netclock import Shaper
     from harness.viewer.client import ClientConfig, run_client

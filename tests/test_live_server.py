@@ -260,6 +260,26 @@ def test_a_server_that_stops_leaves_a_partial_run_folder(tmp_path):
     assert all(math.isfinite(s.t_received) for s in records.slots)
 
 
+@pytest.mark.parametrize("command", [
+    ["measure", "--generator", "sleep", "--cost", "fixed:0.01", "--K", "2", "--duration", "1"],
+    ["client", "ws://127.0.0.1:9"]])
+def test_a_named_pipe_as_trace_is_refused_as_every_input_refuses_one(tmp_path, command):
+    """measure's and client's --trace said "no such file" of a FIFO; the message is now
+    the one every other input path gives (tests/test_run_folder.py)."""
+    import os
+    import subprocess
+    import sys
+
+    pipe = tmp_path / "trace"
+    os.mkfifo(pipe)
+    done = subprocess.run([sys.executable, "-c", "from latsim.cli import main; main()",
+                           *command, "--trace", str(pipe), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (f"latsim: error: --trace {pipe}: cannot read: a named "
+                                   "pipe or socket, not a file")
+
+
 def test_bad_client_options_and_unreachable_servers_are_one_line_errors(tmp_path):
     trace = Trace("t", (1.0,), 2.0)
     with pytest.raises(LatsimError, match="ws://"):
