@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from hypothesis import strategies as st
 
+from latsim.analysis.fidelity import error_pct
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
 from latsim.controller.timing import Timing
@@ -260,3 +261,16 @@ def time_step_strategy(K: int, delta: float, T: float) -> st.SearchStrategy[floa
 def lateness_strategy(T: float) -> st.SearchStrategy[float]:
     """How late a fuzzed timer fires: on time or by up to T."""
     return st.one_of(st.just(0.0), st.floats(0.0, T))
+
+
+def error_to_band(row: dict, metric: str) -> float:
+    """How far the measured value lies outside the range that one run shows across the
+    prediction's replications (0 inside it): % of the measured value, or percentage points
+    for a stall %. One run's L50 over a few conditions is quantized by the job schedule (a
+    condition landing just after a job start waits a whole cycle more), so it is compared
+    with what one run of the prediction gives, not with the pooled median alone."""
+    measured = row[f"{metric}_measured"]
+    nearest = min(max(measured, row[f"{metric}_predicted_lo"]), row[f"{metric}_predicted_hi"])
+    if metric.endswith("pct"):
+        return abs(nearest - measured)
+    return abs(error_pct(measured, nearest))

@@ -21,11 +21,11 @@ pytest.importorskip("websockets")
 
 from harness.net.netclock import Shaper
 from harness.viewer.client import ClientConfig, run_client
-from latsim.analysis.fidelity import error_pct
 from latsim.analysis.viewer_compare import compare_client_runs
 from latsim.model.traces import Trace
 from latsim.run.folder import read_run_folder
 from latsim.run.viewer import read_viewer_records
+from tests.helpers import error_to_band
 
 pytestmark = pytest.mark.slow
 
@@ -62,19 +62,6 @@ def _trace(seed: int, duration: float = 20.0) -> Trace:
     return Trace(f"e2e{seed}", tuple(times), duration)
 
 
-def _error_to_band(row: dict, metric: str) -> float:
-    """How far the measured value lies outside the range that one run shows across the
-    prediction's replications (0 inside it): % of the measured value, or percentage points
-    for a stall %. One run's L50 over 19 conditions is quantized by the job schedule (a
-    condition landing just after a job start waits a whole cycle more), so it is compared
-    with what one run of the prediction gives, not with the pooled median alone."""
-    measured = row[f"{metric}_measured"]
-    nearest = min(max(measured, row[f"{metric}_predicted_lo"]), row[f"{metric}_predicted_hi"])
-    if metric.endswith("pct"):
-        return abs(nearest - measured)
-    return abs(error_pct(measured, nearest))
-
-
 def test_two_viewers_twenty_seconds_meet_the_prediction(tmp_path):
     proc, port = _start_server()
     summaries: dict[str, dict] = {}
@@ -109,9 +96,9 @@ def test_two_viewers_twenty_seconds_meet_the_prediction(tmp_path):
         assert 0.038 <= summary["uplink_mean"] + summary["deliver_mean"] <= 0.08
         row = rows[name]
         assert row["predicted_with"] == 2
-        assert _error_to_band(row, "L50") <= 5, row
-        assert _error_to_band(row, "L95") <= 10, row
-        assert _error_to_band(row, "viewer_stall_pct") <= 0.5, row
+        assert error_to_band(row, "L50") <= 5, row
+        assert error_to_band(row, "L95") <= 10, row
+        assert error_to_band(row, "viewer_stall_pct") <= 0.5, row
     speculative, baseline = summaries["a"], summaries["b"]
     assert speculative["L50"] < baseline["L50"]  # the policy still shows from the viewer's side
 
