@@ -28,14 +28,19 @@ from latsim.formatting import StatusLine, fmt
 
 
 def _check_trace(trace: Path | None) -> None:
-    """``--trace``'s file: one that exists and is a file; a named pipe, socket or device
-    gets the message every other input path gives it (latsim.model.traces)."""
+    """``--trace``'s file, checked before any warm-up: one that exists and is a file; a
+    named pipe or socket is refused as every other input path refuses it
+    (:func:`latsim.model.traces.refuse_pipe`)."""
+    from latsim.model.traces import refuse_pipe
+
     if trace is None or trace.is_file():
         return
     if not trace.exists():
         raise LatsimError(f"--trace {trace}: no such file")
-    if trace.is_fifo() or trace.is_socket():
-        raise LatsimError(f"--trace {trace}: cannot read: a named pipe or socket, not a file")
+    try:
+        refuse_pipe(trace)
+    except OSError as exc:
+        raise LatsimError(f"--trace {trace}: cannot read: {exc.strerror}") from None
     raise LatsimError(f"--trace {trace}: cannot read: not a regular file (a device or folder)")
 
 

@@ -41,15 +41,22 @@ class Trace:
     meta: dict = field(default_factory=dict, compare=False)
 
 
+def refuse_pipe(path: str | Path) -> None:
+    """An ``OSError`` (``EINVAL``, "a named pipe or socket, not a file") for a named pipe or
+    a socket at ``path``: opening one to read would wait for a writer. Other ``OSError``
+    (no such file) pass through."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        raise OSError(errno.EINVAL, "a named pipe or socket, not a file", str(path))
+
+
 def read_bounded_text(path: str | Path, limit: int = MAX_INPUT_BYTES) -> str:
     """A UTF-8 file's text, reading at most ``limit`` bytes (a larger file, or an endless
     device such as ``/dev/zero``, is a :class:`LatsimError`, not a hang). ``OSError`` and
     ``UnicodeDecodeError`` pass through for the caller to word; a path the OS cannot take
     (a NUL byte) is an ``OSError`` too."""
     try:
-        mode = os.stat(path).st_mode  # a pipe would block the open: refuse it first
-        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-            raise OSError(errno.EINVAL, "a named pipe or socket, not a file", str(path))
+        refuse_pipe(path)  # a pipe would block the open: refuse it first
         with open(path, "rb") as handle:
             data = handle.read(limit + 1)
     except ValueError as exc:  # embedded NUL byte, unencodable name
