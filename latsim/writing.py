@@ -73,8 +73,8 @@ def replacing(path: str | Path) -> Iterator[Path]:
             tmp = Path(folder) / f"out{target.suffix}"
             with writing(path):
                 yield tmp
-                with open(path, "ab") as stream, open(tmp, "rb") as content:
-                    shutil.copyfileobj(content, stream)
+                with open(path, "ab") as sink, open(tmp, "rb") as content:
+                    shutil.copyfileobj(content, sink)
         return
     tmp = target.with_name(f".{target.stem}.partial{target.suffix}")
     try:
