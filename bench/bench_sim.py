@@ -62,11 +62,13 @@ def single_core_throughput() -> None:
     """One stream of about an hour with a condition every 10 s on average (and, at K = 4,
     every 1000 s): slots per second with ticks skipped (the default) and tick by tick, and
     each as a ratio to bare SimPy. Issue "speed" targets at K = 4: >= 0.5 of bare SimPy
-    with conditions every 1000 s, >= 0.3 with conditions every 10 s."""
-    bare = bare_simpy_rate()
-    print(f"  bare SimPy timeout loop: {bare:10.0f} events/s")
+    with conditions every 1000 s, >= 0.3 with conditions every 10 s (the engine issue:
+    >= 0.4 / >= 0.3 pure Python). The bare loop runs beside each workload, alternated,
+    and the ratio is the median of the pairs': this machine's speed drifts by 2x between
+    minutes, which a ratio to one bare run measured first took for the simulator's."""
     cost = AffineCost(0.14725, 0.16275)
     rng = np.random.default_rng(0)
+    print("  ratios: the median of 3 alternated pairs (simulator, bare SimPy timeout loop)")
     for K, every in ((4, 1000.0), (4, 10.0), (8, 10.0), (21, 10.0), (64, 10.0),
                      (124, 10.0)):  # 124: the paper's longest chunk
         timing = Timing(K, DEFAULT_R, DEFAULT_FPS)
@@ -75,22 +77,25 @@ def single_core_throughput() -> None:
         trace = Trace("b", arrivals, duration)
         for policy in (BASELINE, SPECULATIVE):
             config = ControllerConfig(timing, policy, cost.mean(K))
-            rates = {}
-            for skip in (True, False):
-                def one(c=config, t=trace, d=duration, s=skip):
-                    return simulate_trace(c, cost, t, d, np.random.default_rng(1),
-                                          skip_ticks=s)[1]
+            rates, ratios = {}, {True: [], False: []}
+            for _ in range(3):
+                for skip in (True, False):
+                    def one(c=config, t=trace, d=duration, s=skip):
+                        return simulate_trace(c, cost, t, d, np.random.default_rng(1),
+                                              skip_ticks=s)[1]
 
-                took = best_of(3, one)
-                ctrl = one()
-                rates[skip] = ctrl.played / took
-                if skip:
-                    ahead = ctrl.slots_played_ahead / ctrl.played
+                    start = time.perf_counter()
+                    ctrl = one()
+                    rate = ctrl.played / (time.perf_counter() - start)
+                    rates[skip] = max(rates.get(skip, 0.0), rate)
+                    ratios[skip].append(rate / bare_simpy_rate())
+                    if skip:
+                        ahead = ctrl.slots_played_ahead / ctrl.played
+            ratio = {skip: float(np.median(r)) for skip, r in ratios.items()}
             print(f"  K={K:3d} every {every:4.0f} s {policy.name:11s}: {rates[True]:9.0f} "
-                  f"slot-events/s "
-                  f"(ratio to bare SimPy {rates[True] / bare:.2f}; to target 1 M "
-                  f"{rates[True] / 1e6:.2f}; {ahead:.0%} played ahead); tick by tick "
-                  f"{rates[False]:9.0f} (skipping x{rates[True] / rates[False]:.2f})")
+                  f"slot-events/s (ratio to bare SimPy {ratio[True]:.2f}; "
+                  f"{ahead:.0%} played ahead); tick by tick {rates[False]:9.0f} "
+                  f"(ratio {ratio[False]:.2f}; skipping x{ratio[True] / ratio[False]:.2f})")
 
 
 def sims_per_second() -> None:

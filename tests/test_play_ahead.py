@@ -147,6 +147,41 @@ def test_skipping_plays_most_slots_ahead_and_keeps_the_records():
     assert ctrl.slots_played_ahead > 0.7 * len(ticked["slots"])
 
 
+def test_quiet_stretches_are_played_by_the_chunk(monkeypatch):
+    """Between rare conditions the refill cycles themselves skip the events: each wake-up
+    that starts a refill, and the job's end, go through the controller's fast paths
+    (:meth:`Controller.quiet_wake`, :meth:`Controller.quiet_job_done`) with no timer each,
+    for most jobs; the reference path hands every event to the table, and the records are
+    the same."""
+    taken = {"wake": 0, "done": 0}
+    wake, done = Controller.quiet_wake, Controller.quiet_job_done
+
+    def counting_wake(self, now):
+        job = wake(self, now)
+        taken["wake"] += job is not None
+        return job
+
+    def counting_done(self, job_id, now):
+        after = done(self, job_id, now)
+        taken["done"] += after is not None
+        return after
+
+    monkeypatch.setattr(Controller, "quiet_wake", counting_wake)
+    monkeypatch.setattr(Controller, "quiet_job_done", counting_done)
+    timing = Timing(4, 4, 16.0)
+    cost = LognormalCost(0.3, 0.3)
+    config = ControllerConfig(timing, BASELINE, cost.quantile(4, 0.99))
+    times = np.cumsum(np.random.default_rng(4).exponential(30.0, size=10))
+    duration = float(times[-1]) + 1
+    ticked, _, _ = both_ways(config, cost, times, duration, seed=2)
+    jobs = len(ticked["jobs"])
+    assert taken["wake"] > 0.9 * jobs and taken["done"] > 0.9 * jobs
+    taken.update(wake=0, done=0)
+    simulate_trace(config, cost, Trace("t", tuple(times), duration), duration,
+                   np.random.default_rng(2), skip_ticks=False)
+    assert taken == {"wake": 0, "done": 0}
+
+
 def test_play_ahead_knows_the_decide_rows_it_keeps_quiet():
     """play_ahead mirrors each state's decide rows by name; a changed table must revisit
     it (a state whose rows it does not know is never skipped)."""
@@ -160,15 +195,19 @@ def test_play_ahead_knows_the_decide_rows_it_keeps_quiet():
         assert Controller._quiet_decide[state] == _QUIET_DECIDE_ACTIONS[rows]
 
 
-#: What play_ahead restates of the table, by digest: every row's (state, trigger, guard,
-#: target, action) and the source of each guard and action its quiet check stands in for.
-#: A change to any of them fails the test below until play_ahead's check is read again
-#: against it, and the digest updated.
+#: What play_ahead and the refill cycle's fast paths (``quiet_wake``, ``quiet_job_started``,
+#: ``quiet_job_done``) restate of the table, by digest: every row's (state, trigger, guard,
+#: target, action) and the source of each guard and action they stand in for. A change to
+#: any of them fails the test below until those are read again against it, and the digest
+#: updated.
 MIRRORED_METHODS = ("_guard_replan_feasible", "_guard_refill_due", "_guard_flush_replan_feasible",
                     "_guard_refill_due_in_flight", "_guard_room_in_flight", "_act_arm_refill",
                     "_act_hold", "_act_play_or_stall", "_play_slot", "_replan_branch",
-                    "_refill_due_from", "_refill_due_at", "_resolve_conditions")
-MIRROR_DIGEST = "fbfa966b75222e8f"
+                    "_refill_due_from", "_refill_due_at", "_resolve_conditions",
+                    # and what the refill cycle's fast paths stand in for
+                    "_act_forget_due_refill", "_guard_last_job", "_act_note_job_start",
+                    "_decide", "_fire")
+MIRROR_DIGEST = "10de49e7d6e6f930"
 
 
 def mirror_digest() -> str:
@@ -185,8 +224,9 @@ def mirror_digest() -> str:
 
 def test_a_change_to_what_play_ahead_mirrors_fails_until_it_is_read_again():
     assert mirror_digest() == MIRROR_DIGEST, (
-        "a transition row or a method play_ahead's quiet check restates changed: read "
-        "Controller.play_ahead against it, then set MIRROR_DIGEST to " + mirror_digest())
+        "a transition row or a method play_ahead's quiet check or a quiet_* fast path "
+        "restates changed: read them against it, then set MIRROR_DIGEST to "
+        + mirror_digest())
 
 
 # ---------------------------------------------------------------- several chunks in flight

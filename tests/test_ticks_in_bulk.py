@@ -1,6 +1,8 @@
 """Quiet ticks played in bulk (the serving model's default) give the records of delivering
 every tick as its own event on the clock (the reference path), byte for byte: for the
-serving model across its property generators, and for the fleet in both of its modes."""
+serving model across its property generators, and for the fleet in both of its modes. In
+bulk, a refill cycle's events also take the controller's fast paths; the reference path
+hands every event to the transition table."""
 
 from __future__ import annotations
 
@@ -130,6 +132,47 @@ def test_streams_play_most_ticks_in_bulk(schedule):
     played = sum(len(s.slots) for s in run.streams)
     assert played > 1000
     assert node_runs[0] < played / 3
+
+
+def test_quiet_refill_cycles_skip_the_table_only_off_the_reference_path(monkeypatch):
+    """A refill cycle's wake-up, device start and job end take the controller's fast paths
+    (:meth:`Controller.quiet_wake`, ``quiet_job_started``, ``quiet_job_done``) in bulk, for
+    most jobs of a quiet run, and never on the reference path, which the property above
+    compares them with."""
+    from latsim.controller import Controller
+
+    taken: dict[str, int] = {}
+
+    def counting(name: str):
+        original = getattr(Controller, name)
+
+        def counted(self, *args):
+            out = original(self, *args)
+            if out is not None and out is not False:
+                taken[name] = taken.get(name, 0) + 1
+            return out
+        return counted
+
+    for name in ("quiet_wake", "quiet_job_started", "quiet_job_done"):
+        monkeypatch.setattr(Controller, name, counting(name))
+    timing = Timing(8, 4, 16.0)
+    serving = ServingConfig(streams=6, pools=(("dit", 1),))
+    config = ControllerConfig(timing, BASELINE, 1.5)
+    joins = [0.05 * i for i in range(6)]  # refills that meet at the device
+    runs = {}
+    for bulk in (True, False):
+        taken.clear()
+        runs[bulk] = simulate_serving(config, FixedCost(0.25), serving,
+                                      inputs([(5.0,)] * 6, joins), 60.0,
+                                      np.random.default_rng(0), ticks_in_bulk=bulk)
+        if bulk:
+            counts = dict(taken)
+        else:
+            assert taken == {}
+    jobs = sum(s.jobs_done for s in runs[True].streams)
+    assert counts["quiet_wake"] > 0.9 * jobs and counts["quiet_job_done"] > 0.9 * jobs
+    assert counts.get("quiet_job_started", 0) > 0  # jobs that waited for the device
+    assert pickle.dumps(runs[True]) == pickle.dumps(runs[False])
 
 
 @SETTINGS

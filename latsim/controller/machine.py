@@ -277,6 +277,9 @@ class Controller:
     #: ``"consume"`` or ``"produce"`` (the rows of :data:`_QUIET_DECIDE_ACTIONS`) or None
     #: (rows it does not know: no skipping).
     _quiet_decide: ClassVar[dict[State, str | None]]
+    #: Whether the table's rows are those the refill cycle's fast paths stand in for
+    #: (:meth:`quiet_wake`, :meth:`quiet_job_started`, :meth:`quiet_job_done`).
+    _quiet_cycles: ClassVar[bool]
 
     def __init__(
         self, config: ControllerConfig, on_record: Callable[[object], None] | None = None,
@@ -400,6 +403,67 @@ class Controller:
         tick at :attr:`next_due`, and the driver carries those out itself. Else (False)
         nothing changed: :meth:`handle` the tick."""
         return position == self._next_pos and self._play_quiet(now, math.inf, 1)[0] == 1
+
+    def quiet_wake(self, now: float) -> StartJob | None:
+        """The fast path of a refill cycle's wake-up (a driver playing whole chunks, not
+        events): if a :class:`WakeUp` at ``now`` would only start the refill it was armed
+        for, start it and return the :class:`StartJob` :meth:`handle` would have returned,
+        the books the same. That is in Consume, with one chunk in flight, no version
+        pending, no stall, and the armed refill due by ``now``, by the guards' own sums.
+        Else (None) nothing changed: :meth:`handle` the wake-up."""
+        armed = self._armed_refill
+        if (not self._quiet_cycles or self.state is not State.CONSUME
+                or self._max_in_flight != 1 or self._stalled_since is not None
+                or self._latest_version > self._planned_version or armed is None
+                or armed > now + EPS or self._refill_due_at(now) > now + EPS):
+            return None
+        self.events_handled += 1
+        out: list[Command] = []
+        self._start_job("refill", self._planned_end, now, out)  # forgets the armed refill
+        self.state = State.PRODUCE
+        self._rows = self._dispatch[State.PRODUCE]
+        return out[0]  # type: ignore[return-value]
+
+    def quiet_job_started(self, job_id: int, now: float) -> bool:
+        """The fast path of :class:`JobStarted` when it only notes the start: the job is
+        the only one in flight and no version is pending (so binding at the start keeps
+        its version), and the decide step after it holds. Returns True, the books as
+        :meth:`handle` keeps them (it would return no command; nothing a quiet tick reads
+        changed), or False with nothing changed: :meth:`handle` it."""
+        running = self._running
+        if (not self._quiet_cycles or self.state is not State.PRODUCE
+                or len(running) != 1 or running[0].job_id != job_id
+                or self._max_in_flight != 1 or self._latest_version > self._planned_version
+                or running[0].version != self._latest_version):
+            return False
+        self.events_handled += 1
+        running[0].t_start = now
+        return True
+
+    def quiet_job_done(self, job_id: int, now: float) -> StartJob | float | None:
+        """The fast path of the other end of a refill cycle: if :class:`JobDone` of
+        ``job_id``, the only job in flight, at ``now`` would only cache its chunk and then
+        arm the next refill or start it at once, do so and return the next refill's due
+        time (the :class:`ScheduleWakeUp` of a :class:`WakeUp` :meth:`handle` would have
+        returned) or its :class:`StartJob`. That is with no version pending and no stall
+        (one would end and play a slot). Else (None) nothing changed: :meth:`handle` it."""
+        running = self._running
+        if (not self._quiet_cycles or self.state is not State.PRODUCE
+                or len(running) != 1 or running[0].job_id != job_id
+                or self._max_in_flight != 1 or self._stalled_since is not None
+                or self._latest_version > self._planned_version
+                or self._armed_refill is not None):
+            return None
+        self.events_handled += 1
+        out: list[Command] = []
+        self._finish_job(job_id, now, out)
+        if self._refill_due_at(now) <= now + EPS:
+            self._start_job("refill", self._planned_end, now, out)
+            return out[0]  # type: ignore[return-value]
+        self.state = State.CONSUME
+        self._rows = self._dispatch[State.CONSUME]
+        self._armed_refill = due = self._refill_due_at(now)
+        return due
 
     def play_quiet_shifted(self, clock: float, origin: float, horizon: float,
                            dry: bool = False) -> tuple[int, float]:
@@ -653,7 +717,10 @@ class Controller:
         return event if len(self._running) == 1 else None
 
     def _act_finish_job(self, event: JobDone, now: float, out: list) -> None:
-        job = self._find_job(event.job_id, "job_done")
+        self._finish_job(event.job_id, now, out)
+
+    def _finish_job(self, job_id: int, now: float, out: list) -> None:
+        job = self._find_job(job_id, "job_done")
         self._running.remove(job)
         self.jobs_done += 1
         record = JobRecord(job.job_id, job.kind, job.branch, self._K, job.version,
@@ -930,6 +997,23 @@ def _compile(table: Sequence[Transition], cls: type[Controller]) -> _Dispatch:
 
 
 Controller._dispatch = _compile(TRANSITIONS, Controller)
+#: Whether the table has the rows :meth:`Controller.quiet_wake`,
+#: :meth:`Controller.quiet_job_started` and :meth:`Controller.quiet_job_done` stand in for
+#: (else those never take the fast path).
+Controller._quiet_cycles = (
+    tuple((r[0].guard, r[0].action) for r in Controller._dispatch[State.CONSUME][WakeUp])
+    == ((None, "forget_due_refill"),)
+    and tuple((r[0].guard, r[0].action, r[3])
+              for r in Controller._dispatch[State.PRODUCE][JobDone])[:1]
+    == (("last_job", "finish_job", State.CONSUME),)
+    and tuple(r[0].action for r in Controller._dispatch[State.CONSUME][Decide])
+    == ("start_replan", "start_refill", "arm_refill")
+    and tuple(r[3] for r in Controller._dispatch[State.CONSUME][Decide])[:2]
+    == (State.PRODUCE, State.PRODUCE)
+    and tuple((r[0].guard, r[0].action) for r in Controller._dispatch[State.PRODUCE][JobStarted])
+    == ((None, "note_job_start"),)
+    and tuple(r[0].action for r in Controller._dispatch[State.PRODUCE][Decide])
+    == ("start_flush_replan", "start_refill", "arm_refill", "hold"))
 Controller._quiet_decide = {
     state: "none" if Decide not in rows else _QUIET_DECIDE_ACTIONS.get(
         tuple(r[0].action for r in rows[Decide]))

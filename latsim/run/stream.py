@@ -17,7 +17,7 @@ method of the core. The run owns what they used to repeat:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from latsim.controller import (
@@ -94,12 +94,16 @@ class StreamRun:
         port: ClockPort,
         on_record: Callable[[object], None] | None = None,
         records: str = "all",
+        fast_paths: bool = True,
     ) -> None:
         if records not in RECORD_LEVELS:
             raise LatsimError(f"--records must be one of {', '.join(RECORD_LEVELS)}, got "
                               f"{records!r}")
         self.window = window
         self.records = records
+        # False: every event through Controller.handle (the reference the fast paths are
+        # checked against)
+        self.fast_paths = fast_paths
         keep = records == "all"
         # "none" keeps no job table: the controller forgets done jobs' records
         self.controller = Controller(config, on_record=on_record,
@@ -119,9 +123,38 @@ class StreamRun:
 
     def deliver(self, event: Event, now: float) -> None:
         """Feed one event to the controller and carry out what it commands."""
+        if self.fast_paths and self._quick(event, now):
+            return
         self._execute(self.controller.handle(event, now), now)
         if self._tally is not None and type(event) is JobDone:
             self._tally_done()
+
+    def _quick(self, event: Event, now: float) -> bool:
+        """A refill cycle's wake-up or job end through the controller's fast paths, where
+        those hold (:meth:`Controller.quiet_wake`, :meth:`Controller.quiet_job_done`): the
+        same commands, carried out the same, without the table's dispatch. False: the
+        event is still to be handled."""
+        kind = type(event)
+        if kind is WakeUp:
+            job = self.controller.quiet_wake(now)
+            if job is None:
+                return False
+            self._execute((job,), now)
+            return True
+        if kind is not JobDone:
+            return False
+        after = self.controller.quiet_job_done(event.job_id, now)  # type: ignore[union-attr]
+        if after is None:
+            return False
+        if type(after) is StartJob:
+            self._execute((after,), now)  # type: ignore[arg-type]
+        else:
+            self._port.schedule(after, WakeUp())  # type: ignore[arg-type]
+            if self._skipping:
+                self._skip_ticks()
+        if self._tally is not None:
+            self._tally_done()
+        return True
 
     def _tally_done(self) -> None:
         """Add up the intervals of the oldest jobs that are done, and forget them."""
@@ -134,7 +167,7 @@ class StreamRun:
             del starts[job_id]
             self._tally.add(*ran.pop(job_id), duration)  # type: ignore[union-attr]
 
-    def _execute(self, commands: list[Command], now: float) -> None:
+    def _execute(self, commands: Sequence[Command], now: float) -> None:
         port = self._port
         for command in commands:
             if type(command) is ScheduleWakeUp:

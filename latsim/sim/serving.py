@@ -353,7 +353,7 @@ class _StreamPort:
         self.generator = engine.generator
         self.origin = inputs.join
         self.playout = ClientPlayout(playout_delay)
-        self.run = StreamRun(config, window, self, records=records)
+        self.run = StreamRun(config, window, self, records=records, fast_paths=in_bulk)
         self._ctrl = self.run.controller  # read every tick
         self.sent: list[float] = []  # client send time of each version, in version order
         self._conditions_seen = 0  # the controller's condition records already shown
@@ -594,7 +594,10 @@ class _StreamPort:
         the interval the device plans for it (the whole interval is known once it is
         ready)."""
         self.run.job_ran(job_id, now - self.origin, now - self.origin + took)
-        if waited:
+        # a start that only notes itself changes nothing a quiet tick reads: the ticks
+        # before it need not be played first, nor the queued tick moved
+        if waited and not (self.closed or self.run.fast_paths
+                           and self._ctrl.quiet_job_started(job_id, now - self.origin)):
             self.deliver(JobStarted(job_id))
 
     # ---------------------------------------------------------------- client

@@ -219,6 +219,22 @@ def _play_through(run: StreamRun, timers: list[list], horizon: float, order: Ite
         if type(event) is SlotDue:
             tick = None
         last = at
+        if (type(event) is WakeUp and tick is not None and tick[0] >= delta
+                and tick[0] == ctrl.next_due and tick[2].position == ctrl.next_position):
+            job = ctrl.quiet_wake(at)
+            if job is not None:  # a refill cycle with nothing else going on: by the chunk
+                bound = horizon
+                for other in timers:
+                    if other[0] < bound and other is not tick and other[2] is not None:
+                        bound = other[0]
+                last, pending_at, pending = _refill_cycles(ctrl, starts, job, at, bound,
+                                                           job_end, delta)
+                heappush(timers, [pending_at, (False, next(order)), pending])
+                if tick[0] != ctrl.next_due or tick[2].position != ctrl.next_position:
+                    tick[2] = None
+                    tick = [ctrl.next_due, (True, next(order)), SlotDue(ctrl.next_position)]
+                    heappush(timers, tick)
+                continue
         for command in handle(event, at):
             if type(command) is ScheduleWakeUp:
                 timer = [at + max(0.0, command.at - at),
@@ -241,6 +257,45 @@ def _play_through(run: StreamRun, timers: list[list], horizon: float, order: Ite
                 tick = [ctrl.next_due, (True, next(order)), SlotDue(ctrl.next_position)]
                 heappush(timers, tick)
     return last
+
+
+def _refill_cycles(ctrl: Controller, starts: dict[int, float], job: StartJob, now: float,
+                   bound: float, job_end: Callable[[StartJob, float], float], delta: float
+                   ) -> tuple[float, float, JobDone | WakeUp]:
+    """Refill cycles played by the chunk, from ``job`` started at ``now`` by a wake-up
+    (:meth:`Controller.quiet_wake`): each job's end, the next refill armed and its wake-up
+    (:meth:`Controller.quiet_job_done`, :meth:`Controller.quiet_wake`) and the quiet ticks
+    between them (:meth:`Controller.play_ahead`), without a timer each, while nothing but
+    those would reach the controller before ``bound`` and each is quiet. Returns the time
+    of the last event handled, and the timer left pending: a job's end or a wake-up, to
+    go through :meth:`Controller.handle` (the pending tick is at the controller's
+    :attr:`~Controller.next_due`). The same calls in the same order as
+    :func:`_play_through` makes one timer at a time, so the same records."""
+    last = now
+    while True:
+        starts[job.job_id] = now
+        end = job_end(job, now)
+        if ctrl.next_due >= delta:
+            ctrl.play_ahead(min(end, bound))
+        done = JobDone(job.job_id)
+        if not end < bound or ctrl.next_due < end:  # a tick before it is not quiet
+            return last, end, done
+        after = ctrl.quiet_job_done(job.job_id, end)
+        if after is None:
+            return last, end, done
+        last = now = end
+        if type(after) is StartJob:  # the next refill was due already
+            job = after
+            continue
+        wake = end + max(0.0, after - end)  # type: ignore[operator]
+        if ctrl.next_due >= delta:
+            ctrl.play_ahead(min(wake, bound))
+        if not wake < bound or ctrl.next_due < wake:
+            return last, wake, WakeUp()
+        started = ctrl.quiet_wake(wake)
+        if started is None:
+            return last, wake, WakeUp()
+        job, last, now = started, wake, wake
 
 
 def simulate_trace(
@@ -273,7 +328,8 @@ def simulate_trace(
     window = RunWindow.for_config(config, duration, drain)
     env = Clock()
     port = _SimPyPort(env, cost, config.timing.K, rng, config.timing.delta)
-    run = port.run = StreamRun(config, window, port, on_record, records)
+    run = port.run = StreamRun(config, window, port, on_record, records,
+                               fast_paths=skip_ticks)
 
     port.arrivals(sorted(t for t in trace.times if t < window.duration))
     # Only within the window: the drain stops between two events as soon as nothing is
