@@ -84,12 +84,14 @@ class _Task:
     it as a :class:`latsim.plugins.WaitingTask`."""
 
     __slots__ = ("port", "job_id", "kind", "stage", "latents", "duration", "t_enqueue",
-                 "seq", "then", "first", "overtaken_by")
+                 "seq", "then", "first", "last", "overtaken_by")
 
     def __init__(self, port: _StreamPort, job_id: int, kind: str, stage: str, latents: int,
                  duration: float, t_enqueue: float, seq: int,
-                 then: Callable[[float, float], None], first: bool = False) -> None:
+                 then: Callable[[float, float], None], first: bool = False,
+                 last: bool = False) -> None:
         self.first = first  # the job's first step: its start is the job's start
+        self.last = last  # known to be its last: its end is the job's end
         self.port = port
         self.job_id = job_id
         self.kind = kind
@@ -267,7 +269,8 @@ class _Engine:
         self._seq += 1
         queued = self.env.now if since is None else since
         self.pools[step.pool].submit(_Task(stream, job_id, kind, step.stage, step.latents,
-                                           step.duration, queued, self._seq, then, first))
+                                           step.duration, queued, self._seq, then, first,
+                                           step.stage == stream.last_stage))
 
     def add_task(self, task: _Task, pool: str, device: int, batch_id: int, start: float,
                  end: float) -> None:
@@ -320,6 +323,8 @@ class _Engine:
         for task in batch:
             if task.first and task.job_id:
                 task.port.job_started(task.job_id, now, took, now > task.t_enqueue)
+            if task.last:
+                task.port.job_end_at = now + took
 
         self.running[batch_id] = (pool, device, batch, now)
 
@@ -373,6 +378,11 @@ class _StreamPort:
         self._queued_callbacks = (self._on_queued_tick,)
         self._timers: list[float] = []  # in bulk: when its timers on the clock run (a heap)
         self._arrival_at = math.inf  # and its next arrival
+        # and, where it runs one job at a time whose last step is known, that job's end
+        # once a device took its last step: JobDone comes at exactly that time (the end
+        # of the device's task), a touch
+        self.last_stage = _last_stage(engine.generator) if config.in_flight == 1 else None
+        self.job_end_at = -math.inf
         self._timer_callbacks = (self._on_timer,)
         self._arrival_callbacks = (self._on_arrival,)
         self._arrivals: list[tuple[float, int, int, float]] = []  # latest first (start_playback)
@@ -447,6 +457,8 @@ class _StreamPort:
             return
         ctrl = self._ctrl
         touch = min(self._timers[0], self._arrival_at) if self._timers else self._arrival_at
+        if self.env.now < self.job_end_at < touch:
+            touch = self.job_end_at
         played, at = (ctrl.play_quiet_shifted(self._tick_at, self.origin, touch, dry=True)
                       if self._tick_pos == ctrl.next_position else (0, self._tick_at))
         if at >= touch:
@@ -588,6 +600,8 @@ class _StreamPort:
         self.engine = engine
         self.generator = engine.generator
         self.hold_until = hold_until
+        if self.last_stage != _last_stage(engine.generator):
+            self.last_stage = None
 
     def job_started(self, job_id: int, now: float, took: float, waited: bool) -> None:
         """A device took the job's first step: tell the controller if it waited, and note
@@ -637,6 +651,14 @@ class _StreamPort:
         return [ViewerRecord(self.index, c.version, self.sent[c.version - 1], c.t_arrival,
                              nan, nan, nan, nan, False, False)
                 for c in self.run.controller.conditions if not c.displayed]
+
+
+def _last_stage(generator: StagedGenerator) -> str | None:
+    """The stage of every job's last step on the pools, where the chain is the plain one
+    (DiT, then decode if any); None for a system model's own chain."""
+    if hasattr(generator.dit, "steps") or generator.pipelines():
+        return None
+    return "dit" if generator.decode is None else "decode"
 
 
 class _JobSteps:
