@@ -97,7 +97,7 @@ class Server:
         self.log_path = log_dir / "serve.log"
         self._log = self.log_path.open("w")
         cmd = [*_latsim(), "serve", "--generator", "sleep", "--cost", cost, "--K", str(K),
-               "--port", "0", "--max-sessions", "64",
+               "--port", "0", "--max-sessions", "64", "--max-pending-per-address", "64",
                "--generator-option", f"payload_bytes={payload_bytes}"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("LATSIM_FAULT", None)
@@ -680,7 +680,8 @@ def main() -> None:
              "lead_s": options.lead if options.lead is not None else "the server's",
              "schedule": "fifo", "machine": machine(),
              "command": "latsim serve --generator sleep --cost " + options.cost
-                        + f" --K {K} --port 0 --max-sessions 64 --generator-option "
+                        + f" --K {K} --port 0 --max-sessions 64 --max-pending-per-address"
+                        " 64 --generator-option "
                         f"payload_bytes={options.payload_bytes}"}
     m = setup["machine"]
     print(f"machine: {m['cores']} cores, {m['cpu']}, {m['memory']}, {m['system']}, load "

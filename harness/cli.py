@@ -337,6 +337,11 @@ def serve(
                           "least-slack, replan-first or a plug-in's (latsim plugins)")
     ] = "fifo",
     max_sessions: Annotated[int, typer.Option(help="viewer sessions at once (1-64)")] = 8,
+    max_pending: Annotated[int, typer.Option(
+        help="connections that have not said hello yet, held at once (1-4096)")] = 64,
+    max_pending_per_address: Annotated[int | None, typer.Option(
+        help="of them, from one client address (default 8, or --max-pending if fewer)")
+    ] = None,
     max_duration: Annotated[
         float, typer.Option(help="longest session window a viewer may ask for (s)")
     ] = 3600.0,
@@ -383,7 +388,9 @@ def serve(
         _generator_config(preset, resolution, steps, context, decode, device, seed, threads,
                           cost, generator_option),
         generator_name=generator, Ks=tuple(K), host=host, port=port, schedule=schedule,
-        max_sessions=max_sessions, max_duration=max_duration, warmup=warmup,
+        max_sessions=max_sessions, max_pending=max_pending,
+        max_pending_per_address=max_pending_per_address, max_duration=max_duration,
+        warmup=warmup,
         downlink=Shaper(delay, jitter, loss), token=token, allow_anonymous=allow_anonymous,
         origins=None if not allow_origin else tuple(allow_origin),
         max_condition_rate=max_condition_rate, max_fps=max_fps, job_timeout=job_timeout,

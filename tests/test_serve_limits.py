@@ -79,7 +79,9 @@ def _client_process(tmp_path, port: int, times: tuple[float, ...], **popen):
 
 
 def test_simultaneous_hellos_admit_exactly_max_sessions():
-    built = _server(max_sessions=2)
+    # every hello comes from 127.0.0.1: the per-address bound before hello (8) would
+    # refuse most of them first, so it is lifted here
+    built = _server(max_sessions=2, max_pending_per_address=64)
     with ServerThread(built) as port:
         async def many() -> list:
             return await asyncio.gather(*(_hello(port, 1.0) for _ in range(24)))
@@ -146,6 +148,36 @@ def test_one_address_cannot_take_every_place_before_hello():
     assert sum("no hello within 3 s" in h for h in hogs) == 2
 
 
+def test_by_default_two_addresses_cannot_lock_the_others_out():
+    """The defaults (--max-pending 64, 8 per address): two clients (127.0.0.2 and
+    127.0.0.3) opening 40 idle connections each hold 8 places each and are refused the
+    rest, and a viewer from 127.0.0.1 still gets its session. (At 32 per address, the
+    default before, these two held all 64.)"""
+    from websockets.asyncio.client import connect
+
+    built = _server(hello_timeout=4.0)
+    with ServerThread(built) as port:
+        async def silent(address: str) -> str:
+            async with connect(f"ws://127.0.0.1:{port}", local_addr=(address, 0)) as ws:
+                try:
+                    return json.loads(await asyncio.wait_for(ws.recv(), 8.0))["error"]
+                except Exception as exc:  # noqa: BLE001 - closed after the error
+                    return repr(exc)
+
+        async def scene() -> tuple:
+            hogs = [asyncio.create_task(silent(address))
+                    for address in ("127.0.0.2", "127.0.0.3") for _ in range(40)]
+            await asyncio.sleep(1.0)  # the hogs hold their places
+            viewer = await _hello(port, 1.0)
+            return await asyncio.gather(*hogs), viewer
+
+        hogs, viewer = asyncio.run(scene())
+    assert viewer[0][:1] == ["ready"] and viewer[0][-1] == "end"
+    for address in ("127.0.0.2", "127.0.0.3"):
+        assert sum(f"too many connections from {address}" in h for h in hogs) == 32
+    assert sum("no hello within 4 s" in h for h in hogs) == 16
+
+
 def test_a_probe_flood_is_cut_off_and_a_client_probing_as_usual_is_not():
     """Probes cost the server a reply each: past --max-probe-rate's bucket the connection
     is closed (1008). ``latsim client`` sends at most 100 a second (16 at 10 ms, then one
@@ -182,12 +214,14 @@ def test_a_probe_flood_is_cut_off_and_a_client_probing_as_usual_is_not():
 def test_bad_limits_are_one_line_errors():
     with pytest.raises(LatsimError, match="hello timeout"):
         ServerConfig(hello_timeout=0.0)
-    with pytest.raises(LatsimError, match="pending connections"):
+    with pytest.raises(LatsimError, match="--max-pending .* must be 1..4096, got 0"):
         ServerConfig(max_pending=0)
     with pytest.raises(LatsimError, match="probe rate must be 1..10000"):
         ServerConfig(max_probe_rate=0.5)
-    with pytest.raises(LatsimError, match="pending connections per address must be 1..4"):
+    with pytest.raises(LatsimError, match="--max-pending-per-address must be 1..4"):
         ServerConfig(max_pending=4, max_pending_per_address=5)
+    assert ServerConfig().pending_per_address == 8
+    assert ServerConfig(max_pending=3).pending_per_address == 3
     for origin in ("", "bogus", "http://a.com/path?x", "http://a.com/", "ftp://a.com",
                    "http://a.com:99999", " http://a.com"):  # accepted silently before
         with pytest.raises(LatsimError, match="is not an origin"):

@@ -23,6 +23,12 @@ def loopback(host: str) -> bool:
         return False
 
 
+#: Connections one client address may hold before hello, by default: a viewer's host needs
+#: one at a time, a few for a burst of viewers behind one address; 8 addresses, not 2, must
+#: then hold their share to keep the rest of the world waiting (``--max-pending`` 64).
+PENDING_PER_ADDRESS = 8
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """What ``latsim serve`` builds and how it serves."""
@@ -62,7 +68,7 @@ class ServerConfig:
     #: connections that have not said hello (yet) held at once; more are refused
     max_pending: int = 64
     #: of them, from one client address, so that one client cannot take every place
-    #: (None: half of ``max_pending``)
+    #: (None: :data:`PENDING_PER_ADDRESS`, or ``max_pending`` if fewer)
     max_pending_per_address: int | None = None
     #: a session's job still running this long (s) after its controller started it has
     #: hung: the session fails (``error``, then ``end``). None: max(10 x lead, lead + 5 s)
@@ -99,11 +105,12 @@ class ServerConfig:
         if not 0 < self.hello_timeout <= 600:
             raise LatsimError(f"hello timeout must be in (0, 600] s, got {self.hello_timeout!r}")
         if not 1 <= self.max_pending <= 4096:
-            raise LatsimError(f"pending connections must be 1..4096, got {self.max_pending!r}")
+            raise LatsimError(f"--max-pending (connections not past hello) must be 1..4096, "
+                              f"got {self.max_pending!r}")
         if (self.max_pending_per_address is not None
                 and not 1 <= self.max_pending_per_address <= self.max_pending):
-            raise LatsimError(f"pending connections per address must be 1..{self.max_pending}"
-                              f", got {self.max_pending_per_address!r}")
+            raise LatsimError(f"--max-pending-per-address must be 1..{self.max_pending} "
+                              f"(--max-pending), got {self.max_pending_per_address!r}")
         if self.job_timeout is not None:
             check_option("--job-timeout", self.job_timeout)
         for origin in self.origins or ():
@@ -114,7 +121,7 @@ class ServerConfig:
         """Connections one address may hold before hello."""
         if self.max_pending_per_address is not None:
             return self.max_pending_per_address
-        return max(1, self.max_pending // 2)
+        return min(PENDING_PER_ADDRESS, self.max_pending)
 
 
 def check_origin(origin: str) -> str:
