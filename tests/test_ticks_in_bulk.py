@@ -105,6 +105,31 @@ def test_a_stale_queued_tick_stands_where_the_pending_tick_of_its_instant_runs()
     assert pickle.dumps(bulk) == pickle.dumps(run(False))
 
 
+def test_a_stale_queued_tick_plays_the_quiet_ticks_of_its_instant_not_yet_caught_up():
+    """Found by the property above (2026-12-04): the case before, where the stream's ticks
+    before the stale tick's instant were not caught up yet, so its pending tick read as
+    earlier than the instant: stream 3's last slot (the drain's last instant) was lost in
+    bulk (32 slots against 33). The stale event now catches up through its instant."""
+    timing = Timing(K=8, r=4, fps=16.0)
+    serving = ServingConfig(streams=6, pools=(("dit", 1),), start="staggered",
+                            cold_start=True)
+    traces = [(), (), (), (), (), (0.6799319039689096, 1.6995290054347743,
+                                   1.7193356680238296, 1.7216049947050578,
+                                   2.271947867344106, 3.901888302002491)]
+    cost = RecordingCost(1.703125, 0.3)
+    config = ControllerConfig(timing, BASELINE, cost.quantile(8, 0.99), "on-start",
+                              in_flight=2, in_flight_policy="let-play", bind="enqueue")
+
+    def run(bulk: bool):
+        return simulate_serving(config, cost, serving, inputs(traces, [0.0] * 6, 77), 4.0,
+                                np.random.default_rng(77), records="all", ticks_in_bulk=bulk)
+
+    bulk = run(True)
+    last = bulk.streams[3].slots.t_start[-1] + bulk.starts[3].t_origin
+    assert last == pytest.approx(bulk.end_time)
+    assert pickle.dumps(bulk) == pickle.dumps(run(False))
+
+
 @pytest.mark.parametrize("schedule", ["fifo", "least-slack"])
 def test_streams_play_most_ticks_in_bulk(schedule):
     """Not only the same records: at K = 8 with rare conditions, most ticks never reach

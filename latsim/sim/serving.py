@@ -494,9 +494,11 @@ class _StreamPort:
         engine.tick_at, engine.tick_index = now, self.index
         if self.closed:
             return
-        if call.value != self._queued_id:  # stale: the ticks before it are quiet now
-            if self._tick_at == now:  # but this is the pending tick's place in the order:
-                self.catch_up(now, through=True)  # where each tick an event plays it
+        if call.value != self._queued_id:  # stale: the ticks before it are quiet now,
+            # and its place in the order is this stream's among the ticks of now: where
+            # each tick an event plays a quiet tick of now, the stream's pending one once
+            # it has caught up, or already
+            self.catch_up(now, through=True)
             return
         self.catch_up(now)
         position = self._tick_pos
