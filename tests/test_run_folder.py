@@ -173,3 +173,30 @@ def test_a_run_folder_table_that_is_a_device_is_a_one_line_error(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.strip().endswith("slots.csv: not a regular file (a device, pipe or "
                                           "folder); not read")
+
+
+def test_a_sparse_run_folder_table_is_refused_in_bounded_memory(tmp_path):
+    """A 3 GiB sparse slots.csv (no line end in it) was read whole, decoded and copied:
+    13.6 GB for ``plot timeline``. The reader streams rows and refuses a line no record
+    file has, in a process whose address space is capped at 1 GiB."""
+    import os
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", "from latsim.cli import main; main()",
+                           "simulate", "--K", "4", "--C", "0.5", "--duration", "5", "--seeds",
+                           "1", "--out", str(run)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with open(run / "slots.csv", "r+b") as handle:
+        handle.truncate(3 * 2**30)  # the rows stay; 3 GiB of zero bytes follow the last
+    capped = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30)); "
+              "from latsim.cli import main; sys.argv[0] = 'latsim'; main()")
+    done = subprocess.run([sys.executable, "-c", capped, "plot", "timeline", str(run),
+                           "--out", str(tmp_path / "t.png")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"latsim: error: {run / 'slots.csv'}: a line longer than 1,048,576 characters; not a "
+        "record file"]
+    assert os.path.getsize(run / "slots.csv") == 3 * 2**30  # read, not changed

@@ -424,7 +424,13 @@ class RunFolder:
         path = self.path / f"{table}.csv"
         if not path.exists():
             return pd.DataFrame()
-        torn = self.records(table).torn if table in RECORD_TYPES else None
+        torn = None
+        if table in RECORD_TYPES:  # every row checked as records() checks it, not kept
+            checked = self._read.get(table)
+            if checked is None:
+                self._check_kept(table)
+                checked = read_csv(path, RECORD_TYPES[table])
+            torn = checked.torn
         raw = read_file_bytes(path)
         if raw and not raw.endswith((b"\n", b"\r")):  # drop the torn last line
             raw = raw[:max(raw.rfind(b"\n"), raw.rfind(b"\r")) + 1]

@@ -11,7 +11,8 @@ import io
 import math
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import fields
 from operator import attrgetter
 from pathlib import Path
@@ -73,16 +74,35 @@ def read_file_bytes(path: Path, limit: int = MAX_RECORD_FILE_BYTES) -> bytes:
     """A record or run-folder file's bytes: a regular file of at most ``limit`` bytes.
     Anything else (a device such as ``/dev/zero``, a named pipe, a larger file) is a
     one-line error, not a hang or a ``MemoryError``; ``OSError`` passes through."""
-    info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode):
-        raise LatsimError(f"{path}: not a regular file (a device, pipe or folder); not read")
-    if info.st_size > limit:
-        raise LatsimError(f"{path}: larger than {limit:,} bytes; not read")
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
+    with _open_regular(path, limit) as (handle, size):
+        # a read of n bytes allocates n first: ask for what the file holds, and more only
+        # where it grew meanwhile (a writer appending), a chunk at a time up to the limit
+        parts = [handle.read(size + 1)]
+        read = len(parts[0])
+        while read > size and read <= limit and parts[-1]:
+            parts.append(handle.read(min(2**20, limit + 1 - read)))
+            read += len(parts[-1])
+        data = b"".join(parts) if len(parts) > 1 else parts[0]
     if len(data) > limit:  # it grew while being read
         raise LatsimError(f"{path}: larger than {limit:,} bytes; not read")
     return data
+
+
+@contextmanager
+def _open_regular(path: Path, limit: int) -> Iterator[tuple[io.BufferedReader, int]]:
+    """``path`` open to read, and its size: a regular file of at most ``limit`` bytes (see
+    :func:`read_file_bytes`). Checked on the open file, so a name swapped meanwhile for a
+    pipe cannot hang the read."""
+    if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: a pipe's open waits
+        raise LatsimError(f"{path}: not a regular file (a device, pipe or folder); not read")
+    with open(path, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise LatsimError(f"{path}: not a regular file (a device, pipe or folder); not "
+                              "read")
+        if info.st_size > limit:
+            raise LatsimError(f"{path}: larger than {limit:,} bytes; not read")
+        yield handle, info.st_size
 
 
 def read_text(path: Path, limit: int = MAX_RECORD_FILE_BYTES) -> str:
@@ -92,6 +112,44 @@ def read_text(path: Path, limit: int = MAX_RECORD_FILE_BYTES) -> str:
         return read_file_bytes(path, limit).decode("utf-8")
     except UnicodeDecodeError:
         raise LatsimError(f"{path}: not UTF-8 text (a damaged or foreign file)") from None
+
+
+#: The longest line :func:`read_csv` reads (characters): a record row is a few hundred; a
+#: longer "line" is not a record file (a sparse or foreign file with no line ends), refused
+#: before it fills the memory.
+MAX_CSV_LINE = 2**20
+
+
+class _Prefix(io.RawIOBase):
+    """The first ``size`` bytes of an open binary file: what it held when opened, read
+    as a stream (a file its writer appends to while it is read stays that snapshot)."""
+
+    def __init__(self, handle: io.BufferedReader, size: int) -> None:
+        self._handle = handle
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        if self._left <= 0:
+            return 0
+        view = memoryview(buffer)[:self._left]
+        got = self._handle.readinto(view)
+        self._left -= got or 0
+        return got or 0
+
+
+def _csv_lines(path: Path, text: io.TextIOWrapper) -> Iterator[str]:
+    """The lines of ``text`` (line ends kept), each at most :data:`MAX_CSV_LINE` long."""
+    while True:
+        line = text.readline(MAX_CSV_LINE)
+        if not line:
+            return
+        if len(line) == MAX_CSV_LINE and not line.endswith(("\n", "\r")):
+            raise LatsimError(f"{path}: a line longer than {MAX_CSV_LINE:,} characters; not "
+                              "a record file")
+        yield line
 
 
 def read_csv(path: Path, record_type: type) -> CsvRows:
@@ -104,42 +162,71 @@ def read_csv(path: Path, record_type: type) -> CsvRows:
     is dropped and ``rows.torn`` says so. Any other row that does not parse (a wrong number
     of cells, a value of the wrong type) is an error naming the file and line: rows in the
     middle are never dropped.
+
+    The file is read as a stream, a row at a time, from a regular file of at most
+    :data:`~latsim.errors.MAX_RECORD_FILE_BYTES` (:func:`read_file_bytes`'s rule), as it
+    was when opened: the memory it takes is the records'.
     """
     names = column_names(record_type)
     kinds = {f.name: f.type for f in fields(record_type)}
     out = CsvRows()
-    text = read_text(path)
-    cut = bool(text) and not text.endswith(("\n", "\r"))
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
-    if header is None:
+    with _open_regular(path, MAX_RECORD_FILE_BYTES) as (handle, size):
+        cut = False
+        if size:
+            handle.seek(size - 1)
+            cut = handle.read(1) not in (b"\n", b"\r")
+            handle.seek(0)
+        text = io.TextIOWrapper(io.BufferedReader(_Prefix(handle, size)), encoding="utf-8",
+                                newline="")
+        reader = csv.reader(_csv_lines(path, text))
+        try:
+            header = next(reader, None)
+            if header is None:
+                return out
+            missing = [name for name in names if name not in header]
+            held: tuple[int, list[str]] | None = None  # a row is parsed once one follows it
+            for cells in reader:
+                if not cells:
+                    continue
+                if held is None and missing:
+                    raise LatsimError(f"{path}:1: the header lacks {', '.join(missing)}")
+                if held is not None:
+                    out.append(_row(path, header, names, kinds, *held, record_type))
+                held = (reader.line_num, cells)
+        except UnicodeDecodeError:
+            raise LatsimError(f"{path}: not UTF-8 text (a damaged or foreign file)") from None
+        except csv.Error as exc:
+            raise LatsimError(f"{path}:{reader.line_num}: not a CSV row ({exc})") from None
+    if held is None:
+        if cut:  # the header itself is cut short: no rows yet
+            out.torn = f"{path.name}: the header line is torn (no line end), no rows"
+        elif missing:
+            raise LatsimError(f"{path}:1: the header lacks {', '.join(missing)}")
         return out
-    rows = [(reader.line_num, cells) for cells in reader if cells]
-    if cut and not rows:  # the header itself is cut short: no rows yet
-        out.torn = f"{path.name}: the header line is torn (no line end), no rows"
-        return out
-    missing = [name for name in names if name not in header]
-    if missing:
-        raise LatsimError(f"{path}:1: the header lacks {', '.join(missing)}")
     if cut:
-        line, _ = rows.pop()
-        out.torn = (f"{path.name}: last row (line {line}) is torn (no line end: its writer "
-                    "stopped mid-row), dropped")
-    for line, cells in rows:
-        if len(cells) != len(header):
-            raise LatsimError(f"{path}:{line}: {len(cells)} cells where the header has "
-                              f"{len(header)}")
-        row = dict(zip(header, cells, strict=True))
-        values = {}
-        for name in names:
-            try:
-                values[name] = _parse(row[name], kinds[name])
-            except ValueError:
-                raise LatsimError(f"{path}:{line}: column {name}: {row[name]!r} is not "
-                                  f"a valid {kinds[name]}") from None
-        extra = {k: v for k, v in row.items() if k not in values}
-        out.append((extra, record_type(**values)))
+        out.torn = (f"{path.name}: last row (line {held[0]}) is torn (no line end: its "
+                    "writer stopped mid-row), dropped")
+    else:
+        out.append(_row(path, header, names, kinds, *held, record_type))
     return out
+
+
+def _row(path: Path, header: list[str], names: list[str], kinds: dict[str, object],
+         line: int, cells: list[str], record_type: type) -> tuple[dict, object]:
+    """One row of :func:`read_csv`: its extra columns and its record."""
+    if len(cells) != len(header):
+        raise LatsimError(f"{path}:{line}: {len(cells)} cells where the header has "
+                          f"{len(header)}")
+    row = dict(zip(header, cells, strict=True))
+    values = {}
+    for name in names:
+        try:
+            values[name] = _parse(row[name], kinds[name])  # type: ignore[arg-type]
+        except ValueError:
+            raise LatsimError(f"{path}:{line}: column {name}: {row[name]!r} is not "
+                              f"a valid {kinds[name]}") from None
+    extra = {k: v for k, v in row.items() if k not in values}
+    return extra, record_type(**values)
 
 
 def _cell(value: object) -> object:
