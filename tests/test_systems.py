@@ -206,6 +206,7 @@ def _pipeline_ends(steps: int, round_time: float, n: int, vae_devices: int, vae:
 
     class Stream:
         index = 0
+        last_stage = None  # no job's end known when its last step starts
 
         def slack(self, now):
             return 0.0
