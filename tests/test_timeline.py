@@ -176,3 +176,26 @@ def test_foreign_kinds_bare_records_and_torn_rows_are_said(tmp_path):
                                  str(tmp_path / "p.json")])
     assert result.exit_code == 0 and "is torn" in result.stderr
     assert "is torn" in json.loads((tmp_path / "p.json").read_text())["metadata"]["notes"][0]
+
+
+def test_a_segment_label_is_set_inside_its_bar_only_where_it_fits():
+    """A client timeline over its whole window (the committed browser run b1) set "Q 0.09"
+    and "to screen 0.11" inside bars narrower than the text, which printed over the next
+    bar and the marker ("C 0.050.01screen 0.10"). Every label inside a bar fits it now; the
+    rest go below."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from latsim.viz.timeline import timeline_figure
+
+    root = Path(__file__).resolve().parent.parent
+    figure = timeline_figure(select_run(root / "results/browser/runs/b1"))
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    ax = figure.axes[0]
+    inside = [t for t in ax.texts if t.get_color() == "white" and t.get_visible()]
+    assert inside  # some labels do fit
+    for text in inside:
+        seconds = float(text.get_text().rsplit(" ", 1)[1])
+        bar_px = ax.transData.transform((seconds, 0))[0] - ax.transData.transform((0, 0))[0]
+        assert text.get_window_extent(renderer).width <= bar_px + 1, text.get_text()

@@ -456,12 +456,12 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
                 color = TIMELINE_COLORS[label.replace(" ", "_")]
                 ax_time.broken_barh([(a, b - a)], (y - bar / 2, bar), facecolors=color,
                                     alpha=0.6 if superseded else 0.9)
-                if b - a > 0.045 * (t1 - t0):
-                    ax_time.text((a + b) / 2, y, f"{label} {b - a:.2f}", ha="center",
-                                 va="center", fontsize=FONT["note"], color="white",
-                                 clip_on=True)
-                else:  # too narrow for its label: below the bar, in its colour, in the
-                    text = f"{label} {b - a:.2f}"  # first row where it clears its neighbour
+                text = f"{label} {b - a:.2f}"
+                if b - a > 1.2 * len(text) * char_s * FONT["note"] / FONT["tiny"]:
+                    ax_time.text((a + b) / 2, y, text, ha="center", va="center",
+                                 fontsize=FONT["note"], color="white", clip_on=True)
+                else:  # too narrow for its label (in its own font): below the bar, in its
+                    # colour, in the first row where it clears its neighbour
                     half = len(text) * char_s / 2
                     row = next((i for i, end in enumerate(row_ends)
                                 if end < (a + b) / 2 - half), len(row_ends))
