@@ -31,6 +31,7 @@ from latsim.experiments.engine import (
     Experiment,
     run_experiment,
 )
+from latsim.experiments.executors import gc_paused
 from latsim.model.costs import AffineCost
 from latsim.model.traces import Trace
 from latsim.sim.simpy_driver import simulate_trace
@@ -65,7 +66,8 @@ def single_core_throughput() -> None:
     with conditions every 1000 s, >= 0.3 with conditions every 10 s (the engine issue:
     >= 0.4 / >= 0.3 pure Python). The bare loop runs beside each workload, alternated,
     and the ratio is the median of the pairs': this machine's speed drifts by 2x between
-    minutes, which a ratio to one bare run measured first took for the simulator's."""
+    minutes, which a ratio to one bare run measured first took for the simulator's. The
+    garbage collector is paused, as the experiment engine's work units run."""
     cost = AffineCost(0.14725, 0.16275)
     rng = np.random.default_rng(0)
     print("  ratios: the median of 3 alternated pairs (simulator, bare SimPy timeout loop)")
@@ -84,9 +86,10 @@ def single_core_throughput() -> None:
                         return simulate_trace(c, cost, t, d, np.random.default_rng(1),
                                               skip_ticks=s)[1]
 
-                    start = time.perf_counter()
-                    ctrl = one()
-                    rate = ctrl.played / (time.perf_counter() - start)
+                    with gc_paused():  # as the experiment engine's work units run
+                        start = time.perf_counter()
+                        ctrl = one()
+                        rate = ctrl.played / (time.perf_counter() - start)
                     rates[skip] = max(rates.get(skip, 0.0), rate)
                     ratios[skip].append(rate / bare_simpy_rate())
                     if skip:
