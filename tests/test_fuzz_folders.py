@@ -2,7 +2,8 @@
 
 A run folder (a complete simulated run) has one of its files damaged the ways files get
 damaged: cut short, overwritten with random or non-UTF-8 bytes, deleted, a JSON field
-given a foreign value, a CSV column dropped, a cell set to NaN, infinity or text. Then
+given a foreign value, a CSV column dropped, a cell set to NaN, infinity or text, or the
+file replaced by a named pipe or an endless device, or extended by a 64 MiB hole. Then
 ``compare``, ``plot timeline`` and ``export perfetto`` read it; a grid file is damaged the
 same ways and ``grid`` runs it. Each must keep the one-line error contract of
 ``tests/test_fuzz_inputs.py`` (exit 0 or 2, one ``latsim: error:`` line, no traceback,
@@ -48,7 +49,7 @@ def damage(draw, names: tuple[str, ...]):
     """(file name, how) for one file of a folder."""
     name = draw(st.sampled_from(names))
     how = draw(st.sampled_from(["truncate", "random", "non-utf8", "delete", "json", "column",
-                                "cell"]))
+                                "cell", "fifo", "device", "sparse"]))
     return name, how, draw(st.floats(0.0, 1.0)), draw(st.binary(max_size=64)), draw(
         st.sampled_from(FOREIGN_JSON)), draw(st.sampled_from(CELLS)), draw(st.integers(0, 99))
 
@@ -59,6 +60,15 @@ def apply(path: Path, how: str, cut: float, noise: bytes, foreign, cell: str,
     data = path.read_bytes()
     if how == "delete":
         path.unlink()
+    elif how == "fifo":  # a named pipe: opening it to read waits for a writer
+        path.unlink()
+        os.mkfifo(path)
+    elif how == "device":  # an endless device behind the name
+        path.unlink()
+        path.symlink_to("/dev/zero" if os.path.exists("/dev/zero") else os.devnull)
+    elif how == "sparse":  # zero bytes with no line end after what it held (a hole)
+        with path.open("r+b") as handle:
+            handle.truncate(len(data) + 64 * 2**20)
     elif how == "random":
         path.write_bytes(noise)
     elif how == "non-utf8":
@@ -101,6 +111,14 @@ def _damaged(pristine: Path, tmp: Path, damaged) -> Path:
     if (folder / name).exists():
         apply(folder / name, *how)
     return folder
+
+
+def _snapshot(folder: Path) -> dict[str, object]:
+    """Each entry of ``folder``: a regular file's bytes, else what it is (a pipe or a link
+    is not read: that would wait for a writer, or never end)."""
+    return {p.name: (p.read_bytes() if p.is_file() and not p.is_symlink()
+                     else ("link", os.readlink(p)) if p.is_symlink() else "not a file")
+            for p in folder.iterdir()}
 
 
 def _nothing_half_written(result, out: Path) -> None:
@@ -155,6 +173,7 @@ def test_a_damaged_grid_file_keeps_the_error_contract_and_writes_nothing(n, tmp_
                                     ("duration = 10.0", "duration = 1e12")]))
     def check(damaged, replace):
         text = GRID if replace is None else GRID.replace(*replace)
+        source.unlink(missing_ok=True)  # an example before may have left a pipe or a link
         source.write_text(text)
         if replace is None:
             apply(source, *damaged[1:])
@@ -190,11 +209,12 @@ def test_resuming_a_damaged_grid_keeps_the_contract_and_destroys_no_finished_cel
         shutil.copytree(finished_grid / "cells", out)
         name, *how = damaged
         apply(out / name, *how)
-        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        before = _snapshot(out)
         result = invoke_checked(["grid", str(finished_grid / "grid.toml"), "--out", str(out)])
         if result.exit_code == 2:  # refused: every file as it was
-            assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+            assert _snapshot(out) == before
         else:  # resumed: every cell is there (run again where its line was lost)
+            assert (out / "cells.csv").is_file() and not (out / "cells.csv").is_symlink()
             rows = list(csv.DictReader(io.StringIO((out / "cells.csv").read_text())))
             assert sorted(int(r["cell"]) for r in rows) == [0, 1, 2, 3]
             assert json.loads((out / "grid.json").read_text())["status"] == "complete"

@@ -432,6 +432,11 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
         if earlier.get("status") == RUNNING and writer_alive(earlier):
             raise LatsimError(f"{out}: process {writer.get('pid')} on this host is still "
                               "running this grid; wait for it, or stop it before resuming")
+    for name in ("grid.json", "cells.jsonl", "cells.csv", "cells.parquet"):
+        target = out / name  # the grid's own files: refused before any is written
+        if (target.exists() or target.is_symlink()) and not target.is_file():
+            raise LatsimError(f"{target}: not a regular file (a device, pipe or folder) "
+                              "where the grid keeps its own; use another --out")
     done = _read_done(lines_path, spec)
     meta = {"format": FORMAT, **spec.payload(), "digest": spec.digest,
             "n_cells": spec.n_cells, "scheduler": scheduler}
