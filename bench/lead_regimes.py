@@ -25,7 +25,13 @@ import time
 import numpy as np
 
 from latsim.analysis.serving import viewer_stall_pct
-from latsim.experiments.engine import Experiment, auto_lead_wait, plan, run_experiment
+from latsim.experiments.engine import (
+    Experiment,
+    auto_lead_wait,
+    pilot_wait_budget,
+    plan,
+    run_experiment,
+)
 from latsim.model.serving import ServingConfig
 
 TARGET_PCT = 0.1
@@ -69,12 +75,53 @@ def experiment(regime: dict, duration: float, seeds: int) -> Experiment:
                               schedule=regime["schedule"]))
 
 
+def pilots_at_their_answer(quick: bool, replications: int) -> None:
+    """Per regime and policy and pilot replication: the lead ``auto`` answers (its pilot
+    at the base lead plus the nD/D/1 quantile) and the one a second pilot, run at that
+    answer, gives. Where the second is higher, the first pilot's waits were those of a
+    shorter lead than the one it chose."""
+    for regime in regimes(quick):
+        setting = experiment(regime, 600.0, 1)
+        p = plan(setting)
+        waits = dict(p.auto_leads)
+        for cell in p.cells:
+            name = cell.policy.name
+            wait, _ = waits[8, name]  # the plan's pilot (replication 0) at base + quantile
+            base = cell.lead - wait
+            pairs = []
+            for replication in range(replications):
+                first = base + (wait if replication == 0 else pilot_wait_budget(
+                    setting, 8, base + _closed_form(setting), name, replication))
+                pairs.append((first, base + pilot_wait_budget(setting, 8, first, name,
+                                                              replication)))
+            print(f"rho {regime['rho']:.2f} G {regime['groups']}x{regime['degree']} "
+                  f"{regime['start']:9s} {regime['schedule']:11s} rate {regime['rate']:<5g} "
+                  f"{regime['cost']:9s} {name:11s} lead first -> at it: "
+                  + ", ".join(f"{a:.3f}->{b:.3f}" for a, b in pairs), flush=True)
+
+
+def _closed_form(setting: Experiment) -> float:
+    from latsim.controller.timing import Timing
+    from latsim.experiments.engine import _sources, closed_form_wait
+
+    cost, _ = _sources(setting)
+    serving, cost = setting.serving.resolve(cost)  # type: ignore[union-attr]
+    return closed_form_wait(serving, cost, Timing(8, setting.r, setting.fps)) or 0.0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--duration", type=float, default=600.0)
     parser.add_argument("--seeds", type=int, default=6)
+    parser.add_argument("--pilots", type=int, default=0, metavar="N",
+                        help="instead of the runs: for N pilot replications of each "
+                        "regime, the lead auto answers and the lead a second pilot, run at "
+                        "that answer, gives (the waits depend on the lead the pilot runs at)")
     options = parser.parse_args()
+    if options.pilots:
+        pilots_at_their_answer(options.quick, options.pilots)
+        return
     print(f"target: viewer stall <= {TARGET_PCT}% ({options.seeds} seeds x "
           f"{options.duration:g} s each)")
     misses = 0

@@ -365,6 +365,26 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,
       (a stage's first record: a pipeline records one per rank, each later rank starting
       a round later, which C already counts); refills and replans alike.
     """
+    from latsim.model.lead import pilot_seconds
+
+    cost, _ = _sources(experiment)
+    serving, cost = experiment.serving.resolve(cost)  # type: ignore[union-attr]
+    if serving.streams == 1:  # its own chunks in flight, or a pipeline's round, are not it
+        return 0.0, "one stream: no device shared"
+    timing = Timing(K, experiment.r, experiment.fps)
+    seconds = pilot_seconds(serving.streams)
+    return (pilot_wait_budget(experiment, K, base_lead + (closed_form_wait(serving, cost,
+                                                                            timing) or 0.0),
+                              policy),
+            f"pilot run of {seconds:g} s, stall-targeted")
+
+
+def pilot_wait_budget(experiment: Experiment, K: int, pilot_lead: float, policy: str,
+                      replication: int = 0) -> float:
+    """The stall-targeted wait budget (s) of one pilot run of ``policy``'s cell at chunk
+    size ``K`` with the lead ``pilot_lead`` (replication ``replication``): the body of
+    :func:`auto_lead_wait`, which runs it once at the nD/D/1 quantile;
+    ``bench/lead_regimes.py --pilots`` runs it again at the lead it answers."""
     from latsim.model.lead import (
         AUTO_STALL,
         PILOT_BATCHES,
@@ -374,20 +394,17 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,
 
     cost, _ = _sources(experiment)
     serving, cost = experiment.serving.resolve(cost)  # type: ignore[union-attr]
-    if serving.streams == 1:  # its own chunks in flight, or a pipeline's round, are not it
-        return 0.0, "one stream: no device shared"
-    timing = Timing(K, experiment.r, experiment.fps)
     seconds = pilot_seconds(serving.streams)
-    pilot = replace(experiment, Ks=(K,), records="all", seeds=1, duration=seconds,
-                    lead=base_lead + (closed_form_wait(serving, cost, timing) or 0.0),
-                    max_events=10**15)
+    pilot = replace(experiment, Ks=(K,), records="all", seeds=replication + 1,
+                    duration=seconds, lead=pilot_lead, max_events=10**15)
     p = plan(pilot)
-    check_work(plan_events(p) / len(p.cells), experiment.max_events, "--max-events",
+    check_work(plan_events(p) / len(p.cells) / p.replications, experiment.max_events,
+               "--max-events",
                f"--lead auto's pilot run for {policy} ({serving.streams} stream(s) x "
                f"{seconds:g} s) comes to about {{n}} events",
                ", or give --lead a number of seconds, or cost")
     (index,) = [i for i, cell in enumerate(p.cells) if cell.policy.name == policy]
-    run = run_cell(pilot, index, 0, p)
+    run = run_cell(pilot, index, replication, p)
     per_stage: dict[tuple[int, int, str], float] = {}
     enqueued: dict[tuple[int, int], float] = {}
     for task in run.tasks:  # type: ignore[union-attr]
@@ -404,8 +421,7 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,
         batches[min(PILOT_BATCHES - 1, int(enqueued[job] / seconds * PILOT_BATCHES))].append(
             wait)
     budget = AUTO_STALL * serving.streams * seconds / PILOT_BATCHES
-    return (confident_wait_budget(batches, budget),
-            f"pilot run of {seconds:g} s, stall-targeted")
+    return confident_wait_budget(batches, budget)
 
 
 def cell_slots(p: Plan, cell: Cell) -> float:
