@@ -457,12 +457,13 @@ class Controller:
         self.events_handled += 1
         out: list[Command] = []
         self._finish_job(job_id, now, out)
-        if self._refill_due_at(now) <= now + EPS:
+        due = self._refill_due_at(now)
+        if due <= now + EPS:
             self._start_job("refill", self._planned_end, now, out)
             return out[0]  # type: ignore[return-value]
         self.state = State.CONSUME
         self._rows = self._dispatch[State.CONSUME]
-        self._armed_refill = due = self._refill_due_at(now)
+        self._armed_refill = due
         return due
 
     def play_quiet_shifted(self, clock: float, origin: float, horizon: float,

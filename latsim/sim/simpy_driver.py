@@ -132,12 +132,8 @@ class _SimPyPort:
         return tick[2].position, tick[0]
 
     def horizon(self) -> float:
-        tick, timers = self._tick, self._timers
-        besides = math.inf
-        for entry in timers:  # a handful: the tick, a wake-up or two, a job's end
-            if entry[0] < besides and entry is not tick and entry[2] is not None:
-                besides = entry[0]
-        return min(besides, self.env.peek_besides(self._wake), self.skip_until)
+        return min(_first_besides(self._timers, self._tick, math.inf),
+                   self.env.peek_besides(self._wake), self.skip_until)
 
     def move_tick(self, at: float, position: int) -> None:
         self._tick[2] = None  # type: ignore[index]
@@ -219,21 +215,15 @@ def _play_through(run: StreamRun, timers: list[list], horizon: float, order: Ite
         if type(event) is SlotDue:
             tick = None
         last = at
-        if (type(event) is WakeUp and tick is not None and tick[0] >= delta
-                and tick[0] == ctrl.next_due and tick[2].position == ctrl.next_position):
+        if type(event) is WakeUp and _tick_pending(tick, ctrl, delta):
             job = ctrl.quiet_wake(at)
             if job is not None:  # a refill cycle with nothing else going on: by the chunk
-                bound = horizon
-                for other in timers:
-                    if other[0] < bound and other is not tick and other[2] is not None:
-                        bound = other[0]
-                last, pending_at, pending = _refill_cycles(ctrl, starts, job, at, bound,
-                                                           job_end, delta)
+                last, pending_at, pending = _refill_cycles(
+                    ctrl, starts, job, at, _first_besides(timers, tick, horizon), job_end,
+                    delta)
                 heappush(timers, [pending_at, (False, next(order)), pending])
-                if tick[0] != ctrl.next_due or tick[2].position != ctrl.next_position:
-                    tick[2] = None
-                    tick = [ctrl.next_due, (True, next(order)), SlotDue(ctrl.next_position)]
-                    heappush(timers, tick)
+                if not _tick_pending(tick, ctrl, delta):
+                    tick = _ask_tick(tick, ctrl, timers, order)
                 continue
         for command in handle(event, at):
             if type(command) is ScheduleWakeUp:
@@ -246,17 +236,36 @@ def _play_through(run: StreamRun, timers: list[list], horizon: float, order: Ite
                 starts[command.job_id] = at
                 heappush(timers, [job_end(command, at), (False, next(order)),
                                   JobDone(command.job_id)])
-        if (tick is not None and tick[0] >= delta and tick[0] == ctrl.next_due
-                and tick[2].position == ctrl.next_position):
-            besides = horizon
-            for other in timers:
-                if other[0] < besides and other is not tick and other[2] is not None:
-                    besides = other[0]
-            if ctrl.play_ahead(besides):
-                tick[2] = None
-                tick = [ctrl.next_due, (True, next(order)), SlotDue(ctrl.next_position)]
-                heappush(timers, tick)
+        if (_tick_pending(tick, ctrl, delta)
+                and ctrl.play_ahead(_first_besides(timers, tick, horizon))):
+            tick = _ask_tick(tick, ctrl, timers, order)
     return last
+
+
+def _first_besides(timers: list[list], tick: list | None, bound: float) -> float:
+    """The time of the earliest live timer of ``timers`` other than ``tick``, if before
+    ``bound`` (a handful of entries: the tick, a wake-up or two, a job's end)."""
+    for entry in timers:
+        if entry[0] < bound and entry is not tick and entry[2] is not None:
+            bound = entry[0]
+    return bound
+
+
+def _tick_pending(tick: list | None, ctrl: Controller, delta: float) -> bool:
+    """Whether ``tick`` is the controller's next tick where :meth:`Controller.play_ahead`
+    expects it (see :class:`_SimPyPort`)."""
+    return (tick is not None and tick[0] >= delta and tick[0] == ctrl.next_due
+            and tick[2].position == ctrl.next_position)
+
+
+def _ask_tick(tick: list | None, ctrl: Controller, timers: list[list],
+              order: Iterator[int]) -> list:
+    """Take ``tick`` back and ask for the controller's next one: its new entry."""
+    if tick is not None:
+        tick[2] = None
+    entry = [ctrl.next_due, (True, next(order)), SlotDue(ctrl.next_position)]
+    heappush(timers, entry)
+    return entry
 
 
 def _refill_cycles(ctrl: Controller, starts: dict[int, float], job: StartJob, now: float,
@@ -277,12 +286,11 @@ def _refill_cycles(ctrl: Controller, starts: dict[int, float], job: StartJob, no
         end = job_end(job, now)
         if ctrl.next_due >= delta:
             ctrl.play_ahead(min(end, bound))
-        done = JobDone(job.job_id)
         if not end < bound or ctrl.next_due < end:  # a tick before it is not quiet
-            return last, end, done
+            return last, end, JobDone(job.job_id)
         after = ctrl.quiet_job_done(job.job_id, end)
         if after is None:
-            return last, end, done
+            return last, end, JobDone(job.job_id)
         last = now = end
         if type(after) is StartJob:  # the next refill was due already
             job = after
