@@ -263,6 +263,10 @@ def _run(steps: int) -> None:
     COUNT.update({key: 0 for key in COUNT})
     run_state_machine_as_test(InFlightMachine, settings=settings(
         max_examples=max(1, steps // STEPS_PER_RUN), stateful_step_count=STEPS_PER_RUN,
+        # the same examples every run, as the folder fuzz: drawn afresh, one CI run in
+        # many drew no flush in its 3,000 steps and failed the coverage check below
+        # (LATSIM_FUZZ_RANDOM=1 draws new ones)
+        derandomize=os.environ.get("LATSIM_FUZZ_RANDOM") != "1",
         deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                               HealthCheck.filter_too_much,
                                               HealthCheck.data_too_large]))
