@@ -446,3 +446,27 @@ def test_waiting_dit_tasks_run_as_one_batch_at_the_batch_cost():
             assert first[0].batch != first[1].batch
             assert first[1].t_start == pytest.approx(first[0].t_end)
             assert first[0].t_end - first[0].t_start == pytest.approx(0.4)
+
+
+def test_replication_standard_errors_are_those_of_the_pooled_metrics():
+    """With equal windows the pooled stall % is the mean of the replications', so its
+    jackknife SE is their s/√n; the percentiles' SEs are there from two replications."""
+    from latsim.analysis.serving import replication_se, viewer_stall_pct
+    from latsim.experiments.engine import Experiment, run_experiment
+
+    experiment = Experiment(Ks=(8,), cost="lognormal:0.45,0.3", updates="poisson:0.2",
+                            policies=("speculative",), lead=0.6, duration=120.0, seeds=5,
+                            serving=ServingConfig(streams=3, start="random"))
+    result = run_experiment(experiment, jobs=1)
+    runs = result.runs[8, "speculative"]
+    row = next(r for r in result.rows if r["policy"] == "speculative")
+    spread = replication_se(runs)
+    server = np.array([serving_metrics([run])["stall_pct"] for run in runs])
+    viewer = np.array([viewer_stall_pct([run]) for run in runs])
+    assert server.mean() == pytest.approx(row["stall_pct"], rel=1e-9)
+    assert viewer.mean() == pytest.approx(row["viewer_stall_pct"], rel=1e-9)
+    assert server.std(ddof=1) > 0  # else the check below says nothing
+    assert spread["stall_pct_se"] == pytest.approx(server.std(ddof=1) / math.sqrt(5))
+    assert spread["viewer_stall_pct_se"] == pytest.approx(viewer.std(ddof=1) / math.sqrt(5))
+    assert all(spread[f"L{level}_se"] > 0 for level in (50, 95, 99))
+    assert set(replication_se(runs[:1]).values()) == {None}

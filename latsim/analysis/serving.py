@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from latsim.analysis.latency import VIEWER, latency_stats
-from latsim.analysis.metrics import stall_time_in_window, summarize
+from latsim.analysis.latency import LEVELS, VIEWER, latency_stats, replication_percentile_se
+from latsim.analysis.metrics import paired_jackknife_se, stall_time_in_window, summarize
 from latsim.numeric import total
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunRecords, window_overlap
@@ -56,6 +56,26 @@ def viewer_stall_pct(runs: Sequence[ServingRecords]) -> float:
 
 def _viewer_pct(client: float, server: float, window: float) -> float:
     return 100.0 * (client + server) / window if window else 0.0
+
+
+def _pct(totals: np.ndarray) -> float:
+    return 100.0 * float(totals[0] / totals[1]) if totals[1] > 0 else math.nan
+
+
+def replication_se(runs: Sequence[ServingRecords]) -> dict[str, float | None]:
+    """Standard errors over replications of the pooled metrics a figure draws error bars
+    for: ``L50_se``, ``L95_se`` and ``L99_se`` (the viewer's L, jackknife of the pooled
+    percentile), ``stall_pct_se`` (the server's) and ``viewer_stall_pct_se`` (jackknife of
+    the pooled stall time over the pooled window). None with fewer than two replications."""
+    shown = [[v.L for v in run.viewer if v.displayed] for run in runs]
+    out: dict[str, float | None] = {f"L{level}_se": replication_percentile_se(shown, level)
+                                    for level in LEVELS}
+    seconds = [_stall_seconds([run]) for run in runs]
+    server = np.array([[s, w] for _, s, w in seconds]).reshape(-1, 2)
+    viewer = np.array([[c + s, w] for c, s, w in seconds]).reshape(-1, 2)
+    out["stall_pct_se"] = paired_jackknife_se(server, _pct)
+    out["viewer_stall_pct_se"] = paired_jackknife_se(viewer, _pct)
+    return out
 
 
 def _stall_intervals(run: ServingRecords, stream: int) -> list[tuple[float, float]]:

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from latsim.analysis.serving import replication_se
 from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
 from latsim.experiments.engine import Experiment, prefetched, run_experiment
@@ -94,7 +95,14 @@ def _experiment(setting: Setting, policy: str, trace_dir: Path, lead: float, pla
 
 
 def _row_of(result, policy: str) -> dict:
-    return next(row for row in result.rows if row["policy"] == policy)
+    """``policy``'s summary row, with the standard errors over replications that the
+    figure's error bars use (:func:`~latsim.analysis.serving.replication_se`)."""
+    row = next(row for row in result.rows if row["policy"] == policy)
+    return {**row, **replication_se(result.runs[row["K"], policy])}
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 6)
 
 
 def e2e_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS,
@@ -148,6 +156,7 @@ def _e2e_rows(root: Path, jobs: int | None, max_events: int, lead: float, cells:
                     "calibrated_on": f"{calibration[0]} {calibration[1]} L50 {calibration[2]}",
                     "setting": setting.name, "policy": policy, "metric": metric,
                     "load": load, "paper": paper, "ours": round(ours, 6),
+                    "ours_se": _rounded(row[f"{metric}_se"]),
                     "server_side": round(row["L_server50" if metric == "L50"
                                              else "stall_pct"], 6),
                     "err_pct": round(100 * (ours - paper) / paper, 3) if paper else None,
@@ -189,6 +198,7 @@ def _ltx_stall_rows(root: Path, jobs: int | None, max_events: int) -> list[dict]
                 "calibrated_on": "C: short from its stall cells, long from its reduction",
                 "setting": name, "policy": policy, "metric": "viewer_stall_pct", "load": load,
                 "paper": paper, "ours": round(row["viewer_stall_pct"], 6),
+                "ours_se": _rounded(row["viewer_stall_pct_se"]),
                 "server_side": round(row["stall_pct"], 6), "err_pct": None,
                 "diff": round(row["viewer_stall_pct"] - paper, 6), "role": role,
                 "n_conditions": row["n_conditions"], "usp": usp_degree(setting),
@@ -275,9 +285,9 @@ def _shared_device_row(root: Path, jobs: int | None, max_events: int, streams: i
     experiment = _shared_device_experiment(root, max_events, streams, **serving)
     row = _row_of(run_experiment(experiment, jobs=jobs), "speculative")
     return {"streams": streams, **serving,
-            **{key: (None if row[key] is None else round(float(row[key]), 6))
-               for key in ("L50", "L95", "L99", "R_mean", "Q_mean", "stall_pct", "w",
-                           "busy_pct")},
+            **{key: _rounded(row[key])
+               for key in ("L50", "L50_se", "L95", "L95_se", "L99", "R_mean", "Q_mean",
+                           "stall_pct", "stall_pct_se", "w", "busy_pct")},
             "queue_wait_dit": round(row["queue_wait_mean_by_stage"].get("dit", 0.0), 6)}
 
 

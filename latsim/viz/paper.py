@@ -167,7 +167,8 @@ def serving_figure(tables: dict[str, list[dict]]) -> Figure:
     left.bar(x - 0.2, [c["paper"] for c in cells], 0.4, color=SOURCE_COLORS["paper"],
              label="paper")
     left.bar(x + 0.2, [c["ours"] for c in cells], 0.4, color=SOURCE_COLORS["simulated"],
-             label="ours")
+             yerr=[c.get("ours_se") or 0.0 for c in cells], capsize=3,
+             label="ours (± 1 SE over replications)")
     left.set_xticks(x, [f"{c['setting'].split()[1]} {c['policy'][:4]}\n{c['load']}"
                         f"{' (fit)' if c['role'] == 'calibrated' else ''}" for c in cells],
                     fontsize=FONT["tick"] - 1)
@@ -178,10 +179,11 @@ def serving_figure(tables: dict[str, list[dict]]) -> Figure:
     for discard, color in (("on-start", style.PALETTE["grey"]),
                            ("on-ready", style.PALETTE["blue"])):
         rows = [r for r in tables["discard"] if r["discard"] == discard]
-        right.plot([r["streams"] for r in rows], [r["stall_pct"] for r in rows], "o-",
-                   color=color, label=discard)
+        right.errorbar([r["streams"] for r in rows], [r["stall_pct"] for r in rows],
+                       yerr=[r.get("stall_pct_se") or 0.0 for r in rows], fmt="o-",
+                       capsize=3, color=color, label=discard)
     right.set_xlabel("speculative streams on one device")
-    right.set_ylabel("stall (%)")
+    right.set_ylabel("stall (%, ± 1 SE)")
     style.title(right, "when a replan discards the old future")
     right.legend(fontsize=FONT["legend"])
     style.integer_ticks(right.xaxis)
