@@ -139,9 +139,9 @@ def print_serving_report(tables: dict[str, list[dict]]) -> None:
         print_table(
             f"End to end, calibrated on: {group}",
             columns(("setting", 0), ("policy", 0), ("metric", 0), ("load", 0), ("paper", 0),
-                    ("ours", 0), ("error", 1), ("role", 2)),
+                    ("ours", 0), ("± SE", 2), ("error", 1), ("role", 3)),
             [[r["setting"], r["policy"], _METRIC.get(r["metric"], r["metric"]), r["load"],
-              fmt(r["paper"]), fmt(r["ours"]), _error(r), r["role"]]
+              fmt(r["paper"]), fmt(r["ours"]), fmt(r.get("ours_se")), _error(r), r["role"]]
              for r in tables["e2e"] if r["calibrated_on"] == group])
     print_table(
         "Headroom: streams per USP group meeting the SLO (viewer stall <= 0.1 %)",
@@ -153,10 +153,12 @@ def print_serving_report(tables: dict[str, list[dict]]) -> None:
     for table in ("discard", "schedule"):
         print_table(
             f"{table.capitalize()}: speculative streams sharing one device",
-            columns(("streams", 0), (table, 0), ("stall %", 0), ("L50", 0), ("L95", 0),
-                    ("L99", 1)),
-            [[str(r["streams"]), r[table], fmt(r["stall_pct"]), fmt(r["L50"]), fmt(r["L95"]),
-              fmt(r["L99"])] for r in tables[table]])
+            columns(("streams", 0), (table, 0), ("stall %", 0), ("± SE", 1), ("L50", 0),
+                    ("L95", 0), ("± SE ", 1), ("L99", 2)),
+            [[str(r["streams"]), r[table], fmt(r["stall_pct"]), fmt(r.get("stall_pct_se")),
+              fmt(r["L50"]), fmt(r["L95"]), fmt(r.get("L95_se")), fmt(r["L99"])]
+             for r in tables[table]],
+            ["[dim]± SE: standard error over replications (the stall %'s, then L95's)[/dim]"])
     if tables.get("lead"):
         print_table(
             "Lead: C's 0.99 quantile (cost) vs --lead auto (fixed C = 0.5 s, one device)",
