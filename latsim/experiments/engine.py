@@ -368,7 +368,9 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,
       answer, and the larger of the two budgets: the waits depend on the lead (a longer
       one asks for each chunk earlier, so the jobs meet in other places), and a pilot at a
       shorter lead than its answer can under-cover (replan-first, staggered, ρ = 0.8: 1.37
-      s where about 1.51 s keeps the target; the second pilot gives 1.54 s).
+      s where about 1.51 s keeps the target; the second pilot gives 1.54 s). Not where
+      refills alone overload a device (:func:`refill_load` >= 1): no budget keeps the
+      target there, and a pilot at a longer lead only waits longer.
     """
     from latsim.model.lead import pilot_seconds
 
@@ -378,9 +380,9 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,
         return 0.0, "one stream: no device shared"
     timing = Timing(K, experiment.r, experiment.fps)
     seconds = pilot_seconds(serving.streams)
-    quantile = closed_form_wait(serving, cost, timing) or 0.0
-    wait = pilot_wait_budget(experiment, K, base_lead + quantile, policy)
-    if wait <= quantile + 1e-6:  # the budget's resolution
+    quantile = closed_form_wait(serving, cost, timing)
+    wait = pilot_wait_budget(experiment, K, base_lead + (quantile or 0.0), policy)
+    if quantile is None or wait <= quantile + 1e-6:  # overloaded, or the budget's resolution
         return wait, f"pilot run of {seconds:g} s, stall-targeted"
     again = pilot_wait_budget(experiment, K, base_lead + wait, policy)
     return max(wait, again), f"2 pilot runs of {seconds:g} s, stall-targeted"
