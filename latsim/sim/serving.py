@@ -325,6 +325,8 @@ class _Engine:
                 task.port.job_started(task.job_id, now, took, now > task.t_enqueue)
             if task.last:
                 task.port.job_end_at = now + took
+            else:
+                task.port.step_end_at = now + took
 
         self.running[batch_id] = (pool, device, batch, now)
 
@@ -383,6 +385,10 @@ class _StreamPort:
         # of the device's task), a touch
         self.last_stage = _last_stage(engine.generator) if config.in_flight == 1 else None
         self.job_end_at = -math.inf
+        # ... and before that, the end of the job's step running on a device (its DiT step,
+        # with a decode to follow): the step's end then looks again (:meth:`step_ended`)
+        self.step_end_at = -math.inf
+        self._step_touch = False  # the queued tick was looked for up to that step's end
         self._timer_callbacks = (self._on_timer,)
         self._arrival_callbacks = (self._on_arrival,)
         self._arrivals: list[tuple[float, int, int, float]] = []  # latest first (start_playback)
@@ -451,14 +457,20 @@ class _StreamPort:
         that shows a condition (its place in the order is the tick's own): the ticks
         before it are played when something next touches the stream (:meth:`catch_up`)
         or when it runs. None is queued where the ticks are quiet up to the stream's next
-        timer or arrival, which touches it. One queued earlier for another tick goes
-        stale."""
+        timer or arrival, which touches it, or its job's end, or the end of the job's step
+        running now (which looks again, :meth:`step_ended`). One queued earlier for another
+        tick goes stale."""
         if self._tick_pos < 0 or self.closed:
             return
         ctrl = self._ctrl
         touch = min(self._timers[0], self._arrival_at) if self._timers else self._arrival_at
-        if self.env.now < self.job_end_at < touch:
+        now = self.env.now
+        self._step_touch = False
+        if now < self.job_end_at < touch:
             touch = self.job_end_at
+        elif now < self.step_end_at < touch and self.last_stage is not None:
+            touch = self.step_end_at
+            self._step_touch = True
         played, at = (ctrl.play_quiet_shifted(self._tick_at, self.origin, touch, dry=True)
                       if self._tick_pos == ctrl.next_position else (0, self._tick_at))
         if at >= touch:
@@ -471,6 +483,13 @@ class _StreamPort:
             self._queued = tick
             self._queued_id += 1
             self.env.call_tick_at(at, self._queued_callbacks, self._queued_id, self.index)
+
+    def step_ended(self) -> None:
+        """A step of the stream's job ended and the next was submitted: where the queued
+        tick was looked for only up to that end, look again (the next step may have
+        started, so the job's end is known; else up to the next touch)."""
+        if self._step_touch and not self.closed:
+            self._queue_tick()
 
     def last_quiet_tick(self, limit: float) -> float:
         """The clock time of the last quiet tick this stream holds unplayed at or before
@@ -693,6 +712,8 @@ class _JobSteps:
         port.engine.submit(port, self.job_id, self.kind, step, first,
                            self._first_done if first else self._done,
                            self.since if first else None)
+        if not first:
+            port.step_ended()
 
     def _first_done(self, start: float, _end: float) -> None:
         self.started = start
