@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import socket
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -377,6 +380,35 @@ def test_the_command_prints_the_envelope_and_writes_its_folder(tmp_path):
     table = runner.invoke(app, ["fleet", str(path), "--seeds", "1"], env={"COLUMNS": "80"})
     assert table.exit_code == 0 and "condition L95 (s)" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
+
+
+def test_a_folder_another_live_run_writes_is_refused_and_a_dead_ones_replaced(tmp_path):
+    """fleet.json's writer stamp is read back: a run still writing there is refused (two
+    would interleave their rows), a killed one's folder is taken over, and a fleet.json
+    that is not a fleet's is not replaced."""
+    path = tmp_path / "fleet.toml"
+    path.write_text(SMALL_FLEET)
+    out = tmp_path / "out"
+    out.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stamp = {"format": "latsim-fleet", "format_version": 1, "status": "running",
+                 "writer": {"pid": sleeper.pid, "host": socket.gethostname()}}
+        (out / "fleet.json").write_text(json.dumps(stamp))
+        live = runner.invoke(app, ["fleet", str(path), "--seeds", "1", "--out", str(out)])
+        assert live.exit_code == 2, live.output
+        assert f"process {sleeper.pid} on this host is still writing" in live.stderr
+        assert live.stderr.count("\n") == 1
+        assert json.loads((out / "fleet.json").read_text()) == stamp  # untouched
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    dead = runner.invoke(app, ["fleet", str(path), "--seeds", "1", "--out", str(out)])
+    assert dead.exit_code == 0, dead.output
+    assert json.loads((out / "fleet.json").read_text())["status"] == "complete"
+    (out / "fleet.json").write_text('{"format": "latsim-grid"}')
+    foreign = runner.invoke(app, ["fleet", str(path), "--seeds", "1", "--out", str(out)])
+    assert foreign.exit_code == 2 and "not a fleet's record" in foreign.stderr
 
 
 def test_the_command_refuses_bad_flags_and_work_beyond_its_bound(tmp_path):

@@ -49,7 +49,8 @@ from latsim.run.fleet import FleetRecords
 _WORKLOAD_KEY = 2**33
 _PLACEMENT_KEY = 2**33 + 1
 _NODE_KEY = 2**34
-#: The version of a fleet run folder's ``fleet.json``.
+#: A fleet run folder's ``fleet.json``: its format and version.
+FLEET_FORMAT = "latsim-fleet"
 FLEET_FORMAT_VERSION = 1
 
 
@@ -336,6 +337,7 @@ class FleetFolder:
         self.out = out
         self.fp = fp
         self.results: list[ReplicationResult] = []
+        _refuse_a_live_writer(out / "fleet.json")
         out.mkdir(parents=True, exist_ok=True)
         self._write("running")
 
@@ -352,7 +354,7 @@ class FleetFolder:
 
         results = sorted(self.results, key=lambda r: r.replication)
         write_json(self.out / "fleet.json", {
-            "format": "latsim-fleet", "format_version": FLEET_FORMAT_VERSION,
+            "format": FLEET_FORMAT, "format_version": FLEET_FORMAT_VERSION,
             "status": status, "replications_done": len(results),
             "replications": self.fp.run.seeds, "config": self.fp.run.describe()})
         write_json(self.out / "summary.json", [pooled_row(self.fp, results)])
@@ -365,6 +367,24 @@ class FleetFolder:
                                          for row in r.sessions])):
             if rows:
                 write_rows_csv(self.out / f"{name}.csv", rows)
+
+
+def _refuse_a_live_writer(path: Path) -> None:
+    """Refuse a folder whose ``fleet.json`` is not a fleet's, or says ``running`` for a
+    process on this host that still runs (:func:`latsim.run.folder.writer_alive`): two
+    runs would write over each other's rows. One whose writer is gone (killed) is
+    replaced."""
+    from latsim.run.folder import RUNNING, read_json, writer_alive
+
+    if not (path.exists() or path.is_symlink()):
+        return
+    earlier = read_json(path)
+    if not isinstance(earlier, dict) or earlier.get("format") != FLEET_FORMAT:
+        raise LatsimError(f"{path}: not a fleet's record; use another --out")
+    if earlier.get("status") == RUNNING and writer_alive(earlier):
+        raise LatsimError(f"{path.parent}: process {earlier['writer'].get('pid')} on this "
+                          "host is still writing a fleet run there; wait for it, stop it, "
+                          "or use another --out")
 
 
 def _run_sharded(fp: FleetPlan, pool, progress, done) -> list[ReplicationResult]:

@@ -245,7 +245,9 @@ def write_simulated_run(run_dir: Path, config: ControllerConfig, trace: Trace,
 # ---------------------------------------------------------------- reading
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A run folder's JSON file, bounded (:data:`MAX_INPUT_BYTES`); a one-line error for
+    one that cannot be read or parsed."""
     try:
         return json.loads(read_file_bytes(path, MAX_INPUT_BYTES).decode("utf-8"))
     except OSError as exc:
@@ -467,7 +469,7 @@ def read_run_folder(path: str | Path) -> RunFolder:
         if not (folder / "jobs.csv").is_file():
             raise LatsimError(f"{path}: not a run folder (config.json and jobs.csv missing)")
         return RunFolder(folder, {}, ())  # bare record CSVs: status reads incomplete
-    config = _read_json(folder / "config.json")
+    config = read_json(folder / "config.json")
     if not isinstance(config, dict):
         raise LatsimError(f"{folder / 'config.json'}: expected a JSON object")
     kind = config.get("kind")
@@ -492,7 +494,7 @@ def read_run_folder(path: str | Path) -> RunFolder:
     summary_path = folder / "summary.json"
     summaries: tuple[dict, ...] = ()
     if summary_path.is_file():
-        loaded = _read_json(summary_path)
+        loaded = read_json(summary_path)
         summaries = tuple(loaded) if isinstance(loaded, list) else (loaded,)
         if not all(isinstance(row, dict) for row in summaries):
             raise LatsimError(f"{summary_path}: expected a JSON object or a list of objects")
