@@ -2,7 +2,8 @@
 
 Every such time comes from a committed benchmark file: ``results/bench/commands.json``
 (bench/bench_commands.py) for the commands, ``results/bench/fleet_target.json``
-(bench/bench_fleet.py) for the 10,000-viewer fleet. A document quotes a row in the form
+(bench/bench_fleet.py) for the 10,000-viewer fleet, ``results/bench/plan_target.json``
+(bench/bench_plan.py --target) for the Wan plan. A document quotes a row in the form
 ``bench_commands.quote`` writes; this test checks every quote against its file, and that
 no document quotes the file with a time no row holds.
 """
@@ -56,3 +57,15 @@ def test_the_fleet_targets_times_are_the_benchmarks():
                  and row["mode"] == "sharded" and row["viewers"] == 10_000 and row["jobs"] == 2]
         assert walls, build
         assert quoted == f"{statistics.median(walls) / 60:.1f}", build
+
+
+def test_the_plan_targets_times_are_the_benchmarks():
+    rows = json.loads((ROOT / "results" / "bench" / "plan_target.json").read_text())["rows"]
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(r"takes ([0-9.]+) minutes on 2\s+cores, ([0-9.]+) with the compiled "
+                      r"build \(wall, one run of each of `bench/bench_plan.py", readme)
+    assert found, "README: the Wan plan's times"
+    for build, quoted in (("pure Python", found.group(1)),
+                          ("compiled with mypyc", found.group(2))):
+        (wall,) = [row["wall_s"] for row in rows if row["build"] == build]
+        assert quoted == f"{wall / 60:.1f}", build
