@@ -45,27 +45,35 @@ def test_every_benchmarked_command_has_a_row_and_no_document_quotes_a_stale_one(
     assert cited == quoted, "a document quotes results/bench/commands.json with no row"
 
 
+def _quoted_minutes(pattern: str, what: str) -> dict[str, str]:
+    """The two times (pure Python, then compiled) the README quotes as ``pattern``'s
+    groups, by build."""
+    found = re.search(pattern, (ROOT / "README.md").read_text())
+    assert found, f"README: {what}"
+    return {"pure Python": found.group(1), "compiled with mypyc": found.group(2)}
+
+
+def _target_rows(name: str) -> list[dict]:
+    return json.loads((ROOT / "results" / "bench" / name).read_text())["rows"]
+
+
 def test_the_fleet_targets_times_are_the_benchmarks():
-    rows = json.loads((ROOT / "results" / "bench" / "fleet_target.json").read_text())["rows"]
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(r"10,000 viewers for a simulated hour take ([0-9.]+) minutes sharded on"
-                      r"\s+2 cores, ([0-9.]+) with the compiled build", readme)
-    assert found, "README: the 10,000-viewer fleet's times"
-    for build, quoted in (("pure Python", found.group(1)),
-                          ("compiled with mypyc", found.group(2))):
+    rows = _target_rows("fleet_target.json")
+    quoted = _quoted_minutes(
+        r"10,000 viewers for a simulated hour take ([0-9.]+) minutes "
+        r"sharded on\s+2 cores, ([0-9.]+) with the compiled build", "the 10,000-viewer fleet")
+    for build, minutes in quoted.items():
         walls = [row["wall_s"] for row in rows if row["build"] == build
                  and row["mode"] == "sharded" and row["viewers"] == 10_000 and row["jobs"] == 2]
         assert walls, build
-        assert quoted == f"{statistics.median(walls) / 60:.1f}", build
+        assert minutes == f"{statistics.median(walls) / 60:.1f}", build
 
 
 def test_the_plan_targets_times_are_the_benchmarks():
-    rows = json.loads((ROOT / "results" / "bench" / "plan_target.json").read_text())["rows"]
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(r"takes ([0-9.]+) minutes on 2\s+cores, ([0-9.]+) with the compiled "
-                      r"build \(wall, one run of each of `bench/bench_plan.py", readme)
-    assert found, "README: the Wan plan's times"
-    for build, quoted in (("pure Python", found.group(1)),
-                          ("compiled with mypyc", found.group(2))):
+    rows = _target_rows("plan_target.json")
+    quoted = _quoted_minutes(
+        r"takes ([0-9.]+) minutes on 2\s+cores, ([0-9.]+) with the "
+        r"compiled build \(wall, one run of each of `bench/bench_plan.py", "the Wan plan")
+    for build, minutes in quoted.items():
         (wall,) = [row["wall_s"] for row in rows if row["build"] == build]
-        assert quoted == f"{wall / 60:.1f}", build
+        assert minutes == f"{wall / 60:.1f}", build
