@@ -130,36 +130,39 @@ def test_a_stale_queued_tick_plays_the_quiet_ticks_of_its_instant_not_yet_caught
     assert pickle.dumps(bulk) == pickle.dumps(run(False))
 
 
+def _queued_ticks(monkeypatch) -> list[int]:
+    """From now on, each serving run's count of the ticks its ports queued on the clock
+    (each port numbers them), appended as the run ends."""
+    queued: list[int] = []
+
+    class Counting(serving_module.ServingNode):
+        def records(self, *args):
+            queued.append(sum(port._queued_id for port in self.ports))
+            return super().records(*args)
+
+    monkeypatch.setattr(serving_module, "ServingNode", Counting)
+    return queued
+
+
 @pytest.mark.parametrize("schedule", ["fifo", "least-slack"])
-def test_streams_play_most_ticks_in_bulk(schedule):
+def test_streams_play_most_ticks_in_bulk(schedule, monkeypatch):
     """Not only the same records: at K = 8 with rare conditions, most ticks never reach
-    the clock (each port numbers the ticks it queued)."""
+    the clock."""
     timing = Timing(8, 4, 16.0)
     streams = 8
     serving = ServingConfig(streams=streams, pools=(("dit", 2),), schedule=schedule)
     traces = [(3.0 + i, 11.0 + i) for i in range(streams)]
     joins = [0.25 * i for i in range(streams)]
     config = ControllerConfig(timing, SPECULATIVE, 1.0)
-    node_runs = []
-
-    class Counting(serving_module.ServingNode):
-        def records(self, *args):
-            node_runs.append(sum(port._queued_id for port in self.ports))
-            return super().records(*args)
-
-    original = serving_module.ServingNode
-    serving_module.ServingNode = Counting
-    try:
-        run = simulate_serving(config, FixedCost(0.4), serving, inputs(traces, joins), 40.0,
-                               np.random.default_rng(0))
-    finally:
-        serving_module.ServingNode = original
+    queued = _queued_ticks(monkeypatch)
+    run = simulate_serving(config, FixedCost(0.4), serving, inputs(traces, joins), 40.0,
+                           np.random.default_rng(0))
     played = sum(len(s.slots) for s in run.streams)
     assert played > 1000
-    assert node_runs[0] < played / 3
+    assert queued[0] < played / 3
 
 
-def test_a_job_with_a_decode_step_queues_no_tick_its_steps_end_before():
+def test_a_job_with_a_decode_step_queues_no_tick_its_steps_end_before(monkeypatch):
     """With a decode after the DiT step the job's end is known only once the decode
     starts: the tick at the cache's end is looked for up to the DiT step's end, and again
     then. The same records as each tick an event; before, about 1.8 ticks a job reached
@@ -171,21 +174,10 @@ def test_a_job_with_a_decode_step_queues_no_tick_its_steps_end_before():
     traces = [(3.0 + i, 11.0 + i, 30.0 + i) for i in range(streams)]
     joins = [0.125 * i for i in range(streams)]
     config = ControllerConfig(timing, SPECULATIVE, 1.0)
-    queued = []
-
-    class Counting(serving_module.ServingNode):
-        def records(self, *args):
-            queued.append(sum(port._queued_id for port in self.ports))
-            return super().records(*args)
-
-    original = serving_module.ServingNode
-    serving_module.ServingNode = Counting
-    try:
-        bulk, each = (simulate_serving(config, FixedCost(0.3), serving, inputs(traces, joins),
-                                       60.0, np.random.default_rng(0), records="all",
-                                       ticks_in_bulk=in_bulk) for in_bulk in (True, False))
-    finally:
-        serving_module.ServingNode = original
+    queued = _queued_ticks(monkeypatch)
+    bulk, each = (simulate_serving(config, FixedCost(0.3), serving, inputs(traces, joins),
+                                   60.0, np.random.default_rng(0), records="all",
+                                   ticks_in_bulk=in_bulk) for in_bulk in (True, False))
     assert pickle.dumps(bulk) == pickle.dumps(each)
     jobs = sum(len(s.jobs) for s in bulk.streams)
     assert jobs > 400 and queued[0] < jobs / 3, (queued[0], jobs)
