@@ -87,6 +87,38 @@ def test_the_chosen_lead_is_the_base_plus_each_policys_budget_and_the_summary_sa
     assert set(dict(alone.auto_leads).values()) == {(0.0, "one stream: no device shared")}
 
 
+def test_every_cells_pilots_run_side_by_side_on_the_pool_and_answer_as_one_by_one(
+        monkeypatch):
+    """plan() hands the pilots of every (K, policy) cell to the active pool in one map (the
+    first pilots; second ones in another), answers as it would one at a time, and keeps
+    the answers for the process."""
+    from latsim.experiments.engine import auto_lead_wait, clear_auto_leads
+    from latsim.experiments.executors import LocalPool, using
+
+    experiment = replace(_shared(40, C=0.4), Ks=(8, 12), lead="auto",
+                         serving=ServingConfig(streams=40, pools=(("dit", 10),),
+                                               start="random"))
+    batches: list[int] = []
+    mapped = LocalPool.map_unordered
+
+    def spy(self, fn, items):
+        batches.append(len(items))
+        return mapped(self, fn, items)
+
+    monkeypatch.setattr(LocalPool, "map_unordered", spy)
+    clear_auto_leads()
+    with using("local", 2):
+        pooled = plan(experiment)
+    assert batches[0] == 4 and len(batches) <= 2
+    assert plan(experiment) == pooled and len(batches) <= 2  # kept: no pilot again
+    clear_auto_leads()
+    alone = {(K, name): auto_lead_wait(experiment, K, cell.lead - wait, name)
+             for cell, ((K, name), (wait, _)) in zip(pooled.cells, pooled.auto_leads,
+                                                      strict=True)}
+    assert alone == dict(pooled.auto_leads)
+    assert any(wait > 0 for wait, _ in alone.values())  # the pilots found waits
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("streams", [2, 3])  # ρ = 0.5, 0.75 (C = 0.5 s, T = 2 s)
 @pytest.mark.parametrize("start", ["random", "staggered"])
@@ -160,6 +192,25 @@ def test_auto_lead_keeps_its_promise_where_replans_add_load(K, C, streams, devic
     se = stalls.std(ddof=1) / np.sqrt(len(stalls))
     assert stalls.mean() - 2 * se <= 0.1, (stalls.mean(), se)
     assert result.rows[0]["busy_pct"] > 100 * streams * C / (devices * K * 0.25)  # replans
+
+
+@pytest.mark.slow
+def test_a_pool_of_many_streams_keeps_the_promise():
+    """256 streams on 64 devices at ρ 0.85: the pilot's 120 s hold the stall to the target
+    as above (pilots of 59 s answered shorter leads and doubled the stall in a regime of
+    ``bench/lead_regimes.py --scale 64``)."""
+    from latsim.analysis.serving import viewer_stall_pct
+
+    experiment = Experiment(
+        Ks=(8,), cost="fixed:0.425", updates="poisson:0.128", policies=("speculative",),
+        duration=120.0, seeds=4, records="none",
+        serving=ServingConfig(streams=256, pools=(("dit", 64),), start="random"))
+    result = run_experiment(experiment, jobs=1)
+    assert result.rows[0]["lead_model"] == "pilot run of 120 s, stall-targeted"
+    stalls = np.array([viewer_stall_pct([run]) for run in result.runs[8, "speculative"]])
+    se = stalls.std(ddof=1) / np.sqrt(len(stalls))
+    assert stalls.mean() - 2 * se <= 0.1, (stalls.mean(), se)
+    assert result.rows[0]["lead"] > 0.425  # the pilot found waits to budget for
 
 
 def test_lead_auto_is_for_the_serving_model_and_other_words_are_refused():

@@ -258,10 +258,12 @@ def plan(experiment: Experiment) -> Plan:
     check_number("duration", duration, 0, MAX_DURATION, positive=True, unit="s")
     if isinstance(arrivals, ArrivalChecks):
         arrivals.check(duration, experiment.duration is not None)
-    cells = []
-    auto: dict[tuple[int, str], tuple[float, str]] = {}  # see Plan.auto_leads
     devices = stream_model(serving)
     stream = devices.settings
+    names = list(experiment.policies)
+    if "speculative" in names and "baseline" not in names:
+        names.insert(0, "baseline")  # the twin that A is measured against
+    leads: dict[int, tuple[Timing, float]] = {}  # K -> (timing, base lead)
     for K in experiment.Ks:
         timing = Timing(K, experiment.r, experiment.fps)
         if duration < timing.T:
@@ -278,14 +280,19 @@ def plan(experiment: Experiment) -> Plan:
             if extra := devices.lead_extra(K):
                 lead = _check_job_time("lead (C's plus decode's and replan overhead's 0.99 "
                                        "quantiles)", lead + extra, K, cost.spec)
-        names = list(experiment.policies)
-        if "speculative" in names and "baseline" not in names:
-            names.insert(0, "baseline")  # the twin that A is measured against
+        leads[K] = (timing, lead)
+    auto: dict[tuple[int, str], tuple[float, str]] = {}  # see Plan.auto_leads
+    if lead_mode(experiment) == AUTO_LEAD:  # every cell's pilots at once, side by side
+        asked = [(K, lead, name) for K, (_, lead) in leads.items() for name in names]
+        auto = {(K, name): answer for (K, _, name), answer
+                in zip(asked, auto_lead_waits(experiment, asked), strict=True)}
+    cells = []
+    for K in experiment.Ks:
+        timing, lead = leads[K]
         for name in names:
             policy, own = _policy(experiment, name), lead
-            if lead_mode(experiment) == AUTO_LEAD:
-                wait, model = auto_lead_wait(experiment, K, lead, name)
-                auto[K, name] = (wait, model)
+            if (K, name) in auto:
+                wait, model = auto[K, name]
                 own = _check_job_time(f"{name}'s lead (plus its wait budget, {model})",
                                       lead + wait, K, cost.spec)
             cells.append(Cell(ControllerConfig(
@@ -348,12 +355,12 @@ def refill_load(serving: ServingConfig, cost: CostModel, timing: Timing) -> floa
     return _streams_per_group(serving) * cost.mean(timing.K) / timing.T
 
 
-@lru_cache(maxsize=64)
 def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,
                    policy: str) -> tuple[float, str]:
     """(seconds, model) that ``--lead auto`` adds to ``base_lead`` for ``policy``'s cell at
     chunk size ``K``: the wait for devices shared with other streams. Each policy gets its
-    own, as its refills (and replans) see their own queue.
+    own, as its refills (and replans) see their own queue. The process keeps the last
+    :data:`AUTO_LEADS_KEPT` answers (a capacity search or a fleet asks again).
 
     - One stream: nothing (its own chunks in flight queue behind each other by design, and
       a longer lead there only costs L).
@@ -372,20 +379,73 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,
       refills alone overload a device (:func:`refill_load` >= 1): no budget keeps the
       target there, and a pilot at a longer lead only waits longer.
     """
+    (answer,) = auto_lead_waits(experiment, [(K, base_lead, policy)])
+    return answer
+
+
+#: How many :func:`auto_lead_wait` answers a process keeps.
+AUTO_LEADS_KEPT = 64
+_AUTO_LEADS: dict[tuple[Experiment, int, float, str], tuple[float, str]] = {}
+
+
+def auto_lead_waits(experiment: Experiment, cells: Sequence[tuple[int, float, str]]
+                    ) -> list[tuple[float, str]]:
+    """:func:`auto_lead_wait` of several cells, as (K, base lead, policy): the pilots not
+    run before run side by side on the active work pool (the first pilots together, then
+    the second ones)."""
+    missing = [cell for cell in dict.fromkeys(cells) if (experiment, *cell) not in _AUTO_LEADS]
+    for cell, answer in zip(missing, _auto_lead_answers(experiment, missing), strict=True):
+        if len(_AUTO_LEADS) >= AUTO_LEADS_KEPT:
+            del _AUTO_LEADS[next(iter(_AUTO_LEADS))]  # the oldest
+        _AUTO_LEADS[(experiment, *cell)] = answer
+    return [_AUTO_LEADS[(experiment, *cell)] for cell in cells]
+
+
+def clear_auto_leads() -> None:
+    """Forget the answers :func:`auto_lead_wait` kept (a benchmark timing its pilots)."""
+    _AUTO_LEADS.clear()
+
+
+def _auto_lead_answers(experiment: Experiment, cells: Sequence[tuple[int, float, str]]
+                       ) -> list[tuple[float, str]]:
     from latsim.model.lead import pilot_seconds
 
+    if not cells:
+        return []
     cost, _ = _sources(experiment)
     serving, cost = experiment.serving.resolve(cost)  # type: ignore[union-attr]
     if serving.streams == 1:  # its own chunks in flight, or a pipeline's round, are not it
-        return 0.0, "one stream: no device shared"
-    timing = Timing(K, experiment.r, experiment.fps)
-    seconds = pilot_seconds(serving.streams)
-    quantile = closed_form_wait(serving, cost, timing)
-    wait = pilot_wait_budget(experiment, K, base_lead + (quantile or 0.0), policy)
-    if quantile is None or wait <= quantile + 1e-6:  # overloaded, or the budget's resolution
-        return wait, f"pilot run of {seconds:g} s, stall-targeted"
-    again = pilot_wait_budget(experiment, K, base_lead + wait, policy)
-    return max(wait, again), f"2 pilot runs of {seconds:g} s, stall-targeted"
+        return [(0.0, "one stream: no device shared")] * len(cells)
+    timings = [Timing(K, experiment.r, experiment.fps) for K, _, _ in cells]
+    quantiles = [closed_form_wait(serving, cost, timing) for timing in timings]
+    waits = _pilots(experiment, [(K, base + (quantile or 0.0), policy) for (K, base, policy),
+                                 quantile in zip(cells, quantiles, strict=True)])
+    # a second pilot where the answer is longer than the quantile (not where overloaded,
+    # and not within the budget's resolution)
+    again = [i for i, (wait, quantile) in enumerate(zip(waits, quantiles, strict=True))
+             if quantile is not None and wait > quantile + 1e-6]
+    second = _pilots(experiment, [(cells[i][0], cells[i][1] + waits[i], cells[i][2])
+                                  for i in again])
+    answers = [(wait, f"pilot run of {pilot_seconds(serving.streams):g} s, "
+                "stall-targeted") for wait, timing in zip(waits, timings, strict=True)]
+    for i, wait in zip(again, second, strict=True):
+        answers[i] = (max(waits[i], wait), f"2 pilot runs of "
+                      f"{pilot_seconds(serving.streams):g} s, stall-targeted")
+    return answers
+
+
+def _pilots(experiment: Experiment, runs: Sequence[tuple[int, float, str]]) -> list[float]:
+    """:func:`pilot_wait_budget` of each (K, pilot lead, policy), on the active pool."""
+    pool = active_pool() or LocalPool(1)
+    budgets: list[float] = [math.nan] * len(runs)
+    for index, budget in pool.map_unordered(_pilot, [(experiment, *run) for run in runs]):
+        budgets[index] = budget
+    return budgets
+
+
+def _pilot(run: tuple[Experiment, int, float, str]) -> float:
+    with gc_paused():
+        return pilot_wait_budget(*run)
 
 
 def pilot_wait_budget(experiment: Experiment, K: int, pilot_lead: float, policy: str,
