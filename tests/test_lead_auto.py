@@ -90,33 +90,49 @@ def test_the_chosen_lead_is_the_base_plus_each_policys_budget_and_the_summary_sa
 def test_every_cells_pilots_run_side_by_side_on_the_pool_and_answer_as_one_by_one(
         monkeypatch):
     """plan() hands the pilots of every (K, policy) cell to the active pool in one map (the
-    first pilots; second ones in another), answers as it would one at a time, and keeps
-    the answers for the process."""
-    from latsim.experiments.engine import auto_lead_wait, clear_auto_leads
-    from latsim.experiments.executors import LocalPool, using
+    first pilots; second ones in another; plan_all, as the command line plans, to --jobs
+    workers), answers as it would one at a time, and keeps the answers for the process."""
+    from latsim.experiments.engine import auto_lead_wait, clear_auto_leads, plan_all
+    from latsim.experiments.executors import LocalPool
 
     experiment = replace(_shared(40, C=0.4), Ks=(8, 12), lead="auto",
                          serving=ServingConfig(streams=40, pools=(("dit", 10),),
                                                start="random"))
-    batches: list[int] = []
+    batches: list[tuple[int, int]] = []
     mapped = LocalPool.map_unordered
 
     def spy(self, fn, items):
-        batches.append(len(items))
+        batches.append((self.workers, len(items)))
         return mapped(self, fn, items)
 
     monkeypatch.setattr(LocalPool, "map_unordered", spy)
     clear_auto_leads()
-    with using("local", 2):
-        pooled = plan(experiment)
-    assert batches[0] == 4 and len(batches) <= 2
+    (pooled,) = plan_all([experiment], jobs=2)
+    assert batches[0] == (2, 4) and len(batches) <= 2
     assert plan(experiment) == pooled and len(batches) <= 2  # kept: no pilot again
+    clear_auto_leads()
+    assert plan_all([experiment], jobs=1) == [pooled] and batches[-1][0] == 1
     clear_auto_leads()
     alone = {(K, name): auto_lead_wait(experiment, K, cell.lead - wait, name)
              for cell, ((K, name), (wait, _)) in zip(pooled.cells, pooled.auto_leads,
                                                       strict=True)}
     assert alone == dict(pooled.auto_leads)
     assert any(wait > 0 for wait, _ in alone.values())  # the pilots found waits
+
+
+def _no_pool_in_worker(_: object) -> bool:
+    from latsim.experiments.executors import active_pool
+
+    return active_pool() is None
+
+
+def test_a_worker_plans_its_pilots_in_process_not_on_the_pool_it_was_forked_from():
+    """A forked worker inherits the parent's active pool; an experiment it plans must not
+    hand its pilots to that pool's copy (a fleet or grid worker plans its cells)."""
+    from latsim.experiments.executors import using
+
+    with using("local", 2) as pool:
+        assert [ok for _, ok in pool.map_unordered(_no_pool_in_worker, [0, 1])] == [True] * 2
 
 
 @pytest.mark.slow

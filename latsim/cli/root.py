@@ -286,10 +286,11 @@ def _root(
 
 def _run(experiment, fmt: str, out: Path | None, jobs: int | None) -> None:
     from latsim.cli.progress import ProgressBar
-    from latsim.experiments.engine import plan, run_experiment, write_experiment
+    from latsim.experiments.engine import plan_all, run_experiment, write_experiment
     from latsim.run.files import check_writable
 
-    plan(experiment)  # bad input and the work bound fail before the output is touched
+    plan_all([experiment], jobs)  # bad input and the work bound fail before the output is
+    # touched (and --lead auto's pilots run, on the --jobs workers)
     if out is not None:
         check_writable(out)  # before any simulation
     with ProgressBar("simulating (runs)") as progress:

@@ -49,7 +49,14 @@ from latsim.errors import (
     check_number,
     check_work,
 )
-from latsim.experiments.executors import LocalPool, active_pool, gc_paused, strided_chunks
+from latsim.experiments.executors import (
+    LOCAL,
+    LocalPool,
+    active_pool,
+    gc_paused,
+    strided_chunks,
+    using,
+)
 from latsim.experiments.stream_models import (
     AUTO_LEAD,
     COST_LEAD,
@@ -601,6 +608,16 @@ def prefetched(experiments: Sequence[Experiment], jobs: int | None = None
         _PREFETCHED.reset(token)
 
 
+def plan_all(experiments: Sequence[Experiment], jobs: int | None = None) -> list[Plan]:
+    """:func:`plan` of each experiment, their ``--lead auto`` pilots on the active work
+    pool, else on ``jobs`` local worker processes (default: up to 2) as their runs are."""
+    jobs = check_jobs(jobs)
+    if active_pool() is not None or jobs <= 1:
+        return [plan(experiment) for experiment in experiments]
+    with using(LOCAL, jobs):  # forks only for a map of several pilots
+        return [plan(experiment) for experiment in experiments]
+
+
 def run_experiment(
     experiment: Experiment,
     jobs: int | None = None,
@@ -630,7 +647,7 @@ def run_experiments(
     every experiment goes into the same work units, so the pool is busy until the last."""
     jobs = check_jobs(jobs)
     progress = progress or _PROGRESS.get()
-    plans = [plan(experiment) for experiment in experiments]
+    plans = plan_all(experiments, jobs)
     tasks = [(e, c, rep) for e, p in enumerate(plans)
              for c in range(len(p.cells)) for rep in range(p.replications)]
     results: list[RunRecords | ServingRecords | None] = [None] * len(tasks)

@@ -70,9 +70,12 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _ignore_sigint() -> None:
-    """Forked workers leave Ctrl-C to the parent, which stops them."""
+def _start_worker() -> None:
+    """A forked worker leaves Ctrl-C to the parent, which stops it, and runs what it is
+    given in process: the active pool it inherits is the parent's (an experiment it plans
+    would hand its ``--lead auto`` pilots to it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _ACTIVE.set(None)
 
 
 def strided_chunks(n: int, workers: int) -> list[range]:
@@ -104,7 +107,7 @@ class LocalPool:
             return
         pool = self._executor or ProcessPoolExecutor(
             max_workers=self.workers, mp_context=get_context("fork"),
-            initializer=_ignore_sigint)
+            initializer=_start_worker)
         if self._keep:
             self._executor = pool
         try:
