@@ -13,11 +13,16 @@ units run), best of 3 alternated runs.
    and the device queue, the dispatch and the clock on top. Beside it: plain SimPy's CPU
    per job on ``bench/bench_serving.py``'s first workload (N periodic streams, one FIFO
    device, ρ = 0.5), and the budget per job its target (0.5 of plain SimPy's jobs per
-   second) leaves: twice plain SimPy's.
+   second) leaves: twice plain SimPy's. The serving model needs at least the sum of the
+   two; where the sum is over the budget, the target is out of reach in pure Python with
+   one controller for both clocks on SimPy (2026-12-04, idle 2 cores: plain 12.6 µs, the
+   controller 15.7 µs at K = 8, so at most 0.44–0.45 of plain SimPy's jobs/s; the serving model
+   reaches 0.21–0.22).
 2. **A heap of N timers.** Bare SimPy, N periodic timers of period 1 s at random phases:
    µs per event at 16 and 4,096 timers, and their ratio (the engine issue's "4,096 ÷ 16
    streams" figure for the serving model, ≤ 1.5, holds the engine to a growth the heap
-   under it may exceed by itself).
+   under it may exceed by itself: 1.38, 1.50 and 1.47 in three runs on 2026-12-04, where the
+   serving model's per-slot cost grows 1.66–1.92).
 """
 
 from __future__ import annotations
@@ -81,6 +86,10 @@ def main() -> None:
         print(f"   the controller alone, one quiet stream, K = {K}: {micro:.1f} us per job "
               f"({micro / K:.2f} us per slot; {ahead:.0%} of slots played ahead): "
               f"{micro / (2 * plain):.2f} of the serving target's budget")
+    # the serving workload is K = 8: its jobs need at least plain SimPy's own work (a
+    # device request and release, a job's timeout, a period's) and the controller's
+    print(f"   so the serving model at K = 8 needs at least {plain + micro:.1f} us per job: "
+          f"at most {plain / (plain + micro):.2f} of plain SimPy's jobs/s (target 0.5)")
     small = min(heap_per_event(16) for _ in range(3))
     large = min(heap_per_event(4096) for _ in range(3))
     print(f"2. bare SimPy, N periodic timers: {small:.2f} us per event at 16, {large:.2f} at "

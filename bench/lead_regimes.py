@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=6)
     parser.add_argument("--scale", type=int, default=1, metavar="M",
                         help="M times the groups and streams of each regime (the same ρ): "
-                        "pools of many streams, whose pilots are shorter")
+                        "pools of many streams")
     parser.add_argument("--pilots", type=int, default=0, metavar="N",
                         help="instead of the runs: for N pilot replications of each "
                         "regime, the lead auto answers and the lead a second pilot, run at "
