@@ -258,3 +258,19 @@ def test_the_pilot_run_is_held_to_the_work_bound_and_says_it_is_the_pilot():
     with pytest.raises(LatsimError, match="--lead auto's pilot run .* 1200 s"):
         plan(experiment)
     assert plan(replace(experiment, lead=0.5)).cells  # a fixed lead needs no pilot
+
+
+def test_a_run_over_the_work_bound_is_refused_before_its_pilots(monkeypatch):
+    """The run's own bound is checked at the base leads first (a wait budget only adds to
+    the drain), so a run over it costs no pilot."""
+    import latsim.experiments.engine as engine
+
+    def no_pilot(*args, **kwargs):
+        raise AssertionError("a pilot ran")
+
+    monkeypatch.setattr(engine, "pilot_wait_budget", no_pilot)
+    engine.clear_auto_leads()
+    experiment = replace(_shared(4, lead="auto"), duration=30.0, seeds=1000,
+                         max_events=10**6)
+    with pytest.raises(LatsimError, match=r"1000 replication\(s\) x 4 stream\(s\)"):
+        plan(experiment)

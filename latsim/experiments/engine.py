@@ -288,35 +288,43 @@ def plan(experiment: Experiment) -> Plan:
                 lead = _check_job_time("lead (C's plus decode's and replan overhead's 0.99 "
                                        "quantiles)", lead + extra, K, cost.spec)
         leads[K] = (timing, lead)
-    auto: dict[tuple[int, str], tuple[float, str]] = {}  # see Plan.auto_leads
-    if lead_mode(experiment) == AUTO_LEAD:  # every cell's pilots at once, side by side
-        asked = [(K, lead, name) for K, (_, lead) in leads.items() for name in names]
-        auto = {(K, name): answer for (K, _, name), answer
-                in zip(asked, auto_lead_waits(experiment, asked), strict=True)}
-    cells = []
-    for K in experiment.Ks:
-        timing, lead = leads[K]
-        for name in names:
-            policy, own = _policy(experiment, name), lead
-            if (K, name) in auto:
-                wait, model = auto[K, name]
-                own = _check_job_time(f"{name}'s lead (plus its wait budget, {model})",
-                                      lead + wait, K, cost.spec)
-            cells.append(Cell(ControllerConfig(
-                timing, policy, own, stream.discard, stream.in_flight,
-                stream.in_flight_policy, experiment.run_ahead, experiment.replan_at_cache_end,
-                stream.bind)))
-    p = Plan(experiment, cost, arrivals, duration, arrivals.replications(experiment.seeds),
-             tuple(cells), serving, tuple(auto.items()))
-    streams = "" if isinstance(devices, OneStream) else f" x {devices.streams} stream(s)"
-    check_work(
-        plan_events(p), experiment.max_events, "--max-events",
-        f"{len(p.cells)} cell(s) x {p.replications} replication(s){streams} of "
-        f"{p.duration:g} s plus drain come to about {{n}} events (latent slots and conditions)",
-        ", or give a shorter --duration, fewer --seeds or K" + (", or fewer --streams"
-                                                                  if streams else ""),
-    )
-    return p
+
+    def planned(auto: dict[tuple[int, str], tuple[float, str]]) -> Plan:
+        cells = []
+        for K in experiment.Ks:
+            timing, lead = leads[K]
+            for name in names:
+                policy, own = _policy(experiment, name), lead
+                if (K, name) in auto:
+                    wait, model = auto[K, name]
+                    own = _check_job_time(f"{name}'s lead (plus its wait budget, {model})",
+                                          lead + wait, K, cost.spec)
+                cells.append(Cell(ControllerConfig(
+                    timing, policy, own, stream.discard, stream.in_flight,
+                    stream.in_flight_policy, experiment.run_ahead,
+                    experiment.replan_at_cache_end, stream.bind)))
+        p = Plan(experiment, cost, arrivals, duration,
+                 arrivals.replications(experiment.seeds), tuple(cells), serving,
+                 tuple(auto.items()))
+        streams = "" if isinstance(devices, OneStream) else f" x {devices.streams} stream(s)"
+        check_work(
+            plan_events(p), experiment.max_events, "--max-events",
+            f"{len(p.cells)} cell(s) x {p.replications} replication(s){streams} of "
+            f"{p.duration:g} s plus drain come to about {{n}} events (latent slots and "
+            "conditions)",
+            ", or give a shorter --duration, fewer --seeds or K" + (", or fewer --streams"
+                                                                      if streams else ""),
+        )
+        return p
+
+    if lead_mode(experiment) != AUTO_LEAD:
+        return planned({})
+    # the bound first at the base leads (a wait budget only lengthens the drain), so a run
+    # over it is refused before its pilots; then every cell's pilots at once, side by side
+    planned({})
+    asked = [(K, lead, name) for K, (_, lead) in leads.items() for name in names]
+    return planned({(K, name): answer for (K, _, name), answer
+                    in zip(asked, auto_lead_waits(experiment, asked), strict=True)})
 
 
 #: the words ``--lead`` takes besides seconds (:mod:`latsim.experiments.stream_models`)
