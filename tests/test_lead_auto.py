@@ -91,8 +91,14 @@ def test_every_cells_pilots_run_side_by_side_on_the_pool_and_answer_as_one_by_on
         monkeypatch):
     """plan() hands the pilots of every (K, policy) cell to the active pool in one map (the
     first pilots; second ones in another; plan_all, as the command line plans, to --jobs
-    workers), answers as it would one at a time, and keeps the answers for the process."""
-    from latsim.experiments.engine import auto_lead_wait, clear_auto_leads, plan_all
+    workers), reports each as it ends, answers as it would one at a time, and keeps the
+    answers for the process."""
+    from latsim.experiments.engine import (
+        auto_lead_wait,
+        clear_auto_leads,
+        plan_all,
+        reporting_progress,
+    )
     from latsim.experiments.executors import LocalPool
 
     experiment = replace(_shared(40, C=0.4), Ks=(8, 12), lead="auto",
@@ -107,8 +113,12 @@ def test_every_cells_pilots_run_side_by_side_on_the_pool_and_answer_as_one_by_on
 
     monkeypatch.setattr(LocalPool, "map_unordered", spy)
     clear_auto_leads()
-    (pooled,) = plan_all([experiment], jobs=2)
+    reports: list[tuple[int, int]] = []
+    with reporting_progress(lambda done, total: reports.append((done, total))):
+        (pooled,) = plan_all([experiment], jobs=2)
     assert batches[0] == (2, 4) and len(batches) <= 2
+    pilots = sum(n for _, n in batches)
+    assert reports[0][0] == 1 and reports[-1] == (pilots, pilots)  # one a pilot, as it ends
     assert plan(experiment) == pooled and len(batches) <= 2  # kept: no pilot again
     clear_auto_leads()
     assert plan_all([experiment], jobs=1) == [pooled] and batches[-1][0] == 1

@@ -78,6 +78,8 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
     return {
         "sweep": ["sweep", "--K", "4", "8", "--seeds", "2", "--duration", "10"],
         "simulate": ["simulate", "--K", "8", "--C", "0.5", "--seeds", "2", "--duration", "10"],
+        "simulate --streams": ["simulate", "--K", "8", "--C", "0.3", "--streams", "2",
+                               "--pools", "dit=1", "--seeds", "2", "--duration", "10"],
         "grid": ["grid", str(tmp_path / "grid.toml"), "--out", str(tmp_path / "grid")],
         "fleet": ["fleet", str(tmp_path / "fleet.toml")],
         "reproduce": ["reproduce", "--traces", str(traces), "--out", str(tmp_path / "paper")],
@@ -97,11 +99,12 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("name", [
-    "sweep", "simulate", "grid", "fleet", "reproduce", "reproduce systems",
+    "sweep", "simulate", "simulate --streams", "grid", "fleet", "reproduce", "reproduce systems",
     "reproduce replan-rule", "capacity", "measure", "profile",
 ])
 def test_each_long_command_counts_its_work_on_one_bar(name, tmp_path, monkeypatch):
-    """The command reports (done, total) to one ProgressBar, ending at total (``reproduce
+    """The command reports (done, total) to one ProgressBar, ending at total (a serving
+    ``simulate`` counts its ``--lead auto`` pilot runs first, then its runs; ``reproduce
     serving`` shares ``reproduce systems``' code path; ``reproduce fleet``, minutes long,
     counts its ten tables' steps and is not run here; ``measure`` counts live seconds and
     ``profile`` jobs, of the ``sleep`` generator here)."""
@@ -130,3 +133,5 @@ def test_each_long_command_counts_its_work_on_one_bar(name, tmp_path, monkeypatc
     assert all(0 <= done <= total for done, total in calls)
     assert [done for done, _ in calls] == sorted(done for done, _ in calls)
     assert result.stderr == ""  # off a terminal: nothing but the envelope, on stdout
+    if name == "simulate --streams":  # 2 cells x 2 seeds, after at least 2 pilot runs
+        assert calls[0] == (1, 2) and calls[-1][1] >= 6, calls

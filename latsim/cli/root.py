@@ -286,15 +286,22 @@ def _root(
 
 def _run(experiment, fmt: str, out: Path | None, jobs: int | None) -> None:
     from latsim.cli.progress import ProgressBar
-    from latsim.experiments.engine import plan_all, run_experiment, write_experiment
+    from latsim.experiments.engine import (
+        plan_all,
+        reporting_progress,
+        run_experiment,
+        write_experiment,
+    )
     from latsim.run.files import check_writable
 
-    plan_all([experiment], jobs)  # bad input and the work bound fail before the output is
-    # touched (and --lead auto's pilots run, on the --jobs workers)
-    if out is not None:
-        check_writable(out)  # before any simulation
-    with ProgressBar("simulating (runs)") as progress:
-        result = run_experiment(experiment, jobs=jobs, progress=progress)
+    # one bar counts --lead auto's pilot runs, then the runs
+    with ProgressBar("simulating (runs)") as progress, reporting_progress(progress):
+        # bad input and the work bound fail before the output is touched (the pilots run
+        # here, on the --jobs workers)
+        plan_all([experiment], jobs)
+        if out is not None:
+            check_writable(out)  # before the runs
+        result = run_experiment(experiment, jobs=jobs)
     figure = None
     if out is not None:
         from latsim.viz.plots import plot_latency

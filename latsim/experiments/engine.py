@@ -450,11 +450,16 @@ def _auto_lead_answers(experiment: Experiment, cells: Sequence[tuple[int, float,
 
 
 def _pilots(experiment: Experiment, runs: Sequence[tuple[int, float, str]]) -> list[float]:
-    """:func:`pilot_wait_budget` of each (K, pilot lead, policy), on the active pool."""
+    """:func:`pilot_wait_budget` of each (K, pilot lead, policy), on the active pool
+    (reporting to :func:`reporting_progress`'s callback, if any, as each ends)."""
     pool = active_pool() or LocalPool(1)
+    progress = _PROGRESS.get()
     budgets: list[float] = [math.nan] * len(runs)
-    for index, budget in pool.map_unordered(_pilot, [(experiment, *run) for run in runs]):
+    for done, (index, budget) in enumerate(
+            pool.map_unordered(_pilot, [(experiment, *run) for run in runs]), start=1):
         budgets[index] = budget
+        if progress:
+            progress(done, len(runs))
     return budgets
 
 
