@@ -441,11 +441,10 @@ def _auto_lead_answers(experiment: Experiment, cells: Sequence[tuple[int, float,
              if quantile is not None and wait > quantile + 1e-6]
     second = _pilots(experiment, [(cells[i][0], cells[i][1] + waits[i], cells[i][2])
                                   for i in again])
-    answers = [(wait, f"pilot run of {pilot_seconds(serving.streams):g} s, "
-                "stall-targeted") for wait, timing in zip(waits, timings, strict=True)]
+    seconds = pilot_seconds(serving.streams)
+    answers = [(wait, f"pilot run of {seconds:g} s, stall-targeted") for wait in waits]
     for i, wait in zip(again, second, strict=True):
-        answers[i] = (max(waits[i], wait), f"2 pilot runs of "
-                      f"{pilot_seconds(serving.streams):g} s, stall-targeted")
+        answers[i] = (max(waits[i], wait), f"2 pilot runs of {seconds:g} s, stall-targeted")
     return answers
 
 
@@ -625,9 +624,9 @@ def plan_all(experiments: Sequence[Experiment], jobs: int | None = None) -> list
     """:func:`plan` of each experiment, their ``--lead auto`` pilots on the active work
     pool, else on ``jobs`` local worker processes (default: up to 2) as their runs are."""
     jobs = check_jobs(jobs)
-    if active_pool() is not None or jobs <= 1:
-        return [plan(experiment) for experiment in experiments]
-    with using(LOCAL, jobs):  # forks only for a map of several pilots
+    pilots_pool = (contextlib.nullcontext() if active_pool() is not None or jobs <= 1
+                   else using(LOCAL, jobs))  # it forks only for a map of several pilots
+    with pilots_pool:
         return [plan(experiment) for experiment in experiments]
 
 
