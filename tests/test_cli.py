@@ -503,8 +503,7 @@ def test_ctrl_c_during_a_parallel_sweep_is_one_line_and_stops_the_workers():
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130
-    assert err.decode() == "latsim: interrupted\n"
+    assert (proc.returncode, err.decode()) == (130, "latsim: interrupted\n")
     time.sleep(0.5)
     stat = [Path(f"/proc/{w}/stat") for w in workers]
     alive = [p for p in stat if p.exists() and p.read_text().rsplit(")", 1)[1].split()[0] != "Z"]

@@ -73,9 +73,31 @@ def gc_paused() -> Iterator[None]:
 def _start_worker() -> None:
     """A forked worker leaves Ctrl-C to the parent, which stops it, and runs what it is
     given in process: the active pool it inherits is the parent's (an experiment it plans
-    would hand its ``--lead auto`` pilots to it)."""
+    would hand its ``--lead auto`` pilots to it). It is forked with SIGINT blocked
+    (:func:`_sigint_blocked`): a Ctrl-C that came before this is dropped here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _CAN_BLOCK:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _ACTIVE.set(None)
+
+
+_CAN_BLOCK = hasattr(signal, "pthread_sigmask")
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT held back from this thread for the block, where workers are forked: a child
+    inherits the mask, so a Ctrl-C to the process group just as it starts stays pending
+    until :func:`_start_worker` ignores it (it used to kill the child before then, with a
+    traceback, and break the pool). The parent takes its own Ctrl-C when the block ends."""
+    if not _CAN_BLOCK:
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def strided_chunks(n: int, workers: int) -> list[range]:
@@ -111,7 +133,8 @@ class LocalPool:
         if self._keep:
             self._executor = pool
         try:
-            pending = {pool.submit(fn, item): index for index, item in enumerate(items)}
+            with _sigint_blocked():  # the first submit forks the workers
+                pending = {pool.submit(fn, item): index for index, item in enumerate(items)}
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
