@@ -157,6 +157,7 @@ def test_a_ctrl_c_that_reaches_a_worker_before_it_starts_is_left_to_the_parent()
     script = (
         "import os, signal\n"
         "from latsim.experiments.executors import LocalPool\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"  # even if inherited off
         "os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGINT))\n"
         "print(sorted(r for _, r in LocalPool(2).map_unordered(abs, [-1, -2, -3, -4])))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
