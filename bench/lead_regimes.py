@@ -35,6 +35,7 @@ import numpy as np
 from latsim.analysis.serving import viewer_stall_pct
 from latsim.experiments.engine import (
     Experiment,
+    ExperimentResult,
     clear_auto_leads,
     pilot_wait_budget,
     plan,
@@ -81,6 +82,18 @@ def experiment(regime: dict, duration: float, seeds: int) -> Experiment:
                               pools=(("dit", regime["groups"] * regime["degree"]),),
                               dit_degree=regime["degree"], start=regime["start"],
                               schedule=regime["schedule"]))
+
+
+def timed(setting: Experiment) -> tuple[float, float, ExperimentResult]:
+    """(CPU seconds of the pilots, of the run, the result): :func:`plan` alone with no
+    answer kept, then the run it planned (the answers kept, so it does not pay them)."""
+    clear_auto_leads()
+    started = time.process_time()
+    plan(setting)
+    pilot = time.process_time() - started
+    started = time.process_time()
+    result = run_experiment(setting, jobs=1)
+    return pilot, time.process_time() - started, result
 
 
 def pilots_at_their_answer(quick: bool, replications: int, scale: int) -> None:
@@ -138,14 +151,7 @@ def main() -> None:
           f"{options.duration:g} s each)")
     misses = 0
     for regime in regimes(options.quick, options.scale):
-        setting = experiment(regime, options.duration, options.seeds)
-        clear_auto_leads()
-        started = time.process_time()
-        plan(setting)  # the pilots, cached for the run
-        pilot = time.process_time() - started
-        started = time.process_time()
-        result = run_experiment(setting, jobs=1)
-        run = time.process_time() - started
+        pilot, run, result = timed(experiment(regime, options.duration, options.seeds))
         for row in result.rows:
             runs = result.runs[8, row["policy"]]
             stalls = np.array([viewer_stall_pct([run]) for run in runs])

@@ -2,13 +2,14 @@
 sets the lead costs a small fraction of the run it serves").
 
 Run: ``.venv/bin/python bench/pilot_cost.py [--streams 4 16 64 256] [--seeds 30]
-[--duration 60] [--repeats 3]``. Reports numbers (medians of the repeats); asserts
-nothing. For each stream count: N streams at random phases on dit = N/4 devices, K = 8,
-C = 0.425 s fixed (ρ = 0.85 before replans), both policies, updates at the default 0.1/s,
-``records = "none"``. CPU seconds of this process, the garbage collector paused, of
-:func:`~latsim.experiments.engine.plan` alone (every cell's pilots, in process), then of
-the run it planned (the pilots' answers kept, so the run does not pay them again), and
-their ratio. On 2026-12-04 (2 cores, medians of 3): 0.95 at 4 streams, 0.15 at 16, 0.07
+[--duration 60] [--repeats 3]``. Reports numbers (medians of the repeats); asserts nothing.
+For each stream count (a multiple of 4): ``bench/lead_regimes.py``'s FIFO regime at
+ρ = 0.85 with N/4 groups, that is N streams at random phases on N/4 devices, K = 8, C =
+0.425 s fixed, both policies, updates at 0.1/s, ``records = "none"``. CPU seconds of this
+process, the garbage collector paused, of :func:`~latsim.experiments.engine.plan` alone
+(every cell's pilots, in process), then of the run it planned (the pilots' answers kept, so
+the run does not pay them again), and their ratio. On 2026-12-04 (2 cores, medians of 3):
+0.95 at 4 streams (0.80–1.19 in four runs: a fraction of a second each), 0.15 at 16, 0.07
 at 64 and 0.07 at 256. Each pilot is ``4800/N`` s of N streams (at least 120 s, at most
 1,200 s): with few streams it costs about what the default 30 × 60 s run does; with many,
 the 120 s floor weighs on a short run (1,024 streams, 1 × 30 s: about 2.7 times the run;
@@ -19,27 +20,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
-from latsim.experiments.engine import Experiment, clear_auto_leads, plan, run_experiment
+from lead_regimes import experiment, timed  # this script's folder
+
 from latsim.experiments.executors import gc_paused
-from latsim.model.serving import ServingConfig
 
 
 def pilot_and_run(streams: int, seeds: int, duration: float) -> tuple[float, float]:
-    """(CPU seconds of the pilots, CPU seconds of the run) for ``streams`` streams."""
-    serving = ServingConfig(streams=streams, pools=(("dit", max(1, streams // 4)),),
-                            start="random")
-    experiment = Experiment(Ks=(8,), cost="fixed:0.425", lead="auto", serving=serving,
-                            seeds=seeds, duration=duration, records="none")
-    clear_auto_leads()
+    """(CPU seconds of the pilots, of the run) for ``streams`` streams: ``lead_regimes``'
+    regime at ρ 0.85, FIFO, random starts, with ``streams / 4`` groups of one device."""
+    regime = dict(rho=0.85, groups=streams // 4, degree=1, start="random", schedule="fifo",
+                  rate=0.1, cost="fixed")
     with gc_paused():
-        start = time.process_time()
-        plan(experiment)
-        pilots = time.process_time() - start
-        start = time.process_time()
-        run_experiment(experiment, jobs=1)
-        return pilots, time.process_time() - start
+        pilots, run, _ = timed(experiment(regime, duration, seeds))
+    return pilots, run
 
 
 def main() -> None:
@@ -49,6 +43,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--repeats", type=int, default=3)
     options = parser.parse_args()
+    if any(streams < 4 or streams % 4 for streams in options.streams):
+        parser.error("--streams takes multiples of 4 (groups of 4 streams on a device)")
     print(f"  {options.seeds} x {options.duration:g} s, K = 8, C = 0.425 s, dit = N/4, "
           "random starts, both policies (CPU s)")
     for streams in options.streams:
