@@ -7,7 +7,9 @@ best of each, every figure beside its yardstick from the same process (bare or p
 SimPy), so the ratios compare like with like:
 
 - one stream, K = 4, conditions every 1,000 s and every 10 s: simulated slot-events per
-  second, as a ratio to a bare SimPy timeout loop (bench/bench_sim.py's workload);
+  second, as a ratio to a bare SimPy timeout loop (``bench_sim.one_stream``: the median of
+  3 alternated pairs, the simulator with the garbage collector paused as the experiment
+  engine's work units run it);
 - the serving model: 256 periodic streams on one FIFO device at ρ = 0.5, jobs per second
   as a ratio to the same workload in plain SimPy (bench/bench_serving.py's first figure);
 - µs per played slot, 256 speculative streams, dit = N/4 (its second figure);
@@ -34,26 +36,13 @@ import latsim
 import bench_serving, bench_sim
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import BASELINE
-from latsim.controller.timing import Timing
-from latsim.model.costs import AffineCost, FixedCost
+from latsim.model.costs import FixedCost
 from latsim.model.serving import ServingConfig
-from latsim.model.traces import Trace
 from latsim.sim.serving import simulate_serving
-from latsim.sim.simpy_driver import simulate_trace
 
 out = {"build": latsim.build()}
-bare = bench_sim.bare_simpy_rate()
-cost = AffineCost(0.14725, 0.16275)
-timing = Timing(4, 4, 16.0)
 for every in (1000.0, 10.0):
-    rng = np.random.default_rng(0)
-    arrivals = tuple(np.cumsum(rng.exponential(every, size=max(4, int(3600 / every)))))
-    duration = max(3600.0, float(arrivals[-1]) + 1)
-    trace = Trace("b", arrivals, duration)
-    config = ControllerConfig(timing, BASELINE, cost.mean(4))
-    run = lambda: simulate_trace(config, cost, trace, duration, np.random.default_rng(1))[1]
-    took = bench_sim.best_of(3, run)
-    out[f"one stream K=4 every {every:g} s / bare SimPy"] = run().played / took / bare
+    out[f"one stream K=4 every {every:g} s / bare SimPy"] = bench_sim.one_stream(4, every)[1]
 
 streams, seconds = 256, 60.0
 job = 0.5 * bench_serving.TIMING.T / streams

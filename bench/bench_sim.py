@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 from latsim.controller import ControllerConfig
-from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
 from latsim.controller.timing import Timing
 from latsim.experiments.engine import (
     DEFAULT_COST,
@@ -59,46 +59,49 @@ def bare_simpy_rate(n: int = 300_000) -> float:
     return n / (time.perf_counter() - start)
 
 
+def one_stream(K: int, every: float, policy: Policy = BASELINE, skip: bool = True,
+               pairs: int = 3) -> tuple[float, float, float]:
+    """One stream of about an hour (AffineCost(0.14725, 0.16275), lead = mean C) with
+    conditions every ``every`` s on average: (its best slot-events/s, the median over
+    ``pairs`` alternated pairs of its rate ÷ a bare SimPy timeout loop's, the share of
+    slots played ahead). The simulator runs with the garbage collector paused, as the
+    experiment engine's work units run; the bare loop as it is. A median of pairs: this
+    machine's speed drifts by 2x between minutes, which a ratio to one bare run measured
+    first took for the simulator's."""
+    cost = AffineCost(0.14725, 0.16275)
+    rng = np.random.default_rng(0)
+    arrivals = tuple(np.cumsum(rng.exponential(every, size=max(4, int(3600 / every)))))
+    duration = max(3600.0, float(arrivals[-1]) + 1)
+    trace = Trace("b", arrivals, duration)
+    config = ControllerConfig(Timing(K, DEFAULT_R, DEFAULT_FPS), policy, cost.mean(K))
+    best, ratios = 0.0, []
+    for _ in range(pairs):
+        with gc_paused():
+            start = time.perf_counter()
+            ctrl = simulate_trace(config, cost, trace, duration, np.random.default_rng(1),
+                                  skip_ticks=skip)[1]
+            rate = ctrl.played / (time.perf_counter() - start)
+        best = max(best, rate)
+        ratios.append(rate / bare_simpy_rate())
+    return best, float(np.median(ratios)), ctrl.slots_played_ahead / ctrl.played
+
+
 def single_core_throughput() -> None:
     """One stream of about an hour with a condition every 10 s on average (and, at K = 4,
     every 1000 s): slots per second with ticks skipped (the default) and tick by tick, and
-    each as a ratio to bare SimPy. Issue "speed" targets at K = 4: >= 0.5 of bare SimPy
-    with conditions every 1000 s, >= 0.3 with conditions every 10 s (the engine issue:
-    >= 0.4 / >= 0.3 pure Python). The bare loop runs beside each workload, alternated,
-    and the ratio is the median of the pairs': this machine's speed drifts by 2x between
-    minutes, which a ratio to one bare run measured first took for the simulator's. The
-    garbage collector is paused, as the experiment engine's work units run."""
-    cost = AffineCost(0.14725, 0.16275)
-    rng = np.random.default_rng(0)
+    each as a ratio to bare SimPy (:func:`one_stream`). Issue "speed" targets at K = 4:
+    >= 0.5 of bare SimPy with conditions every 1000 s, >= 0.3 with conditions every 10 s
+    (the engine issue: >= 0.4 / >= 0.3 pure Python)."""
     print("  ratios: the median of 3 alternated pairs (simulator, bare SimPy timeout loop)")
     for K, every in ((4, 1000.0), (4, 10.0), (8, 10.0), (21, 10.0), (64, 10.0),
                      (124, 10.0)):  # 124: the paper's longest chunk
-        timing = Timing(K, DEFAULT_R, DEFAULT_FPS)
-        arrivals = tuple(np.cumsum(rng.exponential(every, size=max(4, int(3600 / every)))))
-        duration = max(3600.0, float(arrivals[-1]) + 1)
-        trace = Trace("b", arrivals, duration)
         for policy in (BASELINE, SPECULATIVE):
-            config = ControllerConfig(timing, policy, cost.mean(K))
-            rates, ratios = {}, {True: [], False: []}
-            for _ in range(3):
-                for skip in (True, False):
-                    def one(c=config, t=trace, d=duration, s=skip):
-                        return simulate_trace(c, cost, t, d, np.random.default_rng(1),
-                                              skip_ticks=s)[1]
-
-                    with gc_paused():  # as the experiment engine's work units run
-                        start = time.perf_counter()
-                        ctrl = one()
-                        rate = ctrl.played / (time.perf_counter() - start)
-                    rates[skip] = max(rates.get(skip, 0.0), rate)
-                    ratios[skip].append(rate / bare_simpy_rate())
-                    if skip:
-                        ahead = ctrl.slots_played_ahead / ctrl.played
-            ratio = {skip: float(np.median(r)) for skip, r in ratios.items()}
-            print(f"  K={K:3d} every {every:4.0f} s {policy.name:11s}: {rates[True]:9.0f} "
-                  f"slot-events/s (ratio to bare SimPy {ratio[True]:.2f}; "
-                  f"{ahead:.0%} played ahead); tick by tick {rates[False]:9.0f} "
-                  f"(ratio {ratio[False]:.2f}; skipping x{ratio[True] / ratio[False]:.2f})")
+            rate, ratio, ahead = one_stream(K, every, policy)
+            slow_rate, slow_ratio, _ = one_stream(K, every, policy, skip=False)
+            print(f"  K={K:3d} every {every:4.0f} s {policy.name:11s}: {rate:9.0f} "
+                  f"slot-events/s (ratio to bare SimPy {ratio:.2f}; "
+                  f"{ahead:.0%} played ahead); tick by tick {slow_rate:9.0f} "
+                  f"(ratio {slow_ratio:.2f}; skipping x{ratio / slow_ratio:.2f})")
 
 
 def sims_per_second() -> None:
