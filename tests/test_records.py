@@ -112,3 +112,42 @@ def test_slot_log_reads_as_a_sequence_of_records_and_pickles_as_columns():
             assert count_slots_before(log, end, generated) == count_slots_before(
                 tuple(rows), end, generated) == sum(
                 1 for r in rows if r.t_start < end and (r.job_id > 0 or not generated))
+
+
+def test_a_record_is_built_as_its_dataclass_would_build_it():
+    """``record`` replaces the frozen dataclass's ``__init__`` with one that stores through
+    the slots: the same signature (defaults, keywords), the same errors, still frozen."""
+    import dataclasses
+    import inspect
+    import pickle
+
+    from latsim.controller.records import record
+    from latsim.run.fleet import SessionRecord
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Reference:
+        a: int
+        b: float = 2.5
+
+    @record
+    class Made:
+        a: int
+        b: float = 2.5
+
+    assert str(inspect.signature(Made)) == str(inspect.signature(Reference))
+    assert Made(1) == Made(a=1, b=2.5) != Made(1, 3.0)
+    job = JobRecord(3, "refill", 8, 8, 1, 8, 0.5, 0.75)
+    assert pickle.loads(pickle.dumps(job)) == job
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Made(1).a = 2  # type: ignore[misc]
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'a'"):
+        Made()  # type: ignore[call-arg]
+    assert SessionRecord(1, 0.0, 600.0, "served", 0, 0.0, 0.5, 600.0, 1, 0).migrations == 0
+    with pytest.raises(TypeError, match="no __post_init__"):
+        @record
+        class Checked:
+            a: int
+            b: int
+
+            def __post_init__(self) -> None:
+                pass
