@@ -30,6 +30,7 @@ from latsim.controller.records import (
     SlotRecord,
     SlotTally,
     StallRecord,
+    slot_init,
 )
 
 #: Tolerance for comparing times that are sums of floats (slot starts, job ends).
@@ -143,6 +144,12 @@ class PlaySlot:
 
 
 Command = StartJob | ScheduleWakeUp | PlaySlot
+
+# A refill cycle makes an event and a command or two: each built by slot_init's __init__,
+# not the frozen dataclass's own (object.__setattr__ a field; Python even when compiled)
+for _made_per_job in (ConditionArrived, JobStarted, JobDone, SlotDue, StartJob,
+                      ScheduleWakeUp, PlaySlot):
+    _made_per_job.__init__ = slot_init(_made_per_job)  # type: ignore[method-assign]
 
 
 # ---------------------------------------------------------------- transitions as data
@@ -326,6 +333,9 @@ class Controller:
         self._forget_jobs = forget_jobs
         self.slots = SlotLog() if slots is None else slots
         self._fold_slots = isinstance(self.slots, SlotTally)
+        #: the slot log's four columns (lists it appends to and empties in place)
+        self._columns = (self.slots.position, self.slots.version, self.slots.job_id,
+                         self.slots.t_start)
         self.stalls: list[StallRecord] = []
         self.discards: list[DiscardRecord] = []
         self._tables: dict[type, Any] = {  # where _emit puts each record type
@@ -418,11 +428,10 @@ class Controller:
                 or armed > now + EPS or self._refill_due_at(now) > now + EPS):
             return None
         self.events_handled += 1
-        out: list[Command] = []
-        self._start_job("refill", self._planned_end, now, out)  # forgets the armed refill
+        job = self._new_job("refill", self._planned_end, now)  # forgets the armed refill
         self.state = State.PRODUCE
         self._rows = self._dispatch[State.PRODUCE]
-        return out[0]  # type: ignore[return-value]
+        return job
 
     def quiet_job_started(self, job_id: int, now: float) -> bool:
         """The fast path of :class:`JobStarted` when it only notes the start: the job is
@@ -455,12 +464,10 @@ class Controller:
                 or self._armed_refill is not None):
             return None
         self.events_handled += 1
-        out: list[Command] = []
-        self._finish_job(job_id, now, out)
+        self._finish_job(job_id, now, [])  # no stall ends: it commands nothing
         due = self._refill_due_at(now)
         if due <= now + EPS:
-            self._start_job("refill", self._planned_end, now, out)
-            return out[0]  # type: ignore[return-value]
+            return self._new_job("refill", self._planned_end, now)
         self.state = State.CONSUME
         self._rows = self._dispatch[State.CONSUME]
         self._armed_refill = due
@@ -507,9 +514,7 @@ class Controller:
         if slowly and (shifted or dry):
             raise ValueError("a controller that hands out its records plays tick by tick")
         cache, delta, q, eager = self._cache, self._delta, self._q, self._eager
-        slots = self.slots
-        positions, versions, job_ids, starts = (slots.position, slots.version, slots.job_id,
-                                                slots.t_start)
+        positions, versions, job_ids, starts = self._columns
         shown, locked, cache_end = self._played_version, self._locked_end, self._cache_end
         planned_end, refill_lead = self._planned_end, self._refill_lead  # no job starts here
         first_open = self._open[0].version if self._open else -1
@@ -571,7 +576,7 @@ class Controller:
         if not played or slowly or dry:  # _play_slot kept the books
             return played, clock
         if self._fold_slots and len(starts) >= FOLD_AT:
-            slots.fold()  # type: ignore[attr-defined]
+            self.slots.fold()  # type: ignore[attr-defined]
         self._played_version = shown
         if not eager:
             self._locked_end = locked
@@ -745,8 +750,9 @@ class Controller:
                 self._emit(DiscardRecord(job.job_id, job.branch, first - job.branch, now,
                                          job.version))
             end = max(end, keep)
-        self._cache.update(dict.fromkeys(range(first, job.branch + self._K),
-                                         (job.version, job.job_id)))
+        cache, entry = self._cache, (job.version, job.job_id)
+        for position in range(first, job.branch + self._K):
+            cache[position] = entry
         if self._discard_on_ready:
             self._cache_end = end
         elif first <= self._cache_end:  # the chunk next in line (jobs may end out of order)
@@ -951,6 +957,10 @@ class Controller:
             out.append(ScheduleWakeUp(due, WakeUp()))
 
     def _start_job(self, kind: str, branch: int, now: float, out: list) -> None:
+        out.append(self._new_job(kind, branch, now))
+
+    def _new_job(self, kind: str, branch: int, now: float) -> StartJob:
+        """Start a job: the books, and the command that starts it."""
         job_id = self._next_job_id
         self._next_job_id += 1
         self._planned_version = self._latest_version
@@ -960,7 +970,7 @@ class Controller:
         self._live += 1
         self._planned_end = branch + self._K
         self.jobs_started += 1
-        out.append(StartJob(job_id, kind, branch, self._K, self._latest_version, branch))
+        return StartJob(job_id, kind, branch, self._K, self._latest_version, branch)
 
     def _emit(self, record: object) -> None:
         self._tables[type(record)].append(record)

@@ -8,11 +8,12 @@ works on any list of them. Plain data, no I/O: the run layer writes and reads th
 from __future__ import annotations
 
 import math
+import sys
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import MISSING, dataclass, fields
 from operator import attrgetter
-from typing import TypeVar, dataclass_transform, overload
+from typing import Any, TypeVar, dataclass_transform, overload
 
 NAN = math.nan
 
@@ -30,7 +31,7 @@ def record(cls: type[_R]) -> type[_R]:
     names = [f.name for f in fields(cls)]
     if len(names) < 2 or not all(f.init for f in fields(cls)):
         raise TypeError(f"{cls.__name__}: a record has two or more fields, all in __init__")
-    cls.__init__ = _slot_init(cls)  # type: ignore[misc]
+    cls.__init__ = slot_init(cls)  # type: ignore[misc]
     values = attrgetter(*names)
 
     def __reduce__(self: _R) -> tuple[type[_R], tuple]:  # noqa: N807
@@ -40,12 +41,14 @@ def record(cls: type[_R]) -> type[_R]:
     return cls
 
 
-def _slot_init(cls: type) -> Callable[..., None]:
-    """The ``__init__`` of a record: the dataclass's own signature, each field stored with its
-    slot's descriptor. A frozen dataclass's ``__init__`` stores each field through
-    ``object.__setattr__``, about 1.1 µs for an eight-field record; this takes about 0.6,
-    and the simulator makes one record per job and unpickles every record by it. Written
-    as source and compiled, as :mod:`dataclasses` writes its own."""
+def slot_init(cls: type) -> Callable[..., None]:
+    """An ``__init__`` for the frozen dataclass with slots ``cls``: the dataclass's own
+    signature, each field stored with its slot's descriptor. The dataclass's own stores
+    each field through ``object.__setattr__``: about 1.1 µs for an eight-field record
+    (this takes 0.6), and 1.0 µs for a :class:`~latsim.controller.machine.StartJob` in the
+    compiled build, where it stays Python (this takes 0.5). The simulator makes a record
+    and a command per job and unpickles every record by it. Written as source and
+    compiled, as :mod:`dataclasses` writes its own."""
     if "__post_init__" in vars(cls) or any(f.kw_only or f.default_factory is not MISSING
                                            for f in fields(cls)):
         raise TypeError(f"{cls.__name__}: a record has no __post_init__, keyword-only "
@@ -59,9 +62,14 @@ def _slot_init(cls: type) -> Callable[..., None]:
         else:
             scope[f"_default_{f.name}"] = f.default
             parameters.append(f"{f.name}=_default_{f.name}")
-        body.append(f"    _set_{f.name}(self, {f.name})\n")
-    exec(f"def __init__(self, {', '.join(parameters)}):\n{''.join(body)}", scope)
-    init = scope["__init__"]
+        body.append(f"        _set_{f.name}(self, {f.name})\n")
+    # made in a closure over ``scope``, with the module's globals, as dataclasses does: so
+    # that the annotations resolve where the class's own do (pdoc, typing.get_type_hints)
+    made: dict[str, Any] = {}
+    exec(f"def make({', '.join(scope)}):\n"
+         f"    def __init__(self, {', '.join(parameters)}):\n{''.join(body)}"
+         "    return __init__\n", vars(sys.modules[cls.__module__]), made)
+    init = made["make"](**scope)
     init.__qualname__ = f"{cls.__qualname__}.__init__"  # type: ignore[attr-defined]
     init.__annotations__ = {**{f.name: f.type for f in fields(cls)}, "return": None}
     return init  # type: ignore[return-value]
