@@ -243,21 +243,29 @@ def mermaid_diagram() -> str:
 # ---------------------------------------------------------------- the controller
 
 
-@dataclass(slots=True)
+# The controller's own books: plain classes, so that the compiled build makes them in C
+# (a dataclass's __init__ stays Python there). Compared by identity.
 class _RunningJob:
-    job_id: int
-    kind: str
-    branch: int
-    version: int
-    t_start: float
-    context: int
-    flushed_by: int | None = None  # the version whose replan flushed it: output dropped
+    __slots__ = ("job_id", "kind", "branch", "version", "t_start", "context", "flushed_by")
+
+    def __init__(self, job_id: int, kind: str, branch: int, version: int, t_start: float,
+                 context: int) -> None:
+        self.job_id = job_id
+        self.kind = kind
+        self.branch = branch
+        self.version = version
+        self.t_start = t_start
+        self.context = context
+        #: the version whose replan flushed it: its output is dropped
+        self.flushed_by: int | None = None
 
 
-@dataclass(slots=True)
 class _OpenCondition:
-    version: int
-    t_arrival: float
+    __slots__ = ("version", "t_arrival")
+
+    def __init__(self, version: int, t_arrival: float) -> None:
+        self.version = version
+        self.t_arrival = t_arrival
 
 
 class Controller:
