@@ -204,16 +204,18 @@ class StreamRun:
         """Close the controller (open stall, censored conditions) and collect the records."""
         ctrl = self.controller
         ctrl.finish(end_time)
-        busy = tuple(
-            BusyInterval(job_id, *self._ran.get(job_id, (start, end_time)))
-            for job_id, start in self.job_starts.items()
-        )
-        tally = self._tally
+        ran, tally = self._ran, self._tally
+        intervals: list[BusyInterval] = []
         if tally is not None:  # the jobs still running, as kept intervals would have them
             tally = BusyTally(tally.seconds, tally.started)
-            for interval in busy:
-                tally.add(interval.t_start, interval.t_end, self.window.duration)
-            busy = ()
+        for job_id, start in self.job_starts.items():
+            interval = ran.get(job_id)
+            t_start, t_end = (start, end_time) if interval is None else interval
+            if tally is None:
+                intervals.append(BusyInterval(job_id, t_start, t_end))
+            else:
+                tally.add(t_start, t_end, self.window.duration)
+        busy = tuple(intervals)
         return RunRecords(
             duration=self.window.duration,
             end_time=end_time,
