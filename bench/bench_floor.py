@@ -17,12 +17,14 @@ units run), best of 3 alternated runs.
    two; where the sum is over the budget, the target is out of reach in pure Python with
    one controller for both clocks on SimPy (2026-12-04, idle 2 cores: plain 12.6 µs, the
    controller 15.7 µs at K = 8, so at most 0.44–0.45 of plain SimPy's jobs/s; the serving model
-   reaches 0.21–0.22).
+   reaches 0.21–0.22; later that day, after the refill cycle's events, commands and books
+   were built more cheaply: plain 12.5 µs, the controller 14.0 µs, at most 0.47; the
+   serving model 0.25).
 2. **A heap of N timers.** Bare SimPy, N periodic timers of period 1 s at random phases:
    µs per event at 16 and 4,096 timers, and their ratio (the engine issue's "4,096 ÷ 16
    streams" figure for the serving model, ≤ 1.5, holds the engine to a growth the heap
-   under it may exceed by itself: 1.38, 1.50 and 1.47 in three runs on 2026-12-04, where the
-   serving model's per-slot cost grows 1.66–1.92).
+   under it may exceed by itself: 1.38, 1.50, 1.47 and 1.63 in four runs on 2026-12-04,
+   where the serving model's per-slot cost grows 1.66–1.92).
 """
 
 from __future__ import annotations
