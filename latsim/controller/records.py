@@ -51,8 +51,8 @@ def slot_init(cls: type) -> Callable[..., None]:
     compiled, as :mod:`dataclasses` writes its own."""
     if "__post_init__" in vars(cls) or any(f.kw_only or f.default_factory is not MISSING
                                            for f in fields(cls)):
-        raise TypeError(f"{cls.__name__}: a record has no __post_init__, keyword-only "
-                        "fields or default factories")
+        raise TypeError(f"{cls.__name__}: slot_init builds a dataclass with no "
+                        "__post_init__, keyword-only fields or default factories")
     scope: dict[str, object] = {}
     parameters, body = [], []
     for f in fields(cls):
