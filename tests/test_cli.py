@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -56,12 +57,38 @@ def test_same_seed_gives_byte_identical_json_and_another_seed_does_not():
     assert first != invoke(*args, "--seed", "8").stdout
 
 
-def test_simulate_speculative_alone_still_reports_a_against_its_baseline_twin():
-    result = invoke("simulate", "--K", "8", "--C", "0.5", "--policy", "speculative",
-                    "--updates", "poisson:0.5", *FAST, "--json")
-    assert result.exit_code == 0, result.stderr
-    row = row_of(result.stdout)
-    assert row["policy"] == "speculative" and row["A"] >= 1.0
+def test_speculative_alone_runs_one_policy_and_leaves_a_blank_saying_why():
+    """No baseline twin unasked: one policy's runs, A null with its note, the table's
+    footnote; the other numbers are those of the same policy run beside the baseline."""
+    from latsim.experiments.engine import Experiment, plan, run_experiment
+
+    alone = Experiment(Ks=(8,), cost="fixed:0.5", updates="poisson:0.5",
+                       policies=("speculative",), duration=20.0, seeds=3)
+    assert [c.policy.name for c in plan(alone).cells] == ["speculative"]
+    result = run_experiment(alone, jobs=1)
+    assert {key: len(runs) for key, runs in result.runs.items()} == {(8, "speculative"): 3}
+    (row,) = result.rows
+    assert row["A"] is None and row["A_se"] is None
+    assert row["A_note"].startswith("no baseline ran on the same arrivals")
+    assert row["A_from_w"] > 1.0  # w's estimate needs no baseline
+    both = run_experiment(replace(alone, policies=("baseline", "speculative")), jobs=1)
+    (paired,) = [r for r in both.rows if r["policy"] == "speculative"]
+    assert paired["A"] >= 1.0 and "A_note" not in paired
+    assert {k: v for k, v in row.items() if k not in ("A", "A_se", "A_note")} == {
+        k: v for k, v in paired.items() if k not in ("A", "A_se")}
+    # asked for explicitly (Experiment.twin), the baseline runs beside it for A alone
+    twin = run_experiment(replace(alone, twin=True), jobs=1)
+    assert set(twin.runs) == {(8, "baseline"), (8, "speculative")}
+    assert twin.rows == [paired]
+
+    printed = invoke("simulate", "--K", "8", "--C", "0.5", "--policy", "speculative",
+                     "--updates", "poisson:0.5", *FAST, "--json")
+    assert printed.exit_code == 0, printed.stderr
+    assert row_of(printed.stdout)["A"] is None
+    table = invoke("simulate", "--K", "8", "--C", "0.5", "--policy", "speculative", *FAST)
+    assert "no baseline ran on the same arrivals; --policy both measures A" in table.stdout
+    assert "no baseline ran" not in invoke("simulate", "--K", "8", "--C", "0.5",
+                                           *FAST).stdout
 
 
 def test_simulate_out_writes_records_summary_and_plot(tmp_path):

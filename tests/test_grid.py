@@ -140,7 +140,9 @@ def test_an_interrupted_grid_resumes_without_rerunning_cells(tmp_path):
     assert ((tmp_path / "cut" / "cells.csv").read_bytes()
             == (tmp_path / "ref" / "cells.csv").read_bytes())
     default = parse_grid("[axes]\nK = [4]\n[fixed]\nduration = 30")  # default metrics
-    assert run_grid(default, tmp_path / "default").rows[0]["dit_calls"] > 0
+    (row,) = run_grid(default, tmp_path / "default").rows
+    # speculative by default; A among the default metrics: the cell asks for the baseline
+    assert row["dit_calls"] > 0 and row["A"] >= 1.0
     other = parse_grid("[axes]\nK = [4]\n[fixed]\nduration = 30")
     with pytest.raises(LatsimError, match="holds another grid"):
         run_grid(other, tmp_path / "cut")
@@ -260,6 +262,7 @@ def test_each_cell_carries_its_metrics_standard_errors_and_replications(tmp_path
     from latsim.experiments.grid import experiment
 
     spec = load_grid(_grid(tmp_path, duration=30, rates="[0.2]"))
+    assert not any(experiment(spec, i).twin for i in range(spec.n_cells))  # A not asked
     result = run_grid(spec, tmp_path / "out", "local", 1)
     for row in result.rows:
         assert row["n_runs"] == spec.seeds == 3

@@ -249,7 +249,7 @@ def test_a_plug_in_schedule_serves_the_task_queued_last(third_party, tmp_path):
                       "--duration", "30", "--policy", "speculative", "--updates",
                       "poisson:0.3", "--out", str(tmp_path / schedule))
         assert out.returncode == 0, out.stderr
-        tasks = tmp_path / schedule / "tasks.csv"  # (its baseline twin's: baseline_twin/)
+        tasks = tmp_path / schedule / "tasks.csv"
         counts[schedule] = _served_last_in(tasks)
     picks, last, first = counts["lifo"]
     print("lifo picks, the last queued, the first queued:", picks, last, first)

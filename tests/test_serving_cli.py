@@ -90,13 +90,31 @@ def test_many_streams_write_records_with_a_stream_column(tmp_path):
     assert (shown["L"] >= shown["L_server"] + 0.01 - 1e-9).all()
     assert len(pd.read_csv(tmp_path / "streams.csv")) == 3  # the policy asked for, alone
     assert set(conditions["policy"]) == {"speculative"}
-    # the baseline twin behind A, apart and labelled
-    twin = tmp_path / "baseline_twin"
-    assert json.loads((twin / "config.json").read_text())["twin_of"] == ["speculative"]
-    assert set(pd.read_csv(twin / "conditions.csv")["policy"]) == {"baseline"}
-    assert len(pd.read_csv(twin / "streams.csv")) == 3
+    # no baseline ran (A is blank): no twin's records either
+    assert speculative["A"] is None and not (tmp_path / "baseline_twin").exists()
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["serving"]["streams"] == 3 and config["serving"]["decode"] == "fixed:0.05"
+
+
+def test_a_twin_asked_for_writes_its_records_apart_and_labelled(tmp_path):
+    """``Experiment.twin``: the baseline behind A runs beside a speculative experiment; its
+    records go to ``baseline_twin/``, an experiment folder of its own."""
+    from latsim.experiments.engine import run_experiment, write_experiment
+
+    experiment = Experiment(Ks=(8,), cost="fixed:0.4", policies=("speculative",),
+                            updates="poisson:0.3", duration=30.0, seeds=2, lead=1.2,
+                            twin=True, serving=ServingConfig(streams=3))
+    result = run_experiment(experiment, jobs=1)
+    (row,) = result.rows
+    assert row["policy"] == "speculative" and row["A"] >= 1.0 and "A_note" not in row
+    write_experiment(result, tmp_path)
+    assert set(pd.read_csv(tmp_path / "conditions.csv")["policy"]) == {"speculative"}
+    assert json.loads((tmp_path / "config.json").read_text())["twin"] is True
+    twin = tmp_path / "baseline_twin"
+    config = json.loads((twin / "config.json").read_text())
+    assert config["twin_of"] == ["speculative"] and "twin" not in config
+    assert set(pd.read_csv(twin / "conditions.csv")["policy"]) == {"baseline"}
+    assert len(pd.read_csv(twin / "streams.csv")) == 3
 
 
 def test_a_serving_file_sets_everything_and_flags_override_it(tmp_path):

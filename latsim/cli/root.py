@@ -352,6 +352,9 @@ def _print_rows(rows: list[dict]) -> None:
                          f"{waits or 'none'}")
     notes.append("[dim]seconds; theory = closed-form E[L] where one holds (fixed C <= T, "
                  "rare updates for speculative)[/dim]")
+    if any("A_note" in row for row in rows):
+        notes.append("[dim]A –: no baseline ran on the same arrivals; --policy both "
+                     "measures A[/dim]")
     print_table(title, [Column(header, rank, "left" if key == "policy" else "right")
                         for key, header, _, rank in columns],
                 [[_fmt(row[key], digits) for key, _, digits, _ in columns] for row in rows],

@@ -116,6 +116,10 @@ class Experiment:
     serving: ServingConfig | None = None  # None: one stream on one worker (DESIGN §2)
     #: what each run keeps (RECORD_LEVELS): below "all", slots and tasks are only counted
     records: str = "all"
+    #: run the baseline beside a speculative policy asked for alone, on the same arrivals,
+    #: only to measure A (its rows are not shown; its records go to TWIN_FOLDER). Without
+    #: it, A is null where the baseline is not among ``policies`` (:data:`A_NOTE`)
+    twin: bool = False
 
     def __post_init__(self) -> None:
         """Range-check every number (:mod:`latsim.errors`); what depends on several (q
@@ -268,7 +272,7 @@ def plan(experiment: Experiment) -> Plan:
     devices = stream_model(serving)
     stream = devices.settings
     names = list(experiment.policies)
-    if "speculative" in names and "baseline" not in names:
+    if experiment.twin and "speculative" in names and "baseline" not in names:
         names.insert(0, "baseline")  # the twin that A is measured against
     leads: dict[int, tuple[Timing, float]] = {}  # K -> (timing, base lead)
     for K in experiment.Ks:
@@ -738,11 +742,18 @@ def _stream_runs(runs: list) -> list[RunRecords]:
                                         else (run,))]
 
 
+#: What a row says (``A_note``) where its A is null because no baseline ran beside it.
+A_NOTE = ("no baseline ran on the same arrivals in this command: --policy both "
+          "measures A (A_from_w estimates it from w)")
+
+
 def _row(p: Plan, cell: Cell, runs: dict) -> dict:
     K = cell.timing.K
     own = runs[(K, cell.policy.name)]
     metrics = p.model.metrics(own)
-    A, A_se = work_ratio(_stream_runs(own), _stream_runs(runs[(K, "baseline")]))
+    baseline = runs.get((K, "baseline"))
+    A, A_se = ((None, None) if baseline is None
+               else work_ratio(_stream_runs(own), _stream_runs(baseline)))
     identity = RunIdentity.of(cell.config, p.cost.spec, p.cost.mean(K), p.arrivals.spec,
                               p.duration, p.experiment.seed)
     auto = dict(p.auto_leads).get((K, cell.policy.name))
@@ -751,6 +762,7 @@ def _row(p: Plan, cell: Cell, runs: dict) -> dict:
         A_from_w=theory.work_amplification(metrics["w"]) if metrics["w"] is not None else None,
         L_mean_theory=_theory_mean(p, cell),
         **({} if auto is None else {"lead_wait": auto[0], "lead_model": auto[1]}),
+        **({} if baseline is not None else {"A_note": A_NOTE}),
     )
 
 
@@ -779,11 +791,13 @@ def experiment_config(result: ExperimentResult) -> dict:
         **({"replan_at_cache_end": experiment.replan_at_cache_end}
            if experiment.replan_at_cache_end != "defer" else {}),
         **({} if p.serving is None else {"serving": p.serving.describe()}),
+        **({"twin": True} if experiment.twin else {}),
     }
 
 
 #: Where an experiment folder keeps the records of the baseline twin that a speculative
-#: run's A (work amplification) is measured against, when the baseline was not asked for.
+#: run's A (work amplification) is measured against, when the baseline was not asked for
+#: but its twin was (``Experiment.twin``).
 TWIN_FOLDER = "baseline_twin"
 
 
@@ -792,7 +806,7 @@ def _twin(result: ExperimentResult) -> ExperimentResult:
     p = result.plan
     # the speculative policy's overrides (q, commit) do not apply to the baseline
     plan = replace(p, experiment=replace(p.experiment, policies=("baseline",), q=None,
-                                         commit=None, commit_lead=0.0))
+                                         commit=None, commit_lead=0.0, twin=False))
     runs = {key: cell_runs for key, cell_runs in result.runs.items() if key[1] == "baseline"}
     return ExperimentResult(plan, [_row(plan, cell, runs) for cell in p.cells
                                    if cell.policy.name == "baseline"], runs)
@@ -804,8 +818,8 @@ def write_experiment(result: ExperimentResult, out: Path,
     ``summary.json``/``.csv`` and one CSV per record type the experiment kept (none with
     ``records="none"``; not the counted ones, :data:`COUNTED_TABLES`, below ``all``), for
     the policies asked for. The baseline twin that a speculative run alone is measured
-    against goes to :data:`TWIN_FOLDER`, an experiment folder of its own whose config says
-    ``twin_of``. Returns the paths."""
+    against, where it asked for one (``Experiment.twin``), goes to :data:`TWIN_FOLDER`, an
+    experiment folder of its own whose config says ``twin_of``. Returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     config = experiment_config(result)
     if twin_of:

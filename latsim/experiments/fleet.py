@@ -84,7 +84,7 @@ def node_auto_lead(experiment: Experiment, sessions: int) -> float:
     at random phases on one node."""
     serving = replace(experiment.serving, streams=sessions, start="random")
     full = plan(replace(experiment, serving=serving, seeds=1))
-    (cell,) = [c for c in full.cells if c.policy.name == experiment.policies[0]]
+    (cell,) = full.cells
     return cell.lead
 
 
@@ -115,8 +115,7 @@ def plan_fleet(run: FleetRun, max_events: int = DEFAULT_MAX_EVENTS) -> FleetPlan
     sessions are expected to play over every replication (offered load × active share ×
     horizon / δ, with no session turned away) against ``max_events``."""
     p = plan(fleet_experiment(run))
-    # the plan holds a baseline twin of a speculative cell (simulate's A): take the node's
-    (cell,) = [c for c in p.cells if c.policy.name == run.node.policy]
+    (cell,) = p.cells  # the node's policy alone: a fleet reports no A, so runs no twin
     workload = run.workload
     cap = run.fleet.nodes_max * run.node.max_sessions
     present = min(workload.offered_load(p.duration), cap)

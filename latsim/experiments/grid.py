@@ -26,7 +26,9 @@ Settings (:data:`SETTINGS`) are those of ``latsim simulate``: ``K``, ``policy``,
 the axes' product (in file order, the last axis fastest); it runs ``seeds`` replications of
 one (K, policy) and gives one row: the cell's settings, then the metrics of its summary
 row (:func:`latsim.experiments.engine.run_experiment`), each beside its standard error over
-the replications (``{metric}_se``), then their number (``n_runs``).
+the replications (``{metric}_se``), then their number (``n_runs``). Where ``A`` is among the
+metrics (it is by default), a speculative cell also runs the baseline on the same arrivals
+to measure it (``Experiment.twin``); without ``A`` it runs its own policy alone.
 
 **Output.** ``DIR/grid.json`` (the grid, its hash, status), ``DIR/cells.jsonl`` (one line
 per finished cell, appended as results stream back), and ``DIR/cells.csv`` and
@@ -219,8 +221,11 @@ def experiment(spec: GridSpec, index: int):  # Experiment (lazy import)
         settings["updates"] = f"poisson:{settings.pop('rate')!r}"
     policy = settings.pop("policy", "speculative")
     K = settings.pop("K")
+    # A is measured against the baseline on the same arrivals: a cell asks for it only
+    # where A is among its metrics
     return Experiment(Ks=(K,), policies=(policy,), seeds=spec.seeds, seed=spec.seed,
-                      serving=serving_config, records="none", **settings)
+                      serving=serving_config, records="none", twin="A" in spec.metrics,
+                      **settings)
 
 
 def check_cells(spec: GridSpec) -> None:

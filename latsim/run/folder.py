@@ -7,8 +7,9 @@ A run folder holds the records of one or more runs and what they were run with::
     conditions.csv jobs.csv slots.csv stalls.csv discards.csv
                     the controller's records, leading columns ``policy, K, run``
     trace.jsonl     the arrival trace of a single run (``config["trace_copy"]``)
-    baseline_twin/  an experiment of speculative runs alone: the baseline they were paired
-                    with to measure A, an experiment folder of its own (``twin_of``)
+    baseline_twin/  an experiment of speculative runs alone that asked for the baseline
+                    beside them to measure A (``Experiment.twin``): that baseline, an
+                    experiment folder of its own (``twin_of``)
 
 ``kind`` is ``experiment`` (``latsim simulate/sweep --out``: every (policy, K, replication)
 in one folder), ``simulated`` (one simulated run, e.g. for ``latsim compare``),
