@@ -7,10 +7,12 @@ import pytest
 from latsim.controller import (
     EVENT_KINDS,
     TRANSITIONS,
+    AdaptiveLead,
     ConditionArrived,
     Controller,
     ControllerConfig,
     JobDone,
+    JobStarted,
     PlaySlot,
     ScheduleWakeUp,
     SlotDue,
@@ -313,3 +315,103 @@ def test_diagram_and_table_print_every_row():
     for row in TRANSITIONS:
         guard = f" [{row.guard}]" if row.guard else ""
         assert f"{EVENT_KINDS[row.trigger]}{guard} / {row.action}" in diagram
+
+
+# ---------------------------------------------------------------- the adaptive lead
+
+C = 0.3  # the job time of the adaptive lead's tests (its cost part)
+
+
+def drive(ctrl: Controller, waits: list[float], until: float) -> list[float]:
+    """Run ``ctrl`` with a device that starts job n after ``waits[n - 1]`` (JobStarted
+    only where it waited) and takes C; returns the lead after each job ended."""
+    import heapq
+
+    queue: list[tuple[float, int, object]] = []
+    seq = 0
+
+    def carry_out(commands, now):
+        nonlocal seq
+        for command in commands:
+            if isinstance(command, ScheduleWakeUp):
+                entry = [(command.at, command.event)]
+            elif isinstance(command, StartJob):
+                wait = waits[command.job_id - 1] if command.job_id <= len(waits) else 0.0
+                entry = [(now + wait + C, JobDone(command.job_id))]
+                if wait:
+                    entry.append((now + wait, JobStarted(command.job_id)))
+            else:
+                continue
+            for at, event in entry:
+                seq += 1
+                heapq.heappush(queue, (at, seq, event))
+
+    leads = []
+    carry_out(ctrl.start(0.0), 0.0)
+    while queue and queue[0][0] < until:
+        at, _, event = heapq.heappop(queue)
+        carry_out(ctrl.handle(event, at), at)
+        if isinstance(event, JobDone):
+            leads.append(ctrl.lead)
+    return leads
+
+
+def adaptive(initial_wait: float, policy: Policy = BASELINE) -> Controller:
+    return Controller(ControllerConfig(TIMING, policy, C + initial_wait,
+                                       adaptive=AdaptiveLead(C)))
+
+
+def test_adaptive_lead_starts_at_the_given_lead():
+    ctrl = adaptive(0.1)
+    commands = ctrl.start(0.0)
+    assert ctrl.lead == pytest.approx(0.4)
+    wakeups = [c.at for c in of_type(commands, ScheduleWakeUp) if isinstance(c.event, WakeUp)]
+    assert wakeups == [pytest.approx(4 * DELTA - 0.4)]  # the first refill, one lead early
+
+
+def test_adaptive_lead_grows_after_a_long_wait_by_jacobson_karels():
+    ctrl = adaptive(0.1)
+    leads = drive(ctrl, [0.5], until=1.5)
+    # error 0.4: deviation 0.25 * 0.4 = 0.1, mean 0.1 + 0.4 / 8 = 0.15; lead C + 0.15 + 4 * 0.1
+    assert leads[0] == pytest.approx(C + 0.15 + 0.4)
+    assert ctrl.wait_estimate == pytest.approx((0.15, 0.1))
+    # the next refill is armed one new lead before the cache end (position 8 at 2.0 + the
+    # stall the late job caused)
+    assert ctrl.jobs[1].t_start == pytest.approx(0.6 + 0.5)
+
+
+def test_adaptive_lead_decays_to_its_cost_part_after_short_waits():
+    ctrl = adaptive(0.1)
+    leads = drive(ctrl, [0.5] + [0.0] * 60, until=60.0)
+    # the deviation still grows for two samples (each is 0.15 s off the mean), then the
+    # estimate falls every job, down to the cost part
+    assert leads[2] > leads[0] > 0.4
+    assert all(b < a for a, b in zip(leads[2:], leads[3:], strict=False))
+    assert leads[-1] == pytest.approx(C, abs=1e-3)
+    assert not ctrl.stalls[1:]  # after the first late job, none of the next is late
+
+
+def test_adaptive_lead_plans_each_refill_with_the_lead_it_has_then():
+    ctrl = adaptive(0.1)
+    after = drive(ctrl, [0.0] * 5, until=5.5)
+    starts = [job.t_start for job in ctrl.jobs[1:]]
+    # refill n starts one lead before its chunk is due at n·T: the first at the initial
+    # lead, each next one at the lead the jobs before it left
+    due = [4.0 * n * DELTA for n in range(1, len(starts) + 1)]
+    assert [d - s for d, s in zip(due, starts, strict=True)] == pytest.approx(
+        [0.4, *after[:len(starts) - 1]])
+    assert len(set(after)) == len(after)  # each wait moved it
+
+
+def test_a_fixed_lead_ignores_the_waits():
+    ctrl = make(BASELINE)
+    assert drive(ctrl, [0.5, 0.0, 0.0], until=4.0) == [LEAD] * 3
+
+
+def test_adaptive_lead_is_validated():
+    with pytest.raises(LatsimError, match="starts at or above its cost part"):
+        ControllerConfig(TIMING, BASELINE, 0.2, adaptive=AdaptiveLead(0.3))
+    with pytest.raises(LatsimError, match="gain must be in"):
+        AdaptiveLead(0.3, gain=0.0)
+    with pytest.raises(LatsimError, match="k must be >= 0"):
+        AdaptiveLead(0.3, k=-1.0)

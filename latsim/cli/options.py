@@ -31,24 +31,26 @@ LeadOpt = Annotated[
     str | None, typer.Option(
         help="planning lead: seconds; cost (C's 0.99 quantile, plus decode's and the replan "
         "overhead's); or auto (serving model: cost plus the wait budget that holds each "
-        "policy's stalls to 0.1%, from a pilot run of its own cell). Default: auto for "
+        "policy's stalls to 0.1%, from a pilot run of its own cell); or adaptive (cost "
+        "plus a wait estimate each stream keeps from the device waits it sees, as TCP's "
+        "retransmit timer, starting at the nD/D/1 quantile; no pilot). Default: auto for "
         "the serving model (--streams, --pools), else cost",
-        metavar="S|auto|cost")
+        metavar="S|auto|adaptive|cost")
 ]
 
 
 def parse_lead(text: str | None) -> float | str | None:
-    """``--lead``: None (the default), ``auto``, ``cost``, or a number of seconds
-    (range-checked later)."""
-    if text is None or text in ("auto", "cost"):
+    """``--lead``: None (the default), ``auto``, ``adaptive``, ``cost``, or a number of
+    seconds (range-checked later)."""
+    if text is None or text in ("auto", "adaptive", "cost"):
         return text
     try:
         return float(text)
     except ValueError:
         from latsim.errors import LatsimError
 
-        raise LatsimError(f"--lead must be a number of seconds, auto or cost, got "
-                          f"{text[:40]!r}") from None
+        raise LatsimError(f"--lead must be a number of seconds, auto, adaptive or cost, "
+                          f"got {text[:40]!r}") from None
 
 
 QOpt = Annotated[

@@ -12,6 +12,7 @@ from latsim.controller.config import (
     IN_FLIGHT_POLICIES,
     MAX_IN_FLIGHT,
     REPLAN_AT_CACHE_END,
+    AdaptiveLead,
     ControllerConfig,
 )
 from latsim.controller.machine import (
@@ -36,6 +37,7 @@ from latsim.controller.machine import (
 )
 
 __all__ = [
+    "AdaptiveLead",
     "BIND_MODES", "DISCARD_MODES", "EPS", "EVENT_KINDS", "IN_FLIGHT_POLICIES", "MAX_IN_FLIGHT",
     "REPLAN_AT_CACHE_END", "TRANSITIONS", "Command",
     "ConditionArrived", "Controller",

@@ -39,6 +39,36 @@ BIND_MODES = ("start", "enqueue")
 
 
 @dataclass(frozen=True)
+class AdaptiveLead:
+    """An adaptive planning lead (``--lead adaptive``): each stream sets its next job's
+    lead from the device waits it has seen, as TCP sets its retransmit timer from round
+    trips (Jacobson/Karels, RFC 6298). The lead is ``cost`` (the fixed part: C's quantile
+    and the other stages', as ``--lead cost``) plus the wait estimate ``mean + k·dev``,
+    where each job's wait ``w`` (submission to device start, which :class:`JobStarted`
+    reports; 0 for a job that started at once) moves ``mean`` by ``gain·(w − mean)`` and
+    ``dev`` by ``dev_gain·(|w − mean| − dev)`` when the job ends. The first job's lead is
+    the config's ``lead``: the estimate starts there (``mean`` = lead − cost, ``dev`` 0),
+    e.g. at the nD/D/1 wait quantile, which is computed outside the controller."""
+
+    cost: float
+    gain: float = 0.125
+    dev_gain: float = 0.25
+    k: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.cost) and self.cost >= 0):
+            raise LatsimError(f"adaptive lead's cost part must be >= 0 seconds, got "
+                              f"{self.cost!r}")
+        for name in ("gain", "dev_gain"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 < value <= 1):
+                raise LatsimError(f"adaptive lead's {name} must be in (0, 1], got "
+                                  f"{value!r}")
+        if not (math.isfinite(self.k) and self.k >= 0):
+            raise LatsimError(f"adaptive lead's k must be >= 0, got {self.k!r}")
+
+
+@dataclass(frozen=True)
 class ControllerConfig:
     """What the controller needs to know: timing, policy, the planning lead (seconds), when
     a replan discards the old future (:data:`DISCARD_MODES`), how many chunks one stream
@@ -58,6 +88,7 @@ class ControllerConfig:
     run_ahead: float = 0.0
     replan_at_cache_end: str = "defer"
     bind: str = "start"
+    adaptive: AdaptiveLead | None = None
 
     def __post_init__(self) -> None:
         self.policy.commit_unit(self.timing.K)
@@ -68,6 +99,9 @@ class ControllerConfig:
                               f"{self.replan_at_cache_end!r}")
         if not (math.isfinite(self.lead) and self.lead >= 0):
             raise LatsimError(f"lead must be >= 0 seconds, got {self.lead!r}")
+        if self.adaptive is not None and self.adaptive.cost > self.lead:
+            raise LatsimError(f"an adaptive lead starts at or above its cost part: lead "
+                              f"{self.lead!r} s < cost {self.adaptive.cost!r} s")
         if self.discard not in DISCARD_MODES:
             raise LatsimError(f"discard mode must be on-start or on-ready, got "
                               f"{self.discard!r}")

@@ -246,7 +246,8 @@ def mermaid_diagram() -> str:
 # The controller's own books: plain classes, so that the compiled build makes them in C
 # (a dataclass's __init__ stays Python there). Compared by identity.
 class _RunningJob:
-    __slots__ = ("job_id", "kind", "branch", "version", "t_start", "context", "flushed_by")
+    __slots__ = ("job_id", "kind", "branch", "version", "t_start", "context", "flushed_by",
+                 "submitted")
 
     def __init__(self, job_id: int, kind: str, branch: int, version: int, t_start: float,
                  context: int) -> None:
@@ -258,6 +259,8 @@ class _RunningJob:
         self.context = context
         #: the version whose replan flushed it: its output is dropped
         self.flushed_by: int | None = None
+        #: when it was started (t_start moves to the device's start, if it waited)
+        self.submitted = t_start
 
 
 class _OpenCondition:
@@ -307,6 +310,16 @@ class Controller:
         self._eager = config.policy.commit == "eager"
         self._refill_lead = config.lead + config.run_ahead  # the lead itself when 0
         self._branch_lead = max(config.lead, config.policy.commit_lead)
+        adaptive = config.adaptive
+        self._adaptive = adaptive is not None
+        self._lead = config.lead
+        # the adaptive lead's books (AdaptiveLead): cost part, gains, wait mean and deviation
+        self._lead_cost = 0.0 if adaptive is None else adaptive.cost
+        self._lead_gain = 0.0 if adaptive is None else adaptive.gain
+        self._lead_dev_gain = 0.0 if adaptive is None else adaptive.dev_gain
+        self._lead_k = 0.0 if adaptive is None else adaptive.k
+        self._wait_mean = config.lead - self._lead_cost
+        self._wait_dev = 0.0
         self._discard_on_ready = config.discard == "on-ready"
         self._max_in_flight = config.in_flight
         self._flush = config.in_flight_policy == "flush"
@@ -651,6 +664,18 @@ class Controller:
         return self._planned_end
 
     @property
+    def lead(self) -> float:
+        """The planning lead the next job is planned with (s): the config's, or with an
+        adaptive lead (:class:`~latsim.controller.config.AdaptiveLead`), where the waits
+        seen so far have moved it."""
+        return self._lead
+
+    @property
+    def wait_estimate(self) -> tuple[float, float]:
+        """An adaptive lead's smoothed wait and its deviation (s); (lead, 0) else."""
+        return self._wait_mean, self._wait_dev
+
+    @property
     def open_conditions(self) -> int:
         return len(self._open)
 
@@ -737,6 +762,8 @@ class Controller:
         job = self._find_job(job_id, "job_done")
         self._running.remove(job)
         self.jobs_done += 1
+        if self._adaptive:
+            self._adapt_lead(job.t_start - job.submitted)
         record = JobRecord(job.job_id, job.kind, job.branch, self._K, job.version,
                            job.context, job.t_start, now)
         if job.flushed_by is not None:  # its positions were given up when it was flushed
@@ -779,6 +806,17 @@ class Controller:
                 self._emit(StallRecord(self._next_pos, self._stalled_since, now, False))
             self._stalled_since = None
             self._play(now, out)
+
+    def _adapt_lead(self, wait: float) -> None:
+        """One wait sample moves the adaptive lead (Jacobson/Karels: the deviation from
+        the old mean, then the mean), for the jobs planned from now on."""
+        error = max(0.0, wait) - self._wait_mean
+        self._wait_dev += self._lead_dev_gain * (abs(error) - self._wait_dev)
+        self._wait_mean += self._lead_gain * error
+        lead = self._lead_cost + max(0.0, self._wait_mean + self._lead_k * self._wait_dev)
+        self._lead = lead
+        self._refill_lead = lead + self.config.run_ahead
+        self._branch_lead = max(lead, self.config.policy.commit_lead)
 
     def _play(self, now: float, out: list) -> None:
         pos = self._next_pos

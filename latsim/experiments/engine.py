@@ -29,7 +29,7 @@ from pathlib import Path
 
 from latsim.analysis import theory
 from latsim.analysis.metrics import work_ratio
-from latsim.controller import REPLAN_AT_CACHE_END, ControllerConfig
+from latsim.controller import REPLAN_AT_CACHE_END, AdaptiveLead, ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
 from latsim.controller.records import COUNTED_TABLES, RECORD_LEVELS
 from latsim.controller.timing import Timing
@@ -58,6 +58,7 @@ from latsim.experiments.executors import (
     using,
 )
 from latsim.experiments.stream_models import (
+    ADAPTIVE_LEAD,
     AUTO_LEAD,
     COST_LEAD,
     OneStream,
@@ -101,7 +102,7 @@ class Experiment:
     r: int = DEFAULT_R
     fps: float = DEFAULT_FPS
     cost: str | CostModel = DEFAULT_COST
-    lead: float | str | None = None  # seconds, None (C's 0.99 quantile) or "auto" (serving)
+    lead: float | str | None = None  # seconds, None, "cost", "auto" (serving) or "adaptive"
     q: int | None = None
     policies: tuple[str, ...] = ("baseline", "speculative")
     updates: str | ArrivalSource = DEFAULT_UPDATES
@@ -133,8 +134,8 @@ class Experiment:
         check_number("fps", self.fps, MIN_FPS, MAX_FPS, positive=True)
         if isinstance(self.lead, str):
             if self.lead not in LEAD_WORDS:
-                raise LatsimError(f"--lead must be a number of seconds, auto or cost, got "
-                                  f"{self.lead[:40]!r}")
+                raise LatsimError(f"--lead must be a number of seconds, auto, adaptive or "
+                                  f"cost, got {self.lead[:40]!r}")
             if self.lead == AUTO_LEAD and self.serving is None:
                 raise LatsimError("--lead auto adds the wait for a shared device: it is for "
                                   "the serving model (--streams, --pools); one stream on its "
@@ -206,7 +207,7 @@ class Plan:
     cells: tuple[Cell, ...]
     serving: ServingConfig | None = None  # with its DiT degree resolved
     #: (K, policy) -> (the wait budget added to its lead, its model), under
-    #: ``--lead auto``
+    #: ``--lead auto``; under ``--lead adaptive``, the wait its lead starts with
     auto_leads: tuple[tuple[tuple[int, str], tuple[float, str]], ...] = ()
 
     @property
@@ -293,6 +294,8 @@ def plan(experiment: Experiment) -> Plan:
                                        "quantiles)", lead + extra, K, cost.spec)
         leads[K] = (timing, lead)
 
+    mode = lead_mode(experiment)
+
     def planned(auto: dict[tuple[int, str], tuple[float, str]]) -> Plan:
         cells = []
         for K in experiment.Ks:
@@ -306,7 +309,8 @@ def plan(experiment: Experiment) -> Plan:
                 cells.append(Cell(ControllerConfig(
                     timing, policy, own, stream.discard, stream.in_flight,
                     stream.in_flight_policy, experiment.run_ahead,
-                    experiment.replan_at_cache_end, stream.bind)))
+                    experiment.replan_at_cache_end, stream.bind,
+                    AdaptiveLead(lead) if mode == ADAPTIVE_LEAD else None)))
         p = Plan(experiment, cost, arrivals, duration,
                  arrivals.replications(experiment.seeds), tuple(cells), serving,
                  tuple(auto.items()))
@@ -321,7 +325,10 @@ def plan(experiment: Experiment) -> Plan:
         )
         return p
 
-    if lead_mode(experiment) != AUTO_LEAD:
+    if mode == ADAPTIVE_LEAD:
+        return planned({(K, name): adaptive_lead_start(serving, cost, timing)
+                        for K, (timing, _) in leads.items() for name in names})
+    if mode != AUTO_LEAD:
         return planned({})
     # the bound first at the base leads (a wait budget only lengthens the drain), so a run
     # over it is refused before its pilots; then every cell's pilots at once, side by side
@@ -332,11 +339,12 @@ def plan(experiment: Experiment) -> Plan:
 
 
 #: the words ``--lead`` takes besides seconds (:mod:`latsim.experiments.stream_models`)
-LEAD_WORDS = (AUTO_LEAD, COST_LEAD)
+LEAD_WORDS = (AUTO_LEAD, COST_LEAD, ADAPTIVE_LEAD)
 
 
 def lead_mode(experiment: Experiment) -> str | None:
-    """How ``experiment``'s lead is set: :data:`AUTO_LEAD`, :data:`COST_LEAD`, or None for
+    """How ``experiment``'s lead is set: :data:`AUTO_LEAD`, :data:`COST_LEAD`,
+    :data:`ADAPTIVE_LEAD`, or None for
     a fixed number of seconds. The default (``lead=None``) is ``auto`` for the serving
     model and ``cost`` for one stream on its own worker."""
     if isinstance(experiment.lead, float | int):
@@ -360,6 +368,17 @@ def closed_form_wait(serving: ServingConfig, cost: CostModel, timing: Timing
         return None
     return periodic_wait_quantile(0.99, _streams_per_group(serving), timing.T,
                                   cost.mean(timing.K))
+
+
+def adaptive_lead_start(serving: ServingConfig | None, cost: CostModel, timing: Timing
+                        ) -> tuple[float, str]:
+    """(seconds, model): the wait ``--lead adaptive`` starts its estimate at, on top of the
+    cost lead (:class:`latsim.controller.AdaptiveLead`): the refills' nD/D/1 0.99 wait
+    quantile (:func:`closed_form_wait`) where it exists, else 0 (one stream on its own
+    worker, or refills alone overload a device: the waits it sees move it)."""
+    start = None if serving is None else closed_form_wait(serving, cost, timing)
+    origin = "0" if start is None else "nD/D/1 q0.99"
+    return start or 0.0, f"adaptive, from {origin}"
 
 
 def _streams_per_group(serving: ServingConfig) -> int:

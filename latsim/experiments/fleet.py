@@ -27,6 +27,7 @@ import numpy as np
 from latsim.analysis.fleet import fleet_metrics, fleet_timeseries, node_rows
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
 from latsim.experiments.engine import (
+    ADAPTIVE_LEAD,
     AUTO_LEAD,
     COST_LEAD,
     DEFAULT_COST,
@@ -93,6 +94,8 @@ def lead_rule(run: FleetRun) -> str:
     lead = AUTO_LEAD if run.node.lead is None else run.node.lead
     if lead == COST_LEAD:
         return "cost: C's 0.99 quantile, no wait for shared devices"
+    if lead == ADAPTIVE_LEAD:
+        return "adaptive: each session's own, from the device waits it sees"
     if lead != AUTO_LEAD:
         return "given"
     if run.workload.population:

@@ -58,6 +58,11 @@ class PlanParts(Protocol):
 #: the single worker's default.
 AUTO_LEAD = "auto"
 COST_LEAD = "cost"
+#: ``--lead adaptive``: C's (and the other stages') quantile plus a wait estimate each
+#: stream's controller keeps from the device waits it sees (Jacobson/Karels, as TCP's
+#: retransmit timer; :class:`latsim.controller.AdaptiveLead`), starting at the nD/D/1
+#: quantile: no pilot run.
+ADAPTIVE_LEAD = "adaptive"
 
 #: The spawn key of a serving replication's batch-cost stream (beside the streams' keys).
 BATCH_KEY = 2**32

@@ -52,7 +52,7 @@ class NodeSpec:
     K: int
     cost: str | None  # None: latsim's default (Wan1.3B's affine cost)
     policy: str
-    lead: float | str | None  # seconds, "auto" or "cost"; None: cost
+    lead: float | str | None  # seconds, "auto", "adaptive" or "cost"; None: auto
     r: int
     fps: float
     serving: ServingConfig
@@ -285,12 +285,13 @@ def _node(body: Any, path: str) -> NodeSpec:
 
 
 def _node_lead(path: str | Path, value: object) -> float | str | None:
-    """``node.lead``: seconds, ``"auto"`` or ``"cost"`` (as ``--lead``), or None."""
-    if value is None or value in ("auto", "cost"):
+    """``node.lead``: seconds, ``"auto"``, ``"adaptive"`` or ``"cost"`` (as ``--lead``),
+    or None."""
+    if value is None or value in ("auto", "adaptive", "cost"):
         return value  # type: ignore[return-value]
     if isinstance(value, str):
-        raise LatsimError(f"{path}: node.lead must be seconds, \"auto\" or \"cost\", got "
-                          f"{value[:40]!r}")
+        raise LatsimError(f"{path}: node.lead must be seconds, \"auto\", \"adaptive\" or "
+                          f"\"cost\", got {value[:40]!r}")
     return check_number("node.lead", float(value), 0, 86_400, unit="s")
 
 
