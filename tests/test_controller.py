@@ -356,9 +356,10 @@ def drive(ctrl: Controller, waits: list[float], until: float) -> list[float]:
     return leads
 
 
-def adaptive(initial_wait: float, policy: Policy = BASELINE) -> Controller:
-    return Controller(ControllerConfig(TIMING, policy, C + initial_wait,
-                                       adaptive=AdaptiveLead(C)))
+def adaptive(initial_wait: float, quantile: float = 0.9, gain: float = 1.0) -> Controller:
+    # steps of gain·C·quantile = 0.27 s up and gain·C·(1 − quantile) = 0.03 s down
+    return Controller(ControllerConfig(TIMING, BASELINE, C + initial_wait,
+                                       adaptive=AdaptiveLead(C, quantile, gain)))
 
 
 def test_adaptive_lead_starts_at_the_given_lead():
@@ -369,38 +370,38 @@ def test_adaptive_lead_starts_at_the_given_lead():
     assert wakeups == [pytest.approx(4 * DELTA - 0.4)]  # the first refill, one lead early
 
 
-def test_adaptive_lead_grows_after_a_long_wait_by_jacobson_karels():
+def test_adaptive_lead_grows_after_a_wait_above_its_estimate():
     ctrl = adaptive(0.1)
-    leads = drive(ctrl, [0.5], until=1.5)
-    # error 0.4: deviation 0.25 * 0.4 = 0.1, mean 0.1 + 0.4 / 8 = 0.15; lead C + 0.15 + 4 * 0.1
-    assert leads[0] == pytest.approx(C + 0.15 + 0.4)
-    assert ctrl.wait_estimate == pytest.approx((0.15, 0.1))
-    # the next refill is armed one new lead before the cache end (position 8 at 2.0 + the
-    # stall the late job caused)
-    assert ctrl.jobs[1].t_start == pytest.approx(0.6 + 0.5)
+    assert drive(ctrl, [0.5], until=1.5) == [pytest.approx(0.4 + 0.27)]
+    assert ctrl.wait_estimate == pytest.approx(0.37)
+    ctrl = adaptive(0.1)
+    assert drive(ctrl, [0.05], until=1.5) == [pytest.approx(0.4 - 0.03)]  # a wait below
 
 
 def test_adaptive_lead_decays_to_its_cost_part_after_short_waits():
     ctrl = adaptive(0.1)
-    leads = drive(ctrl, [0.5] + [0.0] * 60, until=60.0)
-    # the deviation still grows for two samples (each is 0.15 s off the mean), then the
-    # estimate falls every job, down to the cost part
-    assert leads[2] > leads[0] > 0.4
-    assert all(b < a for a, b in zip(leads[2:], leads[3:], strict=False))
-    assert leads[-1] == pytest.approx(C, abs=1e-3)
-    assert not ctrl.stalls[1:]  # after the first late job, none of the next is late
+    leads = drive(ctrl, [0.5, 0.5] + [0.0] * 30, until=40.0)
+    assert leads[:2] == pytest.approx([0.67, 0.94])  # each long wait one step up
+    down = leads[1:]
+    assert all(b < a for a, b in zip(down, down[1:21], strict=False))  # one step down a job
+    assert leads[-1] == C  # then it stays at its cost part: no wait goes below 0
+    assert ctrl.stalls[0].position == 4 and len(ctrl.stalls) == 2  # only the late jobs
 
 
 def test_adaptive_lead_plans_each_refill_with_the_lead_it_has_then():
     ctrl = adaptive(0.1)
-    after = drive(ctrl, [0.0] * 5, until=5.5)
-    starts = [job.t_start for job in ctrl.jobs[1:]]
-    # refill n starts one lead before its chunk is due at n·T: the first at the initial
-    # lead, each next one at the lead the jobs before it left
-    due = [4.0 * n * DELTA for n in range(1, len(starts) + 1)]
-    assert [d - s for d, s in zip(due, starts, strict=True)] == pytest.approx(
-        [0.4, *after[:len(starts) - 1]])
-    assert len(set(after)) == len(after)  # each wait moved it
+    waits = [0.2, 0.0, 0.4, 0.0, 0.0]
+    after = drive(ctrl, waits, until=5.5)
+    # refill n is started (submitted) one lead before its chunk is due at n·T plus the
+    # stalls before it: the first at the initial lead, each next one at the lead the jobs
+    # before it left
+    submitted = [job.t_start - wait for job, wait in zip(ctrl.jobs[1:], waits, strict=True)]
+    stalled = [sum(s.t_end - s.t_start for s in ctrl.stalls if s.t_start < t)
+               for t in submitted]
+    due = [4.0 * n * DELTA + late for n, late in enumerate(stalled, start=1)]
+    assert [d - s for d, s in zip(due, submitted, strict=True)] == pytest.approx(
+        [0.4, *after[:len(submitted) - 1]])
+    assert after == pytest.approx([0.67, 0.64, 0.91, 0.88, 0.85])
 
 
 def test_a_fixed_lead_ignores_the_waits():
@@ -411,7 +412,7 @@ def test_a_fixed_lead_ignores_the_waits():
 def test_adaptive_lead_is_validated():
     with pytest.raises(LatsimError, match="starts at or above its cost part"):
         ControllerConfig(TIMING, BASELINE, 0.2, adaptive=AdaptiveLead(0.3))
-    with pytest.raises(LatsimError, match="gain must be in"):
+    with pytest.raises(LatsimError, match="gain must be > 0"):
         AdaptiveLead(0.3, gain=0.0)
-    with pytest.raises(LatsimError, match="k must be >= 0"):
-        AdaptiveLead(0.3, k=-1.0)
+    with pytest.raises(LatsimError, match="quantile must be in"):
+        AdaptiveLead(0.3, quantile=1.0)

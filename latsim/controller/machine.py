@@ -313,13 +313,10 @@ class Controller:
         adaptive = config.adaptive
         self._adaptive = adaptive is not None
         self._lead = config.lead
-        # the adaptive lead's books (AdaptiveLead): cost part, gains, wait mean and deviation
+        # the adaptive lead's books (AdaptiveLead): its cost part, steps and wait estimate
         self._lead_cost = 0.0 if adaptive is None else adaptive.cost
-        self._lead_gain = 0.0 if adaptive is None else adaptive.gain
-        self._lead_dev_gain = 0.0 if adaptive is None else adaptive.dev_gain
-        self._lead_k = 0.0 if adaptive is None else adaptive.k
-        self._wait_mean = config.lead - self._lead_cost
-        self._wait_dev = 0.0
+        self._lead_up, self._lead_down = (0.0, 0.0) if adaptive is None else adaptive.steps
+        self._wait_estimate = config.lead - self._lead_cost
         self._discard_on_ready = config.discard == "on-ready"
         self._max_in_flight = config.in_flight
         self._flush = config.in_flight_policy == "flush"
@@ -671,9 +668,10 @@ class Controller:
         return self._lead
 
     @property
-    def wait_estimate(self) -> tuple[float, float]:
-        """An adaptive lead's smoothed wait and its deviation (s); (lead, 0) else."""
-        return self._wait_mean, self._wait_dev
+    def wait_estimate(self) -> float:
+        """What an adaptive lead adds to its cost part (s): the running quantile of the
+        waits; with a fixed lead, the lead."""
+        return self._wait_estimate
 
     @property
     def open_conditions(self) -> int:
@@ -808,12 +806,13 @@ class Controller:
             self._play(now, out)
 
     def _adapt_lead(self, wait: float) -> None:
-        """One wait sample moves the adaptive lead (Jacobson/Karels: the deviation from
-        the old mean, then the mean), for the jobs planned from now on."""
-        error = max(0.0, wait) - self._wait_mean
-        self._wait_dev += self._lead_dev_gain * (abs(error) - self._wait_dev)
-        self._wait_mean += self._lead_gain * error
-        lead = self._lead_cost + max(0.0, self._wait_mean + self._lead_k * self._wait_dev)
+        """One wait sample moves the adaptive lead's estimate one quantile step, for the
+        jobs planned from now on."""
+        if wait > self._wait_estimate:
+            self._wait_estimate += self._lead_up
+        else:
+            self._wait_estimate = max(0.0, self._wait_estimate - self._lead_down)
+        lead = self._lead_cost + self._wait_estimate
         self._lead = lead
         self._refill_lead = lead + self.config.run_ahead
         self._branch_lead = max(lead, self.config.policy.commit_lead)
