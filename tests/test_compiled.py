@@ -88,3 +88,20 @@ def test_a_compiled_sweep_across_processes_writes_the_pure_sweeps_files(compiled
                          if p.suffix == ".csv"}
     assert "summary.csv" in outputs["pure"]
     assert outputs["compiled"] == outputs["pure"]
+
+
+def test_a_compiled_adaptive_lead_writes_the_pure_builds_files(compiled_python, tmp_path):
+    """``--lead adaptive`` moves each stream's lead in the compiled controller as in the
+    pure one (the property generators' cases hold fixed leads)."""
+    outputs = {}
+    for name, python in (("pure", Path(sys.executable)), ("compiled", compiled_python)):
+        out = tmp_path / name
+        subprocess.run([str(python.parent / "latsim"), "simulate", "--K", "8", "--cost",
+                        "fixed:0.425", "--streams", "4", "--pools", "dit=1", "--lead",
+                        "adaptive", "--updates", "poisson:0.5", "--duration", "120",
+                        "--seeds", "2", "--out", str(out)], check=True,
+                       capture_output=True, cwd=tmp_path, env=ENV)
+        outputs[name] = {p.name: p.read_bytes() for p in out.iterdir()
+                         if p.suffix == ".csv"}
+    assert "summary.csv" in outputs["pure"] and "jobs.csv" in outputs["pure"]
+    assert outputs["compiled"] == outputs["pure"]
