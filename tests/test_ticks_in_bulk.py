@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import latsim.sim.serving as serving_module
-from latsim.controller import ControllerConfig
+from latsim.controller import AdaptiveLead, ControllerConfig
 from latsim.controller.policies import BASELINE, SPECULATIVE
 from latsim.controller.timing import Timing
 from latsim.model.costs import FixedCost, LognormalCost
@@ -35,12 +35,14 @@ def _both(run):
 @given(setup=serving_setups(), seed=st.integers(0, 1000), network=st.booleans(),
        together=st.booleans(), records=st.sampled_from(["all", "none"]),
        bind=st.sampled_from(["start", "enqueue"]),
-       in_flight=st.sampled_from([(1, "let-play"), (2, "let-play"), (2, "flush")]))
+       in_flight=st.sampled_from([(1, "let-play"), (2, "let-play"), (2, "flush")]),
+       adaptive=st.booleans())
 def test_the_serving_model_records_the_same_with_ticks_in_bulk(
-        setup, seed, network, together, records, bind, in_flight):
+        setup, seed, network, together, records, bind, in_flight, adaptive):
     """``together``: every stream joins at once, so ticks of one instant tie across
     streams (they run by stream index); ``network``: a delivery draw per slot, which plays
-    every tick as an event either way."""
+    every tick as an event either way; ``adaptive``: each stream's lead moves with its
+    waits (steps larger than the default, so that it moves a lot)."""
     timing, serving, policy, mean_c, duration, traces, joins = setup
     if not network:
         serving = replace(serving, deliver=None)
@@ -48,9 +50,11 @@ def test_the_serving_model_records_the_same_with_ticks_in_bulk(
         joins = [joins[0]] * len(joins)
     if serving.discard == "on-ready":  # it plays the old future while one replan runs
         in_flight = (1, "let-play")
-    config = ControllerConfig(timing, policy, RecordingCost(mean_c, 0.3).quantile(
-        timing.K, 0.99), serving.discard, in_flight=in_flight[0],
-        in_flight_policy=in_flight[1], bind=bind)
+    lead = RecordingCost(mean_c, 0.3).quantile(timing.K, 0.99)
+    config = ControllerConfig(timing, policy, lead + (0.1 if adaptive else 0.0),
+                              serving.discard, in_flight=in_flight[0],
+                              in_flight_policy=in_flight[1], bind=bind,
+                              adaptive=AdaptiveLead(lead, 0.8, 2.0) if adaptive else None)
 
     def run(bulk: bool):
         return simulate_serving(config, RecordingCost(mean_c, 0.3), serving,
