@@ -59,9 +59,9 @@ class PlanParts(Protocol):
 AUTO_LEAD = "auto"
 COST_LEAD = "cost"
 #: ``--lead adaptive``: C's (and the other stages') quantile plus a wait estimate each
-#: stream's controller keeps from the device waits it sees (Jacobson/Karels, as TCP's
-#: retransmit timer; :class:`latsim.controller.AdaptiveLead`), starting at the nD/D/1
-#: quantile: no pilot run.
+#: stream's controller keeps from the device waits it sees (a running high quantile of
+#: them, as TCP sets its retransmit timer from round trips;
+#: :class:`latsim.controller.AdaptiveLead`), starting at the nD/D/1 quantile: no pilot run.
 ADAPTIVE_LEAD = "adaptive"
 
 #: The spawn key of a serving replication's batch-cost stream (beside the streams' keys).
