@@ -28,6 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# time the pilots of --lead auto, not answers an earlier run kept (experiments/lead_cache)
+os.environ.setdefault("LATSIM_CACHE_DIR", "off")
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "bench" / "commands.json"
 

@@ -40,6 +40,9 @@ from latsim.model.costs import FixedCost
 from latsim.model.serving import ServingConfig
 from latsim.sim.serving import simulate_serving
 
+# time the pilots of --lead auto, not answers an earlier run kept (experiments/lead_cache)
+os.environ.setdefault("LATSIM_CACHE_DIR", "off")
+
 out = {"build": latsim.build()}
 for every in (1000.0, 10.0):
     out[f"one stream K=4 every {every:g} s / bare SimPy"] = bench_sim.one_stream(4, every)[1]

@@ -19,10 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import subprocess
 import sys
 import time
+
+# time the pilots of --lead auto, not answers an earlier run kept (experiments/lead_cache)
+os.environ.setdefault("LATSIM_CACHE_DIR", "off")
 
 
 def _fleet(viewers: int, duration: float, mode: str):

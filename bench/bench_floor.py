@@ -29,6 +29,8 @@ units run), best of 3 alternated runs.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import simpy
 from bench_serving import TIMING, cpu_seconds, plain_simpy_jobs  # this script's folder
@@ -40,6 +42,9 @@ from latsim.experiments.engine import DEFAULT_FPS, DEFAULT_R
 from latsim.model.costs import FixedCost
 from latsim.model.traces import Trace
 from latsim.sim.simpy_driver import simulate_trace
+
+# time the pilots of --lead auto, not answers an earlier run kept (experiments/lead_cache)
+os.environ.setdefault("LATSIM_CACHE_DIR", "off")
 
 
 def controller_per_job(K: int, jobs: int = 50_000) -> tuple[float, float]:

@@ -36,6 +36,9 @@ from latsim.experiments.deployment import (
 )
 from latsim.experiments.fleet import plan_fleet, pooled_row, run_fleet
 
+# time the pilots of --lead auto, not answers an earlier run kept (experiments/lead_cache)
+os.environ.setdefault("LATSIM_CACHE_DIR", "off")
+
 
 def cpu(fn):
     start = time.process_time()

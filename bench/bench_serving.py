@@ -24,6 +24,7 @@ version of this file ran at ρ ≈ 2.9, where 70% of the time stalled):
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +43,9 @@ from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
 from latsim.plugins import load_cost
 from latsim.sim.serving import StreamInput, simulate_serving
+
+# time the pilots of --lead auto, not answers an earlier run kept (experiments/lead_cache)
+os.environ.setdefault("LATSIM_CACHE_DIR", "off")
 
 TIMING = Timing(8, DEFAULT_R, DEFAULT_FPS)  # δ = 0.25 s, T = 2 s
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import time
 from dataclasses import replace
 
@@ -46,6 +47,9 @@ from latsim.experiments.engine import (
     run_experiment,
 )
 from latsim.model.serving import ServingConfig
+
+# time the pilots of --lead auto, not answers an earlier run kept (experiments/lead_cache)
+os.environ.setdefault("LATSIM_CACHE_DIR", "off")
 
 TARGET_PCT = 0.1
 T = 2.0  # K = 8 at 16 fps and r = 4

@@ -19,11 +19,15 @@ docs/serving.md).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 
 from lead_regimes import experiment, timed  # this script's folder
 
 from latsim.experiments.executors import gc_paused
+
+# time the pilots of --lead auto, not answers an earlier run kept (experiments/lead_cache)
+os.environ.setdefault("LATSIM_CACHE_DIR", "off")
 
 
 def pilot_and_run(streams: int, seeds: int, duration: float) -> tuple[float, float]:

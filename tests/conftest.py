@@ -12,6 +12,9 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # Every envelope a test makes says the same "created" (latsim honours SOURCE_DATE_EPOCH), so
 # two runs of one command print the same bytes; tests/test_output.py checks the clock itself.
 os.environ.setdefault("SOURCE_DATE_EPOCH", "1764547200")
+# No --lead auto answer is read from or written to the user's cache folder: a test that
+# counts pilots sees them run, and tests/test_lead_cache.py points it at a folder of its own.
+os.environ["LATSIM_CACHE_DIR"] = "off"
 
 # A suite started in the background by a non-interactive shell inherits SIGINT ignored
 # (POSIX), which Python keeps and its children inherit: the tests of Ctrl-C handling would

@@ -431,12 +431,38 @@ def auto_lead_waits(experiment: Experiment, cells: Sequence[tuple[int, float, st
     """:func:`auto_lead_wait` of several cells, as (K, base lead, policy): the pilots not
     run before run side by side on the active work pool (the first pilots together, then
     the second ones)."""
+    from latsim.experiments import lead_cache
+
     missing = [cell for cell in dict.fromkeys(cells) if (experiment, *cell) not in _AUTO_LEADS]
-    for cell, answer in zip(missing, _auto_lead_answers(experiment, missing), strict=True):
+    keys = {cell: _pilot_key(experiment, cell) for cell in missing}
+    kept = {cell: answer for cell, key in keys.items()
+            if key is not None and (answer := lead_cache.read_answer(key)) is not None}
+    to_run = [cell for cell in missing if cell not in kept]
+    for cell, answer in zip(to_run, _auto_lead_answers(experiment, to_run), strict=True):
+        kept[cell] = answer
+        if (key := keys[cell]) is not None:
+            lead_cache.write_answer(key, answer)
+    for cell in missing:
         if len(_AUTO_LEADS) >= AUTO_LEADS_KEPT:
             del _AUTO_LEADS[next(iter(_AUTO_LEADS))]  # the oldest
-        _AUTO_LEADS[(experiment, *cell)] = answer
+        _AUTO_LEADS[(experiment, *cell)] = kept[cell]
     return [_AUTO_LEADS[(experiment, *cell)] for cell in cells]
+
+
+def _pilot_key(experiment: Experiment, cell: tuple[int, float, str]) -> str | None:
+    """The on-disk key of a cell's pilot answer (:mod:`latsim.experiments.lead_cache`):
+    the experiment with its specs resolved to what they load (a file's contents, not its
+    path) and the settings a pilot sets itself (length, replications, records, bound, lead)
+    left out, the cell (K, base lead, policy), and the pilot's length."""
+    from latsim.experiments import lead_cache
+    from latsim.model.lead import pilot_seconds
+
+    cost, arrivals = _sources(experiment)
+    inputs = replace(experiment, Ks=(cell[0],), cost=cost, updates=arrivals, lead=None,
+                     duration=None, seeds=None, records="all",
+                     max_events=DEFAULT_MAX_EVENTS, twin=False)
+    streams = experiment.serving.streams  # type: ignore[union-attr]
+    return lead_cache.answer_key((inputs, cell, pilot_seconds(streams)))
 
 
 def clear_auto_leads() -> None:
