@@ -145,3 +145,32 @@ def test_summary_at_the_bounds_is_finite():
     out = theory.summary(4096, 1, 1000.0, 86400.0, 1e6)
     assert all(np.isfinite(v) for v in out.values() if isinstance(v, float))
     assert theory.summary(1, 1024, 0.001, 0.0)["stall_fraction"] == 0.0
+
+
+def test_the_speculative_quantile_ends_where_floats_are_coarser_than_its_tolerance():
+    """A lead of 8,200 s puts L near 8,200 s, where floats are 1.8e-12 s apart: the
+    bisection's 1e-12 s could never be reached and ``simulate --lead 8200`` hung. In a
+    child process, so that a regression fails instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    code = ("from latsim.analysis import theory; "
+            "print(repr(theory.speculative_latency_quantile(0.5, 1.0, 0.25, 0.5, "
+            "lead=8200.0)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    q = float(out)
+    segments = theory.speculative_latency_segments(0.5, 1.0, 0.25, 8200.0)
+    assert min(c - b for a, b, c in segments) <= q <= max(c - a for a, b, c in segments)
+    assert theory.speculative_latency_cdf(q, 0.5, 1.0, 0.25, lead=8200.0) >= 0.5
+
+
+def test_the_shared_bisection_ends_at_adjacent_floats_and_keeps_its_tolerance_elsewhere():
+    from latsim.numeric import least_true
+
+    # a tolerance finer than the floats' spacing at 8,200 (1.8e-12): ends, at the edge
+    x = least_true(lambda v: v >= 8200.5, 8200.0, 8201.0, 1e-15)
+    assert x >= 8200.5 and x - 8200.5 <= 2e-12
+    # a tolerance the floats can reach: within it, and never below the answer
+    y = least_true(lambda v: v * v >= 2.0, 0.0, 2.0, 1e-9)
+    assert 2.0 ** 0.5 <= y <= 2.0 ** 0.5 + 1e-9

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 from latsim.errors import LatsimError
+from latsim.numeric import least_true
 
 
 def _log_binom(n: int, k: int) -> float:
@@ -123,13 +124,8 @@ def periodic_wait_quantile(level: float, streams: int, period: float, service: f
     if _survival(0.0, sources, ratio) <= tail:
         return 0.0
     low, high = 0.0, float(sources)  # W < (N − 1)·C: the others' jobs at most, in units of C
-    while high - low > 1e-9:
-        middle = (low + high) / 2
-        if _survival(middle, sources, ratio) > tail:
-            low = middle
-        else:
-            high = middle
-    return high * service
+    return least_true(lambda x: _survival(x, sources, ratio) <= tail, low, high,
+                      1e-9) * service
 
 
 def erlang_b(servers: int, load: float) -> float:

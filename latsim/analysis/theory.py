@@ -21,6 +21,7 @@ from latsim.errors import (
     check_int,
     check_number,
 )
+from latsim.numeric import least_true
 
 
 def _require(condition: bool, message: str) -> None:
@@ -193,16 +194,13 @@ def speculative_latency_quantile(C: float, T: float, delta: float,
                                  level: float, lead: float | None = None) -> float:
     """The ``level`` quantile of L under latent-boundary commitment, fixed C, rare updates,
     a ``lead`` >= C (default C), C < T: the inverse of :func:`speculative_latency_cdf`,
-    exact to 1e-12 s by bisection."""
+    exact to 1e-12 s by bisection, or to the floats' own spacing where that is coarser (a
+    lead of thousands of seconds): it stops when no float lies between the bounds."""
     _require(0 < level < 1, f"level must be in (0, 1), got {level!r}")
     segments = speculative_latency_segments(C, T, delta, lead)
     low = min(c - b for a, b, c in segments)
     high = max(c - a for a, b, c in segments)
-    while high - low > 1e-12:
-        middle = (low + high) / 2
-        low, high = ((middle, high) if _share_at_most(segments, T, middle) < level
-                     else (low, middle))
-    return high
+    return least_true(lambda x: _share_at_most(segments, T, x) >= level, low, high, 1e-12)
 
 
 def speculative_latency_mean_design(C: float, T: float, delta: float) -> float:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from latsim.errors import LatsimError
 from latsim.model.costs import CostModel
+from latsim.numeric import least_true
 
 
 @dataclass(frozen=True)
@@ -169,13 +170,8 @@ def confident_wait_budget(batches: Sequence[Sequence[float]], budget: float,
     low, high = 0.0, max((max(batch, default=0.0) for batch in batches), default=0.0)
     if bound(low) <= budget:
         return 0.0
-    while high - low > 1e-6:  # bound(high) is 0: no job waits longer than high
-        middle = (low + high) / 2
-        if bound(middle) <= budget:
-            high = middle
-        else:
-            low = middle
-    return high
+    # bound(high) is 0: no job waits longer than high
+    return least_true(lambda s: bound(s) <= budget, low, high, 1e-6)
 
 
 def stall_targeted_wait(waits: Sequence[float], budget: float) -> float:
