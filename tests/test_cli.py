@@ -537,6 +537,49 @@ def test_ctrl_c_during_a_parallel_sweep_is_one_line_and_stops_the_workers():
     assert not alive
 
 
+def test_workers_die_with_a_parent_killed_outright():
+    """SIGKILL of a parallel command's main process (no Ctrl-C, no chance to stop its
+    workers): the workers see they were orphaned and end within a bounded time, where
+    they used to run on (grid, fleet and plan fork the same pool)."""
+    import contextlib
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    if shutil.which("ps") is None:
+        pytest.skip("needs ps to find the worker processes")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from latsim.cli import main; main()", "sweep", "--K", "4", "8",
+         "21", "--seeds", "3000", "--jobs", "2"], stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        assert len(workers) >= 2, "the sweep never started its workers"
+        proc.kill()  # the parent alone, outright
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 60  # a bound far above the watch's 0.25 s
+        while (alive := [w for w in workers if _running(w)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # whatever is left: no test leaks it
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not alive
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 # ---------------------------------------------------------------- CLI habits
 
 

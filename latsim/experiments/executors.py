@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import re
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextvars import ContextVar
@@ -70,15 +73,35 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _start_worker() -> None:
+def _start_worker(parent: int) -> None:
     """A forked worker leaves Ctrl-C to the parent, which stops it, and runs what it is
     given in process: the active pool it inherits is the parent's (an experiment it plans
     would hand its ``--lead auto`` pilots to it). It is forked with SIGINT blocked
-    (:func:`_sigint_blocked`): a Ctrl-C that came before this is dropped here."""
+    (:func:`_sigint_blocked`): a Ctrl-C that came before this is dropped here. It dies
+    with its parent (:func:`_die_with`), whose pid is ``parent``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if _CAN_BLOCK:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _ACTIVE.set(None)
+    _die_with(parent)
+
+
+#: How often a worker looks whether its parent is still there (s).
+PARENT_CHECK_S = 0.25
+
+
+def _die_with(parent: int) -> None:
+    """End this worker once ``parent`` is gone (a parent killed with SIGKILL cannot stop
+    its workers, which would run on, orphaned): a daemon thread looks every
+    :data:`PARENT_CHECK_S` whether this process was handed to another parent, as POSIX
+    does with an orphan. Polling, not Linux's ``PR_SET_PDEATHSIG``, which fires when the
+    *thread* that forked ends, and works on every platform that forks."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="latsim-parent-watch", daemon=True).start()
 
 
 _CAN_BLOCK = hasattr(signal, "pthread_sigmask")
@@ -129,7 +152,7 @@ class LocalPool:
             return
         pool = self._executor or ProcessPoolExecutor(
             max_workers=self.workers, mp_context=get_context("fork"),
-            initializer=_start_worker)
+            initializer=_start_worker, initargs=(os.getpid(),))
         if self._keep:
             self._executor = pool
         try:
