@@ -37,7 +37,14 @@ def test_a_failed_replacement_keeps_the_old_file_and_leaves_no_twin(tmp_path):
 
 
 def test_a_trace_set_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A write that fails midway leaves the folder as it was: the user's own files of
+    the same names included (they used to be overwritten, then removed)."""
     traces = tracegen.generate_set("low", 5, 60.0, 0, 10_000)
+    folder = tmp_path / "set"
+    folder.mkdir()
+    own = {f"low_00{i}.jsonl": f'{{"t": {i}.5}}\n' for i in range(5)}
+    for name, text in own.items():
+        (folder / name).write_text(text)
     real_write = tracegen.write_trace
     calls = []
 
@@ -50,11 +57,15 @@ def test_a_trace_set_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tracegen, "write_trace", write_trace)
     with pytest.raises(LatsimError) as info:
-        tracegen.write_set(traces, tmp_path / "set")
+        tracegen.write_set(traces, folder)
     assert str(info.value) == (
-        f"cannot write {tmp_path / 'set' / 'low_003.jsonl'}: No space left on device; the set "
-        "is not written (removed the 3 of 5 trace(s) written before it)")
-    assert list((tmp_path / "set").iterdir()) == []
+        f"cannot write {folder / 'low_003.jsonl'}: No space left on device; nothing in "
+        f"{folder}/ was changed")
+    assert {p.name: p.read_text() for p in folder.iterdir()} == own
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set"]  # no staging left
+    monkeypatch.setattr(tracegen, "write_trace", real_write)
+    assert tracegen.write_set(traces, folder) == [folder / f"low_00{i}.jsonl" for i in range(5)]
+    assert all(p.read_text() != own[p.name] for p in folder.iterdir())
 
 
 def test_a_figure_that_cannot_be_written_leaves_no_file(tmp_path, monkeypatch):

@@ -37,6 +37,7 @@ from latsim.errors import (
     check_work,
 )
 from latsim.model.traces import write_trace
+from latsim.writing import staged
 
 #: The kinds :func:`generate_set` knows, with a one-line description each.
 KINDS: dict[str, str] = {
@@ -138,23 +139,14 @@ def generate_set(kind: str, count: int, duration: float, seed: int,
 
 def write_set(traces: list[GeneratedTrace], out_dir: str | Path) -> list[Path]:
     """Write each trace as ``out_dir/<name>.jsonl``; returns the paths. A set is written
-    whole or not at all: when one trace cannot be written (a full disk), the ones this call
-    wrote are removed and the error says so, so no partial set looks complete."""
+    whole or not at all (:func:`latsim.writing.staged`): the traces are written beside the
+    folder and moved in once all of them are, so when one cannot be written (a full disk)
+    nothing in the folder changed, the files of the same names it held included."""
     folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
-    try:
+    with staged(folder) as staging:
         for trace in traces:
-            path = folder / f"{trace.name}.jsonl"
-            write_trace(path, list(trace.times), trace.meta)
-            paths.append(path)
-    except LatsimError as exc:
-        for path in paths:
-            path.unlink(missing_ok=True)
-        removed = (f" (removed the {len(paths)} of {len(traces)} trace(s) written before it)"
-                   if paths else "")
-        raise LatsimError(f"{exc}; the set is not written{removed}") from exc
-    return paths
+            write_trace(staging / f"{trace.name}.jsonl", list(trace.times), trace.meta)
+    return [folder / f"{trace.name}.jsonl" for trace in traces]
 
 
 @dataclass(frozen=True)
