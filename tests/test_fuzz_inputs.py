@@ -399,3 +399,67 @@ def test_cli_reproduce_jobs(n, tmp_path):
         assert not (tmp_path / "paper").exists(), result.stderr
 
     check()
+
+
+# ---------------------------------------------------------------- hostile files and values
+
+#: 5,000 levels of nesting: past the parsers' recursion limit (about 170 KB of brackets)
+DEEP = 5000
+
+
+def _deep_inputs(folder: Path) -> dict[str, list[str]]:
+    """A command line for each reader of a TOML or JSON(L) file, given a file nested
+    :data:`DEEP` levels deep."""
+    deep_toml = folder / "deep.toml"
+    deep_toml.write_text("x = " + "[" * DEEP + "]" * DEEP + "\n")
+    deep_json = folder / "deep.json"
+    deep_json.write_text("[" * DEEP + "]" * DEEP + "\n")
+    deep_line = folder / "deep.jsonl"
+    deep_line.write_text('{"t": ' + "[" * DEEP + "]" * DEEP + "}\n")
+    fleet = folder / "fleet.toml"
+    fleet.write_text(f'[workload]\nlog = "{deep_line}"\nupdates = "poisson:0.1"\n'
+                     '[node]\nK = 8\ncost = "fixed:0.5"\npools = "dit=1"\n')
+    return {
+        "grid": ["grid", str(deep_toml), "--out", str(folder / "g")],
+        "fleet": ["fleet", str(deep_toml)],
+        "plan": ["plan", str(deep_toml)],
+        "serving file": ["simulate", "--K", "8", "--C", "0.5", "--serving", str(deep_toml)],
+        "trace": ["simulate", "--K", "8", "--C", "0.5", "--updates", f"trace:{deep_line}"],
+        "session log": ["fleet", str(fleet)],
+        "usp table": ["simulate", "--K", "8", "--cost", f"usp:{deep_json}"],
+        "cost table": ["simulate", "--K", "8", "--cost", f"table:{deep_json}"],
+    }
+
+
+@pytest.mark.parametrize("reader", ["grid", "fleet", "plan", "serving file", "trace",
+                                    "session log", "usp table", "cost table"])
+def test_a_file_nested_too_deeply_is_one_error_line(reader, tmp_path):
+    with bounded(hang_bound()):
+        result = runner.invoke(app, _deep_inputs(tmp_path)[reader])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("latsim: error: "), result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["simulate", "--K", "4", "--C", "1e-320", "--streams", "2", "--pools", "dit=1",
+     "--duration", "5", "--seeds", "1"],
+    ["capacity", "--K", "8", "--C", "1e-320", "--pools", "dit=1", "--slo-l95", "2",
+     "--slo-stall", "0.1", "--duration", "5", "--min-seeds", "2", "--max-seeds", "5"],
+], ids=["simulate", "capacity"])
+def test_a_subnormal_cost_runs(args):
+    """C = 1e-320 s overflowed T/C to inf and the nD/D/1 sums took a log of 0."""
+    with bounded(hang_bound()):
+        result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize("window", [["--t1", "inf"], ["--t0", "nan"], ["--t0", "-inf"]])
+def test_a_timeline_window_must_be_finite(window, tmp_path):
+    out = tmp_path / "run"
+    made = runner.invoke(app, ["simulate", "--K", "4", "--C", "0.5", "--duration", "10",
+                               "--seeds", "1", "--out", str(out)])
+    assert made.exit_code == 0, made.stderr
+    result = runner.invoke(app, ["plot", "timeline", str(out), *window])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("latsim: error: the window needs finite times")

@@ -54,7 +54,9 @@ def _check(streams: int, period: float, service: float) -> float:
         raise LatsimError(f"streams must be a positive integer, got {streams!r}")
     if not (math.isfinite(period) and period > 0 and math.isfinite(service) and service > 0):
         raise LatsimError("period and service time must be positive")
-    ratio = period / service
+    # a subnormal service time (1e-320 s) makes T/C overflow to inf, and the sums' logs a
+    # domain error: past 1e300 the waits are 0 to every float's precision anyway
+    ratio = min(period / service, 1e300)
     if streams >= ratio:
         raise LatsimError(f"{streams} streams of service {service:g} s every {period:g} s "
                           "overload the device (N·C >= T): no stationary wait")

@@ -48,7 +48,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +57,7 @@ import numpy as np
 
 from latsim.errors import MAX_INPUT_BYTES, LatsimError, check_int
 from latsim.experiments.executors import LOCAL, local_only, work_pool
+from latsim.model.traces import loads_toml
 from latsim.run.files import clean
 from latsim.run.record_files import read_file_bytes
 
@@ -149,10 +149,7 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 def parse_grid(text: str, source: str = "grid") -> GridSpec:
     """A grid from TOML text (every key checked; a one-line error names what is wrong)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LatsimError(f"{source}: not valid TOML: {exc}") from None
+    data = loads_toml(text, source)
     unknown = set(data) - {"name", "seeds", "seed", "metrics", "fixed", "axes"}
     if unknown:
         raise LatsimError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; a grid has "

@@ -79,12 +79,20 @@ def read_input_file(path: str | Path, what: str) -> str:
 def read_toml(path: str | Path, what: str) -> dict:
     """A TOML file (a serving, system or fleet file) read with :func:`read_input_file`;
     invalid TOML is a one-line :class:`LatsimError` naming the file."""
+    return loads_toml(read_input_file(path, what), str(path))
+
+
+def loads_toml(text: str, source: str) -> dict:
+    """TOML text from ``source`` (named in the errors): invalid TOML, or nesting too deep
+    for the parser (a damaged or hostile file), is a one-line :class:`LatsimError`."""
     import tomllib
 
     try:
-        return tomllib.loads(read_input_file(path, what))
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise LatsimError(f"{path}: not valid TOML ({exc})") from None
+        raise LatsimError(f"{source}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise LatsimError(f"{source}: not valid TOML (nested too deeply to read)") from None
 
 
 def _finite(value: object) -> float | None:

@@ -326,7 +326,7 @@ def load_session_log(path: str | Path) -> tuple[Session, ...]:
         where = f"{path}:{number}"
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply
             raise LatsimError(f"{where}: not a JSON object") from None
         if not isinstance(row, dict):
             raise LatsimError(f"{where}: not a JSON object")

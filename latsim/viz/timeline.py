@@ -28,6 +28,7 @@ the clock offset the client times carry and its bound.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -338,6 +339,8 @@ def timeline_figure(data: RunData, t0: float | None = None, t1: float | None = N
     lo, hi = default_window(data)
     t0 = lo if t0 is None else t0
     t1 = hi if t1 is None else t1
+    if not (math.isfinite(t0) and math.isfinite(t1)):
+        raise LatsimError(f"the window needs finite times, got t0={t0:g}, t1={t1:g}")
     if not t1 > t0:
         raise LatsimError(f"the window needs t1 > t0, got t0={t0:g}, t1={t1:g}")
     delta, K = data.delta, data.K
