@@ -5,11 +5,13 @@
 file beside the target and renames it over the target only once it is complete, so a
 reader sees the old file or the new one, never a torn or empty one; it writes through to a
 device or a pipe and never replaces one. :func:`staged` does the same for a set of files
-written into one folder: all of them or none.
+written into one folder: all of them or none. :func:`appending` adds lines to a file whose
+errors name it, even those a failed write leaves for its close.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -131,3 +133,37 @@ def staged(folder: str | Path) -> Iterator[Path]:
                 os.replace(path, folder / path.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+class _Appender:
+    """A text file open for appending whose writes' errors name it (:func:`appending`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        with writing(path):
+            self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by appending)
+
+    def write(self, text: str) -> None:
+        with writing(self.path):
+            self.file.write(text)
+
+    def flush(self) -> None:
+        with writing(self.path):
+            self.file.flush()
+
+
+@contextmanager
+def appending(path: str | Path) -> Iterator[_Appender]:
+    """Append to ``path`` in the block: an ``OSError`` of a write, a flush or the close is
+    a :class:`LatsimError` naming ``path``. Where the block fails, what a failed write left
+    in the buffer is dropped quietly at the close (a full disk would fail it again, and
+    hide the error that ended the block)."""
+    appender = _Appender(path)
+    try:
+        yield appender
+    except BaseException:
+        with contextlib.suppress(OSError):
+            appender.file.close()
+        raise
+    with writing(path):
+        appender.file.close()

@@ -182,3 +182,59 @@ def test_commands_on_a_full_disk_fail_in_one_line_naming_the_file(full_disk, tmp
                                "space left on device"), lines[0]
     left = [p for p in full_disk.rglob("*") if p.is_file() and p.name != "filler"]
     assert not [p for p in left if p.stat().st_size == 0 or ".partial" in p.name], left
+
+
+def test_a_fleet_plan_writes_both_tables_or_neither(tmp_path, monkeypatch):
+    """The disk fills between plan.csv and tried.csv: neither lands (plan.csv used to be
+    left alone, looking like a finished plan), and the error names the file."""
+    from typer.testing import CliRunner
+
+    from latsim.cli.root import app
+    from latsim.run import files
+    from tests.helpers import SMALL_FLEET
+
+    path = tmp_path / "fleet.toml"
+    path.write_text(SMALL_FLEET)
+    real = files.write_rows_csv
+
+    def write_rows_csv(target, rows, *args, **kwargs):
+        if Path(target).name == "tried.csv":
+            with replacing(target):
+                _enospc()
+        return real(target, rows, *args, **kwargs)
+
+    monkeypatch.setattr(files, "write_rows_csv", write_rows_csv)
+    out = tmp_path / "plan"
+    result = CliRunner().invoke(app, ["fleet", "plan", str(path), "--slo-l95", "3",
+                                      "--slo-stall", "5", "--seeds", "1", "--max-nodes", "2",
+                                      "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr == (f"latsim: error: cannot write {out / 'tried.csv'}: No space left "
+                             f"on device; nothing in {out}/ was changed\n")
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_grid_that_cannot_write_its_lines_names_the_file_and_says_partial(tmp_path):
+    """A file-size limit (``ulimit -f``) under cells.jsonl: the error names it (the
+    buffer's second failure at the close hid it: 'File too large', no file), and grid.json
+    says partial, not running; the same command then resumes."""
+    import json
+    import resource
+
+    grid_file = tmp_path / "g.toml"
+    grid_file.write_text('name = "t"\nseeds = 1\n[fixed]\nC = 0.5\nduration = 10\n'
+                         '[axes]\nK = [4, 8, 12, 16]\npolicy = ["baseline", "speculative"]\n')
+    out = tmp_path / "g"
+    command = [sys.executable, "-c", "from latsim.cli import main; main()", "grid",
+               str(grid_file), "--out", str(out)]
+
+    def limit() -> None:  # 1 KiB a file: grid.json fits, the eight cells' lines do not
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+    failed = subprocess.run(command, capture_output=True, text=True, preexec_fn=limit)
+    assert failed.returncode == 2
+    assert failed.stderr == f"latsim: error: cannot write {out / 'cells.jsonl'}: File too large\n"
+    assert json.loads((out / "grid.json").read_text())["status"] == "partial"
+    resumed = subprocess.run(command, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "grid.json").read_text())["status"] == "complete"

@@ -172,10 +172,12 @@ def plan(
     with scheduler_context(scheduler, jobs, local_pool=True), StatusLine() as say:
         rows, tried = plan_fleet_size(run, slo, chosen, max_nodes, max_events,
                                       say if output == "table" else None)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        write_rows_csv(out / "plan.csv", rows)
-        write_rows_csv(out / "tried.csv", tried)
+    if out is not None:  # both files or neither (a full disk left plan.csv alone)
+        from latsim.writing import staged
+
+        with staged(out) as staging:
+            write_rows_csv(staging / "plan.csv", rows)
+            write_rows_csv(staging / "tried.csv", tried)
 
     def table() -> None:
         from latsim.cli.tables import Column, print_table

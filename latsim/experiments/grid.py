@@ -45,6 +45,7 @@ same bytes on every scheduler and any number of workers.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -60,6 +61,7 @@ from latsim.experiments.executors import LOCAL, local_only, work_pool
 from latsim.model.traces import loads_toml
 from latsim.run.files import clean
 from latsim.run.record_files import read_file_bytes
+from latsim.writing import appending, writing
 
 #: Version 2: each metric has its standard error (``{metric}_se``) and a row its ``n_runs``.
 FORMAT = "latsim-grid/2"
@@ -392,7 +394,8 @@ def _write_tables(out: Path, rows: list[dict]) -> bool:
         (out / "cells.parquet").unlink(missing_ok=True)  # never a stale one beside the CSV
         return False
     columns = {key: [row.get(key) for row in rows] for key in (rows[0] if rows else {})}
-    pq.write_table(pa.table(columns), out / "cells.parquet")
+    with writing(out / "cells.parquet"):  # pyarrow's errors name no file
+        pq.write_table(pa.table(columns), out / "cells.parquet")
     return True
 
 
@@ -446,8 +449,15 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
     written = {"parquet": False}
 
     def save(status: str) -> list[dict]:
+        """The tables, then the status; where the tables cannot be written, the status
+        says partial (a best effort: the disk may be full)."""
         rows = [done[i] for i in sorted(done)]
-        written["parquet"] = _write_tables(out, rows)
+        try:
+            written["parquet"] = _write_tables(out, rows)
+        except BaseException:
+            with contextlib.suppress(LatsimError):
+                write_json(meta_path, {**meta, "status": PARTIAL, "done": len(done)})
+            raise
         write_json(meta_path, {**meta, "status": status, "done": len(done)})
         return rows
 
@@ -460,7 +470,7 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
     try:
         if todo:
             torn = lines_path.exists() and not _ends_a_line(lines_path)
-            with work_pool(scheduler, jobs) as pool, lines_path.open("a") as lines:
+            with work_pool(scheduler, jobs) as pool, appending(lines_path) as lines:
                 if torn and lines_path.stat().st_size:
                     lines.write("\n")  # end the torn line a killed run left, not the next
                 for _, results in pool.map_unordered(run_cells, [
@@ -473,6 +483,11 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
                     if progress is not None:
                         progress(len(done), spec.n_cells)
         status = COMPLETE
-    finally:
-        rows = save(status)
+    except BaseException:
+        # what was done is kept, as far as the disk lets it: the error that stopped the
+        # run is the one to report, not one saving after it
+        with contextlib.suppress(LatsimError):
+            save(status)
+        raise
+    rows = save(status)
     return GridResult(spec, out, rows, len(done) - resumed, status, written["parquet"])
