@@ -792,3 +792,17 @@ def test_reproduce_fleets_figure_draws_its_three_tables(tmp_path):
         style.pyplot().close(fig)
     path = plot_fleet_reproduction(tables, tmp_path / "fleet.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_fleet_whose_sessions_never_see_a_frame_reports_no_stall_and_says_so(tmp_path):
+    """Nothing played: stall % is undefined (it said 0.0, which met any stall limit), and
+    the table says why its cells are blank."""
+    path = tmp_path / "fleet.toml"
+    path.write_text(SMALL_FLEET.replace('cost = "fixed:0.2"', 'cost = "fixed:5000"'))
+    result = runner.invoke(app, ["fleet", str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    row = envelope_of(result.stdout)["rows"][0]
+    assert row["viewer_hours"] == 0 and row["stall_pct"] is None
+    assert row["sessions_admitted"] > 0
+    table = runner.invoke(app, ["fleet", str(path)], env={"COLUMNS": "200"})
+    assert "no session saw a frame: stall %, L and cost per viewer-hour" in table.stdout

@@ -308,3 +308,23 @@ def test_capacity_grows_with_devices_under_the_auto_lead():
     one, two, three = held
     assert one < two < three, held
     assert two >= 2 * one - 1 and three >= 3 * one - 2, held  # about in proportion
+
+
+def test_a_serving_run_past_one_device_load_says_the_stall_target_cannot_be_met():
+    """Refills alone at ρ = 1.2 on the busiest device: the row carries ``refill_rho`` and
+    the table says no lead keeps the stall target (as ``fleet`` does); at ρ = 0.6, not."""
+    from typer.testing import CliRunner
+
+    from latsim.cli.root import app
+    from tests.helpers import rows_of
+
+    args = ["simulate", "--K", "8", "--streams", "4", "--pools", "dit=1", "--duration", "20",
+            "--seeds", "1", "--lead", "cost"]
+    runner = CliRunner()
+    over = runner.invoke(app, [*args, "--C", "0.6"], env={"COLUMNS": "200"})
+    assert over.exit_code == 0, over.stderr
+    assert ("K=8: the busiest DiT device is at ρ = 1.20 from refills alone: no lead keeps "
+            "the stall target there" in over.stdout)
+    under = runner.invoke(app, [*args, "--C", "0.3", "--json"])
+    assert [row["refill_rho"] for row in rows_of(under.stdout)] == [0.6, 0.6]
+    assert "busiest DiT device" not in runner.invoke(app, [*args, "--C", "0.3"]).stdout

@@ -215,7 +215,7 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
         "ttfc_p99": percentile(ttfc, 99),
         **{f"L{level}": percentile(latencies, level) for level in LEVELS},
         "n_conditions_shown": len(latencies),
-        "stall_pct": 100.0 * stalled / played if played else 0.0,
+        "stall_pct": 100.0 * stalled / played if played else None,  # nothing played
         "chunk_p99": percentile(chunks, 99), "chunk_max": max(chunks) if chunks else None,
         "w": discarded / generated if generated else None,
         "dit_calls_per_viewer_hour": dit_calls / viewer_hours if viewer_hours else None,

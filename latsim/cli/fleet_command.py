@@ -107,6 +107,9 @@ def fleet(
             notes.append(f"a full node's busiest device is at ρ = {row['full_node_rho']:.2f} "
                          "from refills alone: no lead keeps the stall target there; lower "
                          "node.max_sessions or add devices")
+        if not row["viewer_hours"]:
+            notes.append("no session saw a frame: stall %, L and cost per viewer-hour are "
+                         "undefined (–), and blocking counts only the sessions turned away")
         print_table(title, [Column("metric", 0, "left"), Column("mean", 0), Column("± se", 1)],
                     [[label, _fmt(row[key], digits), _fmt(row[f"{key}_se"], digits)]
                      for key, label, digits in SHOWN if key in row], notes)

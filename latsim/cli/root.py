@@ -350,6 +350,11 @@ def _print_rows(rows: list[dict]) -> None:
                               for stage, wait in row["queue_wait_mean_by_stage"].items())
             notes.append(f"{row['policy']} K={row['K']}: busy {pools}; mean queue wait "
                          f"{waits or 'none'}")
+    overloaded = {row["K"]: row["refill_rho"] for row in rows
+                  if row.get("refill_rho", 0.0) >= 1}  # the same for every policy of a K
+    notes += [f"K={K}: the busiest DiT device is at ρ = {rho:.2f} from refills alone: no "
+              "lead keeps the stall target there; lower --streams or add devices"
+              for K, rho in overloaded.items()]
     notes.append("[dim]seconds; theory = closed-form E[L] where one holds (fixed C <= T, "
                  "rare updates for speculative)[/dim]")
     if any("A_note" in row for row in rows):

@@ -808,6 +808,8 @@ def _row(p: Plan, cell: Cell, runs: dict) -> dict:
         L_mean_theory=_theory_mean(p, cell),
         **({} if auto is None else {"lead_wait": auto[0], "lead_model": auto[1]}),
         **({} if baseline is not None else {"A_note": A_NOTE}),
+        **({} if p.serving is None
+           else {"refill_rho": refill_load(p.serving, p.cost, cell.timing)}),
     )
 
 
