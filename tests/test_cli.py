@@ -106,6 +106,25 @@ def test_simulate_out_writes_records_summary_and_plot(tmp_path):
     assert header.startswith("policy,K,run,version,t_arrival")
 
 
+def test_config_says_running_until_the_figure_is_drawn(tmp_path, monkeypatch):
+    """The figure came after config.json said complete: drawing it hung past
+    --lead 8192 (a bisection) and the folder claimed a finished run."""
+    import latsim.viz.plots as plots
+
+    seen, draw = [], plots.plot_latency
+
+    def drawing(rows, out, runs=None):
+        seen.append(json.loads((out / "config.json").read_text())["status"])
+        return draw(rows, out, runs)
+
+    monkeypatch.setattr(plots, "plot_latency", drawing)
+    result = invoke("simulate", "--K", "4", "--C", "0.5", "--lead", "8200", "--policy",
+                    "speculative", "--duration", "30", "--seeds", "1", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    assert seen == ["running"]
+    assert json.loads((tmp_path / "config.json").read_text())["status"] == "complete"
+
+
 def test_several_k_draw_latency_against_k(tmp_path):
     result = invoke("sweep", "--K", "4", "8", *FAST, "--out", str(tmp_path))
     assert result.exit_code == 0, result.stderr

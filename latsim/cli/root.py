@@ -306,8 +306,8 @@ def _run(experiment, fmt: str, out: Path | None, jobs: int | None) -> None:
     if out is not None:
         from latsim.viz.plots import plot_latency
 
-        write_experiment(result, out)
-        figure = plot_latency(result.rows, out, result.runs)
+        figure = write_experiment(
+            result, out, also=lambda folder: plot_latency(result.rows, folder, result.runs))[-1]
 
     def table() -> None:
         _print_rows(result.rows)

@@ -860,13 +860,16 @@ def _twin(result: ExperimentResult) -> ExperimentResult:
 
 
 def write_experiment(result: ExperimentResult, out: Path,
-                     twin_of: list[str] | None = None) -> list[Path]:
+                     twin_of: list[str] | None = None,
+                     also: Callable[[Path], Path] | None = None) -> list[Path]:
     """Write an experiment folder (:mod:`latsim.run.folder`): ``config.json``,
     ``summary.json``/``.csv`` and one CSV per record type the experiment kept (none with
     ``records="none"``; not the counted ones, :data:`COUNTED_TABLES`, below ``all``), for
     the policies asked for. The baseline twin that a speculative run alone is measured
     against, where it asked for one (``Experiment.twin``), goes to :data:`TWIN_FOLDER`, an
-    experiment folder of its own whose config says ``twin_of``. Returns the paths."""
+    experiment folder of its own whose config says ``twin_of``. ``also`` writes one more
+    file into ``out`` (the command's figure) before ``config.json`` says complete, so a
+    folder whose figure failed or hangs says ``running``. Returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     config = experiment_config(result)
     if twin_of:
@@ -886,5 +889,7 @@ def write_experiment(result: ExperimentResult, out: Path,
     written += model.write_tables(out, own)
     write_rows_csv(out / "summary.csv", result.rows)
     written += [out / "summary.csv", write_json(out / "summary.json", result.rows)]
+    if also is not None:
+        written.append(also(out))
     write_json(out / "config.json", config)
     return written
