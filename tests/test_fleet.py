@@ -408,7 +408,15 @@ def test_a_folder_another_live_run_writes_is_refused_and_a_dead_ones_replaced(tm
     assert json.loads((out / "fleet.json").read_text())["status"] == "complete"
     (out / "fleet.json").write_text('{"format": "latsim-grid"}')
     foreign = runner.invoke(app, ["fleet", str(path), "--seeds", "1", "--out", str(out)])
-    assert foreign.exit_code == 2 and "not a fleet's record" in foreign.stderr
+    assert foreign.exit_code == 2 and "fleet.json: not written by latsim fleet" in foreign.stderr
+    # someone else's summary.json with no fleet.json beside it was replaced
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "summary.json").write_text('{"mine": 1}')
+    kept = runner.invoke(app, ["fleet", str(path), "--seeds", "1", "--out", str(other)])
+    assert kept.exit_code == 2 and "summary.json: not written by latsim fleet" in kept.stderr
+    assert (other / "summary.json").read_text() == '{"mine": 1}'
+    assert sorted(p.name for p in other.iterdir()) == ["summary.json"]
 
 
 def test_the_command_refuses_bad_flags_and_work_beyond_its_bound(tmp_path):

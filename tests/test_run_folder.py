@@ -200,3 +200,105 @@ def test_a_sparse_run_folder_table_is_refused_in_bounded_memory(tmp_path):
         f"latsim: error: {run / 'slots.csv'}: a line longer than 1,048,576 characters; not a "
         "record file"]
     assert os.path.getsize(run / "slots.csv") == 3 * 2**30  # read, not changed
+
+
+_ROOT = Path(__file__).resolve().parents[1]
+_CAPACITY = ["capacity", "--K", "4", "--C", "0.3", "--duration", "10", "--max-streams",
+             "4", "--slo-l95", "3", "--slo-stall", "5"]
+
+
+@pytest.mark.parametrize("args, foreign", [
+    (["simulate", "--K", "4", "--C", "0.5", "--duration", "10", "--seeds", "1"],
+     "config.json"),
+    (["sweep", "--K", "4", "8", "--duration", "10", "--seeds", "1"], "summary.json"),
+    (["plan", str(_ROOT / "examples" / "plan.toml")], "plan.json"),
+    (_CAPACITY, "capacity.json"),
+    (["compare", str(_ROOT / "results" / "serve" / "runs"), "--replications", "2"],
+     "compare.json"),
+    (["fleet", "plan", str(_ROOT / "examples" / "fleet.toml"), "--slo-l95", "3",
+      "--slo-stall", "5"], "tried.csv"),
+    (["fleet", "run", str(_ROOT / "examples" / "fleet.toml")], "summary.json"),
+    (["traces", "generate", "--kind", "low", "--count", "3"], "low_001.jsonl"),
+    (["client", "ws://127.0.0.1:9", "--K", "4", "--duration", "30"], "config.json"),
+    (["measure", "--generator", "sleep", "--K", "4", "--duration", "5"], "measure.json"),
+])
+def test_no_command_writes_over_files_it_did_not_write(tmp_path, args, foreign):
+    """`--out` onto a folder holding someone else's config.json or summary.json replaced
+    them: every folder-writing command now refuses, in one line naming the file, before
+    any work, through one check (claim_folder); fleet and grid already did."""
+    from typer.testing import CliRunner
+
+    from latsim.cli import app
+
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = '{"t": 1.0}\n' if foreign.endswith(".jsonl") else '{"mine": 1}\n'  # a trace
+    (out / foreign).write_text(mine)
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert (out / foreign).read_text() == mine
+    assert sorted(p.name for p in out.iterdir()) == [foreign]
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1
+    assert f"{out / foreign}: not written by latsim " in result.stderr, result.stderr
+    assert result.stderr.rstrip().endswith("use another --out")
+
+
+def test_a_command_runs_again_into_its_own_folder(tmp_path):
+    """What the same command wrote there is its own: a second run replaces it."""
+    from typer.testing import CliRunner
+
+    from latsim.cli import app
+
+    out = tmp_path / "out"
+    for _ in range(2):
+        result = CliRunner().invoke(app, [*_CAPACITY, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+    assert json.loads((out / "capacity.json").read_text())["status"] == "complete"
+
+
+def test_claim_folder_refuses_a_live_writer_and_takes_a_dead_ones_folder(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from latsim.run.folder import claim_folder
+
+    def check() -> None:
+        claim_folder(tmp_path, ("config.json", "jobs.csv"), "config.json", "latsim x",
+                     lambda config: config.get("kind") == "x")
+
+    check()  # empty: nothing to replace
+    (tmp_path / "other.csv").write_text("not one of ours\n")
+    check()  # files not of its names are never touched
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "config.json").write_text(json.dumps({
+            "kind": "x", "status": "running",
+            "writer": {"pid": sleeper.pid, "host": socket.gethostname()}}))
+        with pytest.raises(LatsimError, match=f"process {sleeper.pid} on this host is "
+                           "still writing there"):
+            check()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    check()  # its writer is gone: the folder is taken over
+    (tmp_path / "config.json").write_bytes(b"\xff")
+    with pytest.raises(LatsimError, match="not UTF-8 text.*not written by latsim x"):
+        check()
+
+
+def test_grid_does_not_write_over_a_cells_csv_without_its_grid_json(tmp_path):
+    from typer.testing import CliRunner
+
+    from latsim.cli import app
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text("[axes]\nK = [4]\n[fixed]\nduration = 10\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cells.csv").write_text("mine\n")
+    result = CliRunner().invoke(app, ["grid", str(grid), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert f"{out / 'cells.csv'}: not written by latsim grid" in result.stderr
+    assert (out / "cells.csv").read_text() == "mine\n"
+    assert sorted(p.name for p in out.iterdir()) == ["cells.csv"]

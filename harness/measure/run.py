@@ -36,7 +36,7 @@ paths above are tested in CI on the tiny preset.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -68,6 +68,7 @@ from harness.telemetry.nvml import NvmlSampler
 from harness.telemetry.reduce import unavailable
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
+from latsim.controller.records import RECORD_TYPES
 from latsim.controller.timing import Timing
 from latsim.errors import (
     MAX_LIVE_WINDOW_S,
@@ -82,7 +83,7 @@ from latsim.model.lead import LIVE, LeadRule
 from latsim.model.traces import Trace, load_trace, write_trace
 from latsim.plugins import GeneratorConfig, GeneratorInfo, LiveGenerator, build_generator
 from latsim.run.files import check_writable
-from latsim.run.folder import run_config
+from latsim.run.folder import claim_folder, of_kind, run_config
 from latsim.writing import writing
 
 #: Default results folder when ``--out`` is not given (one folder per run inside).
@@ -323,6 +324,7 @@ def measure(
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     root = Path(config.out) if config.out is not None else RESULTS_RUNS
     prefix = "" if config.out is not None else f"{stamp}-{config.preset or config.generator}-"
+    _claim(root, prefix, config.Ks, policies)  # never over another's files
     check_writable(root, keep=True)  # before the model is built, warmed up and calibrated
 
     kept = _Kept(root)
@@ -351,6 +353,23 @@ def measure(
         raise
     _write_index(root, config, results, interrupted=False)
     return results
+
+
+#: What a measured run folder's own files are called: those a later run into it replaces.
+MEASURED_FILES = ("config.json", "summary.json", "trace.jsonl", "cost_samples.json",
+                  *(f"{table}.csv" for table in (*RECORD_TYPES, "gen_jobs", "display",
+                                                 "events", "nvml_samples")))
+
+
+def _claim(root: Path, prefix: str, Ks: Iterable[int], policies: list[Policy]) -> None:
+    """Refuse, before any work, a ``--out`` whose ``measure.json`` or run folders another
+    command wrote (:func:`latsim.run.folder.claim_folder`)."""
+    claim_folder(root, ("measure.json",), "measure.json", "latsim measure",
+                 lambda index: {"config", "runs"} <= index.keys())  # _write_index's
+    for K in Ks:
+        for policy in policies:
+            claim_folder(root / f"{prefix}K{K}-{policy.name}", MEASURED_FILES, "config.json",
+                         "latsim measure", of_kind("measured"))
 
 
 def run_r(given: int | None, info: GeneratorInfo) -> int:

@@ -58,10 +58,18 @@ from latsim.analysis.serving import viewer_metrics
 from latsim.controller.playout import ClientPlayout
 from latsim.errors import LatsimError, check_option
 from latsim.model.traces import Trace, write_trace
-from latsim.run.folder import CLIENT_FORMAT_VERSION, FAILED, RUNNING, write_json
+from latsim.run.folder import (
+    CLIENT_FORMAT_VERSION,
+    FAILED,
+    RUNNING,
+    claim_folder,
+    of_kind,
+    write_json,
+)
 from latsim.run.record_files import write_csv
 from latsim.run.stream import COMPLETE, INTERRUPTED
 from latsim.run.viewer import (
+    CLIENT_FILES,
     KIND,
     TABLES,
     ProbeRow,
@@ -480,6 +488,7 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
     the session early (the folder is written, marked ``interrupted``, and the
     ``KeyboardInterrupt`` propagates)."""
     out = config.out
+    claim_folder(out, CLIENT_FILES, "config.json", "latsim client", of_kind(KIND))
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -39,7 +39,7 @@ from latsim.cli.options import (
     scheduler_context,
     serving_from_flags,
 )
-from latsim.cli.output import FormatOpt, JsonOpt, emit, envelope, output_format
+from latsim.cli.output import FormatOpt, JsonOpt, claims, emit, envelope, output_format
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
 from latsim.formatting import fmt as _fmt
 
@@ -106,6 +106,9 @@ def capacity(
     from latsim.run.files import write_rows_csv
 
     output = output_format(fmt, as_json)
+    if out is not None:  # never over another's files
+        claims("capacity", out, ("capacity.json", "capacity.csv", "capacity.png"),
+               "capacity.json")
     if C is not None and cost is not None:
         raise LatsimError("give either --C or --cost, not both")
     if policy not in ("baseline", "speculative"):

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from latsim.cli.options import MaxSimEventsOpt
-from latsim.cli.output import FormatOpt, JsonOpt, emit, envelope, output_format
+from latsim.cli.output import FormatOpt, JsonOpt, claims, emit, envelope, output_format
 from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.formatting import fmt as _fmt
 
@@ -45,6 +45,9 @@ def compare(
 
     output = output_format(fmt, as_json)
     check_int("--seed", seed, 0, MAX_SEED)
+    if out is not None:  # never over another's files, whichever comparison this is
+        claims("compare", out, COMPARE_FILES, "compare.json")
+        claims("compare", out, VIEWER_FILES, "compare_viewer.json")
     clients = client_runs(list(run_dirs))
     result = compare_runs(list(run_dirs), replications=replications, seed=seed,
                           allow_empty=bool(clients), max_events=max_events)
@@ -120,6 +123,11 @@ def compare(
 
 def _viewer_payload(envelope_of_viewer: dict) -> dict:
     return {key: envelope_of_viewer[key] for key in ("rows", "MAPE", "MAPE_over")}
+
+
+#: What compare's own files are called, for runs and for client runs.
+COMPARE_FILES = ("compare.json", "compare.csv", "compare_cdf.png", "compare_overlay.png")
+VIEWER_FILES = ("compare_viewer.json", "compare_viewer.csv", "compare_viewer_cdf.png")
 
 
 def _compare_viewer(comparison, output: str, out: Path | None, seed: int) -> dict:

@@ -142,8 +142,8 @@ def plan(
     max_nodes: Annotated[int, typer.Option(help="the most nodes to try")] = 64,
     seeds: Annotated[int | None, typer.Option(help="replications per configuration "
                                               "(default: run.seeds)")] = None,
-    out: Annotated[Path | None, typer.Option(help="write plan.csv and tried.csv here")
-                   ] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="write plan.csv, tried.csv and fleet_plan.json here")] = None,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     jobs: JobsOpt = None,
@@ -158,7 +158,7 @@ def plan(
     then bisects."""
     from latsim.experiments.fleet_plan import UPPER_Z, FleetSLO, plan_fleet_size
     from latsim.model.fleet import load_fleet, override
-    from latsim.run.files import check_writable, write_rows_csv
+    from latsim.run.files import check_writable
 
     output = output_format(fmt, as_json)
     slo = FleetSLO(slo_l95, slo_stall, slo_ttfc)
@@ -168,6 +168,10 @@ def plan(
         raise LatsimError(f"--policies {policies[:60]!r}: give each policy once, "
                           "comma-separated (baseline, speculative)")
     if out is not None:
+        from latsim.run.folder import claim_folder
+
+        claim_folder(out, PLAN_FILES, PLAN_RECORD, "latsim fleet plan",
+                     lambda record: record.get("format") == PLAN_FORMAT)
         check_writable(out)
 
     from latsim.formatting import StatusLine
@@ -175,12 +179,9 @@ def plan(
     with scheduler_context(scheduler, jobs, local_pool=True), StatusLine() as say:
         rows, tried = plan_fleet_size(run, slo, chosen, max_nodes, max_events,
                                       say if output == "table" else None)
-    if out is not None:  # both files or neither (a full disk left plan.csv alone)
-        from latsim.writing import staged
-
-        with staged(out) as staging:
-            write_rows_csv(staging / "plan.csv", rows)
-            write_rows_csv(staging / "tried.csv", tried)
+    if out is not None:
+        _write_plan(out, rows, tried, {"format": PLAN_FORMAT, "fleet": str(fleet_file),
+                                       "slo": slo.limits(), "policies": list(chosen)})
 
     def table() -> None:
         from latsim.cli.tables import Column, print_table
@@ -211,6 +212,29 @@ def plan(
 
     emit(output, rows, table, seed=run.seed, tried=tried,
          slo=slo.limits(), out=None if out is None else str(out))
+
+
+#: ``fleet plan --out``'s record of the plan: what it sized, and its ``status``; written
+#: with plan.csv and tried.csv, all three or none, so another command's files are told
+#: from its own (:func:`latsim.run.folder.claim_folder`).
+PLAN_RECORD = "fleet_plan.json"
+PLAN_FORMAT = "latsim-fleet-plan"
+PLAN_FILES = (PLAN_RECORD, "plan.csv", "tried.csv")
+
+
+def _write_plan(out: Path, rows: list[dict], tried: list[dict], about: dict) -> None:
+    """plan.csv, tried.csv and :data:`PLAN_RECORD` (saying ``complete``), all three or
+    none (:func:`latsim.writing.staged`): a full disk left plan.csv alone, looking like a
+    finished plan."""
+    from latsim.run.files import write_rows_csv
+    from latsim.run.folder import write_json
+    from latsim.run.stream import COMPLETE
+    from latsim.writing import staged
+
+    with staged(out) as staging:
+        write_rows_csv(staging / "plan.csv", rows)
+        write_rows_csv(staging / "tried.csv", tried)
+        write_json(staging / PLAN_RECORD, {**about, "status": COMPLETE})
 
 
 fleet_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,

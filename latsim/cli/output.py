@@ -44,6 +44,19 @@ def set_invocation(argv: list[str]) -> None:
     _invocation[:] = ["latsim", *argv]
 
 
+def claims(command: str, out: Any, files: tuple[str, ...], record: str) -> None:
+    """Refuse ``out`` where writing ``files`` would replace what another wrote
+    (:func:`latsim.run.folder.claim_folder`): its ``record`` must be an envelope
+    (:func:`envelope`) that ``latsim COMMAND`` wrote."""
+    from latsim.run.folder import claim_folder
+
+    def wrote(payload: Any) -> bool:
+        said = payload.get("command")
+        return isinstance(said, list) and said[:2] == ["latsim", command]
+
+    claim_folder(out, files, record, f"latsim {command}", wrote)
+
+
 def output_format(fmt: str | None, as_json: bool) -> str:
     """The format asked for: ``--format``, or ``json`` for ``--json``; a clash or an
     unknown name is a one-line error."""

@@ -52,6 +52,10 @@ def plan(
     if seeds is not None:
         deployment = replace(deployment, base=override(deployment.base, seeds=seeds))
     if out is not None:
+        from latsim.run.folder import claim_folder
+
+        claim_folder(out, (CANDIDATES_CSV, PLAN_JSON, FRONTIER_PNG), PLAN_JSON,
+                     "latsim plan", lambda plan: plan.get("format") == "latsim-plan")
         check_writable(out)
     with scheduler_context(scheduler, jobs, local_pool=True), StatusLine() as say:
         result = plan_deployment(deployment, max_events, say if output == "table" else None)

@@ -287,13 +287,18 @@ def _root(
 def _run(experiment, fmt: str, out: Path | None, jobs: int | None) -> None:
     from latsim.cli.progress import ProgressBar
     from latsim.experiments.engine import (
+        EXPERIMENT_FILES,
         plan_all,
         reporting_progress,
         run_experiment,
         write_experiment,
     )
     from latsim.run.files import check_writable
+    from latsim.run.folder import claim_folder, of_kind
 
+    if out is not None:  # never over another's files
+        claim_folder(out, EXPERIMENT_FILES, "config.json", "latsim simulate or sweep",
+                     of_kind("experiment"))
     # one bar counts --lead auto's pilot runs, then the runs
     with ProgressBar("simulating (runs)") as progress, reporting_progress(progress):
         # bad input and the work bound fail before the output is touched (the pilots run

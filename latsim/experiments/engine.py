@@ -31,7 +31,7 @@ from latsim.analysis import theory
 from latsim.analysis.metrics import work_ratio
 from latsim.controller import REPLAN_AT_CACHE_END, AdaptiveLead, ControllerConfig
 from latsim.controller.policies import PRESETS, Policy
-from latsim.controller.records import COUNTED_TABLES, RECORD_LEVELS
+from latsim.controller.records import COUNTED_TABLES, RECORD_LEVELS, RECORD_TYPES
 from latsim.controller.timing import Timing
 from latsim.errors import (
     DEFAULT_MAX_EVENTS,
@@ -78,7 +78,7 @@ from latsim.run.folder import (
     summary_row,
     write_json,
 )
-from latsim.run.serving import ServingRecords
+from latsim.run.serving import SERVING_RECORD_TYPES, ServingRecords
 from latsim.run.stream import COMPLETE, RunRecords, default_drain
 
 #: Embedded defaults of ``latsim sweep`` (README, "Defaults"): Wan2.1-1.3B's stream
@@ -857,6 +857,13 @@ def _twin(result: ExperimentResult) -> ExperimentResult:
     runs = {key: cell_runs for key, cell_runs in result.runs.items() if key[1] == "baseline"}
     return ExperimentResult(plan, [_row(plan, cell, runs) for cell in p.cells
                                    if cell.policy.name == "baseline"], runs)
+
+
+#: What an experiment folder's own files may be called (:func:`write_experiment` and the
+#: figure ``simulate``/``sweep`` draw): those a later run into the folder replaces.
+EXPERIMENT_FILES = ("config.json", "summary.json", "summary.csv",
+                    *(f"{table}.csv" for table in (*RECORD_TYPES, *SERVING_RECORD_TYPES)),
+                    "latency_cdf.png", "latency_vs_K.png")
 
 
 def write_experiment(result: ExperimentResult, out: Path,

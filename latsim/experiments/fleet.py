@@ -372,21 +372,20 @@ class FleetFolder:
 
 
 def _refuse_a_live_writer(path: Path) -> None:
-    """Refuse a folder whose ``fleet.json`` is not a fleet's, or says ``running`` for a
-    process on this host that still runs (:func:`latsim.run.folder.writer_alive`): two
-    runs would write over each other's rows. One whose writer is gone (killed) is
-    replaced."""
-    from latsim.run.folder import RUNNING, read_json, writer_alive
+    """Refuse a folder whose ``fleet.json`` is not a fleet's, that holds a fleet's files
+    without one (someone else's ``summary.json``), or whose ``fleet.json`` says
+    ``running`` for a process on this host that still runs: two runs would write over
+    each other's rows (:func:`latsim.run.folder.claim_folder`). One whose writer is gone
+    (killed) is replaced."""
+    from latsim.run.folder import claim_folder
 
-    if not (path.exists() or path.is_symlink()):
-        return
-    earlier = read_json(path)
-    if not isinstance(earlier, dict) or earlier.get("format") != FLEET_FORMAT:
-        raise LatsimError(f"{path}: not a fleet's record; use another --out")
-    if earlier.get("status") == RUNNING and writer_alive(earlier):
-        raise LatsimError(f"{path.parent}: process {earlier['writer'].get('pid')} on this "
-                          "host is still writing a fleet run there; wait for it, stop it, "
-                          "or use another --out")
+    claim_folder(path.parent, FLEET_FILES, path.name, "latsim fleet",
+                 lambda record: record.get("format") == FLEET_FORMAT)
+
+
+#: What a fleet run folder's own files are called (:class:`FleetFolder`).
+FLEET_FILES = ("fleet.json", "summary.json", "runs.csv", "timeseries.csv", "nodes.csv",
+               "sessions.csv")
 
 
 def _run_sharded(fp: FleetPlan, pool, progress, done) -> list[ReplicationResult]:

@@ -61,7 +61,7 @@ from latsim.experiments.executors import LOCAL, local_only, work_pool
 from latsim.model.traces import loads_toml
 from latsim.run.files import clean
 from latsim.run.record_files import read_file_bytes
-from latsim.writing import appending, writing
+from latsim.writing import appending, replacing
 
 #: Version 2: each metric has its standard error (``{metric}_se``) and a row its ``n_runs``.
 FORMAT = "latsim-grid/2"
@@ -394,8 +394,8 @@ def _write_tables(out: Path, rows: list[dict]) -> bool:
         (out / "cells.parquet").unlink(missing_ok=True)  # never a stale one beside the CSV
         return False
     columns = {key: [row.get(key) for row in rows] for key in (rows[0] if rows else {})}
-    with writing(out / "cells.parquet"):  # pyarrow's errors name no file
-        pq.write_table(pa.table(columns), out / "cells.parquet")
+    with replacing(out / "cells.parquet") as tmp:  # pyarrow's errors name no file
+        pq.write_table(pa.table(columns), tmp)
     return True
 
 
@@ -412,7 +412,7 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
              progress: Callable[[int, int], None] | None = None) -> GridResult:
     """Run every cell not already in ``out`` (see the module docstring). Every cell's
     settings and work bound are checked before anything is written."""
-    from latsim.run.folder import write_json, writer_alive
+    from latsim.run.folder import claim_folder, write_json, writer_alive
 
     check_cells(spec)
     out.mkdir(parents=True, exist_ok=True)
@@ -442,6 +442,9 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
         if (target.exists() or target.is_symlink()) and not target.is_file():
             raise LatsimError(f"{target}: not a regular file (a device, pipe or folder) "
                               "where the grid keeps its own; use another --out")
+    # and none of them someone else's (a cells.csv with no grid.json beside it)
+    claim_folder(out, ("grid.json", "cells.jsonl", "cells.csv", "cells.parquet"),
+                 "grid.json", "latsim grid", lambda record: record.get("format") == FORMAT)
     done = _read_done(lines_path, spec)
     meta = {"format": FORMAT, **spec.payload(), "digest": spec.digest,
             "n_cells": spec.n_cells, "scheduler": scheduler}

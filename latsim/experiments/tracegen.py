@@ -36,7 +36,8 @@ from latsim.errors import (
     check_number,
     check_work,
 )
-from latsim.model.traces import write_trace
+from latsim.model.traces import load_trace, write_trace
+from latsim.run.folder import claim_folder
 from latsim.writing import staged
 
 #: The kinds :func:`generate_set` knows, with a one-line description each.
@@ -139,10 +140,17 @@ def generate_set(kind: str, count: int, duration: float, seed: int,
 
 def write_set(traces: list[GeneratedTrace], out_dir: str | Path) -> list[Path]:
     """Write each trace as ``out_dir/<name>.jsonl``; returns the paths. A set is written
-    whole or not at all (:func:`latsim.writing.staged`): the traces are written beside the
-    folder and moved in once all of them are, so when one cannot be written (a full disk)
-    nothing in the folder changed, the files of the same names it held included."""
+    whole or not at all (:func:`latsim.writing.staged`): every trace is written beside the
+    folder first and moved in only once all are, so when one cannot be written (a full
+    disk) the folder is as it was, files of the same names included, and the error says
+    so. A file of a trace's name that this generator did not write is refused first
+    (:func:`latsim.run.folder.claim_folder`)."""
     folder = Path(out_dir)
+    for trace in traces:  # never over a file this generator did not write
+        name = f"{trace.name}.jsonl"
+        claim_folder(folder, (name,), name, "latsim traces generate",
+                     lambda meta: meta.get("generator") == GENERATOR,
+                     lambda path: load_trace(path).meta)
     with staged(folder) as staging:
         for trace in traces:
             write_trace(staging / f"{trace.name}.jsonl", list(trace.times), trace.meta)

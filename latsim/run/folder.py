@@ -25,7 +25,8 @@ error, e.g. a failed generator) or ``incomplete`` (its writer never finished: ki
 running). Small, essential files are written atomically (a temporary name, then a rename), so
 a reader never sees half a ``config.json`` or ``summary.json``; the record CSVs are appended
 while a live run goes, so a killed writer can leave a torn last row, which readers drop with a
-note (:func:`latsim.run.record_files.read_csv`).
+note (:func:`latsim.run.record_files.read_csv`). Every command that writes a folder checks
+first that it would replace no file another wrote there (:func:`claim_folder`).
 
 Folders written before the format had a version (no ``format_version``) read as version 0.
 """
@@ -38,7 +39,7 @@ import math
 import os
 import re
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,39 @@ def write_json(path: Path, payload: object) -> Path:
     with replacing(path) as destination:
         destination.write_text(text)
     return path
+
+
+def claim_folder(out: Path, files: Iterable[str], record: str, what: str,
+                 wrote: Callable[[Mapping[str, Any]], bool],
+                 read: Callable[[Path], Any] | None = None) -> None:
+    """Refuse ``out`` before any work where writing ``files`` there would replace what
+    another wrote: a one-line error naming the file. ``record`` (one of ``files``, a JSON
+    object, or what ``read`` makes of it) says who wrote the folder, and ``wrote`` tells
+    from it whether a command of this kind (``what``, e.g. ``latsim simulate``) did.
+    Allowed: a new folder, one holding none of ``files`` (other files are never touched),
+    and one whose ``record`` ``wrote`` accepts and that no live process on this host is
+    still writing (:func:`writer_alive`): re-running into one's own output replaces it."""
+    there = [name for name in files if (out / name).exists() or (out / name).is_symlink()]
+    if not there:
+        return
+    path = out / record
+    if record not in there:
+        raise LatsimError(f"{out / there[0]}: not written by {what} (no {record} beside "
+                          "it); use another --out")
+    try:
+        earlier = (read or read_json)(path)
+    except LatsimError as exc:
+        raise LatsimError(f"{exc}: not written by {what}; use another --out") from None
+    if not isinstance(earlier, Mapping) or not wrote(earlier):
+        raise LatsimError(f"{path}: not written by {what}; use another --out")
+    if earlier.get("status") == RUNNING and writer_alive(earlier):
+        raise LatsimError(f"{out}: process {earlier['writer'].get('pid')} on this host is "
+                          "still writing there; wait for it, stop it, or use another --out")
+
+
+def of_kind(kind: str) -> Callable[[Mapping[str, Any]], bool]:
+    """For :func:`claim_folder`: a run folder's ``config.json`` of ``kind``."""
+    return lambda config: config.get("kind") == kind
 
 
 def write_records(run_dir: Path, runs: Iterable[tuple[tuple[str, int, int], RunRecords]],

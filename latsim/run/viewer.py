@@ -143,6 +143,9 @@ class ProbeRow:
 
 TABLES: dict[str, type] = {"conditions": ViewerCondition, "slots": ViewerSlot,
                            "stalls": ViewerStall, "jobs": ViewerJob, "probes": ProbeRow}
+#: What a client folder's own files are called: those a later session into it replaces.
+CLIENT_FILES = ("config.json", "summary.json", "trace.jsonl",
+                *(f"{table}.csv" for table in TABLES))
 #: The tables whose rows start with the ``policy, K, run`` columns (probes are the clock's).
 KEYED = ("conditions", "slots", "stalls", "jobs")
 
