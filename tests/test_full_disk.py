@@ -37,14 +37,14 @@ def test_a_failed_replacement_keeps_the_old_file_and_leaves_no_twin(tmp_path):
 
 
 def test_a_trace_set_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
-    """A write that fails midway leaves the folder as it was: the user's own files of
-    the same names included (they used to be overwritten, then removed)."""
+    """A write that fails midway leaves the folder as it was: an earlier set's files of
+    the same names included (they used to be overwritten, then removed; a user's own
+    files of those names are refused before any write, tests/test_run_folder.py)."""
     traces = tracegen.generate_set("low", 5, 60.0, 0, 10_000)
     folder = tmp_path / "set"
-    folder.mkdir()
-    own = {f"low_00{i}.jsonl": f'{{"t": {i}.5}}\n' for i in range(5)}
-    for name, text in own.items():
-        (folder / name).write_text(text)
+    tracegen.write_set(tracegen.generate_set("low", 5, 60.0, 1, 10_000), folder)
+    own = {p.name: p.read_text() for p in folder.iterdir()}
+    assert len(own) == 5
     real_write = tracegen.write_trace
     calls = []
 
