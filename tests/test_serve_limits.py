@@ -407,7 +407,9 @@ def test_without_allow_origin_only_the_servers_own_pages_may_connect_from_a_brow
             return [await attempt({}), await attempt({"Origin": f"http://127.0.0.1:{port}"}),
                     await attempt({"Origin": "http://evil.example"}),
                     await attempt({"Origin": "http://127.0.0.1:1"}),
-                    await attempt({"Origin": "null"})]  # a file:// page
+                    await attempt({"Origin": "null"}),  # a file:// page
+                    # a lookalike whose "port" is no number: a 500 with a traceback before
+                    await attempt({"Origin": f"http://127.0.0.1:{port}.evil.example"})]
 
         def handshake(host: str) -> str:
             """The status line of an upgrade whose Origin and Host both name ``host`` (a
@@ -421,8 +423,8 @@ def test_without_allow_origin_only_the_servers_own_pages_may_connect_from_a_brow
 
         outcomes = asyncio.run(all_of_them())
         rebound, own = handshake("evil.example"), handshake("localhost")
-    assert outcomes == ["ready", "ready", 403, 403, 403]
-    assert built.refused >= 3
+    assert outcomes == ["ready", "ready", 403, 403, 403, 403]
+    assert built.refused >= 4
     assert " 403 " in rebound and " 101 " in own  # DNS rebinding answered 101 before
 
 
@@ -448,6 +450,30 @@ def test_the_client_presents_its_token_and_names_a_refusal(tmp_path):
             run_client(ClientConfig(url, trace, tmp_path / "no"))
         summary = run_client(ClientConfig(url, trace, tmp_path / "yes", token="s3cret-token"))
     assert summary["status"] == "complete"
+
+
+def test_a_token_in_the_url_is_neither_stored_nor_echoed(tmp_path):
+    """``latsim client ws://…/?token=T``: the browser page's way of passing the token is
+    accepted, and the token appears in neither the folder's config.json nor an error."""
+    from harness.viewer.client import ClientConfig, redacted, run_client
+    from latsim.model.traces import Trace
+
+    assert redacted("ws://h:1/?a=1&token=s3cret&b=2") == "ws://h:1/?a=1&token=***&b=2"
+    assert redacted("wss://me:pw@h/") == "wss://me:***@h/"
+    built = _server(token="s3cret-token")
+    trace = Trace("t", (0.5,), 2.0)
+    with ServerThread(built) as port:
+        ok = run_client(ClientConfig(f"ws://127.0.0.1:{port}/?token=s3cret-token", trace,
+                                     tmp_path / "yes"))
+        with pytest.raises(LatsimError) as refused:
+            run_client(ClientConfig(f"ws://127.0.0.1:{port}/?token=wrong-token-1", trace,
+                                    tmp_path / "no"))
+    assert ok["status"] == "complete"
+    assert "s3cret" not in (tmp_path / "yes" / "config.json").read_text()
+    assert "wrong-token-1" not in str(refused.value) and "token=***" in str(refused.value)
+    with pytest.raises(LatsimError) as bad:
+        ClientConfig("ws://h:port?token=s3cret-token", trace, tmp_path / "x")
+    assert "s3cret" not in str(bad.value)
 
 
 def test_a_condition_flood_is_refused_beyond_the_rate_and_fps_is_capped():

@@ -342,7 +342,11 @@ class StreamServer:
         from urllib.parse import urlsplit
 
         parts = urlsplit(origin)
-        if (parts.scheme in ("http", "https") and parts.port == self.port
+        try:
+            port = parts.port
+        except ValueError:  # 127.0.0.1:PORT.evil.example: no port at all, so not ours
+            port = None
+        if (parts.scheme in ("http", "https") and port == self.port
                 and parts.netloc.lower() == request.headers.get("Host", "").lower()
                 and self._own_name(parts.hostname or "")):
             return None

@@ -87,6 +87,18 @@ NAN = math.nan
 log = logging.getLogger("latsim.client")
 
 
+def redacted(url: str) -> str:
+    """``url`` with the secrets a user may put in it replaced by ``***``: the value of a
+    ``token`` query parameter (the server's ``--token``, as the browser page takes it) and
+    a password before the host. Never stored or echoed as given."""
+    import re
+
+    base, sep, query = url.partition("?")
+    base = re.sub(r"//([^/@]*?):[^/@]*@", r"//\1:***@", base)
+    query = re.sub(r"(^|[&;])(token=)[^&;#]*", r"\1\2***", query)
+    return base + sep + query
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """One viewer session."""
@@ -111,20 +123,28 @@ class ClientConfig:
     token: str | None = None  # the server's --token, sent as Authorization: Bearer
     end_timeout: float = 60.0  # how long past the window (+ drain) to wait for ``end``
 
+    @property
+    def shown_url(self) -> str:
+        """:attr:`url` as it may be written or shown: a ``token`` in its query and a
+        password in it are replaced by ``***`` (:func:`redacted`)."""
+        return redacted(self.url)
+
     def __post_init__(self) -> None:
         if not self.url.startswith(("ws://", "wss://")):
-            raise LatsimError(f"the server URL must start with ws:// or wss://, got {self.url!r}")
+            raise LatsimError(f"the server URL must start with ws:// or wss://, got "
+                              f"{self.shown_url!r}")
         from urllib.parse import urlsplit
 
         try:
             parts = urlsplit(self.url)
             port = parts.port  # parsed here: a bad one raises
         except ValueError as exc:
-            raise LatsimError(f"the server URL {self.url[:80]!r} is not valid: {exc}") from None
+            raise LatsimError(f"the server URL {self.shown_url[:80]!r} is not valid: "
+                              f"{exc}") from None
         if not parts.hostname:
-            raise LatsimError(f"the server URL {self.url[:80]!r} names no host")
+            raise LatsimError(f"the server URL {self.shown_url[:80]!r} names no host")
         if port == 0:
-            raise LatsimError(f"the server URL {self.url[:80]!r} has port 0")
+            raise LatsimError(f"the server URL {self.shown_url[:80]!r} has port 0")
         for option, value in (("--K", self.K), ("--playout-delay", self.playout_delay),
                               ("--probes", self.probes), ("--probe-every", self.probe_every),
                               ("--connect-timeout", self.connect_timeout),
@@ -367,11 +387,11 @@ class _Client:
                         additional_headers=headers),
                 config.connect_timeout)
         except InvalidStatus as exc:
-            raise LatsimError(f"{config.url} refused the connection: HTTP "
+            raise LatsimError(f"{config.shown_url} refused the connection: HTTP "
                               f"{exc.response.status_code} (a --token it accepts?)") from None
         except (OSError, TimeoutError) as exc:
             reason = str(exc) or f"no answer within {config.connect_timeout:g} s"
-            raise LatsimError(f"cannot connect to {config.url}: {reason}") from None
+            raise LatsimError(f"cannot connect to {config.shown_url}: {reason}") from None
         tasks = [asyncio.create_task(self._sender(websocket)),
                  asyncio.create_task(self._receiver(websocket))]
         try:
@@ -396,7 +416,7 @@ class _Client:
                 break
             await asyncio.sleep(0.005)
         if not self.probes:
-            raise LatsimError(f"{config.url}: no clock probe came back")
+            raise LatsimError(f"{config.shown_url}: no clock probe came back")
         self.estimate = estimate_offset(self.probes)
         self.offset = self.estimate.offset
         self.send(Hello(config.K, config.window, config.policy, config.lead, config.drain,
@@ -407,7 +427,7 @@ class _Client:
                            return_when=asyncio.FIRST_COMPLETED)
         if not self.ready:
             why = self.errors[-1] if self.errors else "no answer to hello"
-            raise LatsimError(f"{config.url} refused the session: {why}")
+            raise LatsimError(f"{config.shown_url} refused the session: {why}")
         injector = asyncio.create_task(self._inject())
         prober = asyncio.create_task(self._probe_loop())
         tasks += [injector, prober]
@@ -495,7 +515,7 @@ def run_client(config: ClientConfig, progress: Callable[[str], None] | None = No
         raise LatsimError(f"cannot write {out}: {exc.strerror or exc}") from None
     started = _dt.datetime.now().isoformat(timespec="seconds")
     base = {"format_version": CLIENT_FORMAT_VERSION, "kind": KIND, "status": RUNNING,
-            "url": config.url, "K": config.K, "policy": config.policy,
+            "url": config.shown_url, "K": config.K, "policy": config.policy,
             "duration": config.window, "playout_delay": config.playout_delay,
             "r": config.r, "fps": config.fps, "seed": config.seed,
             "uplink": asdict(config.uplink),
