@@ -24,3 +24,9 @@ class TokenBucket:
             return False
         self._tokens = tokens - 1.0
         return True
+
+    def wait(self, now: float) -> float:
+        """Seconds from ``now`` until a token is there to take (0: one is), changing
+        nothing."""
+        tokens = min(self.size, self._tokens + (now - self._since) * self.rate)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate

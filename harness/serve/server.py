@@ -419,6 +419,7 @@ class StreamServer:
         answers (:mod:`harness.serve.connection`), until it closes or the viewer leaves."""
         websocket, connection = link.websocket, link.connection
         sender = asyncio.create_task(self._sender(link))
+        refused = 0  # the session's refused conditions seen so far
         try:
             while connection.phase is not Phase.CLOSED:
                 if connection.phase is Phase.GREETING:
@@ -433,6 +434,13 @@ class StreamServer:
                 received = time.perf_counter()
                 actions = connection.receive(raw, received, received + self.config.clock_offset)
                 await self._carry_out(link, actions)
+                session = link.session
+                if session is not None and session.refused_conditions > refused:
+                    # over its condition rate: leave its messages unread until the rate
+                    # admits another, so a flood is held back by TCP, not parsed and
+                    # answered at the cost of every other viewer's event loop
+                    refused = session.refused_conditions
+                    await asyncio.sleep(session.condition_wait(time.perf_counter()))
         except Exception as exc:  # noqa: BLE001 - a broken connection ends its session only
             log.info("connection closed: %s", exc)
         finally:
@@ -472,8 +480,13 @@ class StreamServer:
                             if isinstance(action, Forward) else None)
 
     def _fault(self, link: _Link, error: str, cid: int | None) -> None:
+        """Answer ``error``; counted, and logged for a connection's 1st, 2nd, 4th, 8th ...
+        fault only (a flood of refused conditions wrote a line each, about 1 GB an hour)."""
         self.errors += 1
-        log.warning("session %s: %s", link.session.id if link.session else "-", error)
+        link.faults += 1
+        if link.faults & (link.faults - 1) == 0:
+            log.warning("session %s: %s (fault %d of this connection)",
+                        link.session.id if link.session else "-", error, link.faults)
         link.send(Error(error, cid).to_json(), time.perf_counter())
 
     async def _open(self, link: _Link, hello: Hello) -> None:
@@ -579,6 +592,7 @@ class _Link:
         self.outbox = _Outbox()
         self.channel = config.downlink.channel(np.random.default_rng(0))  # and its shaper
         self.session: Session | None = None
+        self.faults = 0  # the errors it was answered (StreamServer._fault)
         self._enqueue = enqueue
         self._loop = asyncio.get_running_loop()
 

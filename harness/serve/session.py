@@ -335,6 +335,11 @@ class Session:
         self.accepted += 1
         return Ack(cid, self.accepted, self.server_time(arrival))
 
+    def condition_wait(self, now: float) -> float:
+        """Seconds from ``now`` (``time.perf_counter``) until the rate limit admits another
+        condition: how long the server leaves a flooding viewer's messages unread."""
+        return self._bucket.wait(now)
+
     def end_messages(self) -> list[str]:
         """What ends the session: ``end`` with its status and summary, after an ``error``
         naming the reason where it failed (a generator error, a hung job)."""
