@@ -75,6 +75,13 @@ DEFAULT_MAX_EVENTS = 20_000_000
 #: Conditions one ``traces`` command may generate (a set) or read (per file), its
 #: ``--max-events``; the committed sets have under 3,000 in all.
 DEFAULT_MAX_TRACE_EVENTS = 1_000_000
+#: Record rows ``export perfetto`` may read (``--max-records``), every table of the folder
+#: together: each becomes one to ten trace events, about 2 KB of JSON for a condition.
+#: A 30 s simulated run has a few hundred; a 400,000-row conditions.csv made 756 MB of JSON
+#: in 142 s before the bound.
+DEFAULT_MAX_EXPORT_RECORDS = 100_000
+#: The most ``--max-records`` may be raised to.
+MAX_EXPORT_RECORDS = 100_000_000
 
 
 def short(text: object) -> str:

@@ -113,3 +113,53 @@ def live_style_run(run_dir: Path, dispatch: float, K: int = 4,
                                  job.context, job.t_start + dispatch, job.t_ready,
                                  job.t_ready - job.t_start - dispatch, "", 0, 0, job.t_start])
     return run_dir
+
+
+def serving_run(run_dir: Path) -> Path:
+    """A small serving experiment (two streams on shared pools): the controller's tables
+    with a ``stream`` column, and tasks.csv, starts.csv, viewer.csv, client_stalls.csv."""
+    from typer.testing import CliRunner
+
+    from latsim.cli.root import app
+
+    result = CliRunner().invoke(app, [
+        "simulate", "--out", str(run_dir), "--K", "4", "--C", "0.3", "--streams", "2",
+        "--pools", "dit=2,vae=1", "--decode", "fixed:0.05", "--duration", "8", "--seeds",
+        "1", "--policy", "speculative", "--updates", "poisson:0.5", "--lead", "0.6"])
+    assert result.exit_code == 0, result.stderr
+    return run_dir
+
+
+#: A committed client folder (``latsim client``'s side of a served session).
+CLIENT_RUN = Path(__file__).resolve().parents[1] / "results" / "serve" / "runs" / "v2-baseline"
+
+
+def client_run(run_dir: Path) -> Path:
+    """A copy of a committed client folder (:data:`CLIENT_RUN`)."""
+    import shutil
+
+    shutil.copytree(CLIENT_RUN, run_dir)
+    return run_dir
+
+
+def set_cell(path: Path, line: int, column: str, cell: str) -> None:
+    """Set ``column`` of CSV line ``line`` (1 is the header) to ``cell``."""
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    rows[line - 1][rows[0].index(column)] = cell
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+
+
+def drop_column(path: Path, column: str) -> None:
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    keep = [i for i, name in enumerate(rows[0]) if name != column]
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows([row[i] for i in keep] for row in rows)
+
+
+def tear_last_row(path: Path) -> None:
+    """Cut the last row short, as a writer killed mid-row leaves it (no line end)."""
+    data = path.read_bytes().rstrip(b"\r\n")
+    path.write_bytes(data[:-2])

@@ -373,7 +373,8 @@ def test_damaged_record_files_are_not_compared_as_if_whole(tmp_path):
     source = Path(__file__).resolve().parent.parent / "results" / "compare" / "runs"
     for damage, message in ((lambda d: _drop_column(d / "conditions.csv", "L"),
                              "conditions.csv:1: the header lacks L"),
-                            (lambda d: _nan_slot(d / "slots.csv"), "has no start time"),
+                            (lambda d: _nan_slot(d / "slots.csv"),
+                             r"slots.csv:\d+: column t_start: empty or NaN"),
                             # compared as "all complete, MAPE 0.03%" before
                             (lambda d: (d / "conditions.csv").unlink(),
                              "conditions.csv: missing"),
@@ -415,3 +416,34 @@ def test_a_negative_seed_is_a_one_line_error():
     assert result.exit_code == 2
     assert result.stderr.strip() == ("latsim: error: --seed must be an integer >= 0 and <= "
                                      "9223372036854775807, got -1")
+
+
+@pytest.mark.parametrize("cell, expected", [
+    ("-0.3", "jobs.csv:3: column t_ready: -0.3 is below 0"),
+    ("nan", "jobs.csv:3: column t_ready: empty or NaN"),
+    ("0.5", "jobs.csv:3: column t_ready: 0.5 is before t_start"),
+])
+@pytest.mark.parametrize("kind", ["simulated", "client"])
+def test_compare_refuses_nan_or_negative_job_times_in_one_line(tmp_path, cell, expected,
+                                                               kind):
+    """Before: a negative jobs.csv cell compared as C_mean = -0.051, status complete; a
+    NaN one in a client folder was a traceback."""
+    run = (run_folders.complete_run(tmp_path / "run") if kind == "simulated"
+           else run_folders.client_run(tmp_path / "run"))
+    run_folders.set_cell(run / "jobs.csv", 3, "t_ready", cell)
+    result = CliRunner().invoke(app, ["compare", str(run), "--replications", "2"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        repr(result.exception))
+    assert result.exit_code == 2, result.stdout
+    assert result.stderr.startswith("latsim: error: ") and result.stderr.count("\n") == 1
+    assert expected in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["simulated", "client"])
+def test_compare_notes_a_torn_row_it_dropped(tmp_path, kind):
+    run = (run_folders.complete_run(tmp_path / "run") if kind == "simulated"
+           else run_folders.client_run(tmp_path / "run"))
+    run_folders.tear_last_row(run / "conditions.csv")
+    result = CliRunner().invoke(app, ["compare", str(run), "--replications", "2"])
+    assert result.exit_code == 0, result.stderr
+    assert "conditions.csv: last row" in result.stderr, result.stderr

@@ -161,3 +161,110 @@ def test_export_to_dev_stdout_adds_to_the_shells_file_or_pipe(tmp_path):
     assert first == "PREVIOUS" and json.loads(rest)["traceEvents"]
     piped = subprocess.run(command, capture_output=True, check=True, timeout=120)
     assert json.loads(piped.stdout)["traceEvents"]
+
+
+# ---------------------------------------------------------------- damaged folders
+
+
+def _one_line_refusal(args: list[str], *expected: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        repr(result.exception))
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert result.stderr.startswith("latsim: error: ") and result.stderr.count("\n") == 1
+    for text in expected:
+        assert text in result.stderr, result.stderr
+
+
+def test_a_negative_arrival_is_refused_not_exported_at_minus_seven_seconds(tmp_path):
+    """The issue's: a negative conditions.csv cell gave Perfetto timestamps of -7e6 µs."""
+    from tests.run_folders import complete_run, set_cell
+
+    run = complete_run(tmp_path / "run")
+    set_cell(run / "conditions.csv", 2, "t_arrival", "-7")
+    out = tmp_path / "t.json"
+    _one_line_refusal(["export", "perfetto", str(run), "--out", str(out)],
+                      "conditions.csv:2: column t_arrival: -7.0 is below 0")
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory) -> Path:
+    from tests.run_folders import serving_run
+
+    return serving_run(tmp_path_factory.mktemp("serving") / "run")
+
+
+@pytest.mark.parametrize("table, damage, expected", [
+    ("tasks", "xff", "tasks.csv: not UTF-8 text"),
+    ("starts", "xff", "starts.csv: not UTF-8 text"),
+    ("tasks", ("cell", "device", "x"), "tasks.csv:3: column device: 'x' is not a valid int"),
+    ("starts", ("cell", "t_origin", "x"), "starts.csv:3: column t_origin"),
+    ("tasks", ("cell", "stream", "x"), "tasks.csv:3: column stream"),
+    ("tasks", ("drop", "device"), "tasks.csv:1: the header lacks device"),
+    ("starts", ("drop", "t_origin"), "starts.csv:1: the header lacks t_origin"),
+    ("tasks", ("cell", "t_end", "-1"), "tasks.csv:3: column t_end: -1.0 is below 0"),
+    ("jobs", ("drop", "stream"), "jobs.csv:1: the header lacks stream"),
+])
+@pytest.mark.parametrize("command", ["perfetto", "timeline"])
+def test_a_damaged_serving_folder_is_a_one_line_error(serving, tmp_path, table, damage,
+                                                       expected, command):
+    """Tracebacks before: \\xff, text cells or a missing column in tasks.csv/starts.csv."""
+    import shutil
+
+    from tests.run_folders import drop_column, set_cell
+
+    run = tmp_path / "run"
+    shutil.copytree(serving, run)
+    path = run / f"{table}.csv"
+    if damage == "xff":
+        data = path.read_bytes()
+        path.write_bytes(data[:len(data) // 2] + b"\xff" + data[len(data) // 2:])
+    elif damage[0] == "cell":
+        set_cell(path, 3, damage[1], damage[2])
+    else:
+        drop_column(path, damage[1])
+    out = tmp_path / ("t.json" if command == "perfetto" else "t.png")
+    args = (["export", "perfetto", str(run), "--out", str(out)] if command == "perfetto"
+            else ["plot", "timeline", str(run), "--out", str(out)])
+    _one_line_refusal(args, expected)
+    assert not out.exists()
+
+
+def test_export_refuses_more_records_than_its_bound_and_says_how_to_raise_it(tmp_path):
+    """A 400,000-row conditions.csv made 756 MB of JSON in 142 s: now a bound, checked
+    before the folder is read, that --max-records raises (within a stated range)."""
+    from tests.run_folders import complete_run
+
+    run = complete_run(tmp_path / "run")
+    out = tmp_path / "t.json"
+    rows = sum(len(path.read_text().splitlines()) - 1
+               for path in run.glob("*.csv") if path.stem in ("jobs", "slots", "stalls",
+                                                              "conditions"))
+    _one_line_refusal(["export", "perfetto", str(run), "--out", str(out), "--max-records",
+                       str(rows - 1)],
+                      f"its record tables hold {rows:,} rows to export",
+                      f"above the work bound of {rows - 1:,}",
+                      "raise it with --max-records, at most 100,000,000")
+    assert not out.exists()
+    for bad in ("0", "100000001"):
+        _one_line_refusal(["export", "perfetto", str(run), "--out", str(out),
+                           "--max-records", bad], "--max-records must be")
+    result = runner.invoke(app, ["export", "perfetto", str(run), "--out", str(out),
+                                 "--max-records", str(rows)])
+    assert result.exit_code == 0, result.stderr
+
+
+def test_a_torn_row_of_a_client_folder_is_noted_not_dropped_silently(tmp_path):
+    from tests.run_folders import client_run, tear_last_row
+
+    run = client_run(tmp_path / "client")
+    tear_last_row(run / "slots.csv")
+    result = runner.invoke(app, ["export", "perfetto", str(run), "--out",
+                                 str(tmp_path / "t.json")])
+    assert result.exit_code == 0, result.stderr
+    assert "latsim: note: slots.csv: last row" in result.stderr and "torn" in result.stderr
+    result = runner.invoke(app, ["plot", "timeline", str(run), "--out",
+                                 str(tmp_path / "t.png")])
+    assert result.exit_code == 0, result.stderr
+    assert "slots.csv: last row" in result.stdout

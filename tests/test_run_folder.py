@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -302,3 +303,75 @@ def test_grid_does_not_write_over_a_cells_csv_without_its_grid_json(tmp_path):
     assert f"{out / 'cells.csv'}: not written by latsim grid" in result.stderr
     assert (out / "cells.csv").read_text() == "mine\n"
     assert sorted(p.name for p in out.iterdir()) == ["cells.csv"]
+
+# ---------------------------------------------------------------- every cell checked
+
+
+@pytest.mark.parametrize("table, line, column, cell, message", [
+    # the issue's: a negative job time gave C_mean = -0.051 and status complete
+    ("jobs", 3, "t_ready", "-0.051", "column t_ready: -0.051 is below 0"),
+    ("jobs", 3, "t_ready", "1.0", "column t_ready: 1.0 is before t_start 1.3"),
+    ("jobs", 3, "t_start", "nan", "column t_start: empty or NaN"),
+    ("jobs", 3, "t_start", "", "column t_start: empty or NaN"),
+    ("jobs", 3, "kind", "x", "column kind: 'x' is not one of prebuffer"),
+    ("jobs", 3, "version", "-2", "column version: -2 is below 0"),
+    ("slots", 2, "t_start", "inf", "column t_start: inf is not a finite number"),
+    ("slots", 2, "t_start", "1e999", "column t_start: inf is not a finite number"),
+    # ... and a negative arrival a Perfetto timestamp of -7e6 µs
+    ("conditions", 2, "t_arrival", "-7", "column t_arrival: -7.0 is below 0"),
+    ("conditions", 2, "L", "", "column L: empty or NaN, but a shown row's"),
+    ("conditions", 2, "job_id", "-2", "column job_id: -2 is below -1"),
+    ("discards", 2, "t", "-1", "column t: -1.0 is below 0"),
+    ("jobs", 2, "K", "x", "column K: 'x' is not a whole number"),
+    ("jobs", 2, "run", "-1", "column run: '-1' is not a whole number"),
+    ("jobs", 2, "policy", "baseline", "column policy: 'baseline' where this folder's "
+                                      "config.json says speculative"),
+    ("jobs", 2, "K", "4", "column K: '4' where this folder's config.json says 8"),
+])
+def test_a_damaged_cell_is_an_error_naming_file_line_and_column(
+        tmp_path, table, line, column, cell, message):
+    from tests.run_folders import complete_run, set_cell
+
+    run = complete_run(tmp_path / "run")
+    set_cell(run / f"{table}.csv", line, column, cell)
+    with pytest.raises(LatsimError, match=re.escape(f"{table}.csv:{line}: {message}")):
+        read_run_folder(run).records(table)
+    with pytest.raises(LatsimError, match=re.escape(f"{table}.csv:{line}: {message}")):
+        read_run_folder(run).frame(table)  # the timeline's reader: the same check
+
+
+def test_a_run_folder_table_without_its_leading_columns_is_an_error(tmp_path):
+    import csv
+    import io
+
+    from tests.run_folders import complete_run
+
+    run = complete_run(tmp_path / "run")
+    path = run / "jobs.csv"
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    out = io.StringIO()
+    csv.writer(out).writerows(row[1:] for row in rows)  # without policy
+    path.write_text(out.getvalue())
+    with pytest.raises(LatsimError, match=re.escape("jobs.csv:1: the header lacks policy")):
+        read_run_folder(run).records("jobs")
+
+
+def test_every_committed_run_folder_still_reads(tmp_path):
+    """The checks refuse damage, not what latsim writes: every run and client folder
+    under results/ reads whole."""
+    from latsim.run.folder import TABLE_TYPES
+    from latsim.run.viewer import read_viewer_records
+
+    root = Path(__file__).resolve().parents[1] / "results"
+    read = 0
+    for config in sorted(root.rglob("config.json")):
+        folder = read_run_folder(config.parent)
+        if folder.kind == "client":
+            read_viewer_records(folder.path)
+            read += 1
+            continue
+        for table in TABLE_TYPES:
+            if (folder.path / f"{table}.csv").is_file():
+                folder.records(table)
+                read += 1
+    assert read > 50

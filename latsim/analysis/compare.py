@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -264,9 +263,9 @@ def _partial_records(folder: RunFolder, trace: Trace, jobs: list[JobRecord],
     """A partial run's records as the simulator would leave them had it stopped at ``end``:
     conditions not shown before ``end`` censored, a stall open at ``end`` closed there."""
 
-    def rows(table: str) -> list:
+    def rows(table: str) -> list:  # read and checked before (_check_records)
         found = folder.records(table)
-        if found.torn:
+        if found.torn and found.torn not in notes:
             notes.append(found.torn)
         return [record for _, record in found]
 
@@ -292,28 +291,25 @@ def _partial_records(folder: RunFolder, trace: Trace, jobs: list[JobRecord],
     )
 
 
-def _check_records(folder: RunFolder) -> None:
-    """Every record CSV of the folder reads (its columns, its cells), every played slot has
-    a finite start and every job finite times: a damaged record file is an error here,
-    even where the comparison
-    takes a complete run's measured metrics from its summary."""
+def _check_records(folder: RunFolder) -> list[str]:
+    """Every record CSV of the folder is there and reads (its columns, its cells: the
+    reader checks each, :meth:`RunFolder.records`): a damaged record file is an error
+    here, even where the comparison takes a complete run's measured metrics from its
+    summary. Returns the notes of torn last rows dropped."""
+    notes = []
     for table in ("conditions", "slots", "stalls", "jobs"):
         path = folder.path / f"{table}.csv"
         if not path.is_file() or path.stat().st_size == 0:
             raise LatsimError(f"{path}: {'empty' if path.is_file() else 'missing'}: a run's "
                               "record tables are what its comparison rests on (a folder "
                               "that lost one is damaged)")
-        rows = folder.records(table)
-        if table == "slots":
-            for _, slot in rows:
-                if not math.isfinite(slot.t_start):
-                    raise LatsimError(f"{folder.path / 'slots.csv'}: slot {slot.position} "
-                                      "has no start time (NaN)")
-        if table == "jobs":  # every job in the file finished: both its times are known
-            for _, job in rows:
-                if not (math.isfinite(job.t_start) and math.isfinite(job.t_ready)):
-                    raise LatsimError(f"{folder.path / 'jobs.csv'}: job {job.job_id} has no "
-                                      "start or ready time (NaN)")
+        torn = folder.records(table).torn
+        if torn:
+            notes.append(torn)
+    if (folder.path / "discards.csv").is_file():  # read for a partial run's window
+        torn = folder.records("discards").torn
+        notes += [torn] if torn else []
+    return notes
 
 
 def load_measured(run_dir: Path) -> MeasuredRun:
@@ -326,11 +322,8 @@ def load_measured(run_dir: Path) -> MeasuredRun:
                           "or measured runs)")
     folder.require_single_run()
     config = folder.controller_config
-    _check_records(folder)
-    notes: list[str] = []
+    notes = _check_records(folder)
     found = folder.records("jobs")
-    if found.torn:
-        notes.append(found.torn)
     jobs = [job for _, job in found if isinstance(job, JobRecord)]
     generator = _generator_intervals(folder.path / "gen_jobs.csv", notes)
     samples: dict[str, list[JobSample]] = {}

@@ -279,8 +279,10 @@ def compare_client_run(run: ClientRun, predicted: dict, replications: int = 20,
     for key in ("uplink_mean", "deliver_mean", "C_mean"):
         row[key] = measured[key]
     row["offset_uncertainty"] = run.config.get("offset_uncertainty")
-    row["notes"] = "" if run.status == COMPLETE else (
-        f"partial run ({run.status}): compared over [0, {run.window:.2f}] s")
+    row["notes"] = "; ".join(
+        ([] if run.status == COMPLETE else
+         [f"partial run ({run.status}): compared over [0, {run.window:.2f}] s"])
+        + list(run.records.notes))
     fit = predicted.get("display_fit")
     if fit is not None:  # a browser session: its display refresh, after the common columns
         shown = [c for c in run.records.conditions if c.status == "shown"]

@@ -75,6 +75,41 @@ def slot_init(cls: type) -> Callable[..., None]:
     return init  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class Domain:
+    """What a record type's fields hold beyond their types: checked where records are read
+    back from files (:func:`latsim.run.record_files.read_csv`), so a damaged file is refused
+    there, naming file and line, instead of read as numbers no run makes.
+
+    By default an ``int`` field is >= 0 and a ``float`` field a finite number >= 0 (every
+    float field of a record is a time or a duration, in seconds). A record type says where
+    its fields differ in a class attribute ``DOMAIN`` (plain data, no I/O here)."""
+
+    #: float fields that may be NaN (not known: a censored condition's times)
+    unset: tuple[str, ...] = ()
+    #: fields with another floor than 0: ``(name, lowest value)``
+    lowest: tuple[tuple[str, float], ...] = ()
+    #: ``(a, b)``: a <= b where both are set (a job is ready after it starts)
+    order: tuple[tuple[str, str], ...] = ()
+    #: fields set on every row whose ``displayed`` field is True
+    shown: tuple[str, ...] = ()
+    #: text fields that hold one of a few names: ``(name, the names)``
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+#: What a job is (:attr:`JobRecord.kind`): the first chunks, a planned one, or one for a
+#: new condition.
+JOB_KINDS = ("prebuffer", "refill", "replan")
+#: Every record type's domain unless it names its own (:class:`Domain`).
+PLAIN = Domain()
+
+
+def domain_of(record_type: type) -> Domain:
+    """The :class:`Domain` of ``record_type``: its ``DOMAIN``, else :data:`PLAIN`."""
+    found = getattr(record_type, "DOMAIN", PLAIN)
+    return found if isinstance(found, Domain) else PLAIN
+
+
 @record
 class JobRecord:
     """A finished generation job (id 0 is the version-0 prebuffer, not a DiT call)."""
@@ -87,6 +122,8 @@ class JobRecord:
     context: int  # clean latents available before ``branch``
     t_start: float
     t_ready: float
+
+    DOMAIN = Domain(order=(("t_start", "t_ready"),), choices=(("kind", JOB_KINDS),))
 
 
 @record
@@ -312,6 +349,8 @@ class StallRecord:
     t_end: float
     open_at_end: bool  # the run ended while still stalled
 
+    DOMAIN = Domain(order=(("t_start", "t_end"),))
+
 
 @record
 class DiscardRecord:
@@ -346,6 +385,12 @@ class ConditionRecord:
     L: float
     superseded: bool
     displayed: bool
+
+    DOMAIN = Domain(
+        unset=("t_start", "t_ready", "t_play", "R", "C", "Q", "L"),  # censored
+        lowest=(("job_id", -1),),  # -1: no job showed it (censored)
+        order=(("t_arrival", "t_start"), ("t_start", "t_ready"), ("t_ready", "t_play")),
+        shown=("t_start", "t_ready", "t_play", "R", "C", "Q", "L"))
 
     @classmethod
     def shown(

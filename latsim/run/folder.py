@@ -82,6 +82,9 @@ TRACE_COPY = "trace.jsonl"
 
 #: What a single run's config.json must hold to be re-simulated.
 RUN_KEYS = ("K", "policy", "q", "commit", "r", "fps", "duration", "lead")
+#: Every record table a run folder may hold, by name, with its record type: the
+#: controller's and a serving run's. :meth:`RunFolder.records` reads each, checked.
+TABLE_TYPES: dict[str, type] = {**RECORD_TYPES, **SERVING_RECORD_TYPES}
 
 
 # ---------------------------------------------------------------- schema
@@ -439,14 +442,34 @@ class RunFolder:
             raise LatsimError(f"{self.path}: {table} records were not kept (written with "
                               f"--records {level}); rerun with --records all for them")
 
+    def record_keys(self) -> dict[str, set[str] | None]:
+        """The leading columns every record row of this folder starts with, and the cells
+        its config.json allows there (``None``: any whole number): a single run's policy
+        and K, an experiment's policies and Ks; a serving experiment's streams."""
+        config = self.config
+        policies: object = config.get("policies") if self.kind == "experiment" else [
+            config.get("policy")]
+        Ks: object = config.get("Ks") if self.kind == "experiment" else [config.get("K")]
+        keys: dict[str, set[str] | None] = {"policy": None, "K": None, "run": None}
+        if isinstance(config.get("serving"), dict):  # a serving experiment: many streams
+            keys["stream"] = None
+        if isinstance(policies, list) and all(isinstance(p, str) for p in policies):
+            keys["policy"] = set(policies)
+        if isinstance(Ks, list) and all(isinstance(K, int) and not isinstance(K, bool)
+                                        for K in Ks):
+            keys["K"] = {str(K) for K in Ks}
+        return keys
+
     def records(self, table: str) -> CsvRows:
-        """``(leading columns, record)`` rows of one record CSV (empty if it is absent);
-        ``.torn`` notes a torn last row that was dropped (:func:`read_csv`)."""
+        """``(leading columns, record)`` rows of one record table (:data:`TABLE_TYPES`;
+        empty if it is absent), every cell checked (:func:`read_csv`, with the leading
+        columns :meth:`record_keys` says); ``.torn`` notes a torn last row that was
+        dropped."""
         if table not in self._read:
             self._check_kept(table)
             path = self.path / f"{table}.csv"
-            self._read[table] = (read_csv(path, RECORD_TYPES[table]) if path.exists()
-                                 else CsvRows())
+            self._read[table] = (read_csv(path, TABLE_TYPES[table], self.record_keys())
+                                 if path.exists() else CsvRows())
         return self._read[table]
 
     def frame(self, table: str) -> Any:
@@ -462,11 +485,10 @@ class RunFolder:
         if not path.exists():
             return pd.DataFrame()
         torn = None
-        if table in RECORD_TYPES:  # every row checked as records() checks it, not kept
+        if table in TABLE_TYPES:  # every row checked as records() checks it, not kept
             checked = self._read.get(table)
             if checked is None:
-                self._check_kept(table)
-                checked = read_csv(path, RECORD_TYPES[table])
+                checked = read_csv(path, TABLE_TYPES[table], self.record_keys())
             torn = checked.torn
         raw = read_file_bytes(path)
         if raw and not raw.endswith((b"\n", b"\r")):  # drop the torn last line

@@ -11,13 +11,14 @@ import io
 import math
 import os
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
+from functools import cache
 from operator import attrgetter
 from pathlib import Path
 
-from latsim.controller.records import NAN, SlotLog, column_names
+from latsim.controller.records import NAN, SlotLog, column_names, domain_of
 from latsim.errors import MAX_RECORD_FILE_BYTES, LatsimError
 from latsim.writing import writing
 
@@ -105,6 +106,22 @@ def _open_regular(path: Path, limit: int) -> Iterator[tuple[io.BufferedReader, i
         yield handle, info.st_size
 
 
+def count_rows(path: Path) -> int:
+    """The rows of a record file past its header (its line ends, less one; a torn last
+    line counts as a row), counted without parsing, so a work bound can be checked before
+    a large file is read; bounded as :func:`read_file_bytes` is."""
+    with _open_regular(path, MAX_RECORD_FILE_BYTES) as (handle, size):
+        ends, left, last = 0, size, b""
+        while left > 0:
+            chunk = handle.read(min(2**22, left))
+            if not chunk:
+                break
+            ends += chunk.count(b"\n")
+            left -= len(chunk)
+            last = chunk[-1:]
+    return max(0, ends - 1 + (1 if size and last != b"\n" else 0))
+
+
 def read_text(path: Path, limit: int = MAX_RECORD_FILE_BYTES) -> str:
     """A record or telemetry file's text (:func:`read_file_bytes`); a file that is not
     UTF-8 is a one-line error."""
@@ -152,10 +169,19 @@ def _csv_lines(path: Path, text: io.TextIOWrapper) -> Iterator[str]:
         yield line
 
 
-def read_csv(path: Path, record_type: type) -> CsvRows:
+def read_csv(path: Path, record_type: type,
+             keys: Mapping[str, Collection[str] | None] | None = None) -> CsvRows:
     """Read a file written by :func:`write_csv`: ``(extra columns, record)`` per row.
 
     Empty cells of float fields come back as NaN, so ``read(write(x)) == x`` up to NaN.
+
+    Every cell is checked: its field's type, then the record type's
+    :class:`~latsim.controller.records.Domain` (by default a whole number >= 0, a time a
+    finite number >= 0; a job ready after it started ...), and the leading columns
+    (:data:`LEADING`: ``K``, ``run``, ``stream`` whole numbers). ``keys``
+    names leading columns the header must have, each with the cells it may hold (``None``:
+    any valid one), e.g. a single run's policy and K. A cell that fails is an error naming
+    the file, the line and the column.
 
     Every row :func:`write_csv` writes ends with a line end, so a last line without one was
     cut short by a writer that was killed (the live harness appends while it runs): that row
@@ -183,7 +209,7 @@ def read_csv(path: Path, record_type: type) -> CsvRows:
             header = next(reader, None)
             if header is None:
                 return out
-            missing = [name for name in names if name not in header]
+            missing = [name for name in [*(keys or ()), *names] if name not in header]
             held: tuple[int, list[str]] | None = None  # a row is parsed once one follows it
             for cells in reader:
                 if not cells:
@@ -191,7 +217,7 @@ def read_csv(path: Path, record_type: type) -> CsvRows:
                 if held is None and missing:
                     raise LatsimError(f"{path}:1: the header lacks {', '.join(missing)}")
                 if held is not None:
-                    out.append(_row(path, header, names, kinds, *held, record_type))
+                    out.append(_row(path, header, names, kinds, *held, record_type, keys))
                 held = (reader.line_num, cells)
         except UnicodeDecodeError:
             raise LatsimError(f"{path}: not UTF-8 text (a damaged or foreign file)") from None
@@ -207,13 +233,15 @@ def read_csv(path: Path, record_type: type) -> CsvRows:
         out.torn = (f"{path.name}: last row (line {held[0]}) is torn (no line end: its "
                     "writer stopped mid-row), dropped")
     else:
-        out.append(_row(path, header, names, kinds, *held, record_type))
+        out.append(_row(path, header, names, kinds, *held, record_type, keys))
     return out
 
 
 def _row(path: Path, header: list[str], names: list[str], kinds: dict[str, object],
-         line: int, cells: list[str], record_type: type) -> tuple[dict, object]:
-    """One row of :func:`read_csv`: its extra columns and its record."""
+         line: int, cells: list[str], record_type: type,
+         keys: Mapping[str, Collection[str] | None] | None = None) -> tuple[dict, object]:
+    """One row of :func:`read_csv`: its extra columns and its record, each cell checked
+    against its column's type and domain (:func:`domain_problem`)."""
     if len(cells) != len(header):
         raise LatsimError(f"{path}:{line}: {len(cells)} cells where the header has "
                           f"{len(header)}")
@@ -226,7 +254,79 @@ def _row(path: Path, header: list[str], names: list[str], kinds: dict[str, objec
             raise LatsimError(f"{path}:{line}: column {name}: {row[name]!r} is not "
                               f"a valid {kinds[name]}") from None
     extra = {k: v for k, v in row.items() if k not in values}
+    problem = domain_problem(record_type, values) or _check_leading(extra, keys or {})
+    if problem:
+        raise LatsimError(f"{path}:{line}: {problem}")
     return extra, record_type(**values)
+
+
+#: How far below its floor, or before the time it follows, a time may read (seconds):
+#: rounding, never a measurement.
+SLACK = 1e-9
+#: The leading columns a record file's rows may start with (:mod:`latsim.run.folder`),
+#: whole numbers, and the least each holds (a client folder without a session writes K 0).
+LEADING = {"K": 0, "run": 0, "stream": 0}
+
+
+@cache
+def _rules(record_type: type) -> tuple[
+        dict[str, float], frozenset[str], frozenset[str], tuple[tuple[str, str], ...],
+        frozenset[str], dict[str, tuple[str, ...]]]:
+    """``record_type``'s :class:`~latsim.controller.records.Domain` as
+    :func:`domain_problem` reads it: floors, the fields that may be unset (any row; a shown
+    row), order, shown, choices."""
+    domain = domain_of(record_type)
+    return (dict(domain.lowest), frozenset(domain.unset),
+            frozenset(domain.unset) - frozenset(domain.shown), domain.order,
+            frozenset(domain.shown), dict(domain.choices))
+
+
+def domain_problem(record_type: type, values: dict[str, object]) -> str | None:
+    """What is wrong with one record's values for its type's
+    :class:`~latsim.controller.records.Domain`, or None."""
+    floors, unset, unset_if_shown, order, shown, choices = _rules(record_type)
+    if values.get("displayed") is True:
+        unset = unset_if_shown
+    for name, value in values.items():
+        if isinstance(value, str):
+            if name in choices and value not in choices[name]:
+                return (f"column {name}: {value[:40]!r} is not one of "
+                        f"{', '.join(choices[name])}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if value != value:  # NaN: an empty cell
+            if name not in unset:
+                why = "a shown row's" if name in shown else "this"
+                return f"column {name}: empty or NaN, but {why} column is always set"
+            continue
+        if not math.isfinite(value):
+            return f"column {name}: {value!r} is not a finite number"
+        floor = floors.get(name, 0)
+        if value < floor - (SLACK if isinstance(value, float) else 0):
+            return (f"column {name}: {value!r} is below {floor:g}"
+                    + (" (a time or duration in seconds)" if isinstance(value, float)
+                       and floor == 0 else ""))
+    for first, then in order:
+        a, b = values[first], values[then]
+        if a == a and b == b and b < a - SLACK:  # type: ignore[operator]  # both set
+            return f"column {then}: {b!r} is before {first} {a!r}"
+    return None
+
+
+def _check_leading(extra: dict[str, str],
+                   keys: Mapping[str, Collection[str] | None]) -> str | None:
+    """What is wrong with a row's leading columns (:data:`LEADING`; ``keys``: the cells
+    those named may hold), or None."""
+    for name, least in LEADING.items():
+        raw = extra.get(name)
+        if raw is not None and not (raw.isascii() and raw.isdigit() and int(raw) >= least):
+            return f"column {name}: {raw[:40]!r} is not a whole number >= {least}"
+    for name, allowed in keys.items():
+        if allowed is not None and extra.get(name) not in allowed:
+            return (f"column {name}: {str(extra.get(name))[:40]!r} where this folder's "
+                    f"config.json says {' or '.join(sorted(allowed))}")
+    return None
 
 
 def _cell(value: object) -> object:

@@ -19,7 +19,7 @@ from array import array
 from dataclasses import dataclass
 from functools import cached_property
 
-from latsim.controller.records import record
+from latsim.controller.records import JOB_KINDS, Domain, record
 from latsim.model.serving import DIT_POOL
 from latsim.run.stream import COMPLETE, RunRecords, window_overlap
 
@@ -41,6 +41,9 @@ class TaskRecord:
     t_start: float
     t_end: float
 
+    DOMAIN = Domain(order=(("t_enqueue", "t_start"), ("t_start", "t_end")),
+                    choices=(("kind", JOB_KINDS),))
+
     @property
     def wait(self) -> float:
         return self.t_start - self.t_enqueue
@@ -61,6 +64,11 @@ class ViewerRecord:
     superseded: bool
     displayed: bool
 
+    DOMAIN = Domain(unset=("t_play", "t_display", "L_server", "L"),  # censored
+                    order=(("t_send", "t_arrival"), ("t_arrival", "t_play"),
+                           ("t_play", "t_display")),
+                    shown=("t_play", "t_display", "L_server", "L"))
+
     @property
     def uplink(self) -> float:
         # without an uplink stage the two times differ only by rounding (about 1e-17 s,
@@ -77,6 +85,8 @@ class ClientStallRecord:
     t_start: float
     t_end: float
 
+    DOMAIN = Domain(order=(("t_start", "t_end"),))
+
 
 @record
 class StreamStart:
@@ -87,6 +97,9 @@ class StreamStart:
     t_join: float
     t_origin: float
     ttff: float
+
+    DOMAIN = Domain(unset=("ttff",),  # no frame showed
+                    order=(("t_join", "t_origin"),))
 
 
 #: The serving records' CSV tables (beside the controller's, which gain a ``stream`` column).

@@ -56,12 +56,18 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from latsim.controller.records import JOB_KINDS, Domain
 from latsim.errors import LatsimError
 from latsim.run.folder import CLIENT_FORMAT_VERSION, write_json
-from latsim.run.record_files import read_csv, read_text, write_csv
+from latsim.run.record_files import domain_problem, read_csv, read_text, write_csv
 
 KIND = "client"
 NAN = math.nan
+
+#: The floor of a time on the client's clock: it carries the offset's error (at most
+#: ``RTT_min / 2``), so the first ones may read a little below 0; a second below is damage.
+CLIENT_FLOOR = -1.0
+CLIENT_TIMES = ("t_sent", "t_received", "t_due", "t_shown", "t_displayed")
 
 #: conditions.csv's ``status``: shown, censored (acknowledged, not shown before the end),
 #: lost (no acknowledgement: dropped by the shaper or refused), refused (the server said why).
@@ -90,6 +96,16 @@ class ViewerCondition:
     displayed: bool  # status == "shown"
     status: str
 
+    DOMAIN = Domain(
+        unset=("t_arrival", "t_start", "t_ready", "t_play", "t_received", "t_shown",
+               "t_displayed", "R", "C", "Q", "L_server", "L"),  # not shown, or lost
+        lowest=(("job_id", -1), *((name, CLIENT_FLOOR) for name in CLIENT_TIMES)),
+        order=(("t_arrival", "t_start"), ("t_start", "t_ready"), ("t_ready", "t_play")),
+        # shown: its slot's and its display's times (an acknowledgement may be lost)
+        shown=("t_start", "t_ready", "t_play", "t_received", "t_shown", "t_displayed", "C",
+               "Q", "L"),
+        choices=(("status", CONDITION_STATES),))
+
 
 @dataclass(frozen=True)
 class ViewerSlot:
@@ -105,6 +121,9 @@ class ViewerSlot:
     bytes: int
     payload: str
 
+    DOMAIN = Domain(unset=("t_displayed",),  # not displayed yet
+                    lowest=tuple((name, CLIENT_FLOOR) for name in CLIENT_TIMES))
+
 
 @dataclass(frozen=True)
 class ViewerStall:
@@ -112,6 +131,10 @@ class ViewerStall:
     position: int
     t_start: float
     t_end: float
+
+    # a client stall is on the client's clock
+    DOMAIN = Domain(lowest=(("t_start", CLIENT_FLOOR), ("t_end", CLIENT_FLOOR)),
+                    order=(("t_start", "t_end"),), choices=(("side", ("server", "client")),))
 
 
 @dataclass(frozen=True)
@@ -126,6 +149,10 @@ class ViewerJob:
     t_gen_start: float
     t_gen_end: float
 
+    DOMAIN = Domain(unset=("t_gen_start", "t_gen_end"),  # no generator times (prebuffer)
+                    order=(("t_start", "t_ready"), ("t_gen_start", "t_gen_end")),
+                    choices=(("kind", JOB_KINDS),))
+
     @property
     def C(self) -> float:
         return self.t_ready - self.t_start
@@ -139,6 +166,10 @@ class ProbeRow:
     t3: float
     rtt: float
     offset: float
+
+    # raw clocks (any origin) and an offset of either sign
+    DOMAIN = Domain(lowest=tuple((name, -math.inf)
+                                 for name in ("t0", "t1", "t2", "t3", "offset")))
 
 
 TABLES: dict[str, type] = {"conditions": ViewerCondition, "slots": ViewerSlot,
@@ -159,6 +190,9 @@ class ViewerRecords:
     stalls: tuple[ViewerStall, ...]
     jobs: tuple[ViewerJob, ...]
     probes: tuple[ProbeRow, ...]
+    #: read from a folder: a note per table whose torn last row was dropped (a client
+    #: killed mid-row), for the reader to show
+    notes: tuple[str, ...] = ()
 
 
 def run_keys(config: dict) -> tuple[tuple[str, object], ...]:
@@ -211,20 +245,31 @@ def client_format(config: dict) -> int:
 
 
 def read_viewer_records(run_dir: Path) -> ViewerRecords:
-    """A client folder's records, of format 2 or (converted as read) format 1."""
+    """A client folder's records, of format 2 or (converted as read) format 1: every cell
+    checked (:func:`~latsim.run.record_files.read_csv`: its type, its record's
+    :class:`~latsim.controller.records.Domain`, the leading columns the config names), a
+    torn last row dropped with a note in :attr:`ViewerRecords.notes`."""
     run_dir = Path(run_dir)
-    if client_format(_config(run_dir)) < 2:
+    config = _config(run_dir)
+    if client_format(config) < 2:
         return _read_format1(run_dir)
+    notes: list[str] = []
+    keys = {name: {str(value)} for name, value in run_keys(config)}
 
     def rows(table: str) -> tuple:
         path = run_dir / f"{table}.csv"
-        return tuple(r for _, r in read_csv(path, TABLES[table])) if path.exists() else ()
+        if not path.exists():
+            return ()
+        read = read_csv(path, TABLES[table], keys if table in KEYED else None)
+        if read.torn:
+            notes.append(read.torn)
+        return tuple(r for _, r in read)
 
     if (run_dir / "viewer.csv").exists() and not (run_dir / "conditions.csv").exists():
         raise LatsimError(f"{run_dir}: config.json says format 2 but the folder has format "
                           "1's viewer.csv; set its format_version to 1 to read it")
     return ViewerRecords(rows("conditions"), rows("slots"), rows("stalls"), rows("jobs"),
-                         rows("probes"))
+                         rows("probes"), tuple(notes))
 
 
 # ---------------------------------------------------------------- format 1
@@ -265,6 +310,9 @@ def _typed(record_type: type, row: dict[str, str], path: Path) -> object:
         except ValueError:
             raise LatsimError(f"{path}: column {f.name}: {raw!r} is not a valid "
                               f"{f.type}") from None
+    problem = domain_problem(record_type, values)
+    if problem:
+        raise LatsimError(f"{path}: {problem}")
     return record_type(**values)
 
 

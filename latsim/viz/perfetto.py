@@ -45,10 +45,16 @@ from latsim.controller.records import (
     SlotRecord,
     StallRecord,
 )
-from latsim.errors import LatsimError
+from latsim.errors import (
+    DEFAULT_MAX_EXPORT_RECORDS,
+    MAX_EXPORT_RECORDS,
+    LatsimError,
+    check_int,
+    check_work,
+)
 from latsim.run.folder import SERVED, RunFolder, is_run_folder, read_run_folder
-from latsim.run.record_files import read_csv
-from latsim.run.serving import SERVING_RECORD_TYPES, TaskRecord
+from latsim.run.record_files import count_rows, read_csv
+from latsim.run.serving import TaskRecord
 from latsim.run.viewer import KIND as VIEWER_KIND
 from latsim.run.viewer import ViewerRecords, read_viewer_records
 
@@ -86,20 +92,42 @@ def _delta(folder, slots: list) -> float:
     return min(gaps) if gaps else 1.0
 
 
-def perfetto_trace(run_dir: str | Path) -> dict:
-    """The trace of every run in ``run_dir`` (see the module docstring)."""
+#: The record tables an export reads, of a run folder and of a client folder.
+EXPORTED = ("jobs", "slots", "stalls", "conditions", "tasks", "starts")
+
+
+def check_export_size(folders: list[Path], max_records: int) -> None:
+    """Refuse, before reading them, folders whose record tables (:data:`EXPORTED`) hold
+    more than ``max_records`` rows together (``--max-records``)."""
+    check_int("--max-records", max_records, 1, MAX_EXPORT_RECORDS)
+    paths = [folder / f"{name}.csv" for folder in folders for name in EXPORTED]
+    rows = sum(count_rows(path) for path in paths if path.is_file())
+    check_work(rows, max_records, "--max-records",
+               f"{folders[0]}: its record tables hold {rows:,} rows to export",
+               f", at most {MAX_EXPORT_RECORDS:,}")
+
+
+def perfetto_trace(run_dir: str | Path,
+                   max_records: int = DEFAULT_MAX_EXPORT_RECORDS) -> dict:
+    """The trace of every run in ``run_dir`` (see the module docstring); a folder with
+    more than ``max_records`` record rows is refused before it is read."""
     folder = read_run_folder(run_dir)
     if folder.config.get("kind") == VIEWER_KIND:
-        return client_trace(run_dir)
+        return client_trace(run_dir, max_records=max_records)
+    check_export_size([folder.path], max_records)
     read = {name: folder.records(name) for name in ("jobs", "slots", "stalls", "conditions")}
     tables = {name: list(rows) for name, rows in read.items()}
     notes = [rows.torn for rows in read.values() if rows.torn]
     if not tables["jobs"]:
         raise LatsimError(f"{run_dir}: no job records to export")
-    serving = {}
     for name in ("tasks", "starts"):
-        path = folder.path / f"{name}.csv"
-        serving[name] = list(read_csv(path, SERVING_RECORD_TYPES[name])) if path.exists() else []
+        if (folder.path / f"{name}.csv").exists():
+            read[name] = folder.records(name)
+            notes += [read[name].torn] if read[name].torn else []
+    serving = {name: list(read.get(name, ())) for name in ("tasks", "starts")}
+    if folder.kind == "records":
+        notes.insert(0, f"{folder.path.name}: no config.json (bare record CSVs): whether "
+                        "the run finished, and its settings, are unknown")
     delta = _delta(folder, tables["slots"])
     by_run: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for name, rows in {**tables, **serving}.items():
@@ -280,7 +308,8 @@ def _device_tasks(server: RunFolder) -> list[tuple[dict, TaskRecord]]:
             if run is None or extra.get("server_run") == run]
 
 
-def client_trace(client_dir: str | Path, server: str | Path | None = None) -> dict:
+def client_trace(client_dir: str | Path, server: str | Path | None = None,
+                 max_records: int = DEFAULT_MAX_EXPORT_RECORDS) -> dict:
     """Both sides of one ``latsim serve`` session on one timeline (the module docstring):
     the client folder ``client_dir``, and the server's session folder found from
     ``server`` (:func:`find_server_folder`) where given."""
@@ -289,6 +318,9 @@ def client_trace(client_dir: str | Path, server: str | Path | None = None) -> di
         raise LatsimError(f"{client_dir}: not a client run folder (kind {client.kind!r}); "
                           "--server goes with a client folder")
     config = client.config
+    server_folder = None if server is None else find_server_folder(client, server)
+    check_export_size([client.path] + ([] if server_folder is None else [
+        server_folder.path, server_folder.path.parent]), max_records)  # its device tasks
     records = read_viewer_records(client.path)
     if not records.slots:
         raise LatsimError(f"{client_dir}: no slots recorded: nothing to export")
@@ -296,8 +328,7 @@ def client_trace(client_dir: str | Path, server: str | Path | None = None) -> di
         raise LatsimError(f"{client_dir}/config.json: no session (delta): nothing to export")
     delta = float(config["delta"])
     session = config.get("session") or "?"
-    notes: list[str] = []
-    server_folder = None if server is None else find_server_folder(client, server)
+    notes: list[str] = list(records.notes)
     if server_folder is None:
         side = _from_client(records)
         label = f"server: session {session} (as the client was told)"

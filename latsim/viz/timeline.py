@@ -182,29 +182,33 @@ def select_run(run_dir: str | Path, policy: str | None = None, K: int | None = N
                 end_time = folder.records_end()
     others, waits, devices = (), (), ()
     if stream is not None:
-        others, waits, devices = _device_use(folder, policy, int(K), int(run), stream)
+        others, waits, devices, torn = _device_use(folder, policy, int(K), int(run), stream)
+        notes += torn
     return RunData(policy, int(K), int(run), delta, eager, picked["jobs"], picked["slots"],
                    picked["discards"], picked["conditions"], picked["stalls"], status,
                    end_time, duration, notes, stream, others, waits, devices)
 
 
 def _device_use(folder: RunFolder, policy: str, K: int, run: int,
-                stream: int) -> tuple[tuple, tuple, tuple]:
+                stream: int) -> tuple[tuple, tuple, tuple, tuple[str, ...]]:
     """From a serving folder's ``tasks.csv``: the other streams' tasks on the devices
     ``stream`` uses, this stream's waits for a device (enqueued until started), and those
     devices; all on the stream's clock (its records start at its ``t_origin`` of
-    ``starts.csv``). Empty where the folder kept no tasks."""
-    if not (folder.path / "tasks.csv").exists():
-        return (), (), ()
-    try:
-        tasks = _select(folder.frame("tasks"), policy, K, run)
-    except LatsimError:  # tasks counted, not kept (--records)
-        return (), (), ()
+    ``starts.csv``); and the notes of torn last rows dropped from the two. Empty where the
+    folder kept no tasks."""
+    if not (folder.path / "tasks.csv").exists() or folder.config.get(
+            "records", "all") != "all":  # no tasks, or counted, not kept (--records)
+        return (), (), (), ()
+    frame = folder.frame("tasks")
+    notes = (frame.attrs["torn"],) if frame.attrs.get("torn") else ()
+    tasks = _select(frame, policy, K, run)
     if tasks.empty or "stream" not in tasks.columns:
-        return (), (), ()
+        return (), (), (), notes
     origin = 0.0
     if (folder.path / "starts.csv").exists():
-        starts = _select(folder.frame("starts"), policy, K, run, stream)
+        frame = folder.frame("starts")
+        notes += (frame.attrs["torn"],) if frame.attrs.get("torn") else ()
+        starts = _select(frame, policy, K, run, stream)
         if not starts.empty:
             origin = float(starts.iloc[0]["t_origin"])
     device = tasks["pool"].astype(str) + " " + tasks["device"].astype(int).astype(str)
@@ -217,7 +221,7 @@ def _device_use(folder: RunFolder, policy: str, K: int, run: int,
     waits = tuple(sorted((float(a) - origin, float(b) - origin)
                          for a, b in zip(own["t_enqueue"], own["t_start"], strict=True)
                          if b - a > 1e-9))
-    return spans, waits, tuple(devices)
+    return spans, waits, tuple(devices), notes
 
 
 def _client_run(folder: RunFolder, policy: str | None, K: int | None,
@@ -269,7 +273,7 @@ def _client_run(folder: RunFolder, policy: str | None, K: int | None,
     return RunData(have_policy, have_k, 0, delta, config.get("policy") == "baseline", jobs,
                    slots, pd.DataFrame(), conditions,
                    frame(tuple(server), ["position", "t_start", "t_end"]), status, end_time,
-                   duration, client=view)
+                   duration, records.notes, client=view)
 
 
 def _span(cond: Any, client: bool) -> tuple[float, float]:
