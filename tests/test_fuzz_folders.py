@@ -220,3 +220,129 @@ def test_resuming_a_damaged_grid_keeps_the_contract_and_destroys_no_finished_cel
             assert json.loads((out / "grid.json").read_text())["status"] == "complete"
 
     check()
+
+
+# ---------------------------------------------------------------- damaged record cells
+
+#: What each command reads, by the kind of folder it is given (a file it does not read
+#: cannot mislead it).
+READS = {
+    ("simulated", "perfetto"): ("jobs", "slots", "stalls", "conditions"),
+    ("simulated", "timeline"): ("jobs", "slots", "stalls", "conditions", "discards"),
+    ("simulated", "compare"): ("jobs", "slots", "stalls", "conditions", "discards"),
+    ("serving", "perfetto"): ("jobs", "slots", "stalls", "conditions", "tasks", "starts"),
+    ("serving", "timeline"): ("jobs", "slots", "stalls", "conditions", "discards", "tasks",
+                              "starts"),
+    **{("client", command): ("conditions", "slots", "stalls", "jobs", "probes")
+       for command in ("perfetto", "timeline", "compare")},
+}
+#: Columns that may be negative by what they mean: a client's raw clocks and its offset.
+SIGNED = {("probes", name) for name in ("t0", "t1", "t2", "t3", "offset")}
+#: Times every row has (a job's start, a played slot's ...): NaN there is damage.
+ALWAYS_SET = {("jobs", "t_start"), ("jobs", "t_ready"), ("slots", "t_start"),
+              ("stalls", "t_start"), ("stalls", "t_end"), ("discards", "t"),
+              ("tasks", "t_enqueue"), ("tasks", "t_start"), ("tasks", "t_end"),
+              ("starts", "t_join"), ("starts", "t_origin")}
+#: The damages drawn: every one makes a file no latsim writer writes, so each must be
+#: refused (exit 2, one line naming the file) or, for a torn last row (what a killed
+#: writer leaves) and a lost config.json, flagged on the output.
+DAMAGES = ("text", "negative", "inf", "nan", "column", "torn", "xff", "config")
+
+
+@pytest.fixture(scope="module")
+def pristine_folders(tmp_path_factory) -> dict[str, Path]:
+    from tests.run_folders import client_run, serving_run
+
+    root = tmp_path_factory.mktemp("pristine_kinds")
+    return {"simulated": complete_run(root / "simulated"),
+            "serving": serving_run(root / "serving"), "client": client_run(root / "client")}
+
+
+def _numeric(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return cell.strip().lower() not in ("nan", "inf", "-inf", "")
+
+
+def _damage_cell(draw, table: str, rows: list[list[str]], how: str):
+    """(line, column, cell) of a cell whose new value no writer writes, or None."""
+    if how == "nan":
+        columns = [c for c, name in enumerate(rows[0])
+                   if (table, name) in ALWAYS_SET or name in ("K", "run", "stream")
+                   or all(row[c].isdigit() for row in rows[1:])]
+    else:
+        columns = [c for c, name in enumerate(rows[0])
+                   if all(_numeric(row[c]) for row in rows[1:])
+                   and not (how == "negative" and (table, name) in SIGNED)]
+    if not columns:
+        return None
+    column = draw(st.sampled_from(columns))
+    line = draw(st.integers(2, len(rows)))
+    return line, column, {"text": "x", "negative": "-7", "inf": "inf", "nan": "nan"}[how]
+
+
+@pytest.mark.parametrize("n", TIERS)
+@pytest.mark.parametrize("kind", ["simulated", "serving", "client"])
+def test_a_damaged_record_file_is_refused_or_flagged(n, kind, pristine_folders, tmp_path):
+    """Issue 51: NaN, negative or text cells, a missing column, a torn row, a \\xff byte
+    or a lost config.json in any record file a command reads was read with exit 0 (or a
+    traceback); each is now a one-line error naming the file (and the line, for a cell),
+    or, for what a killed writer leaves, a note on the output."""
+    from hypothesis import assume
+
+    from tests.run_folders import drop_column, tear_last_row
+
+    commands = sorted({command for folder, command in READS if folder == kind})
+
+    @_tier(n)
+    @given(data=st.data())
+    def check(data):
+        command = data.draw(st.sampled_from(commands))
+        table = data.draw(st.sampled_from(READS[(kind, command)]))
+        how = data.draw(st.sampled_from(DAMAGES))
+        folder = tmp_path / "run"
+        if folder.exists():
+            shutil.rmtree(folder)
+        shutil.copytree(pristine_folders[kind], folder)
+        path = folder / f"{table}.csv"
+        rows = list(csv.reader(io.StringIO(path.read_text())))
+        assume(len(rows) > 1)
+        named = f"{table}.csv"
+        if how == "config":
+            (folder / "config.json").unlink()
+            named = ""
+        elif how == "torn":
+            tear_last_row(path)
+        elif how == "xff":
+            data_ = path.read_bytes()
+            path.write_bytes(data_[:len(data_) // 2] + b"\xff" + data_[len(data_) // 2:])
+        elif how == "column":
+            drop_column(path, data.draw(st.sampled_from(rows[0])))
+            named += ":1"
+        else:
+            cell = _damage_cell(data.draw, table, rows, how)
+            assume(cell is not None)
+            line, column, value = cell
+            rows[line - 1][column] = value
+            out = io.StringIO()
+            csv.writer(out).writerows(rows)
+            path.write_text(out.getvalue())
+            named += f":{line}"
+        out_file = tmp_path / ("t.png" if command == "timeline" else "t.json")
+        out_file.unlink(missing_ok=True)
+        args = {"perfetto": ["export", "perfetto", str(folder), "--out", str(out_file)],
+                "timeline": ["plot", "timeline", str(folder), "--out", str(out_file)],
+                "compare": ["compare", str(folder), "--replications", "2"]}[command]
+        result = invoke_checked(args)
+        said = result.stdout + result.stderr
+        if how in ("torn", "config") and result.exit_code == 0:
+            assert ("torn" in said if how == "torn" else
+                    "config.json" in said or "RECORDS ONLY" in said), (how, said)
+            return
+        assert result.exit_code == 2, (kind, command, table, how, said)
+        assert named in result.stderr, (named, result.stderr)
+        _nothing_half_written(result, out_file)
+
+    check()
