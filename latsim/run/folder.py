@@ -445,8 +445,11 @@ class RunFolder:
     def record_keys(self) -> dict[str, set[str] | None]:
         """The leading columns every record row of this folder starts with, and the cells
         its config.json allows there (``None``: any whole number): a single run's policy
-        and K, an experiment's policies and Ks; a serving experiment's streams."""
+        and K, an experiment's policies and Ks; a serving experiment's streams. Bare
+        record CSVs (no config.json) need none: a measured run's may have none."""
         config = self.config
+        if not config:  # bare record CSVs (a measured run's own): the columns they have
+            return {}
         policies: object = config.get("policies") if self.kind == "experiment" else [
             config.get("policy")]
         Ks: object = config.get("Ks") if self.kind == "experiment" else [config.get("K")]
