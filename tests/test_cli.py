@@ -523,27 +523,35 @@ def _children(pid: int) -> list[int]:
     return [int(x) for x in out.split()]
 
 
+def _a_parallel_sweep_with_its_workers():
+    """A long ``sweep --jobs 2`` in a session of its own, once both its workers run: the
+    process and the workers' pids."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from latsim.cli import main; main()", "sweep", "--K", "4", "8",
+         "21", "--seeds", "3000", "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    assert len(workers) >= 2, "the sweep never started its workers"
+    return proc, workers
+
+
 def test_ctrl_c_during_a_parallel_sweep_is_one_line_and_stops_the_workers():
     """A real Ctrl-C (SIGINT to the process group) while worker processes run: one line,
     exit 130, and no worker left behind (they used to print a traceback each)."""
     import os
     import shutil
     import signal
-    import subprocess
-    import sys
 
     if shutil.which("ps") is None:
         pytest.skip("needs ps to find the worker processes")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from latsim.cli import main; main()", "sweep", "--K", "4", "8",
-         "21", "--seeds", "3000", "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True)
+    proc, workers = _a_parallel_sweep_with_its_workers()
     try:
-        deadline = time.monotonic() + 60
-        while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.05)
-        assert len(workers) >= 2, "the sweep never started its workers"
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -551,9 +559,7 @@ def test_ctrl_c_during_a_parallel_sweep_is_one_line_and_stops_the_workers():
             os.killpg(proc.pid, signal.SIGKILL)
     assert (proc.returncode, err.decode()) == (130, "latsim: interrupted\n")
     time.sleep(0.5)
-    stat = [Path(f"/proc/{w}/stat") for w in workers]
-    alive = [p for p in stat if p.exists() and p.read_text().rsplit(")", 1)[1].split()[0] != "Z"]
-    assert not alive
+    assert not [w for w in workers if _running(w)]
 
 
 def test_workers_die_with_a_parent_killed_outright():
@@ -564,21 +570,11 @@ def test_workers_die_with_a_parent_killed_outright():
     import os
     import shutil
     import signal
-    import subprocess
-    import sys
 
     if shutil.which("ps") is None:
         pytest.skip("needs ps to find the worker processes")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from latsim.cli import main; main()", "sweep", "--K", "4", "8",
-         "21", "--seeds", "3000", "--jobs", "2"], stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, start_new_session=True)
+    proc, workers = _a_parallel_sweep_with_its_workers()
     try:
-        deadline = time.monotonic() + 60
-        while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.05)
-        assert len(workers) >= 2, "the sweep never started its workers"
         proc.kill()  # the parent alone, outright
         proc.wait(timeout=60)
         deadline = time.monotonic() + 60  # a bound far above the watch's 0.25 s
