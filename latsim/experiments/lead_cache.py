@@ -24,9 +24,11 @@ import json
 import math
 import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from latsim.errors import LatsimError
+from latsim.writing import replacing
 
 #: The environment variable naming the cache folder (``off``: no cache).
 CACHE_ENV = "LATSIM_CACHE_DIR"
@@ -84,22 +86,16 @@ def read_answer(key: str) -> tuple[float, str] | None:
 
 
 def write_answer(key: str, answer: tuple[float, str]) -> None:
-    """Keep ``answer`` under ``key``: written beside its place and renamed into it, so a
-    reader never sees half a file; a failure to write is only a miss next time."""
+    """Keep ``answer`` under ``key``, written as :func:`latsim.writing.replacing` writes (a
+    reader never sees half a file); a failure to write is only a miss next time."""
     folder = cache_folder()
     if folder is None:
         return
     wait, model = answer
-    text = json.dumps({"format": FORMAT, "wait": wait, "model": model})
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".answer-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as file:
-                file.write(text)
-            os.replace(tmp, folder / f"{key}.json")
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
+        with replacing(folder / f"{key}.json") as tmp:
+            tmp.write_text(json.dumps({"format": FORMAT, "wait": wait, "model": model}),
+                           encoding="utf-8")
+    except (OSError, LatsimError):
         pass
