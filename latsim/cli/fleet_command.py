@@ -168,10 +168,10 @@ def plan(
         raise LatsimError(f"--policies {policies[:60]!r}: give each policy once, "
                           "comma-separated (baseline, speculative)")
     if out is not None:
-        from latsim.run.folder import claim_folder
+        from latsim.run.folder import claim_folder, of_format
 
         claim_folder(out, PLAN_FILES, PLAN_RECORD, "latsim fleet plan",
-                     lambda record: record.get("format") == PLAN_FORMAT)
+                     of_format(PLAN_FORMAT))
         check_writable(out)
 
     from latsim.formatting import StatusLine

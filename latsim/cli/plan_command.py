@@ -19,6 +19,8 @@ from latsim.formatting import fmt as _fmt
 CANDIDATES_CSV = "candidates.csv"
 PLAN_JSON = "plan.json"
 FRONTIER_PNG = "frontier.png"
+#: What plan.json says it is (its ``format``): how a later plan tells its own folder.
+PLAN_FORMAT = "latsim-plan"
 
 
 def plan(
@@ -52,10 +54,10 @@ def plan(
     if seeds is not None:
         deployment = replace(deployment, base=override(deployment.base, seeds=seeds))
     if out is not None:
-        from latsim.run.folder import claim_folder
+        from latsim.run.folder import claim_folder, of_format
 
         claim_folder(out, (CANDIDATES_CSV, PLAN_JSON, FRONTIER_PNG), PLAN_JSON,
-                     "latsim plan", lambda plan: plan.get("format") == "latsim-plan")
+                     "latsim plan", of_format(PLAN_FORMAT))
         check_writable(out)
     with scheduler_context(scheduler, jobs, local_pool=True), StatusLine() as say:
         result = plan_deployment(deployment, max_events, say if output == "table" else None)
@@ -115,7 +117,7 @@ def _write_folder(out: Path, source: Path, deployment, result) -> None:
     write_rows_csv(out / CANDIDATES_CSV, result.rows)
     with replacing(out / PLAN_JSON) as tmp:
         tmp.write_text(dumps({
-            "format": "latsim-plan", "version": 1, "source": str(source),
+            "format": PLAN_FORMAT, "version": 1, "source": str(source),
             "comparison": result.comparison, "frontier": result.frontier,
             "recommended": result.recommended, "fleet": deployment.base.describe(),
             **deployment.describe()}))

@@ -377,10 +377,10 @@ def _refuse_a_live_writer(path: Path) -> None:
     ``running`` for a process on this host that still runs: two runs would write over
     each other's rows (:func:`latsim.run.folder.claim_folder`). One whose writer is gone
     (killed) is replaced."""
-    from latsim.run.folder import claim_folder
+    from latsim.run.folder import claim_folder, of_format
 
     claim_folder(path.parent, FLEET_FILES, path.name, "latsim fleet",
-                 lambda record: record.get("format") == FLEET_FORMAT)
+                 of_format(FLEET_FORMAT))
 
 
 #: What a fleet run folder's own files are called (:class:`FleetFolder`).

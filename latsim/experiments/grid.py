@@ -412,7 +412,7 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
              progress: Callable[[int, int], None] | None = None) -> GridResult:
     """Run every cell not already in ``out`` (see the module docstring). Every cell's
     settings and work bound are checked before anything is written."""
-    from latsim.run.folder import claim_folder, write_json, writer_alive
+    from latsim.run.folder import claim_folder, of_format, write_json, writer_alive
 
     check_cells(spec)
     out.mkdir(parents=True, exist_ok=True)
@@ -444,7 +444,7 @@ def run_grid(spec: GridSpec, out: Path, scheduler: str = LOCAL, jobs: int = 1,
                               "where the grid keeps its own; use another --out")
     # and none of them someone else's (a cells.csv with no grid.json beside it)
     claim_folder(out, ("grid.json", "cells.jsonl", "cells.csv", "cells.parquet"),
-                 "grid.json", "latsim grid", lambda record: record.get("format") == FORMAT)
+                 "grid.json", "latsim grid", of_format(FORMAT))
     done = _read_done(lines_path, spec)
     meta = {"format": FORMAT, **spec.payload(), "digest": spec.digest,
             "n_cells": spec.n_cells, "scheduler": scheduler}

@@ -218,6 +218,12 @@ def of_kind(kind: str) -> Callable[[Mapping[str, Any]], bool]:
     return lambda config: config.get("kind") == kind
 
 
+def of_format(name: str) -> Callable[[Mapping[str, Any]], bool]:
+    """For :func:`claim_folder`: a record whose ``format`` is ``name`` (a grid's, a
+    fleet's, a plan's)."""
+    return lambda record: record.get("format") == name
+
+
 def write_records(run_dir: Path, runs: Iterable[tuple[tuple[str, int, int], RunRecords]],
                   skip: Iterable[str] = ()) -> list[Path]:
     """One CSV per record type but those in ``skip``, rows of every ``((policy, K, run),
