@@ -17,7 +17,7 @@ class TokenBucket:
 
     def take(self, now: float) -> bool:
         """Spend a token at ``now``; False (none spent) if the bucket is empty."""
-        tokens = min(self.size, self._tokens + (now - self._since) * self.rate)
+        tokens = self._level(now)
         self._since = now
         if tokens < 1.0:
             self._tokens = tokens
@@ -28,5 +28,9 @@ class TokenBucket:
     def wait(self, now: float) -> float:
         """Seconds from ``now`` until a token is there to take (0: one is), changing
         nothing."""
-        tokens = min(self.size, self._tokens + (now - self._since) * self.rate)
+        tokens = self._level(now)
         return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
+    def _level(self, now: float) -> float:
+        """The tokens held at ``now``: those left, refilled at the rate, at most ``size``."""
+        return min(self.size, self._tokens + (now - self._since) * self.rate)
