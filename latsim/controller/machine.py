@@ -308,11 +308,10 @@ class Controller:
         self._delta = config.timing.delta
         self._q = config.policy.commit_unit(self._K)
         self._eager = config.policy.commit == "eager"
-        self._refill_lead = config.lead + config.run_ahead  # the lead itself when 0
-        self._branch_lead = max(config.lead, config.policy.commit_lead)
+        self._lead = self._refill_lead = self._branch_lead = 0.0
+        self._plan_with(config.lead)
         adaptive = config.adaptive
         self._adaptive = adaptive is not None
-        self._lead = config.lead
         # the adaptive lead's books (AdaptiveLead): its cost part, steps and wait estimate
         self._lead_cost = 0.0 if adaptive is None else adaptive.cost
         self._lead_up, self._lead_down = (0.0, 0.0) if adaptive is None else adaptive.steps
@@ -812,9 +811,14 @@ class Controller:
             self._wait_estimate += self._lead_up
         else:
             self._wait_estimate = max(0.0, self._wait_estimate - self._lead_down)
-        lead = self._lead_cost + self._wait_estimate
+        self._plan_with(self._lead_cost + self._wait_estimate)
+
+    def _plan_with(self, lead: float) -> None:
+        """Plan the jobs from now on with ``lead``: a refill starts ``lead`` (plus the
+        config's run-ahead) before its slot is due, a replan branches at least ``lead``
+        (and the commit lead) ahead."""
         self._lead = lead
-        self._refill_lead = lead + self.config.run_ahead
+        self._refill_lead = lead + self.config.run_ahead  # the lead itself when 0
         self._branch_lead = max(lead, self.config.policy.commit_lead)
 
     def _play(self, now: float, out: list) -> None:
