@@ -667,6 +667,12 @@ class Controller:
         return self._lead
 
     @property
+    def refill_lead(self) -> float:
+        """How long before its first slot is due a refill starts (s): the lead plus the
+        config's run-ahead."""
+        return self._refill_lead
+
+    @property
     def wait_estimate(self) -> float:
         """What an adaptive lead adds to its cost part (s): the running quantile of the
         waits; with a fixed lead, the lead."""

@@ -46,6 +46,7 @@ from latsim.controller import (
     WakeUp,
 )
 from latsim.controller.playout import ClientPlayout
+from latsim.controller.records import RECORD_LEVELS
 from latsim.model.costs import CostModel
 from latsim.model.generators import StagedGenerator, Step, StepStreams
 from latsim.model.serving import ServingConfig
@@ -60,11 +61,16 @@ from latsim.run.serving import (
     ViewerRecord,
 )
 from latsim.run.stream import RunRecords, RunWindow, StreamRun
+from latsim.sim.bulk import bulk_refusal, simulate_quiet_serving
 from latsim.sim.clock import NORMAL, Call, Clock
 
 #: Whether streams play their quiet ticks in bulk (the default) or each as an event on the
 #: clock (the reference the tests compare with): the records are the same, byte for byte.
 TICKS_IN_BULK = True
+#: Whether a serving run that is quiet throughout (no condition, nothing stalls: see
+#: :mod:`latsim.sim.bulk`) is played in bulk, without the clock (the default), or on it:
+#: the records are the same, byte for byte.
+QUIET_RUNS_IN_BULK = True
 
 
 @dataclass(frozen=True)
@@ -837,6 +843,7 @@ def simulate_serving(
     configs: Sequence[ControllerConfig] | None = None,
     records: str = "all",
     ticks_in_bulk: bool | None = None,
+    quiet_in_bulk: bool | None = None,
 ) -> ServingRecords:
     """Run ``streams`` (one :class:`StreamInput` each) on the pools of ``serving``.
 
@@ -850,13 +857,22 @@ def simulate_serving(
     records are added up into what the summary needs as the run goes, so memory grows
     with the streams and conditions, not with the slots. ``ticks_in_bulk`` (default
     :data:`TICKS_IN_BULK`) plays quiet ticks in bulk, or (False) each as an event: the
-    reference path, with the same records.
+    reference path, with the same records. ``quiet_in_bulk`` (default
+    :data:`QUIET_RUNS_IN_BULK`, and only with ticks in bulk) plays a run that is quiet
+    throughout without the clock (:mod:`latsim.sim.bulk`), again with the same records.
     """
     if configs is not None and len(configs) != len(streams):
         raise ValueError(f"{len(configs)} stream configurations for {len(streams)} streams")
     own = list(configs) if configs is not None else [config] * len(streams)
     windows = [RunWindow.for_config(c, duration, drain) for c in own]
     window = max(windows, key=lambda w: w.limit)
+    if ((TICKS_IN_BULK if ticks_in_bulk is None else ticks_in_bulk)
+            and (QUIET_RUNS_IN_BULK if quiet_in_bulk is None else quiet_in_bulk)
+            and records in RECORD_LEVELS
+            and bulk_refusal(own, cost, serving, streams, duration) is None):
+        quiet = simulate_quiet_serving(own, cost, serving, streams, windows, records)
+        if quiet is not None:
+            return quiet
     env = Clock()
     node = ServingNode(env, cost, serving, batch_rng, records, ticks_in_bulk)
     ports = [node.add(own[index], windows[index], inputs)

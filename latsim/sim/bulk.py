@@ -1,0 +1,397 @@
+"""Quiet serving runs in bulk: refill cycles on FIFO pools without the clock (DESIGN §6).
+
+A serving run whose streams see no condition is, while nothing stalls, a set of periodic
+refill cycles sharing a FIFO pool: each stream asks for its next chunk when its armed
+refill falls due (or at once, when its job ends after that), and the pool serves the
+requests in order on its lowest free device, as Kiefer and Wolfowitz's recursion for a
+multi-server queue has it. :func:`simulate_quiet_serving` plays such a run with no event
+per tick and no SimPy event at all: the stream's ticks are computed for all streams at
+once (numpy, column by column: each tick the same float sums as the event path's, so the
+same bits), and its jobs go through one loop over the pool's requests and ends, in the
+clock's order.
+
+What it may assume is what the controller's table implies for a quiet refill cycle
+(:meth:`~latsim.controller.machine.Controller.quiet_wake`, ``quiet_job_started`` and
+``quiet_job_done``, the rows ``Controller._quiet_cycles`` checks), and it checks each of
+those assumptions as it goes: every tick it plays is quiet by the table's own test
+(cached, and the decide step after it commands nothing), every wake-up and job end takes
+the fast path, and nothing stalls. Where one fails, or the run is not of this kind
+(:func:`bulk_refusal`), it gives the run back to the event path
+(:func:`latsim.sim.serving.simulate_serving`), its random streams as it found them. The
+records are then those of the event path, byte for byte: ``tests/test_bulk.py`` holds the
+two equal over the serving model's generators.
+
+The event path stays the reference and does everything else: conditions, replans,
+stalls, decode stages, batching, other scheduling policies, fleets. A condition is a
+perturbation this module does not yet play.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Sequence
+from itertools import count
+from typing import Protocol
+
+import numpy as np
+
+from latsim.controller import Controller, ControllerConfig
+from latsim.controller.machine import EPS, FORGET_JOBS_AT
+from latsim.controller.playout import ClientPlayout
+from latsim.controller.records import JobRecord, SlotLog, SlotTally
+from latsim.model.costs import CostModel
+from latsim.model.generators import StagedGenerator
+from latsim.model.serving import ServingConfig
+from latsim.model.traces import Trace
+from latsim.run.records import COMPLETE, BusyInterval, BusyTally, RunRecords, RunWindow
+from latsim.run.serving import ServingRecords, StreamStart, TaskRecord, TaskTally
+
+
+class StreamInput(Protocol):
+    """What this module reads of a :class:`latsim.sim.serving.StreamInput` (which imports
+    this module, so it is not imported here)."""
+
+    @property
+    def trace(self) -> Trace: ...
+    @property
+    def join(self) -> float: ...
+    @property
+    def cost(self) -> np.random.Generator: ...
+
+#: The most ticks (streams × ticks each) a bulk run computes at once; a longer run goes
+#: to the event path.
+MAX_TICKS = 20_000_000
+
+
+def bulk_refusal(configs: Sequence[ControllerConfig], cost: CostModel,
+                 serving: ServingConfig, streams: Sequence[StreamInput], duration: float
+                 ) -> str | None:
+    """Why this serving run is not one :func:`simulate_quiet_serving` plays (a phrase), or
+    None if it is: one chunk in flight with a fixed lead, no condition in any stream's
+    window, the plain DiT chain (no decode, pipelines or system model) on a FIFO pool
+    without batching, no per-slot network draw and no cold start."""
+    if not Controller._quiet_cycles:
+        return "the controller's table has no quiet refill cycle"
+    if any(c.in_flight != 1 or c.adaptive is not None for c in configs):
+        return "more than one chunk in flight, or an adaptive lead"
+    if serving.schedule != "fifo" or serving.batch is not None:
+        return "a scheduling policy other than fifo, or batching"
+    if serving.decode is not None or serving.deliver is not None or serving.cold_start:
+        return "a decode stage, a delivery draw or a cold start"
+    if hasattr(cost, "steps") or StagedGenerator(cost).pipelines():
+        return "a system model's own chain of steps"
+    if any(t < duration for s in streams for t in s.trace.times):
+        return "a condition arrives"
+    if any(type(s.join) is not float for s in streams):
+        return "a join time that is not a float (its type would carry into the records)"
+    first = configs[0]
+    if any(c.timing != first.timing or c.lead != first.lead or c.run_ahead != first.run_ahead
+           for c in configs):
+        return "streams with their own chunk timing or lead"
+    joins = [s.join for s in streams]
+    ticks = _tick_count(joins, duration, first.timing.delta)
+    if ticks * len(joins) > MAX_TICKS:
+        return f"more than {MAX_TICKS:,} ticks to compute at once"
+    return None
+
+
+def _tick_count(joins: Sequence[float], duration: float, delta: float) -> int:
+    """Ticks per stream that cover the run: from the first join to the last one's window
+    end (ticks are a slot apart), and two more."""
+    return int(math.ceil((max(joins) + duration - min(joins)) / delta)) + 2
+
+
+class _Giveback(Exception):
+    """The run is not quiet after all: the event path plays it."""
+
+
+class _Stream:
+    """One stream's refill cycle, as the controller's books keep it (the fields the quiet
+    fast paths read and write), and its ticks."""
+
+    __slots__ = ("index", "origin", "rng", "clock", "played",
+                 "planned_end", "armed", "next_job", "job", "branch", "t_enqueue",
+                 "ctrl_start", "jobs", "jobs_done", "starts", "ran", "tally", "took")
+
+    def __init__(self, index: int, origin: float, rng: np.random.Generator,
+                 clock: list[float]) -> None:
+        self.index = index
+        self.origin = origin
+        self.rng = rng
+        self.clock = clock  # tick n's clock time (its controller time: minus the origin)
+        self.played = 0  # ticks played (the playhead's position)
+        self.planned_end = 0
+        self.armed: float | None = None  # the armed refill's due time (controller time)
+        self.next_job = 1
+        self.job = 0  # the job in flight (0: none)
+        self.branch = 0
+        self.t_enqueue = 0.0
+        self.ctrl_start = 0.0  # the controller's start time of the job in flight
+        self.jobs: list[JobRecord] = []
+        self.jobs_done = 0
+        self.starts: dict[int, float] = {}  # job id -> StartJob's time (RunRecords.busy)
+        self.ran: dict[int, tuple[float, float]] = {}  # job id -> generator interval
+        self.tally: BusyTally | None = None
+        self.took = math.inf  # the DiT draw of the job in flight
+
+
+def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
+                           serving: ServingConfig, streams: Sequence[StreamInput],
+                           windows: Sequence[RunWindow], records: str = "all"
+                           ) -> ServingRecords | None:
+    """The records :func:`latsim.sim.serving.simulate_serving` gives for a run
+    :func:`bulk_refusal` accepts, or None (its random streams restored) where the run is
+    not quiet throughout: a tick that is not, or a stall."""
+    saved = [s.cost.bit_generator.state for s in streams]
+    try:
+        return _Run(configs, cost, serving, streams, windows, records).play()
+    except _Giveback:
+        for inputs, state in zip(streams, saved, strict=True):
+            inputs.cost.bit_generator.state = state
+        return None
+
+
+class _Run:
+    def __init__(self, configs: Sequence[ControllerConfig], cost: CostModel,
+                 serving: ServingConfig, streams: Sequence[StreamInput],
+                 windows: Sequence[RunWindow], records: str) -> None:
+        self.cost = cost
+        self.serving = serving
+        self.records = records
+        window = max(windows, key=lambda w: w.limit)
+        self.window = window
+        origins = [s.join for s in streams]  # no cold start: each plays from its join
+        self.end = max(origins) + window.duration
+        timing = configs[0].timing  # every stream's (bulk_refusal)
+        self.K, self.delta = timing.K, timing.delta
+        self.refill_lead = Controller(configs[0]).refill_lead
+        clock = _tick_columns(np.array(origins), self.delta,
+                              _tick_count(origins, window.duration, self.delta))
+        self.streams = [_Stream(i, origins[i], s.cost, clock[i].tolist())
+                        for i, s in enumerate(streams)]
+        self.keep = records == "all"
+        self.forget = records == "none"
+        # the clock's order: (time, event id, what, whom); what: 0 a stream's start, 1 its
+        # wake-up (whom: its index), 2 a device's task ending (whom: the batch id)
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.ids = count()
+        pool_size = dict(serving.pools)[serving.dit_pool] // serving.degree
+        self.free = list(range(pool_size))
+        self.waiting: deque[_Stream] = deque()
+        self.running: dict[int, tuple[_Stream, int, float, float]] = {}  # batch id -> ...
+        self.batches = 0
+        self.tasks: list[TaskRecord] = []
+        self.task_tally = None if self.keep else TaskTally(serving.pools, serving.degree,
+                                                           self.end)
+        self.playout = serving.playout()
+        # the client's shift from earlier stalls: none here (no delivery draws, no stall)
+        self.playout_shift = ClientPlayout(self.playout).shift
+
+    # ------------------------------------------------------------ the loop
+
+    def play(self) -> ServingRecords:
+        heap, ids = self.heap, self.ids
+        for stream in self.streams:
+            if stream.origin > 0.0:
+                heapq.heappush(heap, (stream.origin, next(ids), 0, stream.index))
+            else:
+                self.start(stream, 0.0)
+        end = self.end
+        streams = self.streams
+        while heap and heap[0][0] < end:
+            at, _, kind, whom = heapq.heappop(heap)
+            if kind == 2:
+                self.done(whom, at)
+            elif kind == 1:
+                self.wake(streams[whom], at)
+            else:
+                self.start(streams[whom], at)
+        return self.finish()
+
+    def start(self, stream: _Stream, now: float) -> None:
+        """``start_playback``: the controller starts (the prebuffer cached, the first tick
+        at ``now``), then its decide step starts the first refill or arms it."""
+        stream.jobs.append(JobRecord(0, "prebuffer", 0, self.K, 0, 0, 0.0, 0.0))
+        stream.planned_end = self.K
+        if not self.keep:
+            stream.tally = BusyTally()
+        due = 0.0 + (self.K - 0) * self.delta - self.refill_lead  # _refill_due_from(0, 0.0)
+        if due <= 0.0 + EPS:
+            self.request(stream, now)
+        else:
+            self.arm(stream, due, now)
+
+    def arm(self, stream: _Stream, due: float, now: float) -> None:
+        stream.armed = due
+        at = now + max(0.0, due + stream.origin - now)  # port.schedule, call_later
+        heapq.heappush(self.heap, (at, next(self.ids), 1, stream.index))
+
+    def wake(self, stream: _Stream, now: float) -> None:
+        """The armed refill's wake-up: the ticks before it play (in Consume, each checked
+        as quiet), then :meth:`Controller.quiet_wake` starts the refill."""
+        t_now = now - stream.origin
+        self.catch_up(stream, now, consume=True)
+        armed = stream.armed
+        if (stream.played > stream.planned_end  # a tick past the cache: a stall
+                or armed is None or armed > t_now + EPS or self.due(stream) > t_now + EPS):
+            raise _Giveback  # not the fast path
+        stream.armed = None
+        self.request(stream, now)
+
+    def due(self, stream: _Stream) -> float:
+        """``_refill_due_at``: from the playhead's next due time (no stall here)."""
+        played = stream.played
+        # the next due time a play left: the last tick's t plus δ (t = clock - origin)
+        next_due = (stream.clock[played - 1] - stream.origin) + self.delta if played else 0.0
+        return next_due + (stream.planned_end - played) * self.delta - self.refill_lead
+
+    def request(self, stream: _Stream, now: float) -> None:
+        """``_new_job`` and the job's DiT step queued on the pool (drawn as it is queued)."""
+        job = stream.next_job
+        stream.next_job += 1
+        stream.job = job
+        stream.branch = stream.planned_end
+        stream.planned_end += self.K
+        stream.ctrl_start = now - stream.origin
+        stream.starts[job] = now - stream.origin
+        stream.t_enqueue = now
+        stream.took = self.cost.sample(self.K, stream.rng, "refill")  # drawn as queued
+        self.waiting.append(stream)
+        self.dispatch(now)
+
+    def dispatch(self, now: float) -> None:
+        free, waiting = self.free, self.waiting
+        while free and waiting:
+            stream = waiting.popleft()
+            device = heapq.heappop(free)
+            self.batches += 1
+            took = stream.took
+            stream.ran[stream.job] = (now - stream.origin, now - stream.origin + took)
+            if now > stream.t_enqueue:  # JobStarted, through quiet_job_started
+                stream.ctrl_start = now - stream.origin
+            self.running[self.batches] = (stream, device, now, stream.t_enqueue)
+            heapq.heappush(self.heap, (now + took, next(self.ids), 2, self.batches))
+
+    def done(self, batch: int, now: float) -> None:
+        stream, device, start, enqueued = self.running.pop(batch)
+        self.record(stream, device, batch, enqueued, start, now)
+        heapq.heappush(self.free, device)
+        self.dispatch(now)
+        origin = stream.origin
+        job = stream.job
+        stream.ran[job] = (start - origin, now - origin)
+        self.catch_up(stream, now, consume=False)
+        if stream.played > stream.branch:
+            raise _Giveback  # a tick before the chunk was ready: a stall
+        # quiet_job_done: _finish_job's books, then the next refill's due time
+        t_now = now - origin
+        stream.job = 0
+        stream.jobs_done += 1
+        stream.jobs.append(JobRecord(job, "refill", stream.branch, self.K, 0, stream.branch,
+                                     stream.ctrl_start, t_now))
+        if self.forget and len(stream.jobs) >= FORGET_JOBS_AT:
+            cached = {p // self.K for p in range(stream.played, stream.planned_end)}
+            stream.jobs[1:] = [j for j in stream.jobs[1:] if j.job_id in cached]
+        due = self.due(stream)
+        if due <= t_now + EPS:
+            self.request(stream, now)
+        else:
+            self.arm(stream, due, now)
+        if stream.tally is not None:
+            stream.tally.add(*stream.ran.pop(job), self.window.duration)
+            del stream.starts[job]
+
+    def catch_up(self, stream: _Stream, now: float, consume: bool) -> None:
+        """Play the ticks before ``now``: cached, and in Consume each one quiet by
+        ``_play_quiet``'s test (its decide step would neither start nor re-arm)."""
+        upto = bisect_left(stream.clock, now, stream.played)
+        if consume:
+            armed, planned_end, delta = stream.armed, stream.planned_end, self.delta
+            lead, clock, origin = self.refill_lead, stream.clock, stream.origin
+            for n in range(stream.played, upto):
+                t = clock[n] - origin
+                due = (t + delta) + (planned_end - (n + 1)) * delta - lead
+                if due <= t + EPS or armed is None or abs(armed - due) > EPS:
+                    raise _Giveback
+        stream.played = upto
+
+    def record(self, stream: _Stream, device: int, batch: int, enqueued: float,
+               start: float, end: float) -> None:
+        pool = self.serving.dit_pool
+        if self.task_tally is None:
+            self.tasks.append(TaskRecord(stream.index, stream.job, "dit", "refill", pool,
+                                         device, batch, enqueued, start, end))
+        else:
+            self.task_tally.add_values("dit", "refill", pool, device, batch, enqueued,
+                                       start, end)
+
+    # ------------------------------------------------------------ the end
+
+    def finish(self) -> ServingRecords:
+        end = self.end
+        for batch in list(self.running):  # engine.close: running tasks end with the run
+            stream, device, start, enqueued = self.running.pop(batch)
+            self.record(stream, device, batch, enqueued, start, end)
+        runs, starts = [], []
+        for stream in self.streams:
+            self.catch_up(stream, end, consume=stream.job == 0)
+            cache_end = stream.branch if stream.job else stream.planned_end
+            if stream.played > cache_end:
+                raise _Giveback  # a stall before the end
+            runs.append(self.run_records(stream, cache_end))
+            first = (stream.origin - stream.origin + self.playout + self.playout_shift
+                     if stream.played else math.nan)
+            starts.append(StreamStart(stream.index, stream.origin, stream.origin,
+                                      stream.origin - stream.origin + first))
+        serving = self.serving
+        return ServingRecords(
+            duration=self.window.duration, window_end=end, end_time=end,
+            streams=tuple(runs), starts=tuple(starts), tasks=tuple(self.tasks),
+            viewer=(), client_stalls=(), pools=serving.pools, playout_delay=self.playout,
+            dit_degree=serving.degree, records=self.records, task_tally=self.task_tally)
+
+    def run_records(self, stream: _Stream, cache_end: int) -> RunRecords:
+        window, K = self.window, self.K
+        played, end_time = stream.played, self.end - stream.origin
+        slots = SlotLog() if self.keep else SlotTally(window.duration)
+        origin = stream.origin
+        # as columns (a tally counts them when it folds: the same counts as one by one)
+        SlotLog.extend(slots, range(played), [0] * played, [p // K for p in range(played)],
+                       [clock - origin for clock in stream.clock[:played]])
+        if not self.keep:
+            slots.fold()
+        busy: list[BusyInterval] = []
+        tally = stream.tally
+        if tally is not None:
+            tally = BusyTally(tally.seconds, tally.started)
+        for job, begun in stream.starts.items():
+            interval = stream.ran.get(job)
+            t_start, t_end = (begun, end_time) if interval is None else interval
+            if tally is None:
+                busy.append(BusyInterval(job, t_start, t_end))
+            else:
+                tally.add(t_start, t_end, window.duration)
+        return RunRecords(
+            duration=window.duration, end_time=end_time, conditions=(),
+            jobs=tuple(stream.jobs), slots=slots, stalls=(), discards=(), busy=tuple(busy),
+            jobs_started=stream.next_job - 1, jobs_done=stream.jobs_done,
+            cached_at_end=cache_end - played, status=COMPLETE, records=self.records,
+            busy_tally=tally)
+
+
+def _tick_columns(origins: np.ndarray, delta: float, ticks: int) -> np.ndarray:
+    """Each stream's quiet ticks from its start, as clock times, one row per stream.
+    Column by column, the float sums of
+    :meth:`Controller.play_quiet_shifted` (``t = clock - origin``, ``after = t + δ``, the
+    clock moved by ``after + origin - clock`` where that is positive), which numpy's float64
+    operations do bit for bit as Python's do."""
+    clock = np.empty((len(origins), ticks))
+    at = origins + np.maximum(0.0, (0.0 + origins) - origins)  # port.schedule's sum
+    for n in range(ticks):
+        clock[:, n] = at
+        ahead = ((at - origins) + delta + origins) - at
+        at = np.where(ahead > 0.0, at + ahead, at)
+    return clock

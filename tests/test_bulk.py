@@ -1,0 +1,171 @@
+"""Quiet serving runs played in bulk (:mod:`latsim.sim.bulk`) give the records of the event
+path, byte for byte, over generated setups; where a run is not quiet throughout, the bulk
+path gives it back with its random streams as it found them."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import latsim.sim.bulk as bulk_module
+from latsim.controller import ControllerConfig
+from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.records import SlotTally
+from latsim.controller.timing import Timing
+from latsim.model.costs import FixedCost, LognormalCost
+from latsim.model.serving import ServingConfig
+from latsim.run.records import RunWindow
+from latsim.sim.serving import simulate_serving
+from tests.test_serving import SETTINGS, RecordingCost, inputs
+
+
+def _quiet_inputs(n: int, joins: list[float], seed: int):
+    return inputs([()] * n, joins, seed)
+
+
+@st.composite
+def quiet_setups(draw):
+    """A run :func:`latsim.sim.bulk.bulk_refusal` accepts: no condition, one FIFO DiT pool
+    (devices, USP groups), the lead anywhere from loose to tight, so that some runs stall
+    (those the bulk path gives back)."""
+    timing = Timing(draw(st.sampled_from([2, 4, 8])), 4, 16.0)
+    n = draw(st.integers(1, 8))
+    degree = draw(st.sampled_from([1, 1, 2]))
+    devices = degree * draw(st.integers(1, 3))
+    cost = draw(st.sampled_from(["fixed", "lognormal", "recording"]))
+    mean_c = draw(st.floats(0.05, 1.0)) * timing.T * devices / degree / n * 2
+    model = {"fixed": FixedCost(mean_c), "lognormal": LognormalCost(mean_c, 0.5),
+             "recording": RecordingCost(mean_c, 0.3)}[cost]
+    start = draw(st.sampled_from(["random", "together", "staggered"]))
+    if start == "random":
+        joins = [draw(st.floats(0.0, timing.T)) for _ in range(n)]
+    elif start == "together":
+        joins = [0.0] * n
+    else:
+        joins = [s * timing.T / n for s in range(n)]
+    lead = model.quantile(timing.K, 0.99) + draw(st.floats(0.0, 2.0)) * timing.T
+    config = ControllerConfig(timing, draw(st.sampled_from([BASELINE, SPECULATIVE])), lead,
+                              run_ahead=draw(st.sampled_from([0.0, 0.0, 0.25])))
+    serving = ServingConfig(streams=n, pools=(("dit", devices),), dit_degree=degree)
+    duration = timing.T * draw(st.floats(2.0, 12.0))
+    return config, model, serving, joins, duration
+
+
+@SETTINGS
+@given(setup=quiet_setups(), seed=st.integers(0, 1000),
+       records=st.sampled_from(["all", "conditions", "none"]))
+def test_a_quiet_run_in_bulk_records_what_the_event_path_records(setup, seed, records):
+    config, model, serving, joins, duration = setup
+
+    def run(in_bulk: bool):
+        return pickle.dumps(simulate_serving(
+            config, model, serving, _quiet_inputs(len(joins), joins, seed), duration,
+            np.random.default_rng(seed), records=records, quiet_in_bulk=in_bulk))
+
+    assert run(True) == run(False)
+
+
+def _played_in_bulk(monkeypatch) -> list[bool]:
+    """From now on, whether each quiet run the serving model tried in bulk stayed there."""
+    outcomes: list[bool] = []
+    original = bulk_module.simulate_quiet_serving
+
+    def watching(*args, **kwargs):
+        out = original(*args, **kwargs)
+        outcomes.append(out is not None)
+        return out
+
+    monkeypatch.setattr("latsim.sim.serving.simulate_quiet_serving", watching)
+    return outcomes
+
+
+@pytest.mark.parametrize("start", ["random", "together", "staggered"])
+@pytest.mark.parametrize("records", ["all", "none"])
+def test_a_loaded_pool_without_stalls_is_played_in_bulk(start, records, monkeypatch):
+    """Twelve streams on three devices at ρ ≈ 0.6 with a lead that covers the queue: the
+    run stays in bulk (no event path behind it) and records what the event path does, with
+    ties across streams where they join together or a fixed fraction of T apart."""
+    timing = Timing(8, 4, 16.0)
+    n = 12
+    joins = {"random": np.random.default_rng(5).uniform(0, timing.T, n).tolist(),
+             "together": [0.0] * n,
+             "staggered": [s * timing.T / n for s in range(n)]}[start]
+    model = LognormalCost(0.3, 0.3) if start == "random" else FixedCost(0.3)
+    config = ControllerConfig(timing, SPECULATIVE, 1.6)
+    serving = ServingConfig(streams=n, pools=(("dit", 3),))
+    outcomes = _played_in_bulk(monkeypatch)
+    runs = [simulate_serving(config, model, serving, _quiet_inputs(n, joins, 7), 60.0,
+                             np.random.default_rng(0), records=records, quiet_in_bulk=q)
+            for q in (True, False)]
+    assert outcomes == [True]
+    assert pickle.dumps(runs[0]) == pickle.dumps(runs[1])
+    assert sum(s.jobs_done for s in runs[0].streams) > 300
+    assert not any(s.stalls for s in runs[1].streams)
+
+
+def test_a_run_that_stalls_goes_back_to_the_event_path_with_its_streams_untouched():
+    """A lead too short for the queue: a chunk comes late. The bulk path gives the run back
+    (None) and every cost stream reads as it did before (the event path then draws the
+    same jobs)."""
+    timing = Timing(8, 4, 16.0)
+    n = 6
+    config = ControllerConfig(timing, BASELINE, 0.35)
+    serving = ServingConfig(streams=n, pools=(("dit", 1),))
+    streams = _quiet_inputs(n, [0.0] * n, 3)
+    before = [s.cost.bit_generator.state for s in streams]
+    windows = [RunWindow.for_config(config, 30.0)] * n
+    assert bulk_module.bulk_refusal([config] * n, FixedCost(0.3), serving, streams,
+                                    30.0) is None
+    out = bulk_module.simulate_quiet_serving([config] * n, LognormalCost(0.3, 0.3), serving,
+                                             streams, windows)
+    assert out is None
+    assert [s.cost.bit_generator.state for s in streams] == before
+    ran = simulate_serving(config, LognormalCost(0.3, 0.3), serving, streams, 30.0,
+                           np.random.default_rng(0))
+    assert any(s.stalls for s in ran.streams)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (lambda c, s, i: (c, s, [replace(i[0], trace=replace(i[0].trace, times=(1.0,)))]
+                      + i[1:]), "a condition arrives"),
+    (lambda c, s, i: (replace(c, in_flight=2), s, i), "more than one chunk in flight"),
+    (lambda c, s, i: (c, replace(s, schedule="least-slack"), i), "fifo"),
+    (lambda c, s, i: (c, replace(s, pools=(("dit", 1), ("vae", 1)),
+                                 decode=FixedCost(0.01)), i), "a decode stage"),
+    (lambda c, s, i: (c, replace(s, cold_start=True), i), "a cold start"),
+    (lambda c, s, i: (c, s, [replace(x, join=np.float64(x.join)) for x in i]), "float"),
+])
+def test_what_the_bulk_path_does_not_play_it_says(change, reason):
+    timing = Timing(8, 4, 16.0)
+    config = ControllerConfig(timing, BASELINE, 1.0)
+    serving = ServingConfig(streams=2, pools=(("dit", 1),))
+    streams = _quiet_inputs(2, [0.0, 0.5], 1)
+    assert bulk_module.bulk_refusal([config] * 2, FixedCost(0.3), serving, streams,
+                                    20.0) is None
+    config, serving, streams = change(config, serving, streams)
+    refusal = bulk_module.bulk_refusal([config] * 2, FixedCost(0.3), serving, streams, 20.0)
+    assert refusal is not None and reason in refusal
+
+
+def test_a_slot_tally_pickles_as_its_counts():
+    """The same slots fed one by one or as columns (folded or not yet) pickle the same:
+    the event path and the bulk path feed a tally differently."""
+    rows = [(p, 0, p // 4, 0.25 * p) for p in range(40)]
+    one_by_one, columns = SlotTally(5.0), SlotTally(5.0)
+    for row in rows:
+        one_by_one.add(*row)
+    columns.extend(*zip(*rows, strict=True))
+    waiting = SlotTally(5.0)
+    for position, version, job, t in rows:  # appended to the columns, not folded
+        waiting.position.append(position)
+        waiting.version.append(version)
+        waiting.job_id.append(job)
+        waiting.t_start.append(t)
+    assert pickle.dumps(one_by_one) == pickle.dumps(columns) == pickle.dumps(waiting)
+    copy = pickle.loads(pickle.dumps(waiting))
+    assert (copy.played, copy.before_end, copy.generated_before_end) == (40, 20, 16)
