@@ -2,7 +2,7 @@
 the pure-Python and the compiled build.
 
 ``python tests/build_digest.py draw EXAMPLES CASES`` draws EXAMPLES cases from each of the
-single-stream and serving property generators and pickles them to the file CASES;
+single-stream, serving and quiet-serving property generators and pickles them to the file CASES;
 ``python tests/build_digest.py run CASES`` simulates each case with the latsim the
 interpreter imports (the repository is put last on the import path, so an installed
 compiled build wins over the source tree) and prints JSON: the build
@@ -33,6 +33,7 @@ from latsim.model.costs import LognormalCost
 from latsim.model.traces import Trace
 from latsim.sim.serving import simulate_serving
 from latsim.sim.simpy_driver import simulate_trace
+from tests.test_bulk import quiet_setups
 from tests.test_properties import arrival_times, settings_with_c_below_t
 from tests.test_serving import RecordingCost, inputs, serving_setups
 
@@ -79,19 +80,31 @@ def draw_cases(examples: int) -> list[tuple[str, tuple]]:
         cases.append(("serving", (config, mean_c, config_of_serving, traces, joins, duration,
                                   seed)))
 
+    @derandomized
+    @given(setup=quiet_setups(), seed=st.integers(0, 1000),
+           records=st.sampled_from(["all", "conditions", "none"]))
+    def quiet(setup, seed, records):  # runs without conditions: most in bulk (sim.bulk)
+        cases.append(("quiet", (*setup, seed, records)))
+
     single()
     serving()
+    quiet()
     return cases
 
 
 def run_cases(cases: list[tuple[str, tuple]]) -> dict[str, list[str]]:
     """Each case simulated, as the digest of its pickled records, by generator."""
-    found: dict[str, list[str]] = {"single": [], "serving": []}
+    found: dict[str, list[str]] = {"single": [], "serving": [], "quiet": []}
     for kind, args in cases:
         if kind == "single":
             config, cost, trace, duration, seed = args
             records = simulate_trace(config, cost, trace, duration,
                                      np.random.default_rng(seed))[0]
+        elif kind == "quiet":
+            config, cost, config_of_serving, joins, duration, seed, level = args
+            records = simulate_serving(config, cost, config_of_serving,
+                                       inputs([()] * len(joins), joins, seed), duration,
+                                       np.random.default_rng(seed), records=level)
         else:
             config, mean_c, config_of_serving, traces, joins, duration, seed = args
             records = simulate_serving(config, RecordingCost(mean_c, 0.3), config_of_serving,

@@ -70,8 +70,10 @@ def test_the_compiled_build_gives_the_pure_builds_records_byte_for_byte(compiled
     assert pure["build"] == "pure Python"
     assert compiled["build"] == "compiled with mypyc"  # every module of latsim.COMPILED
     assert len(pure["single"]) >= EXAMPLES and len(pure["serving"]) == EXAMPLES
+    assert len(pure["quiet"]) == EXAMPLES
     assert compiled["single"] == pure["single"]
     assert compiled["serving"] == pure["serving"]
+    assert compiled["quiet"] == pure["quiet"]  # most played in bulk (latsim.sim.bulk)
 
 
 def test_a_compiled_sweep_across_processes_writes_the_pure_sweeps_files(compiled_python,

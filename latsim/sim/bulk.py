@@ -360,13 +360,17 @@ class _Run:
     def run_records(self, stream: _Stream, cache_end: int) -> RunRecords:
         window, K = self.window, self.K
         played, end_time = stream.played, self.end - stream.origin
-        slots = SlotLog() if self.keep else SlotTally(window.duration)
         origin = stream.origin
-        # as columns (a tally counts them when it folds: the same counts as one by one)
-        SlotLog.extend(slots, range(played), [0] * played, [p // K for p in range(played)],
-                       [clock - origin for clock in stream.clock[:played]])
-        if not self.keep:
-            slots.fold()
+        columns = (range(played), [0] * played, [p // K for p in range(played)],
+                   [clock - origin for clock in stream.clock[:played]])
+        slots = SlotLog()
+        if self.keep:
+            slots.extend(*columns)
+        else:  # as columns, counted as it folds them: the counts of one slot at a time
+            counted = SlotTally(window.duration)
+            SlotLog.extend(counted, *columns)
+            counted.fold()
+            slots = counted
         busy: list[BusyInterval] = []
         tally = stream.tally
         if tally is not None:
