@@ -196,40 +196,6 @@ def test_play_ahead_knows_the_decide_rows_it_keeps_quiet():
         assert Controller._quiet_decide[state] == _QUIET_DECIDE_ACTIONS[rows]
 
 
-#: What play_ahead and the refill cycle's fast paths (``quiet_wake``, ``quiet_job_started``,
-#: ``quiet_job_done``) restate of the table, by digest: every row's (state, trigger, guard,
-#: target, action) and the source of each guard and action they stand in for. A change to
-#: any of them fails the test below until those are read again against it, and the digest
-#: updated.
-MIRRORED_METHODS = ("_guard_replan_feasible", "_guard_refill_due", "_guard_flush_replan_feasible",
-                    "_guard_refill_due_in_flight", "_guard_room_in_flight", "_act_arm_refill",
-                    "_act_hold", "_act_play_or_stall", "_play_slot", "_replan_branch",
-                    "_refill_due_from", "_refill_due_at", "_resolve_conditions",
-                    # and what the refill cycle's fast paths stand in for
-                    "_act_forget_due_refill", "_guard_last_job", "_act_note_job_start",
-                    "_decide", "_fire")
-MIRROR_DIGEST = "10de49e7d6e6f930"
-
-
-def mirror_digest() -> str:
-    import hashlib
-    import inspect
-
-    from latsim.controller import TRANSITIONS, Controller
-
-    text = [repr((row.source, row.trigger.__name__, row.guard, row.target, row.action))
-            for row in TRANSITIONS]
-    text += [inspect.getsource(getattr(Controller, name)) for name in MIRRORED_METHODS]
-    return hashlib.sha256("\n".join(text).encode()).hexdigest()[:16]
-
-
-def test_a_change_to_what_play_ahead_mirrors_fails_until_it_is_read_again():
-    assert mirror_digest() == MIRROR_DIGEST, (
-        "a transition row or a method play_ahead's quiet check or a quiet_* fast path "
-        "restates changed: read them against it, then set MIRROR_DIGEST to "
-        + mirror_digest())
-
-
 # ---------------------------------------------------------------- several chunks in flight
 
 
