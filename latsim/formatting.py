@@ -44,15 +44,16 @@ def _is_terminal(stream: TextIO) -> bool:
 
 
 class StatusLine:
-    """A progress sink that rewrites one line of stderr (``\\r``); as a context manager it
+    """A progress sink that rewrites one line of stderr (``\r``); as a context manager it
     ends the line when done, so later output starts on a fresh one. It is silent where the
     stream is not a terminal (a log file would collect every rewrite as a line of its own),
-    unless ``always``."""
+    unless ``always``. A line is cut to ``width`` and padded to it (to clear a longer one
+    before it); ``width`` defaults to the terminal's columns less one (``COLUMNS``, 80
+    where unknown), read at each line, so it never wraps."""
 
-    def __init__(self, width: int = 110, limit: int = 160, stream: TextIO | None = None,
+    def __init__(self, width: int | None = None, stream: TextIO | None = None,
                  always: bool = False) -> None:
         self.width = width
-        self.limit = limit
         self.stream = stream
         self.always = always
         self.used = False
@@ -64,7 +65,13 @@ class StatusLine:
         stream = self.stream or sys.stderr
         if not (self.always or _is_terminal(stream)) or quiet():
             return
-        stream.write("\r" + line[: self.limit].ljust(self.width))
+        if self.width is None:
+            import shutil
+
+            width = max(20, shutil.get_terminal_size((80, 24)).columns - 1)
+        else:
+            width = self.width
+        stream.write("\r" + line[:width].ljust(width))
         stream.flush()
         self.used = True
 

@@ -817,3 +817,27 @@ def test_the_help_examples_run_as_written(tmp_path, monkeypatch):
             assert words[0] == "latsim"
             result = invoke(*words[1:])
             assert result.exit_code == 0, (line, result.stderr)
+
+
+def test_a_status_line_fits_the_terminal_it_writes_to(monkeypatch):
+    """A status line longer than the terminal is cut to its columns less one (no wrap, so
+    the next rewrite lands on the same line), and a shorter one after it is padded over
+    it: at 80 columns and at 50."""
+    import io
+
+    from latsim.formatting import StatusLine
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for columns in (80, 50):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        stream = Terminal()
+        with StatusLine(stream=stream) as status:
+            status("plan: " + "x" * 150)
+            status("short")
+        writes = stream.getvalue().split("\r")[1:]
+        width = columns - 1
+        assert [len(w.rstrip("\n")) for w in writes] == [width, width]
+        assert writes[1].startswith("short ")
