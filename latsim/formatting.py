@@ -28,6 +28,22 @@ def fmt(value: object, digits: int = 3) -> str:
 QUIET_ENV = "LATSIM_QUIET"
 
 
+def columns() -> int:
+    """The terminal's width in columns: ``COLUMNS``, else the terminal's, else 80."""
+    import shutil
+
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def fit(text: str) -> str:
+    """``text`` wrapped to the terminal's columns less one, later lines indented by two
+    (a word longer than that, such as a path, stays whole on a line of its own)."""
+    import textwrap
+
+    return textwrap.fill(text, max(20, columns() - 1), subsequent_indent="  ",
+                         break_long_words=False, break_on_hyphens=False)
+
+
 def quiet() -> bool:
     """Whether progress displays are off (``latsim --quiet``, or ``LATSIM_QUIET=1``)."""
     import os
@@ -65,12 +81,7 @@ class StatusLine:
         stream = self.stream or sys.stderr
         if not (self.always or _is_terminal(stream)) or quiet():
             return
-        if self.width is None:
-            import shutil
-
-            width = max(20, shutil.get_terminal_size((80, 24)).columns - 1)
-        else:
-            width = self.width
+        width = max(20, columns() - 1) if self.width is None else self.width
         stream.write("\r" + line[:width].ljust(width))
         stream.flush()
         self.used = True

@@ -87,6 +87,9 @@ def test_tables_never_cut_a_number(name, columns, tmp_path, monkeypatch):
     if name in LINES_FIT:
         widest_line = max(result.stdout.splitlines(), key=len)
         assert len(widest_line) <= columns, widest_line
+    for line in result.stdout.splitlines():  # a "wrote ..." line wraps at the width
+        if line.startswith("wrote "):  # (a path longer than it stays whole on its line)
+            assert len(line) <= columns or " " not in line[len("wrote "):], line
     if not fits:
         return
     widest = max((line for line in result.stdout.splitlines() if set(line) & set("│┃━─")),

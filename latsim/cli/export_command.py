@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from latsim.errors import DEFAULT_MAX_EXPORT_RECORDS
+from latsim.formatting import fit
 
 export_app = typer.Typer(help="Run folders in other tools' formats.", no_args_is_help=True)
 
@@ -40,8 +41,8 @@ def perfetto(
     write_json(out, trace)
     meta = trace["metadata"]
     status = "" if meta["status"] == "complete" else f"; status {meta['status']}"
-    typer.echo(f"wrote {out} ({len(trace['traceEvents'])} events{status}); open it in "
-               "https://ui.perfetto.dev", err=True)  # stdout may be the trace itself
+    typer.echo(fit(f"wrote {out} ({len(trace['traceEvents'])} events{status}); open it "
+                   "in https://ui.perfetto.dev"), err=True)  # stdout may be the trace itself
     for note in meta.get("notes", ()):
         typer.echo(f"latsim: note: {note}", err=True)
 

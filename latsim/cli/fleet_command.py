@@ -17,6 +17,7 @@ from latsim.cli.completion import plugins
 from latsim.cli.options import JobsOpt, MaxSimEventsOpt, SchedulerOpt, scheduler_context
 from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
+from latsim.formatting import fit
 from latsim.formatting import fmt as _fmt
 
 #: The table's rows: (key, label, digits).
@@ -114,8 +115,8 @@ def fleet(
                     [[label, _fmt(row[key], digits), _fmt(row[f"{key}_se"], digits)]
                      for key, label, digits in SHOWN if key in row], notes)
         if out is not None:
-            typer.echo(f"wrote {out}/ (fleet.json, summary.json, runs.csv, timeseries.csv, "
-                       "nodes.csv, sessions.csv, fleet.png)")
+            typer.echo(fit(f"wrote {out}/ (fleet.json, summary.json, runs.csv, "
+                           "timeseries.csv, nodes.csv, sessions.csv, fleet.png)"))
 
     emit(output, [row], table, seed=run.seed,
          runs=[{"run": r.replication, **r.metrics} for r in results],

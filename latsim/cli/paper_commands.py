@@ -15,6 +15,7 @@ import typer
 from latsim.cli.options import JobsOpt, SchedulerOpt, scheduler_context
 from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
 from latsim.errors import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_EVENTS, LatsimError
+from latsim.formatting import fit
 from latsim.writing import staged
 
 traces_app = typer.Typer(
@@ -61,7 +62,7 @@ def traces_generate(
         low, high = COUNT_RANGES[kind]
         rate = (f" ({low}-{high} updates per {duration:g} s trace: {60 * low / duration:.3g}-"
                 f"{60 * high / duration:.3g} per minute; the paper's sets are 60 s)")
-    typer.echo(f"wrote {len(paths)} {kind} traces to {out}/{rate}")
+    typer.echo(fit(f"wrote {len(paths)} {kind} traces to {out}/{rate}"))
 
 
 @traces_app.command("validate")
@@ -173,7 +174,7 @@ def reproduce(
 
     def table() -> None:
         print_report(result)
-        typer.echo(f"wrote {', '.join(p.name for p in written)} to {out}/")
+        typer.echo(fit(f"wrote {', '.join(p.name for p in written)} to {out}/"))
 
     tables = paper.as_json(result)
     notes = {"C_methods": tables.pop("C_methods")}
@@ -219,7 +220,8 @@ def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: st
 
     def table() -> None:
         report(tables)
-        typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, {figure} to {out}/")
+        typer.echo(fit(f"wrote {', '.join(f'{name}.csv' for name in tables)}, {figure} "
+                       f"to {out}/"))
 
     _emit_tables(output, tables, table, out)
 
@@ -298,8 +300,8 @@ def reproduce_fleet(
                       cell(r["nodes_needed"]), cell(r["L95"], 3), cell(r["w"], 3),
                       cell(r["A"], 3)] for r in tables["policy"]],
                     ["[dim]nodes –: no fleet of up to 8 nodes meets the SLO[/dim]"])
-        typer.echo(f"wrote {', '.join(f'{name}.csv' for name in tables)}, diurnal_curve.csv, "
-                   f"fleet.png to {out}/")
+        typer.echo(fit(f"wrote {', '.join(f'{name}.csv' for name in tables)}, "
+                       f"diurnal_curve.csv, fleet.png to {out}/"))
 
     _emit_tables(output, tables, table, out)
 
@@ -349,7 +351,7 @@ def reproduce_replan_rule(
           str(r["n_conditions"])] for r in rows],
         ["[dim]seconds; w and A as fractions; dL's standard error is paired over the traces "
          "(the same traces under both rules)[/dim]"])
-    typer.echo(f"wrote replan_rule.csv to {out}/")
+    typer.echo(fit(f"wrote replan_rule.csv to {out}/"))
 
 
 @plot_app.command("timeline")
@@ -372,8 +374,8 @@ def plot_timeline(
     data = select_run(run_dir, policy=policy, K=K, run=run, stream=stream)
     path = draw(data, out or run_dir / "timeline.png", t0=t0, t1=t1)
     status = data.status_line()
-    typer.echo(f"wrote {path} ({data.policy}, K={data.K}, run {data.run})"
-               + (f"; {status}" if status else ""))
+    typer.echo(fit(f"wrote {path} ({data.policy}, K={data.K}, run {data.run})"
+                   + (f"; {status}" if status else "")))
 
 
 def register(app: typer.Typer) -> None:

@@ -64,6 +64,7 @@ from latsim.cli.options import (
 )
 from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format, set_invocation
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError, short
+from latsim.formatting import fit
 from latsim.formatting import fmt as _fmt
 
 #: Options that take several values after one flag (``--K 4 8 21``).
@@ -317,7 +318,7 @@ def _run(experiment, fmt: str, out: Path | None, jobs: int | None) -> None:
     def table() -> None:
         _print_rows(result.rows)
         if figure is not None:
-            typer.echo(f"wrote {out}/ (summary.json, records CSV, {figure.name})")
+            typer.echo(fit(f"wrote {out}/ (summary.json, records CSV, {figure.name})"))
 
     emit(fmt, result.rows, table, seed=experiment.seed,
          out=None if out is None else str(out))
