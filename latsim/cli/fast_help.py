@@ -58,7 +58,8 @@ COMMANDS = (
                   "serving': the serving model on the paper's settings (-> "
                   "results/serving/); 'latsim reproduce systems': the seed systems (-> "
                   "results/systems/); 'latsim reproduce fleet': fleets (-> "
-                  "results/fleet/)."),
+                  "results/fleet/); 'latsim reproduce replan-rule': the replan rule's two "
+                  "readings (-> results/replan_rule/)."),
     ("plot", "Figures drawn from a run folder's CSV records."),
     ("export", "Run folders in other tools' formats."),
     ("fleet", "Sessions across nodes: latsim fleet FILE (the same as latsim fleet run "

@@ -135,7 +135,8 @@ reproduce_app = typer.Typer(
     help="Reproduce the paper's latency results: theory, simulation and the paper side by "
     "side (latsim reproduce -> results/paper/); 'latsim reproduce serving': the serving "
     "model on the paper's settings (-> results/serving/); 'latsim reproduce systems': the "
-    "seed systems (-> results/systems/); 'latsim reproduce fleet': fleets (-> results/fleet/).",
+    "seed systems (-> results/systems/); 'latsim reproduce fleet': fleets (-> results/fleet/); "
+    "'latsim reproduce replan-rule': the replan rule's two readings (-> results/replan_rule/).",
     no_args_is_help=False)
 
 
