@@ -30,9 +30,10 @@ def _quiet_inputs(n: int, joins: list[float], seed: int):
 
 @st.composite
 def quiet_setups(draw):
-    """A run :func:`latsim.sim.bulk.bulk_refusal` accepts: no condition, one FIFO DiT pool
-    (devices, USP groups), the lead anywhere from loose to tight, so that some runs stall
-    (those the bulk path gives back)."""
+    """A run :func:`latsim.sim.bulk.bulk_refusal` accepts: no condition, a FIFO DiT pool
+    (devices, USP groups) and maybe a decode pool (a decode of no time included: it ends
+    without an event), the lead anywhere from loose to tight, so that some runs stall (those
+    the bulk path gives back)."""
     timing = Timing(draw(st.sampled_from([2, 4, 8])), 4, 16.0)
     n = draw(st.integers(1, 8))
     degree = draw(st.sampled_from([1, 1, 2]))
@@ -51,7 +52,11 @@ def quiet_setups(draw):
     lead = model.quantile(timing.K, 0.99) + draw(st.floats(0.0, 2.0)) * timing.T
     config = ControllerConfig(timing, draw(st.sampled_from([BASELINE, SPECULATIVE])), lead,
                               run_ahead=draw(st.sampled_from([0.0, 0.0, 0.25])))
-    serving = ServingConfig(streams=n, pools=(("dit", devices),), dit_degree=degree)
+    decode = draw(st.sampled_from([None, FixedCost(0.0), FixedCost(0.05),
+                                   LognormalCost(0.05, 0.5)]))
+    pools = (("dit", devices),) if decode is None else (
+        ("dit", devices), ("vae", draw(st.integers(1, 2))))
+    serving = ServingConfig(streams=n, pools=pools, dit_degree=degree, decode=decode)
     duration = timing.T * draw(st.floats(2.0, 12.0))
     return config, model, serving, joins, duration
 
@@ -108,23 +113,44 @@ def test_a_loaded_pool_without_stalls_is_played_in_bulk(start, records, monkeypa
     assert not any(s.stalls for s in runs[1].streams)
 
 
+def test_a_decode_stage_is_played_in_bulk_too(monkeypatch):
+    """DiT on eight devices, then decode on two: each job's two steps, the decode queued
+    when the DiT step ends; the same records as the event path, in bulk."""
+    timing = Timing(8, 4, 16.0)
+    n = 16
+    joins = np.random.default_rng(2).uniform(0, timing.T, n).tolist()
+    serving = ServingConfig(streams=n, pools=(("dit", 8), ("vae", 2)),
+                            decode=LognormalCost(0.05, 0.5))
+    config = ControllerConfig(timing, BASELINE, 1.5)
+    outcomes = _played_in_bulk(monkeypatch)
+    runs = [simulate_serving(config, LognormalCost(0.6, 0.3), serving,
+                             _quiet_inputs(n, joins, 4), 60.0, np.random.default_rng(0),
+                             quiet_in_bulk=q) for q in (True, False)]
+    assert outcomes == [True]
+    assert pickle.dumps(runs[0]) == pickle.dumps(runs[1])
+    stages = {t.stage for t in runs[0].tasks}
+    assert stages == {"dit", "decode"} and len(runs[0].tasks) > 800
+
+
 def test_a_run_that_stalls_goes_back_to_the_event_path_with_its_streams_untouched():
     """A lead too short for the queue: a chunk comes late. The bulk path gives the run back
-    (None) and every cost stream reads as it did before (the event path then draws the
-    same jobs)."""
+    (None) and every DiT and decode stream reads as it did before (the event path then
+    draws the same jobs)."""
     timing = Timing(8, 4, 16.0)
     n = 6
     config = ControllerConfig(timing, BASELINE, 0.35)
-    serving = ServingConfig(streams=n, pools=(("dit", 1),))
+    serving = ServingConfig(streams=n, pools=(("dit", 1), ("vae", 1)),
+                            decode=LognormalCost(0.02, 0.5))
     streams = _quiet_inputs(n, [0.0] * n, 3)
-    before = [s.cost.bit_generator.state for s in streams]
+    before = [(s.cost.bit_generator.state, s.stages[0].bit_generator.state) for s in streams]
     windows = [RunWindow.for_config(config, 30.0)] * n
     assert bulk_module.bulk_refusal([config] * n, FixedCost(0.3), serving, streams,
                                     30.0) is None
     out = bulk_module.simulate_quiet_serving([config] * n, LognormalCost(0.3, 0.3), serving,
                                              streams, windows)
     assert out is None
-    assert [s.cost.bit_generator.state for s in streams] == before
+    assert [(s.cost.bit_generator.state, s.stages[0].bit_generator.state)
+            for s in streams] == before
     ran = simulate_serving(config, LognormalCost(0.3, 0.3), serving, streams, 30.0,
                            np.random.default_rng(0))
     assert any(s.stalls for s in ran.streams)
@@ -135,8 +161,7 @@ def test_a_run_that_stalls_goes_back_to_the_event_path_with_its_streams_untouche
                       + i[1:]), "a condition arrives"),
     (lambda c, s, i: (replace(c, in_flight=2), s, i), "more than one chunk in flight"),
     (lambda c, s, i: (c, replace(s, schedule="least-slack"), i), "fifo"),
-    (lambda c, s, i: (c, replace(s, pools=(("dit", 1), ("vae", 1)),
-                                 decode=FixedCost(0.01)), i), "a decode stage"),
+    (lambda c, s, i: (c, replace(s, deliver=FixedCost(0.01)), i), "a delivery draw"),
     (lambda c, s, i: (c, replace(s, cold_start=True), i), "a cold start"),
     (lambda c, s, i: (c, s, [replace(x, join=np.float64(x.join)) for x in i]), "float"),
 ])

@@ -1,10 +1,10 @@
 """Quiet serving runs in bulk: refill cycles on FIFO pools without the clock (DESIGN §6).
 
 A serving run whose streams see no condition is, while nothing stalls, a set of periodic
-refill cycles sharing a FIFO pool: each stream asks for its next chunk when its armed
-refill falls due (or at once, when its job ends after that), and the pool serves the
+refill cycles sharing FIFO pools: each stream asks for its next chunk when its armed
+refill falls due (or at once, when its job ends after that), and the DiT pool serves the
 requests in order on its lowest free device, as Kiefer and Wolfowitz's recursion for a
-multi-server queue has it. :func:`simulate_quiet_serving` plays such a run with no event
+multi-server queue has it (then the decode pool, the same way, where there is one). :func:`simulate_quiet_serving` plays such a run with no event
 per tick and no SimPy event at all: the stream's ticks are computed for all streams at
 once (numpy, column by column: each tick the same float sums as the event path's, so the
 same bits), and its jobs go through one loop over the pool's requests and ends, in the
@@ -22,7 +22,7 @@ records are then those of the event path, byte for byte: ``tests/test_bulk.py`` 
 two equal over the serving model's generators.
 
 The event path stays the reference and does everything else: conditions, replans,
-stalls, decode stages, batching, other scheduling policies, fleets. A condition is a
+stalls, batching, pipelines, other scheduling policies, fleets. A condition is a
 perturbation this module does not yet play.
 """
 
@@ -61,6 +61,8 @@ class StreamInput(Protocol):
     def join(self) -> float: ...
     @property
     def cost(self) -> np.random.Generator: ...
+    @property
+    def stages(self) -> tuple[np.random.Generator, ...]: ...
 
 #: The most ticks (streams × ticks each) a bulk run computes at once; a longer run goes
 #: to the event path.
@@ -72,16 +74,16 @@ def bulk_refusal(configs: Sequence[ControllerConfig], cost: CostModel,
                  ) -> str | None:
     """Why this serving run is not one :func:`simulate_quiet_serving` plays (a phrase), or
     None if it is: one chunk in flight with a fixed lead, no condition in any stream's
-    window, the plain DiT chain (no decode, pipelines or system model) on a FIFO pool
-    without batching, no per-slot network draw and no cold start."""
+    window, the plain chain (DiT, then decode if any; no pipeline or system model) on FIFO
+    pools without batching, no per-slot network draw and no cold start."""
     if not Controller._quiet_cycles:
         return "the controller's table has no quiet refill cycle"
     if any(c.in_flight != 1 or c.adaptive is not None for c in configs):
         return "more than one chunk in flight, or an adaptive lead"
     if serving.schedule != "fifo" or serving.batch is not None:
         return "a scheduling policy other than fifo, or batching"
-    if serving.decode is not None or serving.deliver is not None or serving.cold_start:
-        return "a decode stage, a delivery draw or a cold start"
+    if serving.deliver is not None or serving.cold_start:
+        return "a delivery draw or a cold start"
     if hasattr(cost, "steps") or StagedGenerator(cost).pipelines():
         return "a system model's own chain of steps"
     if any(t < duration for s in streams for t in s.trace.times):
@@ -105,6 +107,17 @@ def _tick_count(joins: Sequence[float], duration: float, delta: float) -> int:
     return int(math.ceil((max(joins) + duration - min(joins)) / delta)) + 2
 
 
+class _Pool:
+    """A pool's free devices (a heap: the lowest serves next) and its FIFO queue."""
+
+    __slots__ = ("name", "free", "waiting")
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.free = list(range(size))
+        self.waiting: deque[_Stream] = deque()
+
+
 class _Giveback(Exception):
     """The run is not quiet after all: the event path plays it."""
 
@@ -113,15 +126,19 @@ class _Stream:
     """One stream's refill cycle, as the controller's books keep it (the fields the quiet
     fast paths read and write), and its ticks."""
 
-    __slots__ = ("index", "origin", "rng", "clock", "played",
+    __slots__ = ("index", "origin", "rng", "decode_rng", "clock", "played", "stage",
+                 "dit_start",
                  "planned_end", "armed", "next_job", "job", "branch", "t_enqueue",
                  "ctrl_start", "jobs", "jobs_done", "starts", "ran", "tally", "took")
 
     def __init__(self, index: int, origin: float, rng: np.random.Generator,
-                 clock: array[float]) -> None:
+                 decode_rng: np.random.Generator, clock: array[float]) -> None:
         self.index = index
         self.origin = origin
         self.rng = rng
+        self.decode_rng = decode_rng
+        self.stage = "dit"  # the step of the job in flight: "dit", then "decode" if any
+        self.dit_start = 0.0  # when its DiT step started (global time)
         self.clock = clock  # tick n's clock time (its controller time: minus the origin)
         self.played = 0  # ticks played (the playhead's position)
         self.planned_end = 0
@@ -129,14 +146,14 @@ class _Stream:
         self.next_job = 1
         self.job = 0  # the job in flight (0: none)
         self.branch = 0
-        self.t_enqueue = 0.0
         self.ctrl_start = 0.0  # the controller's start time of the job in flight
         self.jobs: list[JobRecord] = []
         self.jobs_done = 0
         self.starts: dict[int, float] = {}  # job id -> StartJob's time (RunRecords.busy)
         self.ran: dict[int, tuple[float, float]] = {}  # job id -> generator interval
         self.tally: BusyTally | None = None
-        self.took = math.inf  # the DiT draw of the job in flight
+        self.took = math.inf  # the draw of the step in flight
+        self.t_enqueue = 0.0  # when that step was queued
 
 
 def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
@@ -146,12 +163,13 @@ def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
     """The records :func:`latsim.sim.serving.simulate_serving` gives for a run
     :func:`bulk_refusal` accepts, or None (its random streams restored) where the run is
     not quiet throughout: a tick that is not, or a stall."""
-    saved = [s.cost.bit_generator.state for s in streams]
+    drawn = [rng for s in streams for rng in (s.cost, s.stages[0])]  # DiT, decode
+    saved = [rng.bit_generator.state for rng in drawn]
     try:
         return _Run(configs, cost, serving, streams, windows, records).play()
     except _Giveback:
-        for inputs, state in zip(streams, saved, strict=True):
-            inputs.cost.bit_generator.state = state
+        for rng, state in zip(drawn, saved, strict=True):
+            rng.bit_generator.state = state
         return None
 
 
@@ -173,7 +191,8 @@ class _Run:
                               _tick_count(origins, window.duration, self.delta))
         # a row each, as C doubles (bisect reads them as floats; a list of float objects
         # took four times the memory)
-        self.streams = [_Stream(i, origins[i], s.cost, array("d", clock[i].tobytes()))
+        self.streams = [_Stream(i, origins[i], s.cost, s.stages[0],
+                                array("d", clock[i].tobytes()))
                         for i, s in enumerate(streams)]
         del clock
         self.keep = records == "all"
@@ -182,10 +201,14 @@ class _Run:
         # wake-up (whom: its index), 2 a device's task ending (whom: the batch id)
         self.heap: list[tuple[float, int, int, int]] = []
         self.ids = count()
-        pool_size = dict(serving.pools)[serving.dit_pool] // serving.degree
-        self.free = list(range(pool_size))
-        self.waiting: deque[_Stream] = deque()
-        self.running: dict[int, tuple[_Stream, int, float, float]] = {}  # batch id -> ...
+        self.decode = serving.decode
+        self.pools = {name: _Pool(name, size // (serving.degree if name == serving.dit_pool
+                                                 else 1))
+                      for name, size in serving.pools}
+        self.dit_pool = self.pools[serving.dit_pool]
+        self.decode_pool = self.pools[serving.decode_pool] if self.decode else None
+        # batch id -> (stream, pool, device, start, enqueued): the steps running
+        self.running: dict[int, tuple[_Stream, _Pool, int, float, float]] = {}
         self.batches = 0
         self.tasks: list[TaskRecord] = []
         self.task_tally = None if self.keep else TaskTally(serving.pools, serving.degree,
@@ -261,32 +284,50 @@ class _Run:
         stream.planned_end += self.K
         stream.ctrl_start = now - stream.origin
         stream.starts[job] = now - stream.origin
+        stream.stage = "dit"
         stream.t_enqueue = now
         stream.took = self.cost.sample(self.K, stream.rng, "refill")  # drawn as queued
-        self.waiting.append(stream)
-        self.dispatch(now)
+        self.dit_pool.waiting.append(stream)
+        self.dispatch(self.dit_pool, now)
 
-    def dispatch(self, now: float) -> None:
-        free, waiting = self.free, self.waiting
+    def dispatch(self, pool: _Pool, now: float) -> None:
+        """``_Pool.dispatch``: the lowest free device takes the first step waiting."""
+        free, waiting = pool.free, pool.waiting
         while free and waiting:
             stream = waiting.popleft()
             device = heapq.heappop(free)
             self.batches += 1
-            took = stream.took
-            stream.ran[stream.job] = (now - stream.origin, now - stream.origin + took)
-            if now > stream.t_enqueue:  # JobStarted, through quiet_job_started
-                stream.ctrl_start = now - stream.origin
-            self.running[self.batches] = (stream, device, now, stream.t_enqueue)
-            heapq.heappush(self.heap, (now + took, next(self.ids), 2, self.batches))
+            batch, took = self.batches, stream.took
+            self.running[batch] = (stream, pool, device, now, stream.t_enqueue)
+            if stream.stage == "dit":  # the job's first step: the job starts
+                stream.dit_start = now
+                stream.ran[stream.job] = (now - stream.origin, now - stream.origin + took)
+                if now > stream.t_enqueue:  # JobStarted, through quiet_job_started
+                    stream.ctrl_start = now - stream.origin
+            elif took == 0:  # a later step of no time ends without an event
+                self.done(batch, now)
+                continue
+            heapq.heappush(self.heap, (now + took, next(self.ids), 2, batch))
 
     def done(self, batch: int, now: float) -> None:
-        stream, device, start, enqueued = self.running.pop(batch)
-        self.record(stream, device, batch, enqueued, start, now)
-        heapq.heappush(self.free, device)
-        self.dispatch(now)
+        """A step ends: its device serves the next step waiting, then the job's next step
+        is queued, or the job is done (``quiet_job_done``)."""
+        stream, pool, device, start, enqueued = self.running.pop(batch)
+        self.record(stream, pool, device, batch, enqueued, start, now)
+        heapq.heappush(pool.free, device)
+        self.dispatch(pool, now)
+        decode = self.decode_pool
+        if stream.stage == "dit" and decode is not None:
+            stream.stage = "decode"
+            stream.t_enqueue = now
+            stream.took = self.decode.sample(  # type: ignore[union-attr]
+                self.K, stream.decode_rng, "refill")
+            decode.waiting.append(stream)
+            self.dispatch(decode, now)
+            return
         origin = stream.origin
         job = stream.job
-        stream.ran[job] = (start - origin, now - origin)
+        stream.ran[job] = (stream.dit_start - origin, now - origin)
         self.catch_up(stream, now, consume=False)
         if stream.played > stream.branch:
             raise _Giveback  # a tick before the chunk was ready: a stall
@@ -322,23 +363,22 @@ class _Run:
                     raise _Giveback
         stream.played = upto
 
-    def record(self, stream: _Stream, device: int, batch: int, enqueued: float,
-               start: float, end: float) -> None:
-        pool = self.serving.dit_pool
+    def record(self, stream: _Stream, pool: _Pool, device: int, batch: int,
+               enqueued: float, start: float, end: float) -> None:
         if self.task_tally is None:
-            self.tasks.append(TaskRecord(stream.index, stream.job, "dit", "refill", pool,
-                                         device, batch, enqueued, start, end))
+            self.tasks.append(TaskRecord(stream.index, stream.job, stream.stage, "refill",
+                                         pool.name, device, batch, enqueued, start, end))
         else:
-            self.task_tally.add_values("dit", "refill", pool, device, batch, enqueued,
-                                       start, end)
+            self.task_tally.add_values(stream.stage, "refill", pool.name, device, batch,
+                                       enqueued, start, end)
 
     # ------------------------------------------------------------ the end
 
     def finish(self) -> ServingRecords:
         end = self.end
         for batch in list(self.running):  # engine.close: running tasks end with the run
-            stream, device, start, enqueued = self.running.pop(batch)
-            self.record(stream, device, batch, enqueued, start, end)
+            stream, pool, device, start, enqueued = self.running.pop(batch)
+            self.record(stream, pool, device, batch, enqueued, start, end)
         runs, starts = [], []
         for stream in self.streams:
             self.catch_up(stream, end, consume=stream.job == 0)
