@@ -190,6 +190,25 @@ def test_capacity_json_is_one_object_with_max_streams_and_its_rows(tmp_path):
     assert len(pd.read_csv(tmp_path / "capacity.csv")) == len(payload["rows"])
 
 
+def test_capacity_says_which_lead_its_verdicts_hold_for_and_when_the_answer_is_past_it(
+        monkeypatch):
+    """Under --lead auto each verdict holds at its pilot's lead (another seed's pilot moves
+    it), which the notes say, and an answer that loads the DiT devices past 0.85 (here
+    0.94: 12 streams of C = 0.3 s every 2 s on 2 devices) is past what the lead's stall
+    promise was checked over. A fixed lead needs neither note's first half."""
+    monkeypatch.setenv("LATSIM_CACHE_DIR", "off")
+    base = ["capacity", "--K", "8", "--C", "0.3", "--pools", "dit=2", "--slo-l95", "3",
+            "--slo-stall", "0.5", "--max-streams", "32", "--duration", "60", "--json"]
+    auto = envelope_of(invoke(*base).stdout)
+    assert auto["max_streams"] >= 12
+    answer = next(r for r in auto["rows"] if r["streams"] == auto["max_streams"])
+    assert answer["busy_pct"] > 85
+    assert any("another seed's pilot" in note for note in auto["notes"])
+    assert any("past the 0.85" in note for note in auto["notes"])
+    fixed = envelope_of(invoke(*base, "--lead", "1.5").stdout)
+    assert fixed["notes"] == []
+
+
 def test_capacity_bad_input_exits_2_with_one_line():
     for args in (("--slo-l95", "0"), ("--slo-l95", "2", "--max-streams", "0"),
                  ("--slo-l95", "2", "--policy", "both")):

@@ -41,6 +41,7 @@ from latsim.cli.options import (
 )
 from latsim.cli.output import FormatOpt, JsonOpt, claims, emit, envelope, output_format
 from latsim.errors import DEFAULT_MAX_EVENTS, Interrupted, LatsimError
+from latsim.formatting import fit
 from latsim.formatting import fmt as _fmt
 
 
@@ -193,6 +194,8 @@ def capacity(
                      for row in payload["rows"]])
         console = Console(width=min(table_width(), 200), highlight=False)
         console.print(f"max streams meeting the SLO: {result.max_streams}", highlight=False)
+        for note in payload["notes"]:
+            typer.echo(fit(note))
         if out is not None:
             console.print(f"wrote {out}/ (capacity.json, capacity.csv, capacity.png)",
                           highlight=False)

@@ -125,19 +125,46 @@ class CapacityResult:
         return capacity_payload(self.query, self.verdicts, self.max_streams, self.status)
 
 
+#: The DiT load up to which ``bench/lead_regimes.py`` checked ``--lead auto``'s stall
+#: promise (stall at most 0.1%): an answer past it is outside what was checked.
+LEAD_CHECKED_LOAD = 0.85
+
+
+def capacity_notes(verdicts: tuple[Verdict, ...] | list[Verdict], answer: int | None
+                   ) -> list[str]:
+    """What a reader of the answer should know beside it: which lead each verdict holds
+    for (a ``--lead auto`` pilot's, which another seed's pilot moves), and whether the
+    answer loads the DiT devices past :data:`LEAD_CHECKED_LOAD`."""
+    notes = []
+    row = next((v for v in verdicts if v.streams == answer), None)
+    if any(v.lead_model is not None for v in verdicts):
+        notes.append("each verdict holds at its row's lead, which --lead auto's pilot set "
+                     "at this seed (another seed's pilot gives another lead): give --lead "
+                     "with a row's lead to check that verdict at another seed")
+    if row is not None and row.lead_model is not None:
+        load = row.metrics["busy_pct"] / 100
+        if load > LEAD_CHECKED_LOAD:
+            notes.append(f"the answer loads the DiT devices to {load:.2f}, past the "
+                         f"{LEAD_CHECKED_LOAD:g} up to which --lead auto's stall promise "
+                         "was checked (bench/lead_regimes.py)")
+    return notes
+
+
 def capacity_payload(query: CapacityQuery, verdicts: tuple[Verdict, ...] | list[Verdict],
                      max_streams: int | None, status: str = "complete") -> dict:
     """What ``latsim capacity --json`` prints and ``capacity.json`` holds. A search that
     stopped early has ``max_streams`` null, its ``status`` says why, and
-    ``largest_meeting_so_far`` is the largest N that met the SLO among those measured."""
+    ``largest_meeting_so_far`` is the largest N that met the SLO among those measured.
+    ``notes`` are :func:`capacity_notes` on the answer (so far)."""
     slo = query.slo
     met = [v.streams for v in verdicts if v.meets]
+    largest = max(met) if met else None
     return {
         "max_streams": max_streams, "status": status,
-        **({} if status == "complete" else
-           {"largest_meeting_so_far": max(met) if met else None}),
+        **({} if status == "complete" else {"largest_meeting_so_far": largest}),
         "slo": {"L95": slo.l95, "viewer_stall_pct": slo.stall_pct},
         "confidence": query.confidence,
+        "notes": capacity_notes(verdicts, max_streams if status == "complete" else largest),
         "rows": [v.row() for v in sorted(verdicts, key=lambda v: v.streams)],
     }
 

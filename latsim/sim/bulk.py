@@ -4,11 +4,11 @@ A serving run whose streams see no condition is, while nothing stalls, a set of 
 refill cycles sharing FIFO pools: each stream asks for its next chunk when its armed
 refill falls due (or at once, when its job ends after that), and the DiT pool serves the
 requests in order on its lowest free device, as Kiefer and Wolfowitz's recursion for a
-multi-server queue has it (then the decode pool, the same way, where there is one). :func:`simulate_quiet_serving` plays such a run with no event
-per tick and no SimPy event at all: the stream's ticks are computed for all streams at
-once (numpy, column by column: each tick the same float sums as the event path's, so the
-same bits), and its jobs go through one loop over the pool's requests and ends, in the
-clock's order.
+multi-server queue has it (then the decode pool, the same way, where there is one).
+:func:`simulate_quiet_serving` plays such a run with no event per tick and no SimPy
+event at all: the streams' ticks are computed for all streams at once (numpy, column by
+column: each tick the same float sums as the event path's, so the same bits), and their
+jobs go through one loop over the pools' requests and ends, in the clock's order.
 
 What it may assume is what the controller's table implies for a quiet refill cycle
 (:meth:`~latsim.controller.machine.Controller.quiet_wake`, ``quiet_job_started`` and
