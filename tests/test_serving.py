@@ -95,7 +95,10 @@ def test_one_dedicated_stream_reproduces_the_single_worker_exactly(data, setting
 
 
 class RecordingCost:
-    """A lognormal cost that remembers every draw by the generator it was drawn from."""
+    """A lognormal cost that remembers every draw by the generator it was drawn from, in
+    the generator's order: a generator set back to a state it drew from before (the bulk
+    path gives a run back to the event path so, latsim.sim.bulk) draws those again, and the
+    record keeps the sequence, not the attempts."""
 
     spec = "recording"
     deterministic = False
@@ -103,10 +106,19 @@ class RecordingCost:
     def __init__(self, mean: float, cv: float) -> None:
         self.inner = LognormalCost(mean, cv)
         self.draws: dict[int, list[float]] = defaultdict(list)
+        self._states: dict[int, dict[str, int]] = defaultdict(dict)  # state -> its draw
 
     def sample(self, K, rng, kind="refill"):
+        before = repr(rng.bit_generator.state)
+        states, draws = self._states[id(rng)], self.draws[id(rng)]
+        if before in states:  # set back: the draws from there on are drawn again
+            again = states[before]
+            del draws[again:]
+            for state in [state for state, index in states.items() if index >= again]:
+                del states[state]
+        states[before] = len(draws)
         value = self.inner.sample(K, rng, kind)
-        self.draws[id(rng)].append(value)
+        draws.append(value)
         return value
 
     def mean(self, K):
