@@ -632,10 +632,20 @@ def test_help_on_a_command_is_that_commands_help_and_exits_0():
     assert invoke("help").exit_code == 0 and "Commands" in invoke("help").stdout
 
 
+def _group_paths() -> list[tuple[str, ...]]:
+    """Every command group of ``latsim`` (``fleet``, ``traces``, ...), as argument paths."""
+    root = typer.main.get_command(app)
+    ctx = root.context_class(root)
+    return [(name,) for name in root.list_commands(ctx)
+            if hasattr(root.get_command(ctx, name), "list_commands")]
+
+
 def test_every_command_has_examples_in_its_help():
     paths = _command_paths()
     assert {("sweep",), ("measure",), ("plugins",), ("export", "perfetto")} <= set(paths)
-    for path in paths:
+    groups = _group_paths()  # a group's help too: its commands, an example each or so
+    assert {("fleet",), ("reproduce",), ("plot",), ("export",), ("traces",)} <= set(groups)
+    for path in paths + groups:
         result = invoke(*path, "--help")
         assert result.exit_code == 0, path
         assert "Examples:" in result.stdout and "$ latsim " + " ".join(path) in " ".join(

@@ -17,6 +17,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                  "--slo-stall 0.1",),
     "compare": ("latsim compare results/compare/runs",),
     "grid": ("latsim grid EXPERIMENT.toml --out grid/ --scheduler dask-local",),
+    # command groups: what their commands do, in one line each
+    "fleet": ("latsim fleet examples/fleet.toml --out fleet/",
+              "latsim fleet plan examples/fleet.toml --slo-l95 2.0 --slo-stall 1"),
+    "traces": ("latsim traces generate --kind high --out traces/high",
+               "latsim traces show traces/high/high_000.jsonl"),
+    "plot": ("latsim plot timeline runs/k8 --policy speculative",),
+    "export": ("latsim export perfetto runs/k8 --out trace.json",),
     "fleet run": ("latsim fleet run examples/fleet.toml --out fleet/",
                   "latsim fleet examples/fleet.toml --nodes 2 --placement round-robin --json"),
     "fleet plan": ("latsim fleet plan examples/fleet.toml --slo-l95 2.0 --slo-stall 1 "
@@ -29,7 +36,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "traces generate": ("latsim traces generate --kind high --out traces/high",),
     "traces validate": ("latsim traces validate traces/high",),
     "traces show": ("latsim traces show traces/high/high_000.jsonl",),
-    "reproduce": ("latsim reproduce",),
+    "reproduce": ("latsim reproduce", "latsim reproduce serving --jobs 2"),
     "reproduce serving": ("latsim reproduce serving",),
     "reproduce systems": ("latsim reproduce systems",),
     "reproduce fleet": ("latsim reproduce fleet --jobs 2",),

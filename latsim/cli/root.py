@@ -621,7 +621,11 @@ def _finish_help(typer_app: typer.Typer, prefix: str = "") -> None:
         if doc:
             info.help = unwrapped(doc)
     for group in typer_app.registered_groups:
-        _finish_help(group.typer_instance, f"{prefix}{group.name} ")
+        instance = group.typer_instance
+        if instance is not None:
+            info = instance.info
+            info.epilog = info.epilog or epilog(f"{prefix}{group.name}")
+            _finish_help(instance, f"{prefix}{group.name} ")
 
 
 @app.command("help")
