@@ -29,13 +29,13 @@ def test_timeline_default_and_selected(run_dir: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["plot", "timeline", str(run_dir)])
     assert result.exit_code == 0, result.output
     assert (run_dir / "timeline.png").stat().st_size > 20_000
-    assert "baseline, K=4, run 0" in result.output
+    assert "baseline, K=4, run 0" in " ".join(result.output.split())  # wrapped at COLUMNS
     out = tmp_path / "spec.png"
     result = runner.invoke(app, ["plot", "timeline", str(run_dir), "--policy", "speculative",
                                  "--K", "8", "--run", "1", "--t0", "2", "--t1", "14",
                                  "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "speculative, K=8, run 1" in result.output
+    assert "speculative, K=8, run 1" in " ".join(result.output.split())
     assert out.stat().st_size > 20_000
 
 
