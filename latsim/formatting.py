@@ -61,25 +61,40 @@ def _is_terminal(stream: TextIO) -> bool:
 
 class StatusLine:
     """A progress sink that rewrites one line of stderr (``\r``); as a context manager it
-    ends the line when done, so later output starts on a fresh one. It is silent where the
-    stream is not a terminal (a log file would collect every rewrite as a line of its own),
-    unless ``always``. A line is cut to ``width`` and padded to it (to clear a longer one
-    before it); ``width`` defaults to the terminal's columns less one (``COLUMNS``, 80
-    where unknown), read at each line, so it never wraps."""
+    ends the line when done, so later output starts on a fresh one. Off a terminal it is
+    silent (a log file would collect every rewrite as a line of its own), unless
+    ``always``; or, with ``plain``, it writes each line once, as a line of its own (for
+    progress that moves a few times a minute, such as one line per exact run). Each line
+    ends with the seconds since the sink was made. A rewritten line is cut to ``width`` and
+    padded to it (to clear a longer one before it); ``width`` defaults to the terminal's
+    columns less one (``COLUMNS``, 80 where unknown), read at each line, so it never
+    wraps."""
 
     def __init__(self, width: int | None = None, stream: TextIO | None = None,
-                 always: bool = False) -> None:
+                 always: bool = False, plain: bool = False) -> None:
+        import time
+
         self.width = width
         self.stream = stream
         self.always = always
+        self.plain = plain
         self.used = False
+        self._started = time.monotonic()
 
     def __call__(self, line: str, done: float | None = None, total: float | None = None
                  ) -> None:
         """Show ``line`` (``done`` and ``total``, which a progress bar counts, are not
         shown: a status line says its own count)."""
+        import time
+
         stream = self.stream or sys.stderr
-        if not (self.always or _is_terminal(stream)) or quiet():
+        if quiet():
+            return
+        line = f"{line} [{time.monotonic() - self._started:.0f} s]"
+        if not (self.always or _is_terminal(stream)):
+            if self.plain:
+                stream.write(fit(line) + "\n")
+                stream.flush()
             return
         width = max(20, columns() - 1) if self.width is None else self.width
         stream.write("\r" + line[:width].ljust(width))

@@ -851,3 +851,26 @@ def test_a_status_line_fits_the_terminal_it_writes_to(monkeypatch):
         width = columns - 1
         assert [len(w.rstrip("\n")) for w in writes] == [width, width]
         assert writes[1].startswith("short ")
+
+
+def test_a_plain_status_line_writes_each_line_once_off_a_terminal(monkeypatch):
+    """``plan`` and ``fleet plan`` report each exact run off a terminal too (a log, CI):
+    one line each, with the seconds so far; under --quiet nothing."""
+    import io
+
+    from latsim.formatting import QUIET_ENV, StatusLine
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv(QUIET_ENV, "0")
+    stream = io.StringIO()
+    with StatusLine(stream=stream, plain=True) as status:
+        status("verifying K=8 speculative (1 of at most 12)")
+        status("verifying K=8 baseline (2 of at most 12)")
+    lines = stream.getvalue().splitlines()
+    assert [line.split(" [")[0] for line in lines] == [
+        "verifying K=8 speculative (1 of at most 12)", "verifying K=8 baseline (2 of at most 12)"]
+    assert all(line.endswith(" s]") and "\r" not in line for line in lines)
+    monkeypatch.setenv(QUIET_ENV, "1")
+    quiet_stream = io.StringIO()
+    StatusLine(stream=quiet_stream, plain=True)("verifying")
+    assert quiet_stream.getvalue() == ""

@@ -177,7 +177,7 @@ def plan(
 
     from latsim.formatting import StatusLine
 
-    with scheduler_context(scheduler, jobs, local_pool=True), StatusLine() as say:
+    with scheduler_context(scheduler, jobs, local_pool=True), StatusLine(plain=True) as say:
         rows, tried = plan_fleet_size(run, slo, chosen, max_nodes, max_events,
                                       say if output == "table" else None)
     if out is not None:

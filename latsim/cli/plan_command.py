@@ -59,7 +59,7 @@ def plan(
         claim_folder(out, (CANDIDATES_CSV, PLAN_JSON, FRONTIER_PNG), PLAN_JSON,
                      "latsim plan", of_format(PLAN_FORMAT))
         check_writable(out)
-    with scheduler_context(scheduler, jobs, local_pool=True), StatusLine() as say:
+    with scheduler_context(scheduler, jobs, local_pool=True), StatusLine(plain=True) as say:
         result = plan_deployment(deployment, max_events, say if output == "table" else None)
     rows = result.rows
     if out is not None:
