@@ -64,6 +64,7 @@ class StreamInput(Protocol):
     @property
     def stages(self) -> tuple[np.random.Generator, ...]: ...
 
+
 #: The most ticks (streams × ticks each) a bulk run computes at once; a longer run goes
 #: to the event path.
 MAX_TICKS = 20_000_000
