@@ -93,7 +93,7 @@ class StatusLine:
         line = f"{line} [{time.monotonic() - self._started:.0f} s]"
         if not (self.always or _is_terminal(stream)):
             if self.plain:
-                stream.write(fit(line) + "\n")
+                stream.write(line + "\n")  # a log line: not wrapped
                 stream.flush()
             return
         width = max(20, columns() - 1) if self.width is None else self.width
