@@ -874,3 +874,26 @@ def test_a_plain_status_line_writes_each_line_once_off_a_terminal(monkeypatch):
     quiet_stream = io.StringIO()
     StatusLine(stream=quiet_stream, plain=True)("verifying")
     assert quiet_stream.getvalue() == ""
+
+
+def test_a_lead_long_against_the_window_is_said_beside_the_row(monkeypatch):
+    """--lead 100 in a 60 s window: the cache needs about 33 s to hold the lead, so L sits
+    well below the steady state's theory, and the table says why; in 1,200 s it reaches the
+    theory and no note is needed. The default lead needs none either."""
+    import json
+
+    monkeypatch.setenv("COLUMNS", "200")
+    base = ("simulate", "--K", "8", "--C", "0.5", "--seeds", "3", "--policy", "baseline")
+    short = invoke(*base, "--lead", "100", "--duration", "60")
+    assert short.exit_code == 0, short.output
+    said = " ".join(short.stdout.split())
+    assert "cache takes about 33 s (lead·C/(T−C)) to fill, 56% of the 60 s window" in said
+    (row,) = json.loads(invoke(*base, "--lead", "100", "--duration", "60", "--json").stdout)[
+        "rows"]
+    assert row["L_mean"] < 0.8 * row["L_mean_theory"]  # what the note warns of
+    long = invoke(*base, "--lead", "100", "--duration", "1200")
+    assert "to fill" not in long.stdout
+    (row,) = json.loads(invoke(*base, "--lead", "100", "--duration", "1200", "--json").stdout)[
+        "rows"]
+    assert abs(row["L_mean"] / row["L_mean_theory"] - 1) < 0.03
+    assert "to fill" not in invoke(*base, "--duration", "60").stdout
