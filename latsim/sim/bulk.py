@@ -175,6 +175,9 @@ def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
 
 
 class _Run:
+    """One run in bulk: its streams' ticks and books, its pools, and the events left (the
+    streams' starts and wake-ups, the steps' ends) in the clock's order."""
+
     def __init__(self, configs: Sequence[ControllerConfig], cost: CostModel,
                  serving: ServingConfig, streams: Sequence[StreamInput],
                  windows: Sequence[RunWindow], records: str) -> None:
