@@ -28,19 +28,20 @@ def fmt(value: object, digits: int = 3) -> str:
 QUIET_ENV = "LATSIM_QUIET"
 
 
-def columns() -> int:
-    """The terminal's width in columns: ``COLUMNS``, else the terminal's, else 80."""
+def line_width() -> int:
+    """How wide a printed line may be: the terminal's columns (``COLUMNS``, else the
+    terminal's, else 80) less one, and at least 20."""
     import shutil
 
-    return shutil.get_terminal_size((80, 24)).columns
+    return max(20, shutil.get_terminal_size((80, 24)).columns - 1)
 
 
 def fit(text: str) -> str:
-    """``text`` wrapped to the terminal's columns less one, later lines indented by two
-    (a word longer than that, such as a path, stays whole on a line of its own)."""
+    """``text`` wrapped to :func:`line_width`, later lines indented by two (a word longer
+    than that, such as a path, stays whole on a line of its own)."""
     import textwrap
 
-    return textwrap.fill(text, max(20, columns() - 1), subsequent_indent="  ",
+    return textwrap.fill(text, line_width(), subsequent_indent="  ",
                          break_long_words=False, break_on_hyphens=False)
 
 
@@ -60,7 +61,7 @@ def _is_terminal(stream: TextIO) -> bool:
 
 
 class StatusLine:
-    """A progress sink that rewrites one line of stderr (``\r``); as a context manager it
+    """A progress sink that rewrites one line of stderr (``\\r``); as a context manager it
     ends the line when done, so later output starts on a fresh one. Off a terminal it is
     silent (a log file would collect every rewrite as a line of its own), unless
     ``always``; or, with ``plain``, it writes each line once, as a line of its own (for
@@ -96,7 +97,7 @@ class StatusLine:
                 stream.write(line + "\n")  # a log line: not wrapped
                 stream.flush()
             return
-        width = max(20, columns() - 1) if self.width is None else self.width
+        width = line_width() if self.width is None else self.width
         stream.write("\r" + line[:width].ljust(width))
         stream.flush()
         self.used = True

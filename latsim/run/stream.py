@@ -84,6 +84,25 @@ class SkippingPort(ClockPort, Protocol):
         after everything scheduled so far."""
 
 
+def busy_at_end(job_starts: dict[int, float], ran: dict[int, tuple[float, float]],
+                tally: BusyTally | None, end_time: float, duration: float
+                ) -> tuple[tuple[BusyInterval, ...], BusyTally | None]:
+    """A run's busy records at ``end_time``: an interval for each job not yet added up
+    (``job_starts``, in start order: its generator interval from ``ran``, else from its
+    start to the end), or, with a ``tally``, a copy of it with those added."""
+    intervals: list[BusyInterval] = []
+    if tally is not None:  # the jobs still running, as kept intervals would have them
+        tally = BusyTally(tally.seconds, tally.started)
+    for job_id, start in job_starts.items():
+        interval = ran.get(job_id)
+        t_start, t_end = (start, end_time) if interval is None else interval
+        if tally is None:
+            intervals.append(BusyInterval(job_id, t_start, t_end))
+        else:
+            tally.add(t_start, t_end, duration)
+    return tuple(intervals), tally
+
+
 class StreamRun:
     """One controller, one window, one driver's :class:`ClockPort`."""
 
@@ -204,18 +223,8 @@ class StreamRun:
         """Close the controller (open stall, censored conditions) and collect the records."""
         ctrl = self.controller
         ctrl.finish(end_time)
-        ran, tally = self._ran, self._tally
-        intervals: list[BusyInterval] = []
-        if tally is not None:  # the jobs still running, as kept intervals would have them
-            tally = BusyTally(tally.seconds, tally.started)
-        for job_id, start in self.job_starts.items():
-            interval = ran.get(job_id)
-            t_start, t_end = (start, end_time) if interval is None else interval
-            if tally is None:
-                intervals.append(BusyInterval(job_id, t_start, t_end))
-            else:
-                tally.add(t_start, t_end, self.window.duration)
-        busy = tuple(intervals)
+        busy, tally = busy_at_end(self.job_starts, self._ran, self._tally, end_time,
+                                  self.window.duration)
         return RunRecords(
             duration=self.window.duration,
             end_time=end_time,

@@ -47,8 +47,9 @@ from latsim.model.costs import CostModel
 from latsim.model.generators import StagedGenerator
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
-from latsim.run.records import COMPLETE, BusyInterval, BusyTally, RunRecords, RunWindow
+from latsim.run.records import COMPLETE, BusyTally, RunRecords, RunWindow
 from latsim.run.serving import ServingRecords, StreamStart, TaskRecord, TaskTally
+from latsim.run.stream import busy_at_end
 
 
 class StreamInput(Protocol):
@@ -390,6 +391,8 @@ class _Run:
             if stream.played > cache_end:
                 raise _Giveback  # a stall before the end
             runs.append(self.run_records(stream, cache_end))
+            # the event path's sums: its first tick's time less the origin (the tick is
+            # at the origin) plus the playout, then the origin less the join
             first = (stream.origin - stream.origin + self.playout + self.playout_shift
                      if stream.played else math.nan)
             starts.append(StreamStart(stream.index, stream.origin, stream.origin,
@@ -407,28 +410,16 @@ class _Run:
         origin = stream.origin
         columns = (range(played), [0] * played, [p // K for p in range(played)],
                    [clock - origin for clock in stream.clock[:played]])
-        slots = SlotLog()
-        if self.keep:
-            slots.extend(*columns)
-        else:  # as columns, counted as it folds them: the counts of one slot at a time
-            counted = SlotTally(window.duration)
-            SlotLog.extend(counted, *columns)
-            counted.fold()
-            slots = counted
-        busy: list[BusyInterval] = []
-        tally = stream.tally
-        if tally is not None:
-            tally = BusyTally(tally.seconds, tally.started)
-        for job, begun in stream.starts.items():
-            interval = stream.ran.get(job)
-            t_start, t_end = (begun, end_time) if interval is None else interval
-            if tally is None:
-                busy.append(BusyInterval(job, t_start, t_end))
-            else:
-                tally.add(t_start, t_end, window.duration)
+        slots = SlotLog() if self.keep else SlotTally(window.duration)
+        # as columns (a tally counts them as it folds them: the counts of one at a time)
+        SlotLog.extend(slots, *columns)
+        if isinstance(slots, SlotTally):
+            slots.fold()
+        busy, tally = busy_at_end(stream.starts, stream.ran, stream.tally, end_time,
+                                  window.duration)
         return RunRecords(
             duration=window.duration, end_time=end_time, conditions=(),
-            jobs=tuple(stream.jobs), slots=slots, stalls=(), discards=(), busy=tuple(busy),
+            jobs=tuple(stream.jobs), slots=slots, stalls=(), discards=(), busy=busy,
             jobs_started=stream.next_job - 1, jobs_done=stream.jobs_done,
             cached_at_end=cache_end - played, status=COMPLETE, records=self.records,
             busy_tally=tally)
