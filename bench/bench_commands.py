@@ -1,8 +1,10 @@
 """How long the commands the docs quote take: the source of every wall time the README and
 docs/ give for a command.
 
-Run: ``.venv/bin/python bench/bench_commands.py [--runs N]`` from the repository root, on a
-machine with nothing else running. Each command runs once to warm the file cache, then N
+Run: ``.venv/bin/python bench/bench_commands.py [--runs N] [--only COMMAND]`` from the
+repository root, on a machine with nothing else running (``--only``: re-measure one
+command, as the docs name it, after a change to it, keeping the other rows as an earlier
+run wrote them). Each command runs once to warm the file cache, then N
 times (default 3); each run's wall time (a monotonic clock around the child process, its
 start-up included) and CPU time (the child's user + system, from ``getrusage``) are kept,
 and the medians are written to ``results/bench/commands.json`` with the machine they were
@@ -69,9 +71,17 @@ def _one(argv: list[str]) -> tuple[float, float]:
 
 def main() -> None:
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 3
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    kept = ({row["command"]: row for row in json.loads(OUT.read_text())["rows"]}
+            if only is not None else {})
+    if only is not None and only not in {command for command, _, _ in COMMANDS}:
+        raise SystemExit(f"--only: no benchmarked command {only!r}")
     latsim = str(Path(sys.executable).parent / "latsim")
     rows = []
     for command, args, quoted_in in COMMANDS:
+        if only is not None and command != only:
+            rows.append(kept[command])  # measured by an earlier run of this bench
+            continue
         walls, cpus = [], []
         for attempt in range(runs + 1):  # the first warms the caches and is not kept
             tmp = tempfile.mkdtemp(prefix="latsim-bench-")

@@ -77,3 +77,13 @@ def test_the_plan_targets_times_are_the_benchmarks():
     for build, minutes in quoted.items():
         (wall,) = [row["wall_s"] for row in rows if row["build"] == build]
         assert minutes == f"{wall / 60:.1f}", build
+
+
+def test_the_plans_surrogate_error_table_is_the_benchmarks():
+    """docs/plan.md's table of the surrogate's error by candidate class is what
+    bench/plan_surrogate.py wrote to results/bench/plan_surrogate.json."""
+    from plan_surrogate import markdown
+
+    rows = _target_rows("plan_surrogate.json")
+    assert rows and all(row["candidates"] for row in rows)
+    assert markdown(rows) in (ROOT / "docs" / "plan.md").read_text()

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,6 +37,7 @@ from latsim.model.fleet import parse_fleet
 from tests.helpers import SMALL_FLEET, envelope_of
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
 
 #: A cheap node: one latent slot a second (r = 8 at 8 fps), K = 4 (T = 4 s), C = 0.1 s.
 CHEAP = {"K": 4, "r": 8, "fps": 8.0, "cost": "fixed:0.1", "pools": "dit=1",
@@ -165,6 +167,44 @@ def test_a_hard_cap_with_rejection_blocks_as_erlang_b(duration):
     expected = erlang_b(6, rate * 20)
     assert abs(expected - 0.26492) < 1e-4  # the tabulated Erlang-B value
     assert abs(mean - expected) <= 4 * se, (mean, se, expected)
+
+
+def test_a_warm_up_measures_the_steady_state_an_empty_start_misses():
+    """The fleet of the test above over 60 s: from empty it turns fewer sessions away than
+    Erlang-B (the room is still filling); after ``run.warmup`` (the M/G/∞ ramp to 99 %)
+    its blocking is Erlang-B's and it holds the carried load a·(1 − B), and every metric
+    counts only what came after the warm-up."""
+    rate, horizon = 0.3, 60.0
+    workload = {"arrivals": f"poisson:{rate}", "duration": "exponential:20",
+                "updates": "poisson:0"}
+    shape = ({"max_sessions": 3}, {"nodes_initial": 2, "nodes_max": 2, "admission": "reject"})
+    expected = erlang_b(6, rate * 20)
+    cold = fleet(workload, *shape, {"duration": horizon, "seeds": 16})
+    warmup = cold.workload.ramp()
+    assert warmup == math.ceil(20 * math.log(100))  # exponential: m · ln(1/(1 − 0.99))
+    warm = fleet(workload, *shape, {"duration": horizon, "seeds": 16, "warmup": warmup})
+    assert warm.describe()["run"]["warmup"] == warmup
+    rows = {}
+    for name, run in (("cold", cold), ("warm", warm)):
+        fp = plan_fleet(run)
+        rows[name] = [r.metrics for r in run_fleet(fp)]
+    mean, se = mean_se([m["blocking"] for m in rows["warm"]])
+    assert abs(mean - expected) <= 4 * se, (mean, se, expected)
+    carried, carried_se = mean_se([m["n_sessions_mean"] for m in rows["warm"]])
+    assert abs(carried - rate * 20 * (1 - expected)) <= 4 * carried_se
+    arrived, arrived_se = mean_se([m["sessions_arrived"] for m in rows["warm"]])
+    assert abs(arrived - rate * horizon) <= 4 * arrived_se  # the warm-up's are not counted
+    cold_mean, cold_se = mean_se([m["blocking"] for m in rows["cold"]])
+    assert cold_mean + 2 * cold_se < expected, (cold_mean, cold_se, expected)
+
+
+def test_a_warm_up_needs_stationary_arrivals():
+    for workload in ({"arrivals": "population:4"},
+                     {"arrivals": f"curve:{ROOT / 'examples' / 'day_curve.csv'}"}):
+        with pytest.raises(LatsimError, match="run.warmup needs stationary arrivals"):
+            fleet({**workload, "duration": "fixed:60"}, run={"warmup": 10})
+    with pytest.raises(LatsimError, match="run.warmup"):
+        fleet({"arrivals": "poisson:0.1"}, run={"warmup": -1})
 
 
 def replace_seeds(fp, seeds: int):
@@ -814,3 +854,42 @@ def test_a_fleet_whose_sessions_never_see_a_frame_reports_no_stall_and_says_so(t
     assert row["sessions_admitted"] > 0
     table = runner.invoke(app, ["fleet", str(path)], env={"COLUMNS": "200"})
     assert "no session saw a frame: stall %, L and cost per viewer-hour" in table.stdout
+
+
+def test_paths_in_a_file_are_read_from_its_own_folder(tmp_path, monkeypatch):
+    """A fleet file in ``files/`` names its cost table, arrival curve and session log
+    relative to itself; read from another folder it loads the same files. A path written
+    relative to the current folder instead is a one-line error that says where it looked."""
+    from latsim.model.fleet import load_fleet
+
+    folder = tmp_path / "files"
+    folder.mkdir()
+    (folder / "costs.json").write_text(json.dumps({"4": 0.1}))
+    (folder / "curve.csv").write_text("t,rate\n0,0.1\n")
+    (folder / "fleet.toml").write_text(
+        '[workload]\narrivals = "curve:curve.csv"\nduration = "fixed:60"\n'
+        '[node]\nK = 4\ncost = "table:costs.json"\n[run]\nduration = 60\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    run = load_fleet(Path("..") / "files" / "fleet.toml")
+    assert run.node.cost == f"table:{Path('..') / 'files' / 'costs.json'}"
+    assert run.workload.arrivals.pieces == ((0.0, 0.1),)
+    (folder / "log.toml").write_text(
+        '[workload]\nlog = "sessions.jsonl"\n[node]\nK = 4\n[run]\nduration = 60\n')
+    (folder / "sessions.jsonl").write_text('{"arrival": 1, "duration": 5}\n')
+    assert len(load_fleet(folder / "log.toml").workload.log) == 1
+    from latsim.experiments.grid import load_grid
+    from latsim.model.serving import load_serving_file
+
+    (folder / "serving.toml").write_text('[stages.dit]\ncost = "table:costs.json"\n')
+    assert load_serving_file(Path("..") / "files" / "serving.toml")[1] == run.node.cost
+    (folder / "grid.toml").write_text('seeds = 1\n[fixed]\nduration = 10\nK = 4\n'
+                                      '[axes]\ncost = ["usp:costs.json@1", "fixed:0.1"]\n')
+    axes = dict(load_grid(Path("..") / "files" / "grid.toml").axes)
+    assert axes["cost"][0] == f"usp:{Path('..') / 'files' / 'costs.json'}@1"
+    monkeypatch.chdir(tmp_path)
+    (folder / "old.toml").write_text(
+        '[workload]\narrivals = "poisson:0.1"\n[node]\ncost = "table:files/costs.json"\n')
+    with pytest.raises(LatsimError, match="read from the file's own folder"):
+        load_fleet(folder / "old.toml")

@@ -322,3 +322,85 @@ def test_autoscaled_variants_cost_no_more_by_the_surrogate_and_run_autoscaled(tm
     for policy, i in result.recommended.items():
         if i is not None:
             assert result.rows[i]["exact_verdict"] == "meets", policy
+
+
+def test_blocking_bounds_are_clopper_pearsons():
+    """At the upper bound P(X <= k) is 5 %, at the lower P(X >= k) is 5 % (X binomial,
+    summed here term by term); none turned away bounds blocking by 1 − 0.05^(1/n)."""
+    from latsim.analysis.fleet import blocking_bounds
+
+    def at_most(k, n, p):
+        return sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k + 1))
+
+    assert blocking_bounds(0, 300) == (0.0, pytest.approx(1 - 0.05 ** (1 / 300), abs=1e-9))
+    assert blocking_bounds(7, 7)[1] == 1.0
+    for k, n in ((1, 50), (3, 300), (40, 1000)):
+        low, high = blocking_bounds(k, n)
+        assert at_most(k, n, high) == pytest.approx(0.05, abs=1e-6)
+        assert 1 - at_most(k - 1, n, low) == pytest.approx(0.05, abs=1e-6)
+        assert low < k / n < high
+
+
+@pytest.mark.parametrize("spec", ["fixed:100", "exponential:100", "lognormal:300,1.0",
+                                  "lognormal:300,0", "pareto:300,1.5", "pareto:300,3"])
+def test_the_time_a_session_holds_its_slot_is_the_survivals_integral(spec):
+    law = parse_duration(spec)
+    for t in (50.0, 300.0, 2000.0):
+        grid = np.linspace(0.0, t, 20_001)
+        numeric = np.trapezoid([law.survival(x) for x in grid], grid)
+        assert law.held(t) == pytest.approx(numeric, rel=1e-3, abs=1e-3)
+    assert law.held(1e12) == pytest.approx(law.mean, rel=1e-3)
+    workload = parse_workload("poisson:0.1", spec, "always", "poisson:0")
+    ramp = workload.ramp()
+    assert law.held(ramp) >= 0.99 * law.mean > law.held(ramp - 1)
+
+
+def _verdict_of(tmp_path, monkeypatch, measured: dict, **changes) -> dict:
+    """verify's verdict on the cheapest passing row, with the exact run's pooled row
+    replaced by ``measured`` (2 replications)."""
+    from latsim.experiments import fleet as fleet_module
+    from latsim.experiments.deployment import screen_all, verify
+
+    deployment = _deployment(tmp_path, **changes)
+    row = min((r for r in screen_all(deployment) if r["verdict"] == "meets"),
+              key=lambda r: r["cost_per_viewer_hour"])
+    base = {"L95": 1.0, "L95_se": 0.0, "stall_pct": 0.0, "stall_pct_se": 0.0,
+            "ttfc_p95": 1.0, "ttfc_p95_se": 0.0, "blocking": 0.0, "blocking_se": 0.0,
+            "sessions_arrived": 200.0, "sessions_rejected": 0.0, "n_runs": 2}
+    monkeypatch.setattr(fleet_module, "run_fleet", lambda fp: [])
+    monkeypatch.setattr(fleet_module, "pooled_row", lambda fp, results: {**base, **measured})
+    return {**row, **verify(deployment, row)}
+
+
+def test_a_limit_the_exact_run_cannot_resolve_is_undecided_not_met(tmp_path, monkeypatch):
+    """None turned away of 400 arrivals bounds blocking by 0.75 %: a 0.5 % limit is
+    undecided under MMPP arrivals; under Poisson arrivals the static fleet is an M/G/c/c
+    loss system, and the run, consistent with Erlang-B's value within the limit, confirms
+    it. L95 within 1.645 standard errors of its limit is undecided, past it fails."""
+    mmpp = {"arrivals": "mmpp:0.05,0.05,100,100"}
+    row = _verdict_of(tmp_path, monkeypatch, {}, workload=mmpp, slo={"blocking": 0.005})
+    assert (row["exact_verdict"], row["exact_undecided"]) == ("undecided", "blocking")
+    assert row["exact_blocking_upper"] == pytest.approx(1 - 0.05 ** (1 / 400))
+    row = _verdict_of(tmp_path, monkeypatch, {}, workload=mmpp, slo={"blocking": 0.01})
+    assert (row["exact_verdict"], row["exact_blocking_basis"]) == ("meets", "run")
+    row = _verdict_of(tmp_path, monkeypatch, {}, slo={"blocking": 0.005})
+    assert row["blocking"] <= 0.005
+    assert (row["exact_verdict"], row["exact_blocking_basis"]) == ("meets", "Erlang-B")
+    row = _verdict_of(tmp_path, monkeypatch, {"L95": 2.4, "L95_se": 0.1})
+    assert (row["exact_verdict"], row["exact_undecided"]) == ("undecided", "L95")
+    row = _verdict_of(tmp_path, monkeypatch, {"L95": 2.7, "L95_se": 0.1})
+    assert (row["exact_verdict"], row["exact_failed"]) == ("fails", "L95")
+    row = _verdict_of(tmp_path, monkeypatch, {"L95": None})
+    assert (row["exact_verdict"], row["exact_undecided"]) == ("undecided", "L95")
+
+
+def test_the_plans_exact_runs_measure_after_the_ramp(tmp_path):
+    """Stationary arrivals: the exact runs first play the M/G/∞ ramp to 99 % (exponential
+    sessions of mean 80 s: 80 · ln 100 s), and the surrogate's cost counts the steady
+    sessions present over the measured window; a [run] warmup given is kept."""
+    deployment = _deployment(tmp_path)
+    assert deployment.base.warmup == math.ceil(80 * math.log(100))
+    assert deployment.viewer_seconds == pytest.approx(0.05 * 80 * 240)
+    row = next(r for r in plan_deployment(deployment).rows if "exact_verdict" in r)
+    assert fleet_of(deployment, row).warmup == deployment.base.warmup
+    assert _deployment(tmp_path, run={"warmup": 30}).base.warmup == 30

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from latsim.analysis.queueing import (
     overload_stall_fraction,
     periodic_wait_mean,
+    periodic_wait_quantile,
     periodic_work_mean,
+    pool_wait_quantile,
 )
 from latsim.analysis.serving import serving_metrics
 from latsim.controller import (
@@ -482,3 +484,97 @@ def test_replication_standard_errors_are_those_of_the_pooled_metrics():
     assert spread["viewer_stall_pct_se"] == pytest.approx(viewer.std(ddof=1) / math.sqrt(5))
     assert all(spread[f"L{level}_se"] > 0 for level in (50, 95, 99))
     assert set(replication_se(runs[:1]).values()) == {None}
+
+
+def _kiefer_wolfowitz_waits(arrivals: list[float], servers: int, service: float) -> list[float]:
+    """Brute force: each job (in arrival order) takes the device that frees first."""
+    free = [0.0] * servers
+    waits = []
+    for arrival in arrivals:
+        device = min(range(servers), key=lambda d: free[d])
+        start = max(arrival, free[device])
+        free[device] = start + service
+        waits.append(start - arrival)
+    return waits
+
+
+def test_the_pool_recursion_is_the_lowest_free_device_queue():
+    """With one service time, the j-th job takes the device the (j − c)-th frees: the
+    recursion behind pool_wait_quantile gives every wait a brute-force c-server FIFO gives."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        servers, streams = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+        ratio = streams / servers / rng.uniform(0.3, 0.95)  # T/C, ρ < 1
+        phases = np.sort(rng.uniform(0, ratio, streams))
+        arrivals = [p * ratio + phase for p in range(6) for phase in phases]
+        freed = [-math.inf] * servers
+        recursion = []
+        for j, arrival in enumerate(arrivals):
+            start = max(arrival, freed[j % servers])
+            freed[j % servers] = start + 1.0
+            recursion.append(start - arrival)
+        assert recursion == pytest.approx(_kiefer_wolfowitz_waits(arrivals, servers, 1.0),
+                                          abs=1e-9)
+
+
+@pytest.mark.parametrize(("streams", "ratio"), [(4, 6.0), (8, 10.0), (16, 20.0)])
+def test_the_pool_quantile_on_one_device_is_the_nd_d_1_closed_form(streams, ratio):
+    """Played over its phase draws, one device's waits exceed the Roberts & Virtamo 0.99
+    quantile for 1 % of the jobs, within 4 binomial standard errors of its draws."""
+    from latsim.analysis.queueing import POOL_PHASE_DRAWS, _pool_waits
+
+    waits = _pool_waits(streams, 1, ratio)
+    q = periodic_wait_quantile(0.99, streams, ratio, 1.0)
+    assert abs(np.mean(waits > q) - 0.01) <= 4 * math.sqrt(0.01 * 0.99 / POOL_PHASE_DRAWS)
+
+
+@pytest.mark.parametrize(("streams", "devices", "ratio"), [(6, 2, 4.0), (12, 4, 4.0)])
+def test_random_phases_on_a_pool_wait_as_the_nd_d_c_quantile(streams, devices, ratio):
+    """The serving simulator's refills on a FIFO pool of ``devices`` wait as long on average
+    as the pool's phase draws do, and exceed its 0.9 and 0.99 wait quantiles as often as
+    those levels say: over 400 phase draws (a run each,
+    two steady periods), within 4 standard errors of the runs' shares plus 4 binomial ones
+    of the quantile's own draws (a share of one draw varies at most as a Bernoulli)."""
+    from latsim.analysis.queueing import POOL_PHASE_DRAWS, _pool_waits
+
+    timing = Timing(8, 4, 16.0)
+    C = timing.T / ratio
+    quantiles = {level: pool_wait_quantile(level, streams, devices, timing.T, C)
+                 for level in (0.9, 0.99)}
+    assert 0 < quantiles[0.99] < periodic_wait_quantile(0.99, -(-streams // devices), timing.T,
+                                                        C)  # a shared queue beats ⌈N/c⌉ each
+    lead = (-(-streams // devices) + 0.25) * C  # covers every wait: none stalls
+    assert lead < timing.T
+    seen: dict[float, list[float]] = {level: [] for level in quantiles}
+    means = []
+    runs = 400
+    for seed in range(runs):
+        rng = np.random.default_rng(seed)
+        serving = ServingConfig(streams=streams, start="random", pools=(("dit", devices),))
+        run = simulate_serving(ControllerConfig(timing, BASELINE, lead), FixedCost(C),
+                               serving, inputs([()] * streams,
+                                               list(rng.uniform(0, timing.T, streams)), seed),
+                               8 * timing.T, np.random.default_rng(seed))
+        window = [t.wait for t in run.tasks if 5 * timing.T <= t.t_enqueue < 7 * timing.T]
+        assert len(window) == 2 * streams and not any(s.stalls for s in run.streams)
+        means.append(np.mean(window))
+        for level, q in quantiles.items():
+            seen[level].append(np.mean(np.array(window) > q + 1e-9))
+    drawn = _pool_waits(streams, devices, ratio) * C  # the waits the quantiles come from
+    tolerance = (4 * np.std(means, ddof=1) / math.sqrt(runs)
+                 + 4 * np.std(drawn) / math.sqrt(POOL_PHASE_DRAWS))
+    assert abs(np.mean(means) - np.mean(drawn)) <= tolerance
+    for level, shares in seen.items():
+        p = 1 - level
+        tolerance = (4 * np.std(shares, ddof=1) / math.sqrt(runs)
+                     + 4 * math.sqrt(p * level / POOL_PHASE_DRAWS))
+        assert abs(np.mean(shares) - p) <= tolerance, (level, np.mean(shares), tolerance)
+
+
+def test_the_pool_quantile_refuses_an_overload_and_needs_no_queue_past_one_device_each():
+    assert pool_wait_quantile(0.99, 4, 4, 1.0, 0.9) == 0.0
+    assert pool_wait_quantile(0.99, 3, 1, 4.0, 1.0) == periodic_wait_quantile(0.99, 3, 4.0, 1.0)
+    with pytest.raises(LatsimError, match="overload"):
+        pool_wait_quantile(0.99, 8, 2, 4.0, 1.0)
+    with pytest.raises(LatsimError, match="servers"):
+        pool_wait_quantile(0.99, 8, 0, 4.0, 1.0)

@@ -22,6 +22,11 @@ Over ``[0, horizon]`` of one run (keys in seconds unless named otherwise):
 - cost: ``gpu_hours`` (node-hours paid for, provisioning and draining included, times the
   node's devices), ``cost_usd``, ``viewer_hours`` (played time), ``cost_per_viewer_hour``.
 
+After a warm-up (``[run] warmup``, ``since``) the window is ``[warmup, horizon]``: the
+sessions that arrive in it, the conditions shown in it, its played and stalled time, its
+levels and node-hours. The work metrics (``chunk_*``, ``w``, ``dit_calls_per_viewer_hour``)
+stay the whole run's.
+
 :func:`fleet_timeseries` gives the same per window (a minute by default), and
 :func:`node_rows` per node.
 """
@@ -145,15 +150,15 @@ def _latencies(tallies: Sequence[NodeTally], t0: float = -math.inf,
             if t0 <= at < t1]
 
 
-def fleet_samples(run: FleetRecords, tallies: Sequence[NodeTally] | None = None
-                  ) -> dict[str, tuple[float, ...]]:
+def fleet_samples(run: FleetRecords, tallies: Sequence[NodeTally] | None = None,
+                  since: float = 0.0) -> dict[str, tuple[float, ...]]:
     """The values a fleet's quantiles are taken over, to pool them across replications:
-    every shown condition's L (``L``) and every admitted session's time to first chunk
-    (``ttfc``)."""
+    every condition shown from ``since`` on (its L, ``L``) and the time to first chunk of
+    every admitted session that arrived from ``since`` on (``ttfc``)."""
     tallies = node_tallies(run) if tallies is None else tallies
-    ttfc = tuple(s.ttfc for s in run.sessions
-                 if s.status == SERVED and math.isfinite(s.first_display))
-    return {"L": tuple(_latencies(tallies)), "ttfc": ttfc}
+    ttfc = tuple(s.ttfc for s in run.sessions if s.status == SERVED and s.arrival >= since
+                 and math.isfinite(s.first_display))
+    return {"L": tuple(_latencies(tallies, since)), "ttfc": ttfc}
 
 
 #: The quantiles of :func:`fleet_metrics` that pool every replication's values (the
@@ -171,32 +176,64 @@ def pooled_quantiles(samples: Sequence[Mapping[str, Sequence[float]]]) -> dict:
     return out
 
 
+def blocking_bounds(rejected: int, arrived: int, tail: float = 0.05) -> tuple[float, float]:
+    """One-sided ``1 − tail`` Clopper–Pearson bounds on the blocking probability, from
+    ``rejected`` of ``arrived`` sessions: the lower bound is the p at which P(Bin(arrived,
+    p) >= rejected) = ``tail`` (0 with none rejected), the upper the p at which
+    P(Bin(arrived, p) <= rejected) = ``tail`` (1 − tail^(1/arrived) with none). Sessions
+    are taken as independent trials, as Erlang-B's arrivals are."""
+    from latsim.numeric import least_true
+
+    if not 0 <= rejected <= arrived or arrived < 1:
+        raise ValueError(f"need 0 <= rejected <= arrived >= 1, got {rejected}, {arrived}")
+    counts = np.arange(arrived + 1)
+    log_choose = np.array([math.lgamma(arrived + 1) - math.lgamma(k + 1)
+                           - math.lgamma(arrived - k + 1) for k in counts])
+
+    def cdf(k: int, p: float) -> float:  # P(Bin(arrived, p) <= k), 0 < p < 1
+        j = counts[:k + 1]
+        return float(np.exp(log_choose[:k + 1] + j * math.log(p)
+                            + (arrived - j) * math.log1p(-p)).sum())
+
+    # bisection only tries p strictly inside (0, 1)
+    lower = 0.0 if rejected == 0 else least_true(
+        lambda p: 1.0 - cdf(rejected - 1, p) >= tail, 0.0, 1.0, 1e-10)
+    upper = 1.0 if rejected == arrived else least_true(
+        lambda p: cdf(rejected, p) <= tail, 0.0, 1.0, 1e-10)
+    return lower, upper
+
+
 def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
                   tallies: Sequence[NodeTally] | None = None,
-                  samples: Mapping[str, Sequence[float]] | None = None) -> dict:
+                  samples: Mapping[str, Sequence[float]] | None = None,
+                  since: float = 0.0) -> dict:
     """The metrics of one fleet run (see the module docstring); ``tallies``: its nodes'
     (a sharded run's, whose records stayed with the nodes), else made from its records;
-    ``samples``: its :func:`fleet_samples`, where the caller keeps them too."""
+    ``samples``: its :func:`fleet_samples` (from ``since``), where the caller keeps them
+    too. ``since``: the end of a warm-up (``[run] warmup``) that no metric counts but the
+    work ones (``chunk_*``, ``w``, DiT calls per viewer-hour: those of the whole run)."""
     tallies = node_tallies(run) if tallies is None else tallies
-    sessions = run.sessions
+    sessions = [s for s in run.sessions if s.arrival >= since]
     arrived = len(sessions)
     admitted = [s for s in sessions if s.status == SERVED]
     rejected = sum(1 for s in sessions if s.status == REJECTED)
     waiting = sum(1 for s in sessions if s.status == WAITING)
-    means = level_means(run)
-    samples = fleet_samples(run, tallies) if samples is None else samples
+    means = level_means(run, since)
+    samples = fleet_samples(run, tallies, since) if samples is None else samples
     ttfc, latencies = list(samples["ttfc"]), list(samples["L"])
     if run.session_window is None:
-        played = _played(run, 0.0, run.horizon)
-        stalled = _stalled(tallies, 0.0, run.horizon)
+        played = _played(run, since, run.horizon)
+        stalled = _stalled(tallies, since, run.horizon)
+        played_all = _played(run, 0.0, run.horizon) if since > 0 else played
     else:  # each session over its own window, as the serving model's summary takes it
         played = total(run.measured(s) for s in run.segments if not math.isnan(s.t_start))
         stalled = total(end - start for tally in tallies for start, end in tally.stalls)
+        played_all = played
     chunks = [c for tally in tallies for c in tally.chunks]
     discarded = sum(t.discarded for t in tallies)
     generated = discarded + sum(t.played_generated for t in tallies)
     dit_calls = sum(t.dit_calls for t in tallies)
-    gpu_hours = run.node_hours() * run.gpus_per_node
+    gpu_hours = run.node_hours(since=since) * run.gpus_per_node
     viewer_hours = played / 3600.0
     cost = gpu_hours * usd_per_gpu_hour
     return {
@@ -218,7 +255,8 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
         "stall_pct": 100.0 * stalled / played if played else None,  # nothing played
         "chunk_p99": percentile(chunks, 99), "chunk_max": max(chunks) if chunks else None,
         "w": discarded / generated if generated else None,
-        "dit_calls_per_viewer_hour": dit_calls / viewer_hours if viewer_hours else None,
+        "dit_calls_per_viewer_hour": (dit_calls / (played_all / 3600.0) if played_all
+                                      else None),
         "gpu_hours": gpu_hours, "cost_usd": cost, "viewer_hours": viewer_hours,
         "cost_per_viewer_hour": cost / viewer_hours if viewer_hours else None,
     }

@@ -90,14 +90,13 @@ def plan(
                 *([("-" if target is None else f"to {target:g}")] if autoscaled else []),
                 _fmt(row.get("exact_cost_per_viewer_hour", row["cost_per_viewer_hour"]), 3),
                 _fmt(row.get("exact_L95", row["L95"]), 3),
-                "-" if exact is None else exact + (f" ({row['exact_failed']})"
-                                                   if row["exact_failed"] else ""),
+                "-" if exact is None else _verdict(row),
                 row["role"]])
         screened = sum(row["verdict"] == "meets" for row in rows)
         verified = sum("exact_verdict" in row for row in rows)
         print_table(f"plan {deployment_file.name}: {limits}", columns, body, [
             f"[dim]{len(rows)} candidates, {screened} pass the surrogate, {verified} run "
-            f"exactly ({deployment.base.seeds} replication(s)); $ and L95 are the exact "
+            f"exactly ({_runs(deployment)}); $ and L95 are the exact "
             "run's where there is one" + ("; scaled: autoscaled from one node up to "
                                           "nodes, to that target utilisation"
                                           if autoscaled else "") + "[/dim]",
@@ -128,3 +127,17 @@ def _write_folder(out: Path, source: Path, deployment, result) -> None:
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
     app.command("plan")(plan)
+
+
+def _verdict(row: dict) -> str:
+    """An exact run's verdict and the limits that decided it: ``fails (stall_pct)``,
+    ``undecided (blocking)``."""
+    which = row["exact_failed"] or row.get("exact_undecided", "")
+    return row["exact_verdict"] + (f" ({which})" if which else "")
+
+
+def _runs(deployment) -> str:
+    """How the exact runs ran: replications, measured seconds and the warm-up before."""
+    run = deployment.base
+    return (f"{run.seeds} replication(s) of {run.duration:g} s"
+            + (f" after a {run.warmup:g} s warm-up" if run.warmup else " from empty"))

@@ -73,7 +73,8 @@ def fleet_experiment(run: FleetRun) -> Experiment:
     experiment = Experiment(
         Ks=(node.K,), r=node.r, fps=node.fps, cost=node.cost or DEFAULT_COST,
         lead=AUTO_LEAD if node.lead is None else node.lead, policies=(node.policy,),
-        updates=workload.updates, duration=run.duration, seeds=run.seeds, seed=run.seed,
+        updates=workload.updates, duration=run.warmup + run.duration, seeds=run.seeds,
+        seed=run.seed,
         serving=replace(node.serving, streams=streams), records="conditions")
     if workload.population or experiment.lead != AUTO_LEAD:
         return experiment
@@ -261,10 +262,10 @@ def _summarised(fp: FleetPlan, replication: int, records: FleetRecords,
                  "ttfc": _finite(s.ttfc), "left": _finite(s.left), "segments": s.segments,
                  "suspended": s.suspended, "migrations": s.migrations}
                 for s in records.sessions]
-    samples = fleet_samples(records, tallies)
+    samples = fleet_samples(records, tallies, since=fp.run.warmup)
     return ReplicationResult(replication,
                              fleet_metrics(records, fp.run.fleet.usd_per_gpu_hour, tallies,
-                                           samples),
+                                           samples, since=fp.run.warmup),
                              fleet_timeseries(records, tallies=tallies), node_rows(records),
                              sessions, samples)
 
@@ -290,7 +291,8 @@ def pooled_row(fp: FleetPlan, results: list[ReplicationResult]) -> dict:
                  "target_util": run.fleet.target_util if run.fleet.autoscale else None,
                  "nodes_initial": run.fleet.nodes_initial, "nodes_max": run.fleet.nodes_max,
                  "max_sessions": run.node.max_sessions, "arrivals": run.workload.arrivals.spec,
-                 "duration": fp.horizon, "offered_load": run.workload.offered_load(fp.horizon)}
+                 "duration": run.duration, "warmup": run.warmup,
+                 "offered_load": run.workload.offered_load(fp.horizon)}
     if not results:
         return {**row, "n_runs": 0}
     for key in results[0].metrics:

@@ -58,7 +58,7 @@ import numpy as np
 
 from latsim.errors import MAX_INPUT_BYTES, LatsimError, check_int
 from latsim.experiments.executors import LOCAL, local_only, work_pool
-from latsim.model.traces import loads_toml
+from latsim.model.traces import loads_toml, paths_from_folder
 from latsim.run.files import clean
 from latsim.run.record_files import read_file_bytes
 from latsim.writing import appending, replacing
@@ -149,9 +149,13 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
                                                      bool: "boolean"}[kind]
 
 
-def parse_grid(text: str, source: str = "grid") -> GridSpec:
-    """A grid from TOML text (every key checked; a one-line error names what is wrong)."""
+def parse_grid(text: str, source: str = "grid", folder: Path | None = None) -> GridSpec:
+    """A grid from TOML text (every key checked; a one-line error names what is wrong);
+    ``folder``: the folder of the file it was read from, which its relative file paths are
+    read from (:func:`~latsim.model.traces.paths_from_folder`)."""
     data = loads_toml(text, source)
+    if folder is not None:
+        data = paths_from_folder(data, folder, source)
     unknown = set(data) - {"name", "seeds", "seed", "metrics", "fixed", "axes"}
     if unknown:
         raise LatsimError(f"{source}: unknown key(s) {', '.join(sorted(unknown))}; a grid has "
@@ -203,7 +207,7 @@ def parse_grid(text: str, source: str = "grid") -> GridSpec:
 def load_grid(path: str | Path) -> GridSpec:
     from latsim.model.traces import read_input_file
 
-    return parse_grid(read_input_file(path, "grid file"), str(path))
+    return parse_grid(read_input_file(path, "grid file"), str(path), Path(path).parent)
 
 
 def experiment(spec: GridSpec, index: int):  # Experiment (lazy import)

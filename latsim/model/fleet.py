@@ -34,7 +34,7 @@ from latsim.model.serving import (
     serving_values,
     typed_value,
 )
-from latsim.model.traces import read_toml
+from latsim.model.traces import path_from_folder, read_toml
 from latsim.model.workload import Workload, parse_workload
 
 ADMISSIONS = ("reject", "queue")
@@ -146,9 +146,18 @@ class FleetRun:
     seed: int = 0
     mode: str = "exact"
     source: str = "fleet"
+    #: seconds played before ``duration`` and left out of every metric (``[run] warmup``):
+    #: the fleet fills from empty, so a steady state's blocking, L and stall are measured
+    #: after it; stationary arrivals (poisson, mmpp) only
+    warmup: float = 0.0
 
     def __post_init__(self) -> None:
         check_number("run.duration", self.duration, 0, MAX_DURATION, positive=True, unit="s")
+        check_number("run.warmup", self.warmup, 0, MAX_DURATION, unit="s")
+        if self.warmup > 0 and not self.workload.stationary:
+            raise LatsimError("run.warmup needs stationary arrivals (poisson or mmpp): a "
+                              "population starts together, and a curve or a session log is "
+                              "its own timeline from 0")
         check_int("run.seeds", self.seeds, 1, MAX_SEEDS)
         check_int("run.seed", self.seed, 0, MAX_SEED)
         if self.mode not in MODES:
@@ -166,7 +175,7 @@ class FleetRun:
                 "node": self.node.describe(),
                 "fleet": {k: getattr(self.fleet, k) for k in FleetSpec.__dataclass_fields__},
                 "run": {"duration": self.duration, "seeds": self.seeds, "seed": self.seed,
-                        "mode": self.mode}}
+                        "mode": self.mode, "warmup": self.warmup}}
 
 
 # ---------------------------------------------------------------- the file
@@ -183,7 +192,8 @@ _FLEET_KEYS: dict[str, Any] = {
     "suspend_after_s": (int, float), "resume_s": (int, float),
     "usd_per_gpu_hour": (int, float), "migration": bool, "state_bytes": (int, float),
     "bandwidth": (int, float), "migration_fixed_s": (int, float), "rebalance_gap": int}
-_RUN_KEYS = {"duration": (int, float), "seeds": int, "seed": int, "mode": str}
+_RUN_KEYS = {"duration": (int, float), "seeds": int, "seed": int, "mode": str,
+             "warmup": (int, float)}
 
 
 def _table(data: dict, name: str, keys: dict, path: str, required: tuple[str, ...] = (),
@@ -237,7 +247,7 @@ def _parse_fleet(data: dict[str, Any], path: str) -> FleetRun:
     run = _table(data, "run", _RUN_KEYS, path)
     return FleetRun(workload_spec, node, fleet, float(run.get("duration", 3600.0)),
                     run.get("seeds", 1), run.get("seed", 0), run.get("mode", "exact"),
-                    source=path)
+                    source=path, warmup=float(run.get("warmup", 0.0)))
 
 
 def _node(body: Any, path: str) -> NodeSpec:
@@ -298,6 +308,10 @@ def _node_lead(path: str | Path, value: object) -> float | str | None:
 def load_fleet(path: str | Path) -> FleetRun:
     """Read and check a fleet file (TOML)."""
     data = read_toml(path, "fleet file")
+    workload = data.get("workload")
+    if isinstance(workload, dict) and isinstance(workload.get("log"), str):
+        log = path_from_folder(workload["log"], Path(path).parent, str(path))
+        data = {**data, "workload": {**workload, "log": log}}
     return parse_fleet(data, str(path))
 
 

@@ -26,6 +26,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from latsim.errors import DEFAULT_MAX_TRACE_EVENTS, MAX_DURATION, MAX_INPUT_BYTES, LatsimError
 from latsim.writing import replacing
@@ -77,9 +78,53 @@ def read_input_file(path: str | Path, what: str) -> str:
 
 
 def read_toml(path: str | Path, what: str) -> dict:
-    """A TOML file (a serving, system or fleet file) read with :func:`read_input_file`;
-    invalid TOML is a one-line :class:`LatsimError` naming the file."""
-    return loads_toml(read_input_file(path, what), str(path))
+    """A TOML file (a serving, system, fleet or deployment file) read with
+    :func:`read_input_file`, its relative file paths resolved from its own folder
+    (:func:`paths_from_folder`); invalid TOML is a one-line :class:`LatsimError` naming the
+    file."""
+    data = loads_toml(read_input_file(path, what), str(path))
+    return paths_from_folder(data, Path(path).parent, str(path))
+
+
+#: The built-in spec prefixes whose argument is a file or a folder: cost tables
+#: (``table:``, ``usp:PATH[@G]``), system files (``sdvg:``), arrival curves (``curve:``) and
+#: traces (``trace:``, ``traces:``). A plug-in's arguments are passed as written.
+FILE_SPECS = frozenset({"table", "usp", "sdvg", "curve", "trace", "traces"})
+
+
+def paths_from_folder(value: Any, folder: Path, source: str) -> Any:
+    """``value`` (a parsed TOML document, or any part of it) with every relative path of a
+    :data:`FILE_SPECS` spec joined to ``folder``, the folder of the file it was read from:
+    a path in an input file means the same file from wherever the command runs. A joined
+    path that does not exist where the same path read from the current folder does is a
+    one-line error that says so (the rule changed: such files once read paths from the
+    current folder)."""
+    if isinstance(value, dict):
+        return {key: paths_from_folder(item, folder, source) for key, item in value.items()}
+    if isinstance(value, list):
+        return [paths_from_folder(item, folder, source) for item in value]
+    if not isinstance(value, str):
+        return value
+    prefix, colon, argument = value.partition(":")
+    if not colon or prefix not in FILE_SPECS:
+        return value
+    path, at, degree = (argument.rpartition("@") if prefix == "usp" and "@" in argument
+                        else (argument, "", ""))
+    return f"{prefix}:{path_from_folder(path, folder, source)}{at}{degree}"
+
+
+def path_from_folder(path: str, folder: Path, source: str) -> str:
+    """One file path of an input file, read from ``folder`` (see
+    :func:`paths_from_folder`); an absolute path, or any path of a file in the current
+    folder, is kept as given."""
+    given = Path(path.strip())
+    if not path.strip() or given.is_absolute() or folder == Path("."):
+        return path
+    joined = folder / given
+    if not joined.exists() and given.exists():
+        raise LatsimError(f"{source}: {path} is read from the file's own folder ({joined} "
+                          f"does not exist); write it relative to {folder}/ or absolute")
+    return str(joined)
 
 
 def loads_toml(text: str, source: str) -> dict:

@@ -30,6 +30,7 @@ import numpy as np
 
 from latsim.errors import MAX_DURATION, LatsimError
 from latsim.model.traces import read_input_file
+from latsim.numeric import least_true
 from latsim.plugins.spec import is_number, numbers, short, split
 
 #: Sessions one run may draw (the work bound of the sampler; a typo'd rate fails here).
@@ -80,6 +81,27 @@ class DurationLaw:
         alpha = self.shape
         scale = self.mean * (alpha - 1) / alpha
         return 1.0 if s < scale else (scale / s) ** alpha
+
+    def held(self, t: float) -> float:
+        """E[min(D, ``t``)]: the seconds a session holds its slot within ``t`` of joining
+        (the integral of :meth:`survival` over ``[0, t]``, in closed form)."""
+        if t <= 0:
+            return 0.0
+        if self.kind == "exponential":
+            return self.mean * -math.expm1(-t / self.mean)
+        sigma2 = math.log1p(self.shape**2) if self.kind == "lognormal" else 0.0
+        if self.kind == "fixed" or (self.kind == "lognormal" and sigma2 == 0):
+            return min(self.mean, t)
+        if self.kind == "lognormal":
+            mu, sigma = math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2)
+            z = (math.log(t) - mu) / sigma
+            below = 0.5 * math.erfc(-(z - sigma) / math.sqrt(2))  # Φ(z − σ)
+            return self.mean * below + t * 0.5 * math.erfc(z / math.sqrt(2))
+        alpha = self.shape
+        scale = self.mean * (alpha - 1) / alpha
+        if t <= scale:
+            return t
+        return self.mean - scale**alpha * t ** (1 - alpha) / (alpha - 1)
 
 
 def parse_duration(spec: str) -> DurationLaw:
@@ -411,6 +433,25 @@ class Workload:
     @property
     def population(self) -> bool:
         return self.log is None and self.arrivals.kind == "population"
+
+    @property
+    def stationary(self) -> bool:
+        """Drawn arrivals at a rate that does not depend on the time (poisson, mmpp)."""
+        return self.log is None and self.arrivals.kind in ("poisson", "mmpp")
+
+    def ramp(self, level: float = 0.99) -> float:
+        """Seconds from an empty start until the sessions present reach ``level`` of their
+        steady mean (M/G/∞ with stationary arrivals: E[min(D, t)] >= level · E[D]), to the
+        second, at most :data:`MAX_DURATION` (a heavy tail may need longer). Sessions of a
+        fixed length D reach it at level · D, exponential ones of mean m at m · ln(1/(1 −
+        level))."""
+        if not 0 < level < 1:
+            raise LatsimError(f"ramp level must be in (0, 1), got {level!r}")
+        law, goal = self.duration, level * self.duration.mean
+        if law.held(MAX_DURATION) < goal:
+            return MAX_DURATION
+        seconds = math.ceil(least_true(lambda t: law.held(t) >= goal, 0.0, MAX_DURATION, 0.5))
+        return seconds - 1 if law.held(seconds - 1) >= goal else seconds  # the least whole
 
     def offered_load(self, horizon: float) -> float:
         """Sessions present on average with unlimited capacity (M/G/∞: λ·E[D]; a log's own

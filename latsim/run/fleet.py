@@ -123,11 +123,11 @@ class FleetRecords:
             return segment.played
         return min(segment.played, self.session_window)
 
-    def node_hours(self, until: float | None = None) -> float:
-        """Node-hours paid for over ``[0, until]`` (default the horizon)."""
+    def node_hours(self, until: float | None = None, since: float = 0.0) -> float:
+        """Node-hours paid for over ``[since, until]`` (default ``[0, horizon]``)."""
         end = self.horizon if until is None else until
         total = 0.0
         for node in self.nodes:
             stop = end if math.isnan(node.t_removed) else min(node.t_removed, end)
-            total += max(0.0, stop - node.t_provisioned)
+            total += max(0.0, stop - max(node.t_provisioned, since))
         return total / 3600.0
