@@ -14,6 +14,14 @@ the same arrivals and costs whatever N is), and the verdict is statistical:
 - otherwise the replications double, up to ``max_seeds``; still undecided, N counts as not
   meeting the SLO (``uncertain``: the conservative reading) and the row says so.
 
+Under ``--lead auto`` the search plans each N with one pilot's lead, as ``simulate``
+does; then the answer N and N + 1 are judged again with every replication planning with
+the lead of pilots of its own (:func:`~latsim.experiments.engine.auto_lead_per_replication`,
+on random streams no run uses), so the pilot's answer, one more random input of the
+verdict, varies across the replications the bootstrap resamples: the answer holds for the
+rule, not for one seed's lead. Where N no longer meets, the answer steps down (and up
+while N + 1 meets). Those rows give the mean lead and ``lead_min``/``lead_max``.
+
 The search doubles N from 1 until it fails (or reaches ``max_streams``), then bisects between
 the largest pass and the smallest failure. It assumes that meeting the SLO is monotone in N,
 which holds for the workloads here (more streams only add work to the queues); every N it
@@ -30,7 +38,15 @@ import numpy as np
 
 from latsim.analysis.serving import serving_metrics, viewer_stall_pct
 from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number, check_work
-from latsim.experiments.engine import Experiment, cell_slots, plan, run_replications
+from latsim.experiments.engine import (
+    Experiment,
+    auto_lead_per_replication,
+    cell_slots,
+    lead_mode,
+    plan,
+    run_replications,
+)
+from latsim.experiments.stream_models import AUTO_LEAD, COST_LEAD
 from latsim.model.serving import MAX_STREAMS, STREAMS_LIMIT_NOTE, ServingConfig
 from latsim.run.serving import ServingRecords
 
@@ -87,6 +103,8 @@ class Verdict:
     lead: float | None = None
     lead_wait: float | None = None
     lead_model: str | None = None
+    #: the least and the greatest lead, where each replication planned with its own
+    lead_range: tuple[float, float] | None = None
 
     @property
     def meets(self) -> bool:
@@ -111,6 +129,8 @@ class Verdict:
             "n_conditions": m["n_conditions"], "lead": self.lead,
             **({} if self.lead_model is None else
                {"lead_wait": self.lead_wait, "lead_model": self.lead_model}),
+            **({} if self.lead_range is None else
+               {"lead_min": self.lead_range[0], "lead_max": self.lead_range[1]}),
         }
 
 
@@ -137,10 +157,11 @@ def capacity_notes(verdicts: tuple[Verdict, ...] | list[Verdict], answer: int | 
     answer loads the DiT devices past :data:`LEAD_CHECKED_LOAD`."""
     notes = []
     row = next((v for v in verdicts if v.streams == answer), None)
-    if any(v.lead_model is not None for v in verdicts):
-        notes.append("each verdict holds at its row's lead, which --lead auto's pilot set "
-                     "at this seed (another seed's pilot gives another lead): give --lead "
-                     "with a row's lead to check that verdict at another seed")
+    if any(v.lead_range is not None for v in verdicts):
+        notes.append("the answer and the next N were judged with each replication "
+                     "planning with the lead of pilots of its own (lead_min to lead_max), "
+                     "so their confidence includes how --lead auto's pilot varies; the "
+                     "other rows hold at one pilot's lead")
     if row is not None and row.lead_model is not None:
         load = row.metrics["busy_pct"] / 100
         if load > LEAD_CHECKED_LOAD:
@@ -211,6 +232,15 @@ def _judge(query: CapacityQuery, streams: int, runs: list[ServingRecords],
     return Verdict(streams, len(runs), metrics, l95_se, stall_se, p_l95, p_stall, verdict)
 
 
+def _leads_of(base_lead: float, leads: list[tuple[float, str]]) -> dict:
+    """The lead fields of a verdict whose replications each planned with a lead from
+    pilots of their own: the mean lead and wait, and the range of the leads."""
+    waits = [wait for wait, _ in leads]
+    return {"lead": base_lead + float(np.mean(waits)), "lead_wait": float(np.mean(waits)),
+            "lead_model": f"a pilot per replication ({leads[0][1]})",
+            "lead_range": (base_lead + min(waits), base_lead + max(waits))}
+
+
 def _lead_of(experiment: Experiment, index: int) -> dict:
     """Cell ``index``'s lead in ``experiment``'s plan, and what ``--lead auto`` added."""
     p = plan(experiment)
@@ -243,12 +273,17 @@ def search_capacity(query: CapacityQuery,
     rng = np.random.default_rng(np.random.SeedSequence(experiment.seed, spawn_key=(2**33,)))
     verdicts: dict[int, Verdict] = {}
 
-    def evaluate(streams: int) -> Verdict:
+    def evaluate(streams: int, own_pilots: bool = False) -> Verdict:
         nonlocal spent
         # the search keeps its own account of the work (``spent``), run by run; a verdict
         # reads summaries only, so the runs count their slots and tasks instead of keeping
         trial = replace(experiment, serving=replace(serving, streams=streams),
                         max_events=10**15, records="none")
+        piloted = own_pilots and streams > 1 and lead_mode(trial) == AUTO_LEAD
+        if piloted:  # the base lead the pilots add their wait budgets to
+            base_cell = plan(replace(trial, lead=COST_LEAD)).cells[cell_index]
+            base_lead, K = base_cell.lead, base_cell.timing.K
+        leads: list[tuple[float, str]] = []
         runs: list[ServingRecords] = []
         replications = query.min_seeds
         while True:
@@ -261,11 +296,19 @@ def search_capacity(query: CapacityQuery,
                     + (", ".join(f"N={n} {v.verdict}" for n, v in sorted(verdicts.items()))
                        or "nothing") + "; raise --max-events or lower --max-seeds")
             spent += cost
-            runs += run_replications(trial, cell_index, range(len(runs), replications))
+            more_runs = range(len(runs), replications)
+            if piloted:
+                leads += auto_lead_per_replication(trial, K, base_lead,
+                                                   experiment.policies[0], more_runs)
+                runs += run_replications(trial, cell_index, more_runs,
+                                         [base_lead + wait for wait, _ in leads[-len(more_runs):]])
+            else:
+                runs += run_replications(trial, cell_index, more_runs)
             last = replications >= query.max_seeds
             verdict = _judge(query, streams, runs, rng, last)
             if verdict.verdict:
-                verdict = replace(verdict, **_lead_of(trial, cell_index))
+                verdict = replace(verdict, **(_leads_of(base_lead, leads) if piloted
+                                              else _lead_of(trial, cell_index)))
                 break
             replications = min(query.max_seeds, 2 * replications)
         verdicts[streams] = verdict
@@ -291,5 +334,14 @@ def search_capacity(query: CapacityQuery,
                 best = mid
             else:
                 worst = mid
+    # the answer and the next N again, each replication planning with pilots of its own:
+    # the verdicts that decide the answer count the pilot's variation (module docstring)
+    if lead_mode(experiment) == AUTO_LEAD and best >= 1:
+        stepped_down = False
+        while best > 1 and not evaluate(best, own_pilots=True).meets:
+            best, stepped_down = best - 1, True
+        while (not stepped_down and best < query.max_streams
+               and evaluate(best + 1, own_pilots=True).meets):
+            best += 1
     return CapacityResult(query, best, tuple(verdicts.values()))
 

@@ -470,8 +470,28 @@ def clear_auto_leads() -> None:
     _AUTO_LEADS.clear()
 
 
-def _auto_lead_answers(experiment: Experiment, cells: Sequence[tuple[int, float, str]]
+#: The replication numbers the pilots of :func:`auto_lead_per_replication` run at start
+#: here (pilot of replication r: replication PILOT_REPLICATIONS_FROM + r), past every
+#: replication a run makes (``--max-seeds`` is at most 10,000), so that no pilot shares its
+#: random streams with a run it sets the lead of.
+PILOT_REPLICATIONS_FROM = 10_000
+
+
+def auto_lead_per_replication(experiment: Experiment, K: int, base_lead: float,
+                              policy: str, replications: Sequence[int]
+                              ) -> list[tuple[float, str]]:
+    """:func:`auto_lead_wait` for each of ``replications`` of ``policy``'s cell, each from
+    pilots of its own on random streams no run uses (:data:`PILOT_REPLICATIONS_FROM`): a
+    search that judges its replications together (``latsim capacity``) then sees the
+    pilot's variation among the rest. Not kept on disk or in the process."""
+    return _auto_lead_answers(experiment, [(K, base_lead, policy)] * len(replications),
+                              [PILOT_REPLICATIONS_FROM + r for r in replications])
+
+
+def _auto_lead_answers(experiment: Experiment, cells: Sequence[tuple[int, float, str]],
+                       replications: Sequence[int] | None = None
                        ) -> list[tuple[float, str]]:
+    """The pilots' answers for ``cells``, each at its pilot replication (default 0)."""
     from latsim.model.lead import pilot_seconds
 
     if not cells:
@@ -480,15 +500,16 @@ def _auto_lead_answers(experiment: Experiment, cells: Sequence[tuple[int, float,
     serving, cost = experiment.serving.resolve(cost)  # type: ignore[union-attr]
     if serving.streams == 1:  # its own chunks in flight, or a pipeline's round, are not it
         return [(0.0, "one stream: no device shared")] * len(cells)
+    at = [0] * len(cells) if replications is None else list(replications)
     timings = [Timing(K, experiment.r, experiment.fps) for K, _, _ in cells]
     quantiles = [closed_form_wait(serving, cost, timing) for timing in timings]
-    waits = _pilots(experiment, [(K, base + (quantile or 0.0), policy) for (K, base, policy),
-                                 quantile in zip(cells, quantiles, strict=True)])
+    waits = _pilots(experiment, [(K, base + (quantile or 0.0), policy, r) for (K, base, policy),
+                                 quantile, r in zip(cells, quantiles, at, strict=True)])
     # a second pilot where the answer is longer than the quantile (not where overloaded,
     # and not within the budget's resolution)
     again = [i for i, (wait, quantile) in enumerate(zip(waits, quantiles, strict=True))
              if quantile is not None and wait > quantile + 1e-6]
-    second = _pilots(experiment, [(cells[i][0], cells[i][1] + waits[i], cells[i][2])
+    second = _pilots(experiment, [(cells[i][0], cells[i][1] + waits[i], cells[i][2], at[i])
                                   for i in again])
     seconds = pilot_seconds(serving.streams)
     answers = [(wait, f"pilot run of {seconds:g} s, stall-targeted") for wait in waits]
@@ -497,9 +518,10 @@ def _auto_lead_answers(experiment: Experiment, cells: Sequence[tuple[int, float,
     return answers
 
 
-def _pilots(experiment: Experiment, runs: Sequence[tuple[int, float, str]]) -> list[float]:
-    """:func:`pilot_wait_budget` of each (K, pilot lead, policy), on the active pool
-    (reporting to :func:`reporting_progress`'s callback, if any, as each ends)."""
+def _pilots(experiment: Experiment, runs: Sequence[tuple[int, float, str, int]]
+            ) -> list[float]:
+    """:func:`pilot_wait_budget` of each (K, pilot lead, policy, replication), on the active
+    pool (reporting to :func:`reporting_progress`'s callback, if any, as each ends)."""
     pool = active_pool() or LocalPool(1)
     progress = _PROGRESS.get()
     budgets: list[float] = [math.nan] * len(runs)
@@ -511,7 +533,7 @@ def _pilots(experiment: Experiment, runs: Sequence[tuple[int, float, str]]) -> l
     return budgets
 
 
-def _pilot(run: tuple[Experiment, int, float, str]) -> float:
+def _pilot(run: tuple[Experiment, int, float, str, int]) -> float:
     with gc_paused():
         return pilot_wait_budget(*run)
 
@@ -587,12 +609,18 @@ def run_cell(experiment: Experiment, cell_index: int, replication: int,
     return p.model.run(p, p.cells[cell_index], replication)
 
 
-def run_replications(experiment: Experiment, cell_index: int, replications: range
+def run_replications(experiment: Experiment, cell_index: int, replications: range,
+                     leads: Sequence[float] | None = None
                      ) -> list[RunRecords | ServingRecords]:
-    """Replications of one cell, in order, on the active work pool (else in process)."""
+    """Replications of one cell, in order, on the active work pool (else in process);
+    ``leads``: one lead (seconds) for each replication, in place of the experiment's."""
     pool = active_pool() or LocalPool(1)
-    p = plan(experiment)
-    work = [[(p, [(cell_index, rep)])] for rep in replications]
+    if leads is None:
+        p = plan(experiment)
+        work = [[(p, [(cell_index, rep)])] for rep in replications]
+    else:
+        work = [[(plan(replace(experiment, lead=lead)), [(cell_index, rep)])]
+                for rep, lead in zip(replications, leads, strict=True)]
     results: list = [None] * len(work)
     for index, (records,) in pool.map_unordered(_run_chunk, work):
         results[index] = records
