@@ -37,20 +37,19 @@ def draw_frontier(rows: Sequence[dict], frontier: Sequence[int], path: Path,
                 ax.annotate(f"{measure}={value} usp{row['usp']}",
                             (row["cost_per_viewer_hour"], row["L95"]), fontsize=FONT["note"],
                             xytext=(4, 3), textcoords="offset points", color=PALETTE["note"])
-        exact = [r for _, r in passing if r.get("exact_verdict")]
+        exact = [r for _, r in passing if r.get("exact_verdict")  # and something to draw
+                 and r.get("exact_L95") is not None
+                 and r.get("exact_cost_per_viewer_hour") is not None]
         for row in exact:
             ax.plot([row["cost_per_viewer_hour"], row["exact_cost_per_viewer_hour"]],
                     [row["L95"], row["exact_L95"]], color=style.color, lw=0.6, alpha=0.6)
-        met = [r for r in exact if r["exact_verdict"] == "meets"]
-        missed = [r for r in exact if r["exact_verdict"] != "meets"]
-        if met:
-            ax.scatter([r["exact_cost_per_viewer_hour"] for r in met],
-                       [r["exact_L95"] for r in met], s=40, marker=style.marker,
-                       color=style.color, label=f"{policy}: exact run, meets")
-        if missed:
-            ax.scatter([r["exact_cost_per_viewer_hour"] for r in missed],
-                       [r["exact_L95"] for r in missed], s=40, marker="x",
-                       color=style.color, label=f"{policy}: exact run, misses")
+        for verdict, marker, said in (("meets", style.marker, "meets"), ("fails", "x", "misses"),
+                                      ("undecided", "+", "undecided")):
+            shown = [r for r in exact if r["exact_verdict"] == verdict]
+            if shown:
+                ax.scatter([r["exact_cost_per_viewer_hour"] for r in shown],
+                           [r["exact_L95"] for r in shown], s=40, marker=marker,
+                           color=style.color, label=f"{policy}: exact run, {said}")
     ax.set_xlabel("cost per viewer-hour (USD)", fontsize=FONT["label"])
     ax.set_ylabel("condition L95 (s)", fontsize=FONT["label"])
     style_axes(ax)
