@@ -21,3 +21,11 @@ os.environ["LATSIM_CACHE_DIR"] = "off"
 # then see no Ctrl-C. Take it back, as an interactive terminal or CI would have it.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the README's test command): two workers more than the cores. Many tests
+    wait on sockets, child processes and sleeps (the live server, clients, the browser),
+    during which one worker per core leaves a core idle; every test is written to pass on
+    a loaded machine (README, "Tests and benchmarks", gives the measured times)."""
+    return (os.cpu_count() or 1) + 2
