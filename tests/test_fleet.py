@@ -551,6 +551,7 @@ def test_with_cold_starts_sharded_differs_from_exact_only_by_the_first_chunks_pr
 # ---------------------------------------------------------------- fleet plan
 
 
+@pytest.mark.slow  # 7 s or more on 2 cores
 def test_plan_finds_the_smallest_static_fleet_and_an_autoscaled_one_no_dearer(tmp_path):
     from latsim.experiments.fleet_plan import FleetSLO, plan_fleet_size
 

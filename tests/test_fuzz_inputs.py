@@ -444,8 +444,9 @@ def test_a_file_nested_too_deeply_is_one_error_line(reader, tmp_path):
 @pytest.mark.parametrize("args", [
     ["simulate", "--K", "4", "--C", "1e-320", "--streams", "2", "--pools", "dit=1",
      "--duration", "5", "--seeds", "1"],
-    ["capacity", "--K", "8", "--C", "1e-320", "--pools", "dit=1", "--slo-l95", "2",
-     "--slo-stall", "0.1", "--duration", "5", "--min-seeds", "2", "--max-seeds", "5"],
+    pytest.param(["capacity", "--K", "8", "--C", "1e-320", "--pools", "dit=1", "--slo-l95",
+                  "2", "--slo-stall", "0.1", "--duration", "5", "--min-seeds", "2",
+                  "--max-seeds", "5"], marks=pytest.mark.slow),  # 9 s
 ], ids=["simulate", "capacity"])
 def test_a_subnormal_cost_runs(args):
     """C = 1e-320 s overflowed T/C to inf and the nD/D/1 sums took a log of 0."""

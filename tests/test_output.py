@@ -97,7 +97,8 @@ def _schema():
     return jsonschema.Draft202012Validator(schema)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow)  # 9 s
+                                  if name == "reproduce" else name for name in NAMES])
 def test_every_command_prints_the_envelope(name, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     args = _commands(tmp_path)[name]

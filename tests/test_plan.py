@@ -125,6 +125,7 @@ def test_a_looser_slo_or_a_lower_price_never_costs_more(tmp_path, looser):
     assert all(cheaper[p] <= base[p] for p in base)
 
 
+@pytest.mark.slow  # 7 s or more on 2 cores
 def test_every_candidate_verified_exactly_gives_the_same_recommendation(tmp_path):
     """On a space small enough to run every candidate exactly, the plan's recommendation is
     the cheapest configuration that meets the SLO in its exact run, per policy; the plan's
@@ -404,3 +405,5 @@ def test_the_plans_exact_runs_measure_after_the_ramp(tmp_path):
     row = next(r for r in plan_deployment(deployment).rows if "exact_verdict" in r)
     assert fleet_of(deployment, row).warmup == deployment.base.warmup
     assert _deployment(tmp_path, run={"warmup": 30}).base.warmup == 30
+    heavy = _deployment(tmp_path, workload={"duration": "pareto:80,1.5"})
+    assert heavy.base.warmup == 800  # ten mean lengths: its 99 % ramp is ~1,500 of them

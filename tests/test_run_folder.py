@@ -246,6 +246,7 @@ def test_no_command_writes_over_files_it_did_not_write(tmp_path, args, foreign):
     assert result.stderr.rstrip().endswith("use another --out")
 
 
+@pytest.mark.slow  # 7 s or more on 2 cores
 def test_a_command_runs_again_into_its_own_folder(tmp_path):
     """What the same command wrote there is its own: a second run replaces it."""
     from typer.testing import CliRunner

@@ -190,6 +190,7 @@ def test_capacity_json_is_one_object_with_max_streams_and_its_rows(tmp_path):
     assert len(pd.read_csv(tmp_path / "capacity.csv")) == len(payload["rows"])
 
 
+@pytest.mark.slow  # 7 s or more on 2 cores
 def test_capacity_says_which_lead_its_verdicts_hold_for_and_when_the_answer_is_past_it(
         monkeypatch):
     """Under --lead auto each verdict holds at its pilot's lead (another seed's pilot moves
@@ -337,6 +338,7 @@ def test_plot_timeline_draws_one_stream_of_a_serving_folder(tmp_path):
     assert (tmp_path / "t.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # 7 s or more on 2 cores
 def test_capacity_grows_with_devices_under_the_auto_lead():
     """The engine issue's repro: with a loose L95, speculative streams under ``--lead auto``
     on two devices were 3, as on one (the pilot run's 0.99 wait quantile missed the rare

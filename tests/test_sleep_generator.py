@@ -66,6 +66,7 @@ def test_a_slots_payload_has_the_size_asked_for_and_carries_the_version():
     assert set(np.frombuffer(generator.payload(stream, 0)[2], np.float32)) == {0.0}
 
 
+@pytest.mark.slow  # 7 s or more on 2 cores
 def test_measure_with_the_sleep_generator_imports_no_torch(tmp_path):
     code = textwrap.dedent(f"""
         import json, sys

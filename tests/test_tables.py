@@ -58,7 +58,8 @@ CASES: dict[str, tuple[list[str], tuple[str, ...], bool]] = {
 }
 #: Commands that print lines, not tables, each of which must fit the width.
 LINES_FIT = {"controller", "traces show"}
-SLOW = {"reproduce serving": "6 s a width", "measure": "a live run of 2 s plus warm-up"}
+SLOW = {"reproduce serving": "6 s a width", "measure": "a live run of 2 s plus warm-up",
+        "reproduce systems": "8 s a width", "reproduce": "5 s a width"}
 
 
 def _case(name: str):

@@ -99,7 +99,8 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("name", [
-    "sweep", "simulate", "simulate --streams", "grid", "fleet", "reproduce", "reproduce systems",
+    "sweep", "simulate", "simulate --streams", "grid", "fleet",
+    *(pytest.param(name, marks=pytest.mark.slow) for name in ("reproduce", "reproduce systems")),
     "reproduce replan-rule", "capacity", "measure", "profile",
 ])
 def test_each_long_command_counts_its_work_on_one_bar(name, tmp_path, monkeypatch):

@@ -228,6 +228,7 @@ def test_quiet_refill_cycles_skip_the_table_only_off_the_reference_path(monkeypa
     assert pickle.dumps(runs[True]) == pickle.dumps(runs[False])
 
 
+@pytest.mark.slow  # 11 s on 2 cores
 @SETTINGS
 @given(rate=st.sampled_from([0.1, 0.3]), nodes=st.integers(1, 3),
        activity=st.sampled_from(["always", "active_idle:15,5"]),

@@ -31,7 +31,8 @@ works in two stages, both stated in every row:
 2. **Verification by the exact fleet model** (``latsim fleet``, its own ``[run]``), for
    every candidate on the surrogate's Pareto frontier and for each policy's recommendation.
    With stationary arrivals the runs measure the steady state, after a warm-up (``[run]
-   warmup``, else the M/G/∞ ramp to :data:`RAMP_LEVEL`). A configuration meets the SLO
+   warmup``, else the M/G/∞ ramp to :data:`RAMP_LEVEL`, at most :data:`RAMP_MEANS` mean
+   session lengths). A configuration meets the SLO
    when each limit is above its metric's one-sided 95 % upper bound, fails where one is
    below the lower bound, and is undecided otherwise (:func:`verify`). Every verified row
    carries the surrogate's error. A recommendation always meets the SLO in its exact run:
@@ -69,6 +70,9 @@ POLICIES = ("baseline", "speculative")
 #: M/G/∞ ramp from empty to this share of the steady sessions present
 #: (:meth:`~latsim.model.workload.Workload.ramp`), and measure after it.
 RAMP_LEVEL = 0.99
+#: ... but for at most this many mean session lengths: a heavy tail's ramp is far longer
+#: (Pareto sessions of α = 1.5 need 1,480 mean lengths to reach 99 %; after 10 they hold 88 %).
+RAMP_MEANS = 10
 #: Candidates a deployment file may describe, and exact runs one plan may make.
 MAX_CANDIDATES = 4096
 MAX_VERIFIED = 256
@@ -265,7 +269,9 @@ def parse_deployment(data: dict[str, Any], path: str = "deployment file") -> Dep
         raise LatsimError(f"{path}: {exc}") from None
     base = parse_fleet(rest, path)
     if base.warmup == 0 and base.workload.stationary:  # measure the steady state
-        base = replace(base, warmup=float(base.workload.ramp(RAMP_LEVEL)))
+        workload = base.workload
+        base = replace(base, warmup=float(min(workload.ramp(RAMP_LEVEL),
+                                              math.ceil(RAMP_MEANS * workload.duration.mean))))
     deployment = Deployment(base, space, limits)
     for candidate in candidates(deployment):  # every cost and shape checked before any work
         _check_shape(deployment, candidate, path)
@@ -545,15 +551,14 @@ def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVEN
     and the Clopper–Pearson bounds of the sessions turned away among those that arrived,
     pooled. The first covers rejections that come in bursts (one replication's crowded
     hour); the second a run that turned none away, whose blocking is then bounded by about
-    3 / arrivals, not by 0. A limit above the upper
-    bound is met; one below the lower bound fails; one between them, or a metric with no
-    value, is undecided in the time the run was given. Blocking has one more way to be
-    met: a static fleet that turns sessions away at once, under Poisson arrivals, is an
-    M/G/c/c loss system, so its steady-state blocking is Erlang-B's whatever the session
-    lengths; where the row's Erlang-B value is within the limit and inside the run's two
-    bounds, the run confirms it (``exact_blocking_basis``: ``Erlang-B``, else ``run``).
-    The verdict: ``fails`` where any limit fails, else ``undecided`` where any is
-    undecided, else ``meets``."""
+    3 / arrivals, not by 0. A limit above the upper bound is met; one below the lower bound
+    fails; one between them, or a metric with no value, is undecided in the time the run
+    was given. Blocking has one more way to be met: a static fleet that turns sessions
+    away at once, under Poisson arrivals, is an M/G/c/c loss system, so its steady-state
+    blocking is Erlang-B's whatever the session lengths; where the row's Erlang-B value is
+    within the limit and inside the run's two bounds, the run confirms it
+    (``exact_blocking_basis``: ``Erlang-B``, else ``run``). The verdict: ``fails`` where
+    any limit fails, else ``undecided`` where any is undecided, else ``meets``."""
     from latsim.analysis.fleet import blocking_bounds
     from latsim.experiments.fleet import plan_fleet, pooled_row, run_fleet
 
