@@ -129,7 +129,8 @@ def plan_fleet(run: FleetRun, max_events: int = DEFAULT_MAX_EVENTS) -> FleetPlan
         raise LatsimError(f"the fleet would play about {events:.3g} latent slots over "
                           f"{run.seeds} replication(s) (about {present:.3g} sessions present "
                           f"for {p.duration:g} s), more than the work bound {max_events:.3g};"
-                          " shorten run.duration, lower the rate, or raise --max-events")
+                          " shorten run.duration" + (" or run.warmup" if run.warmup else "")
+                          + ", lower the rate, or raise --max-events")
     return FleetPlan(run, p, cell)
 
 
