@@ -182,24 +182,15 @@ def blocking_bounds(rejected: int, arrived: int, tail: float = 0.05) -> tuple[fl
     p) >= rejected) = ``tail`` (0 with none rejected), the upper the p at which
     P(Bin(arrived, p) <= rejected) = ``tail`` (1 − tail^(1/arrived) with none). Sessions
     are taken as independent trials, as Erlang-B's arrivals are."""
+    from latsim.analysis.queueing import binomial_tail
     from latsim.numeric import least_true
 
     if not 0 <= rejected <= arrived or arrived < 1:
         raise ValueError(f"need 0 <= rejected <= arrived >= 1, got {rejected}, {arrived}")
-    counts = np.arange(arrived + 1)
-    log_choose = np.array([math.lgamma(arrived + 1) - math.lgamma(k + 1)
-                           - math.lgamma(arrived - k + 1) for k in counts])
-
-    def cdf(k: int, p: float) -> float:  # P(Bin(arrived, p) <= k), 0 < p < 1
-        j = counts[:k + 1]
-        return float(np.exp(log_choose[:k + 1] + j * math.log(p)
-                            + (arrived - j) * math.log1p(-p)).sum())
-
-    # bisection only tries p strictly inside (0, 1)
     lower = 0.0 if rejected == 0 else least_true(
-        lambda p: 1.0 - cdf(rejected - 1, p) >= tail, 0.0, 1.0, 1e-10)
+        lambda p: binomial_tail(arrived, p, rejected) >= tail, 0.0, 1.0, 1e-10)
     upper = 1.0 if rejected == arrived else least_true(
-        lambda p: cdf(rejected, p) <= tail, 0.0, 1.0, 1e-10)
+        lambda p: 1.0 - binomial_tail(arrived, p, rejected + 1) <= tail, 0.0, 1.0, 1e-10)
     return lower, upper
 
 

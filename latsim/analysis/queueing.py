@@ -46,7 +46,7 @@ def _log_binom(n: int, k: int) -> float:
     return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
-def _binomial_tail(m: int, p: float, k: int) -> float:
+def binomial_tail(m: int, p: float, k: int) -> float:
     """P(Bin(m, p) >= k)."""
     if k <= 0:
         return 1.0
@@ -80,8 +80,8 @@ def _check(streams: int, period: float, service: float) -> float:
 
 def _work_mean_units(sources: int, ratio: float) -> float:
     """E[unfinished work] / C of ``sources`` periodic sources (period ``ratio`` · C)."""
-    return sum(ratio / (sources + 1) * _binomial_tail(sources + 1, n / ratio, n + 1)
-               - _binomial_tail(sources, n / ratio, n + 1)
+    return sum(ratio / (sources + 1) * binomial_tail(sources + 1, n / ratio, n + 1)
+               - binomial_tail(sources, n / ratio, n + 1)
                for n in range(1, sources + 1))
 
 

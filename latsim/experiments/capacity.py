@@ -236,7 +236,8 @@ def _leads_of(base_lead: float, leads: list[tuple[float, str]]) -> dict:
     """The lead fields of a verdict whose replications each planned with a lead from
     pilots of their own: the mean lead and wait, and the range of the leads."""
     waits = [wait for wait, _ in leads]
-    return {"lead": base_lead + float(np.mean(waits)), "lead_wait": float(np.mean(waits)),
+    wait = float(np.mean(waits))
+    return {"lead": base_lead + wait, "lead_wait": wait,
             "lead_model": f"a pilot per replication ({leads[0][1]})",
             "lead_range": (base_lead + min(waits), base_lead + max(waits))}
 

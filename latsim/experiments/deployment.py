@@ -565,7 +565,8 @@ def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVEN
     fp = plan_fleet(fleet_of(deployment, row), max_events)
     measured = pooled_row(fp, run_fleet(fp))
     slo = deployment.slo
-    bounds = {key: _bounds(measured, key) for key in slo.fleet_slo().limits()}
+    limits = {**slo.fleet_slo().limits(), "blocking": slo.blocking}
+    bounds = {key: _bounds(measured, key) for key in limits if key != "blocking"}
     runs = measured.get("n_runs") or 0
     arrived = round((measured.get("sessions_arrived") or 0) * runs)
     rejected = round((measured.get("sessions_rejected") or 0) * runs)
@@ -575,7 +576,6 @@ def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVEN
         bounds["blocking"] = (min(pooled_bounds[0], spread[0]), max(pooled_bounds[1], spread[1]))
     else:
         bounds["blocking"] = None
-    limits = {**slo.fleet_slo().limits(), "blocking": slo.blocking}
     failed = [key for key, limit in limits.items()
               if bounds[key] is not None and bounds[key][0] > limit]
     undecided = [key for key, limit in limits.items()
