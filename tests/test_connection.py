@@ -97,6 +97,16 @@ def test_no_hello_by_the_deadline_closes_with_a_policy_code():
     assert connection.phase is Phase.CLOSED
 
 
+def test_a_place_taken_before_hello_closes_with_try_again_later():
+    connection = _connection()
+    assert connection.evicted("crowded") == [Refuse("crowded", 1013)]
+    assert connection.phase is Phase.CLOSED
+    opening = _connection()
+    assert isinstance(opening.receive(HELLO, 0.1, 100.1)[0], Open)
+    with pytest.raises(RuntimeError):  # past hello it holds no place to lose
+        opening.evicted("crowded")
+
+
 def test_probes_beyond_the_rate_close_the_connection():
     connection = _connection()
     for i in range(10):  # the bucket starts full: a burst of one second's worth

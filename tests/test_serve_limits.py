@@ -5,6 +5,7 @@ hello, tokens and origins, condition floods, slow readers, and a graceful stop o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import json
 import math
@@ -177,6 +178,52 @@ def test_by_default_two_addresses_cannot_lock_the_others_out():
     for address in ("127.0.0.2", "127.0.0.3"):
         assert sum(f"too many connections from {address}" in h for h in hogs) == 32
     assert sum("no hello within 4 s" in h for h in hogs) == 16
+
+
+def test_idle_connections_from_eight_addresses_do_not_lock_the_others_out():
+    """The defaults (--max-pending 64, 8 per address): eight addresses holding 8 idle
+    connections each fill every place before hello, and open another as soon as one is
+    closed (issue 51: no honest viewer got in until the hello timeout, wave after wave).
+    Each viewer from a ninth address takes the oldest place of a largest holder, which is
+    told so and closed (1013), and gets its session at once."""
+    from websockets.asyncio.client import connect
+
+    built = _server(hello_timeout=30.0)
+    hog_addresses = [f"127.0.0.{n}" for n in range(2, 10)]
+    closed: list[tuple[str, int | None]] = []
+    with ServerThread(built) as port:
+        async def silent(address: str) -> None:
+            while True:  # an idle connection, again as soon as the server closes it
+                async with connect(f"ws://127.0.0.1:{port}", local_addr=(address, 0)) as ws:
+                    reason = "closed without an error"
+                    with contextlib.suppress(Exception):
+                        reason = json.loads(await ws.recv())["error"]
+                        await ws.recv()
+                    closed.append((reason, ws.close_code))
+
+        async def scene() -> tuple:
+            hogs = [asyncio.create_task(silent(address))
+                    for address in hog_addresses for _ in range(8)]
+            while len(built._waiting) < 64:  # every place held
+                await asyncio.sleep(0.05)
+            viewers = []
+            for _ in range(4):
+                viewers.append(await asyncio.wait_for(_hello(port, 1.0), 15.0))
+                while len(built._waiting) < 64:  # the hogs hold every place again
+                    await asyncio.sleep(0.05)
+            for hog in hogs:
+                hog.cancel()
+            await asyncio.gather(*hogs, return_exceptions=True)
+            return viewers
+
+        viewers = asyncio.run(scene())
+    assert all(v[0][:1] == ["ready"] and v[0][-1] == "end" for v in viewers)
+    assert built._waiting.evictions == 4
+    crowded = [reason for reason, code in closed if "the server is crowded" in reason]
+    assert len(crowded) == 4 and {code for _, code in closed} == {1013}
+    # a hog that came back while a viewer still held its place was refused outright
+    assert all(reason in crowded or "too many connections" in reason
+               for reason, _ in closed)
 
 
 def test_a_probe_flood_is_cut_off_and_a_client_probing_as_usual_is_not():
@@ -450,6 +497,48 @@ def test_the_client_presents_its_token_and_names_a_refusal(tmp_path):
         with pytest.raises(LatsimError, match="refused the connection: HTTP 401"):
             run_client(ClientConfig(url, trace, tmp_path / "no"))
         summary = run_client(ClientConfig(url, trace, tmp_path / "yes", token="s3cret-token"))
+    assert summary["status"] == "complete"
+
+
+def test_a_right_token_gets_in_after_an_address_was_refused_for_wrong_ones(
+        tmp_path, monkeypatch, caplog):
+    """Six wrong tokens from 127.0.0.1 (someone else's, behind the same address) and the
+    address is refused outright (429) for a while, before its tokens are compared: the
+    429 says for how long (Retry-After), and ``latsim client`` with the right token waits
+    that long and gets its session (it used to fail: "HTTP 429"). The first block is made
+    2 s here (0.1 s by default), so the client surely meets it."""
+    import logging
+
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    import harness.serve.server as server_module
+    from harness.viewer.client import ClientConfig, retry_after, run_client
+    from latsim.model.traces import Trace
+
+    assert retry_after(429, {"Retry-After": "3"}) == 3.0
+    assert retry_after(429, {"Retry-After": "Fri, 31 Dec 1999 23:59:59 GMT"}) is None
+    assert retry_after(401, {"Retry-After": "3"}) is None
+    monkeypatch.setattr(server_module, "FIRST_TOKEN_BACKOFF_S", 2.0)
+    built = _server(token="s3cret-token")
+    trace = Trace("t", (0.5,), 2.0)
+    with ServerThread(built) as port, caplog.at_level(logging.WARNING, "latsim.client"):
+        async def guesses() -> list:
+            statuses = []
+            for n in range(7):
+                try:
+                    async with connect(f"ws://127.0.0.1:{port}/?token=guess-{n:04}"):
+                        statuses.append(101)
+                except InvalidStatus as exc:
+                    statuses.append((exc.response.status_code,
+                                     exc.response.headers.get("Retry-After")))
+            return statuses
+
+        statuses = asyncio.run(guesses())
+        summary = run_client(ClientConfig(f"ws://127.0.0.1:{port}", trace, tmp_path / "run",
+                                          token="s3cret-token"))
+    assert statuses == [(401, None)] * 6 + [(429, "2")]
+    assert "HTTP 429, retrying in 2 s" in caplog.text
     assert summary["status"] == "complete"
 
 

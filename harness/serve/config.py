@@ -24,8 +24,8 @@ def loopback(host: str) -> bool:
 
 
 #: Connections one client address may hold before hello, by default: a viewer's host needs
-#: one at a time, a few for a burst of viewers behind one address; 8 addresses, not 2, must
-#: then hold their share to keep the rest of the world waiting (``--max-pending`` 64).
+#: one at a time, a few for a burst of viewers behind one address (the places are also
+#: shared fairly between addresses: :mod:`harness.serve.admission`).
 PENDING_PER_ADDRESS = 8
 
 

@@ -152,6 +152,13 @@ class Connection:
         self.phase = Phase.CLOSED
         return [Refuse(f"no hello within {self._hello_timeout:g} s", 1008)]
 
+    def evicted(self, reason: str) -> list[Action]:
+        """Another address's connection took this one's place before hello
+        (:mod:`harness.serve.admission`): try again later."""
+        self._expect(Phase.GREETING)
+        self.phase = Phase.CLOSED
+        return [Refuse(reason, 1013)]
+
     def opened(self) -> None:
         """The server built the session :class:`Open` asked for."""
         self._expect(Phase.OPENING)

@@ -39,6 +39,7 @@ import contextlib
 import hmac
 import itertools
 import logging
+import math
 import secrets
 import threading
 import time
@@ -52,6 +53,7 @@ import numpy as np
 
 from harness.live.lead import LeadChoice, Warmup, choose_lead
 from harness.net.wire import Error, Hello, ProtocolError
+from harness.serve.admission import HelloPlaces
 from harness.serve.bucket import TokenBucket
 from harness.serve.config import ServerConfig
 from harness.serve.connection import (
@@ -92,9 +94,10 @@ log = logging.getLogger("latsim.serve")
 
 
 #: Wrong tokens in a row from one address before it is refused outright for a while; then
-#: 0.1 s, doubling with each further one, up to :data:`MAX_TOKEN_BACKOFF_S` (guessing a
-#: token stops paying long before it could succeed, and a typo costs nothing).
+#: FIRST_TOKEN_BACKOFF_S, doubling with each further one, up to :data:`MAX_TOKEN_BACKOFF_S`
+#: (guessing a token stops paying long before it could succeed, and a typo costs nothing).
 FREE_TOKEN_FAILURES = 5
+FIRST_TOKEN_BACKOFF_S = 0.1
 MAX_TOKEN_BACKOFF_S = 60.0
 #: Addresses whose wrong tokens are remembered (the oldest is forgotten past this).
 MAX_TRACKED_ADDRESSES = 4096
@@ -143,8 +146,10 @@ class StreamServer:
         # admitted sessions, counted at hello on the event loop before anything awaits, so
         # the limit holds for any number of simultaneous hellos; released when one ends
         self._admitted = 0
-        self._pending = 0  # connections that have not said hello
-        self._pending_from: dict[str, int] = {}  # of them, by client address
+        # the connections that have not said hello, shared fairly between addresses
+        self._waiting: HelloPlaces[_Link] = HelloPlaces(config.max_pending,
+                                                         config.pending_per_address)
+        self._evictions: set[asyncio.Task] = set()  # closing a connection whose place went
         self._probes_from: dict[str, TokenBucket] = {}  # probe buckets by address (LRU)
         self.refused = 0  # connections refused: server full, too many pending, no hello
         # per client address: wrong tokens in a row, and until when it is refused outright
@@ -293,10 +298,14 @@ class StreamServer:
         failures, blocked_until = self._token_failures.get(address, (0, 0.0))
         now = time.monotonic()
         if now < blocked_until:  # guessing: refused before the token is even compared
+            # (comparing it would let guesses go on at any rate); Retry-After tells a
+            # client with the right token, sharing the address, when it will be compared
             self.refused += 1
-            return connection.respond(HTTPStatus.TOO_MANY_REQUESTS,
-                                      f"too many wrong tokens; retry in "
-                                      f"{blocked_until - now:.1f} s\n")
+            response = connection.respond(HTTPStatus.TOO_MANY_REQUESTS,
+                                          f"too many wrong tokens; retry in "
+                                          f"{blocked_until - now:.1f} s\n")
+            response.headers["Retry-After"] = str(math.ceil(blocked_until - now))
+            return response
         given = parse_qs(urlsplit(request.path).query).get("token", [""])[-1]
         scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer":  # RFC 7235: the scheme is case-insensitive
@@ -307,7 +316,8 @@ class StreamServer:
         self.refused += 1
         failures += 1
         delay = (0.0 if failures <= FREE_TOKEN_FAILURES
-                 else min(MAX_TOKEN_BACKOFF_S, 0.1 * 2 ** (failures - FREE_TOKEN_FAILURES - 1)))
+                 else min(MAX_TOKEN_BACKOFF_S,
+                         FIRST_TOKEN_BACKOFF_S * 2 ** (failures - FREE_TOKEN_FAILURES - 1)))
         if len(self._token_failures) >= MAX_TRACKED_ADDRESSES:  # the oldest entry goes
             self._token_failures.pop(next(iter(self._token_failures)))
         self._token_failures[address] = (failures, now + delay)
@@ -388,31 +398,33 @@ class StreamServer:
     async def _connection(self, websocket) -> None:
         config = self.config
         address = str((websocket.remote_address or ("?",))[0])
-        if self._pending >= config.max_pending:
-            await self._refuse(websocket, f"too many connections waiting to say hello "
-                               f"({config.max_pending})", 1013)
-            return
-        if self._pending_from.get(address, 0) >= config.pending_per_address:
-            await self._refuse(websocket, f"too many connections from {address} waiting to "
-                               f"say hello ({config.pending_per_address})", 1013)
-            return
-        self._pending += 1
-        self._pending_from[address] = self._pending_from.get(address, 0) + 1
         link = _Link(websocket, config, address, self._enqueue, self._probes_of(address))
+        admission = self._waiting.admit(
+            address, link, lambda other: other.connection.phase is Phase.GREETING)
+        if admission.refused is not None:
+            await self._refuse(websocket, admission.refused, 1013)
+            return
+        if admission.evicted is not None:
+            self._evict(admission.evicted, address)
         try:
             await self._pump(link)
         finally:
             self._said_hello(link)
 
+    def _evict(self, link: _Link, newcomer: str) -> None:
+        """``link`` (waiting for its hello) lost its place to a connection from
+        ``newcomer``, whose address held fewer: it is told so and closed."""
+        reason = (f"the server is crowded: this connection's place before hello went to "
+                  f"another address ({link.address} held "
+                  f"{self._waiting.held(link.address) + 1}, {newcomer} fewer)")
+        task = asyncio.ensure_future(self._carry_out(link, link.connection.evicted(reason)))
+        self._evictions.add(task)
+        task.add_done_callback(self._evictions.discard)
+
     def _said_hello(self, link: _Link) -> None:
-        """The connection said hello, or left without: no longer pending (once)."""
-        if not link.pending:
-            return
-        link.pending = False
-        self._pending -= 1
-        left = self._pending_from.pop(link.address) - 1
-        if left:
-            self._pending_from[link.address] = left
+        """The connection said hello, left, or is being closed: it no longer holds a place
+        among those waiting for a hello (again, nothing)."""
+        self._waiting.release(link)
 
     async def _pump(self, link: _Link) -> None:
         """Read the viewer's messages into the connection's machine and carry out what it
@@ -461,6 +473,9 @@ class StreamServer:
                     case Reply(text):
                         link.send(text, time.perf_counter())
                     case Refuse(reason, code):
+                        # its place before hello is free at once, not after the close
+                        # handshake (up to websockets' close timeout with a silent peer)
+                        self._said_hello(link)
                         await self._refuse(link.websocket, reason, code)
                     case Open(hello):
                         await self._open(link, hello)
@@ -583,7 +598,6 @@ class _Link:
                  address_probes: TokenBucket | None = None) -> None:
         self.websocket = websocket
         self.address = address
-        self.pending = True  # counted among the connections yet to say hello
         self.connection = Connection(time.perf_counter(), config.hello_timeout,
                                      config.max_probe_rate, config.clock_offset,
                                      address_probes)

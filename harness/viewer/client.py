@@ -87,6 +87,18 @@ NAN = math.nan
 log = logging.getLogger("latsim.client")
 
 
+def retry_after(status: int, headers) -> float | None:
+    """The seconds a refusal asks the client to wait before it tries again: a 429's (or
+    503's) ``Retry-After`` in whole seconds (RFC 9110; its date form, or anything else,
+    is ignored), else None."""
+    if status not in (429, 503):
+        return None
+    value = str(headers.get("Retry-After", "")).strip()
+    if not value.isascii() or not value.isdigit() or len(value) > 6:
+        return None
+    return float(value)
+
+
 def redacted(url: str) -> str:
     """``url`` with the secrets a user may put in it replaced by ``***``: the value of a
     ``token`` query parameter (the server's ``--token``, as the browser page takes it) and
@@ -379,19 +391,32 @@ class _Client:
         from websockets.exceptions import InvalidStatus
 
         config = self.config
-        try:
-            headers = ({} if config.token is None
-                       else {"Authorization": f"Bearer {config.token}"})
-            websocket = await asyncio.wait_for(
-                connect(config.url, max_size=1 << 28, compression=None, open_timeout=None,
-                        additional_headers=headers),
-                config.connect_timeout)
-        except InvalidStatus as exc:
-            raise LatsimError(f"{config.shown_url} refused the connection: HTTP "
-                              f"{exc.response.status_code} (a --token it accepts?)") from None
-        except (OSError, TimeoutError) as exc:
-            reason = str(exc) or f"no answer within {config.connect_timeout:g} s"
-            raise LatsimError(f"cannot connect to {config.shown_url}: {reason}") from None
+        headers = ({} if config.token is None
+                   else {"Authorization": f"Bearer {config.token}"})
+        deadline = time.monotonic() + config.connect_timeout
+        while True:
+            try:
+                websocket = await asyncio.wait_for(
+                    connect(config.url, max_size=1 << 28, compression=None,
+                            open_timeout=None, additional_headers=headers),
+                    max(0.0, deadline - time.monotonic()))
+                break
+            except InvalidStatus as exc:
+                wait = retry_after(exc.response.status_code, exc.response.headers)
+                if wait is not None and time.monotonic() + wait < deadline:
+                    # its address is refused for a while (others' wrong tokens, or this
+                    # viewer's earlier ones): the token is compared after that
+                    log.warning("%s: HTTP 429, retrying in %g s", config.shown_url, wait)
+                    await asyncio.sleep(wait)
+                    continue
+                raise LatsimError(
+                    f"{config.shown_url} refused the connection: HTTP "
+                    f"{exc.response.status_code} "
+                    + (f"(retry after {wait:g} s, past --connect-timeout)" if wait is not None
+                       else "(a --token it accepts?)")) from None
+            except (OSError, TimeoutError) as exc:
+                reason = str(exc) or f"no answer within {config.connect_timeout:g} s"
+                raise LatsimError(f"cannot connect to {config.shown_url}: {reason}") from None
         tasks = [asyncio.create_task(self._sender(websocket)),
                  asyncio.create_task(self._receiver(websocket))]
         try:
