@@ -583,6 +583,9 @@ def test_plan_command_prints_both_policies(tmp_path):
     payload = envelope_of(result.stdout)
     assert [r["policy"] for r in payload["rows"]] == ["baseline", "speculative"]
     assert payload["slo"] == {"L95": 3.0, "stall_pct": 5.0} and payload["tried"]
+    # Poisson arrivals of 30 s sessions: measured after the ramp to 99 % (30 ln 100 s)
+    assert payload["warmup"] == math.ceil(30 * math.log(100))
+    assert json.loads((tmp_path / "plan" / "fleet_plan.json").read_text())["warmup"] == 139
     assert (tmp_path / "plan" / "plan.csv").stat().st_size > 0
     # the baseline meets no L95 of 3 s on up to 4 nodes (one stream alone has L95 near
     # lead + 0.95 T = 4.0 s): the row and the table say which limit, at how many nodes
@@ -593,6 +596,7 @@ def test_plan_command_prints_both_policies(tmp_path):
     table = runner.invoke(app, ["fleet", "plan", str(path), "--slo-l95", "3", "--slo-stall",
                                 "5", "--seeds", "1", "--max-nodes", "4"])
     assert "baseline: no static fleet: L95 " in table.stdout
+    assert "replication(s) of 300 s each after a 139 s warm-up" in table.stdout
     assert " static stall % " in table.stdout and " static TTFC p95 " in table.stdout
     bad = runner.invoke(app, ["fleet", "plan", str(path), "--slo-l95", "-1", "--slo-stall",
                               "5"])

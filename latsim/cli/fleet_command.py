@@ -156,7 +156,10 @@ def plan(
     The smallest static fleet, and the cheapest autoscaling setting of a small grid, with
     GPU-hours and cost per viewer-hour. Meeting the SLO: each metric's one-sided 95 % upper
     bound over the replications is within its limit. The static search doubles the nodes,
-    then bisects."""
+    then bisects. Poisson or MMPP arrivals are measured in steady state, after run.warmup
+    or else the ramp from empty to 99 % of the sessions present."""
+    from dataclasses import replace
+
     from latsim.experiments.fleet_plan import UPPER_Z, FleetSLO, plan_fleet_size
     from latsim.model.fleet import load_fleet, override
     from latsim.run.files import check_writable
@@ -164,6 +167,8 @@ def plan(
     output = output_format(fmt, as_json)
     slo = FleetSLO(slo_l95, slo_stall, slo_ttfc)
     run = override(load_fleet(fleet_file), seeds=seeds)
+    if run.warmup == 0:  # measure the steady state, as latsim plan does
+        run = replace(run, warmup=run.workload.steady_warmup())
     chosen = tuple(p.strip() for p in policies.split(","))
     if not all(chosen) or len(set(chosen)) != len(chosen):
         raise LatsimError(f"--policies {policies[:60]!r}: give each policy once, "
@@ -182,7 +187,8 @@ def plan(
                                       say if output == "table" else None)
     if out is not None:
         _write_plan(out, rows, tried, {"format": PLAN_FORMAT, "fleet": str(fleet_file),
-                                       "slo": slo.limits(), "policies": list(chosen)})
+                                       "slo": slo.limits(), "policies": list(chosen),
+                                       "warmup": run.warmup})
 
     def table() -> None:
         from latsim.cli.tables import Column, print_table
@@ -209,10 +215,12 @@ def plan(
                      + (f", TTFC p95 <= {slo_ttfc:g} s" if slo_ttfc else "")
                      + f" (each + {UPPER_Z} standard errors)", *missed,
                      f"[dim]{len(tried)} configuration(s) tried, {run.seeds} replication(s) "
-                     "each; -: none meets the SLO[/dim]"])
+                     f"of {run.duration:g} s each"
+                     + (f" after a {run.warmup:g} s warm-up" if run.warmup else "")
+                     + "; -: none meets the SLO[/dim]"])
 
-    emit(output, rows, table, seed=run.seed, tried=tried,
-         slo=slo.limits(), out=None if out is None else str(out))
+    emit(output, rows, table, seed=run.seed, tried=tried, slo=slo.limits(),
+         warmup=run.warmup, out=None if out is None else str(out))
 
 
 #: ``fleet plan --out``'s record of the plan: what it sized, and its ``status``; written

@@ -31,8 +31,8 @@ works in two stages, both stated in every row:
 2. **Verification by the exact fleet model** (``latsim fleet``, its own ``[run]``), for
    every candidate on the surrogate's Pareto frontier and for each policy's recommendation.
    With stationary arrivals the runs measure the steady state, after a warm-up (``[run]
-   warmup``, else the M/G/∞ ramp to :data:`RAMP_LEVEL`, at most :data:`RAMP_MEANS` mean
-   session lengths). A configuration meets the SLO
+   warmup``, else :meth:`~latsim.model.workload.Workload.steady_warmup`: the M/G/∞ ramp
+   to 99 %, at most ten mean session lengths). A configuration meets the SLO
    when each limit is above its metric's one-sided 95 % upper bound, fails where one is
    below the lower bound, and is undecided otherwise (:func:`verify`). Every verified row
    carries the surrogate's error. A recommendation always meets the SLO in its exact run:
@@ -66,13 +66,6 @@ from latsim.model.traces import read_toml
 #: to here (``bench/lead_regimes.py``), and no further claim is made.
 RHO_MAX = 0.85
 POLICIES = ("baseline", "speculative")
-#: Without ``[run] warmup``, the plan's exact runs of stationary arrivals first play the
-#: M/G/∞ ramp from empty to this share of the steady sessions present
-#: (:meth:`~latsim.model.workload.Workload.ramp`), and measure after it.
-RAMP_LEVEL = 0.99
-#: ... but for at most this many mean session lengths: a heavy tail's ramp is far longer
-#: (Pareto sessions of α = 1.5 need 1,480 mean lengths to reach 99 %; after 10 they hold 88 %).
-RAMP_MEANS = 10
 #: Candidates a deployment file may describe, and exact runs one plan may make.
 MAX_CANDIDATES = 4096
 MAX_VERIFIED = 256
@@ -268,10 +261,8 @@ def parse_deployment(data: dict[str, Any], path: str = "deployment file") -> Dep
     except LatsimError as exc:
         raise LatsimError(f"{path}: {exc}") from None
     base = parse_fleet(rest, path)
-    if base.warmup == 0 and base.workload.stationary:  # measure the steady state
-        workload = base.workload
-        base = replace(base, warmup=float(min(workload.ramp(RAMP_LEVEL),
-                                              math.ceil(RAMP_MEANS * workload.duration.mean))))
+    if base.warmup == 0:  # measure the steady state
+        base = replace(base, warmup=base.workload.steady_warmup())
     deployment = Deployment(base, space, limits)
     for candidate in candidates(deployment):  # every cost and shape checked before any work
         _check_shape(deployment, candidate, path)

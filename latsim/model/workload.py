@@ -38,6 +38,14 @@ MAX_SESSIONS = 1_000_000
 #: Rows of a ``curve:`` file.
 MAX_CURVE_ROWS = 100_000
 
+#: A steady-state measurement (``latsim plan``, ``latsim fleet plan``) without ``[run]
+#: warmup`` first plays the M/G/∞ ramp from empty to this share of the steady sessions
+#: present (:meth:`Workload.ramp`), and measures after it ...
+STEADY_LEVEL = 0.99
+#: ... but for at most this many mean session lengths: a heavy tail's ramp is far longer
+#: (Pareto sessions of α = 1.5 need 1,480 mean lengths to reach 99 %; after 10 they hold 88 %).
+STEADY_MEANS = 10
+
 
 # ---------------------------------------------------------------- durations
 
@@ -452,6 +460,16 @@ class Workload:
             return MAX_DURATION
         seconds = math.ceil(least_true(lambda t: law.held(t) >= goal, 0.0, MAX_DURATION, 0.5))
         return seconds - 1 if law.held(seconds - 1) >= goal else seconds  # the least whole
+
+    def steady_warmup(self) -> float:
+        """The warm-up a measurement of the steady state plays by default: the ramp to
+        :data:`STEADY_LEVEL` of the steady sessions present, at most :data:`STEADY_MEANS`
+        mean session lengths (whole seconds); 0 where the arrivals are not stationary (a
+        population starts together; a curve or a log is its own timeline)."""
+        if not self.stationary:
+            return 0.0
+        return float(min(self.ramp(STEADY_LEVEL),
+                         math.ceil(STEADY_MEANS * self.duration.mean)))
 
     def offered_load(self, horizon: float) -> float:
         """Sessions present on average with unlimited capacity (M/G/∞: λ·E[D]; a log's own
