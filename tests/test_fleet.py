@@ -28,6 +28,7 @@ from latsim.errors import LatsimError
 from latsim.experiments.engine import run_experiment
 from latsim.experiments.fleet import (
     fleet_experiment,
+    full_node_load,
     plan_fleet,
     pooled_row,
     run_fleet,
@@ -90,6 +91,27 @@ def test_one_node_holding_a_population_is_simulate_streams(cold_start, start):
     for mine, theirs in zip(fleet_runs, served, strict=True):
         assert mine.viewer == theirs.viewer and mine.starts == theirs.starts
         assert [s.conditions for s in mine.streams] == [s.conditions for s in theirs.streams]
+
+
+def test_a_population_spread_over_nodes_plans_for_a_full_node_not_all_of_it():
+    """A population of 12 on nodes of 2 sessions: no node holds more than 2 of them, so
+    --lead auto budgets a full node's waits (2 streams), as for sessions that come and go;
+    it used to pilot all 12 streams on one device (ρ = 1.5, a lead of seconds)."""
+    from latsim.experiments.fleet import lead_rule, node_auto_lead
+
+    run = fleet({"arrivals": "population:12"},
+                {"cost": "fixed:0.5", "max_sessions": 2, "policy": "speculative"},
+                {"nodes_initial": 6, "nodes_max": 6}, {"duration": 60})
+    experiment = fleet_experiment(run)
+    assert experiment.serving.streams == 12  # the population's joins are unchanged
+    assert experiment.lead == node_auto_lead(experiment, 2) < 0.5 + 0.5
+    assert lead_rule(run) == ("auto: the wait budget of a full node (2 sessions; the "
+                              "population's 12 spread over nodes)")
+    fp = plan_fleet(run)
+    assert full_node_load(fp) == pytest.approx(2 * 0.5 / 4)  # two streams, T = 4 s
+    one_node = fleet({"arrivals": "population:2"}, {"cost": "fixed:0.5", "max_sessions": 2},
+                     {"nodes_initial": 1, "nodes_max": 1}, {"duration": 60})
+    assert fleet_experiment(one_node).lead == "auto"  # simulate --streams 2's own pilot
 
 
 def test_a_nodes_lead_is_cs_quantile_unless_auto_asks_for_a_full_nodes_wait():

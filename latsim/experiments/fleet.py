@@ -61,9 +61,11 @@ def fleet_experiment(run: FleetRun) -> Experiment:
 
     Its lead is ``node.lead``: seconds; ``"cost"`` (C's 0.99 quantile, plus decode's and
     the replan overhead's); or ``"auto"``, the default, ``--lead auto``'s rule: for a
-    population the wait budget of its N streams (one node is then ``simulate --streams
-    N``), else that of a full node, ``max_sessions`` streams at random phases, as sessions
-    that come and go have (:func:`node_auto_lead`). A session keeps its lead while others
+    population that one node can hold (N <= ``max_sessions``) the wait budget of its N
+    streams (one node is then ``simulate --streams N``), else that of a full node,
+    ``max_sessions`` streams at random phases, as sessions that come and go have
+    (:func:`node_auto_lead`; a larger population is spread over nodes, none of which
+    holds more than ``max_sessions`` of it). A session keeps its lead while others
     join and leave, so the lead covers the node at its fullest: a part-full node's sessions
     pay for waits they may not meet (the price is in L), and a node whose full occupancy
     loads its devices to ρ >= 1 (:func:`full_node_load`) has no wait budget that keeps the
@@ -76,7 +78,7 @@ def fleet_experiment(run: FleetRun) -> Experiment:
         updates=workload.updates, duration=run.warmup + run.duration, seeds=run.seeds,
         seed=run.seed,
         serving=replace(node.serving, streams=streams), records="conditions")
-    if workload.population or experiment.lead != AUTO_LEAD:
+    if experiment.lead != AUTO_LEAD or (workload.population and streams <= node.max_sessions):
         return experiment
     return replace(experiment, lead=node_auto_lead(experiment, node.max_sessions))
 
@@ -99,9 +101,12 @@ def lead_rule(run: FleetRun) -> str:
         return "adaptive: each session's own, from the device waits it sees"
     if lead != AUTO_LEAD:
         return "given"
-    if run.workload.population:
-        return f"auto: the wait budget of the node's {run.workload.arrivals.population} streams"
-    return f"auto: the wait budget of a full node ({run.node.max_sessions} sessions)"
+    population, full = run.workload.arrivals.population, run.node.max_sessions
+    if run.workload.population and population <= full:
+        return f"auto: the wait budget of the node's {population} streams"
+    spread = (f"; the population's {population} spread over nodes"
+              if run.workload.population else "")
+    return f"auto: the wait budget of a full node ({full} sessions{spread})"
 
 @dataclass(frozen=True)
 class FleetPlan:
@@ -136,10 +141,12 @@ def plan_fleet(run: FleetRun, max_events: int = DEFAULT_MAX_EVENTS) -> FleetPlan
 
 def full_node_load(fp: FleetPlan) -> float:
     """A full node's refill load on its busiest DiT device (:func:`refill_load`):
-    ``max_sessions`` sessions, or a population's N streams."""
+    ``max_sessions`` sessions, or a population's N streams where that is fewer."""
     serving = fp.plan.serving
     assert serving is not None
-    streams = serving.streams if fp.run.workload.population else fp.run.node.max_sessions
+    streams = fp.run.node.max_sessions
+    if fp.run.workload.population:
+        streams = min(streams, serving.streams)
     return refill_load(replace(serving, streams=streams), fp.plan.cost, fp.cell.timing)
 
 
