@@ -16,6 +16,32 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 
+def install_hint(extra: str | None = None) -> str:
+    """The pip command that installs latsim (with ``extra``) the way this copy was
+    installed: ``pip install -e '.[EXTRA]'`` from an editable checkout, else from the path
+    or URL pip recorded for it (its ``direct_url.json``), else ``pip install
+    'latsim[EXTRA]'``. (``pip install -e .`` means nothing to a wheel's install.)"""
+    import json
+    from importlib import metadata
+
+    suffix = f"[{extra}]" if extra else ""
+    # the first copy with a record: run from a checkout, its bare latsim.egg-info (on the
+    # path as the current folder) comes before the installed one
+    recorded = next((text for dist in metadata.distributions(name="latsim")
+                     if (text := dist.read_text("direct_url.json"))), None)
+    try:
+        direct = json.loads(recorded) if recorded else {}
+    except ValueError:
+        direct = {}
+    url = direct.get("url") if isinstance(direct, dict) else None
+    if not isinstance(url, str):
+        return f"pip install 'latsim{suffix}'"
+    if (direct.get("dir_info") or {}).get("editable"):
+        return f"pip install -e '.{suffix}'"
+    source = url.removeprefix("file://") if url.startswith("file://") else url
+    return f"pip install '{source}{suffix}'"
+
+
 class LatsimError(ValueError):
     """Bad input or configuration. ``str(error)`` is a complete, single-line explanation."""
 

@@ -897,3 +897,33 @@ def test_a_lead_long_against_the_window_is_said_beside_the_row(monkeypatch):
         "rows"]
     assert abs(row["L_mean"] / row["L_mean_theory"] - 1) < 0.03
     assert "to fill" not in invoke(*base, "--duration", "60").stdout
+
+
+def test_install_hints_name_the_way_latsim_was_installed(monkeypatch):
+    """A missing extra's hint is a command that works for this install: ``pip install -e``
+    only from an editable checkout (it meant nothing to a wheel's install), else the path
+    or URL pip recorded; a bare egg-info without a record (a checkout as the current
+    folder) is passed over."""
+    from importlib import metadata
+
+    from latsim.errors import install_hint
+
+    class Dist:
+        def __init__(self, record: str | None) -> None:
+            self.record = record
+
+        def read_text(self, name: str) -> str | None:
+            return self.record if name == "direct_url.json" else None
+
+    def installed(*records: str | None) -> None:
+        monkeypatch.setattr(metadata, "distributions",
+                            lambda name: [Dist(r) for r in records])
+
+    installed(None, '{"url": "file:///src/latsim", "dir_info": {"editable": true}}')
+    assert install_hint("dask") == "pip install -e '.[dask]'"
+    installed('{"url": "file:///tmp/latsim-0.1.0-py3-none-any.whl", "archive_info": {}}')
+    assert install_hint("live") == "pip install '/tmp/latsim-0.1.0-py3-none-any.whl[live]'"
+    installed('{"url": "https://example.org/latsim.tar.gz", "archive_info": {}}')
+    assert install_hint() == "pip install 'https://example.org/latsim.tar.gz'"
+    installed(None, "not json")
+    assert install_hint("dask") == "pip install 'latsim[dask]'"

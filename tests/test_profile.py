@@ -66,6 +66,8 @@ def test_live_commands_say_which_extra_is_missing(monkeypatch):
     pytest.importorskip("diffusers", reason="the live extra is not installed")
     import importlib.util
 
+    from latsim.errors import install_hint
+
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "torch" else real(name, *a))
@@ -73,4 +75,4 @@ def test_live_commands_say_which_extra_is_missing(monkeypatch):
         result = CliRunner().invoke(app, [command, "--K", "2"])
         assert result.exit_code == 2
         assert result.stderr.strip() == ("latsim: error: generator wan needs torch: "
-                                         "install the live extra, pip install -e '.[live]'")
+                                         f"install the live extra, {install_hint('live')}")

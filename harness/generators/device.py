@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from latsim.controller import StartJob
-from latsim.errors import LatsimError
+from latsim.errors import LatsimError, install_hint
 from latsim.plugins import JobTiming, LiveGenerator
 
 #: The devices a generator may be asked for.
@@ -27,7 +27,7 @@ def require_packages(what: str, packages: tuple[str, ...] = ("torch", "diffusers
     missing = [name for name in packages if importlib.util.find_spec(name) is None]
     if missing:
         raise LatsimError(f"{what} needs {' and '.join(missing)}: install the live extra, "
-                          "pip install -e '.[live]'")
+                          f"{install_hint('live')}")
 
 
 def default_threads() -> int:

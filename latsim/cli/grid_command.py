@@ -12,7 +12,7 @@ import typer
 
 from latsim.cli.options import JobsOpt, SchedulerOpt
 from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
-from latsim.errors import Interrupted
+from latsim.errors import Interrupted, install_hint
 
 
 def grid(
@@ -46,7 +46,7 @@ def grid(
         raise Interrupted(f"grid interrupted; the finished cells are in {out}/cells.csv "
                           "(partial); run the same command to resume") from None
     tables = ("cells.csv, cells.parquet" if result.parquet else
-              "cells.csv (cells.parquet needs pyarrow: pip install -e '.[dask]')")
+              f"cells.csv (cells.parquet needs pyarrow: {install_hint('dask')})")
 
     def table() -> None:
         typer.echo(f"{spec.name}: {len(result.rows)}/{spec.n_cells} cells ({result.ran} run "

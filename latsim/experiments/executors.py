@@ -32,7 +32,7 @@ from contextvars import ContextVar
 from multiprocessing import get_context
 from typing import Any, Protocol
 
-from latsim.errors import LatsimError
+from latsim.errors import LatsimError, install_hint
 
 LOCAL = "local"
 DASK_LOCAL = "dask-local"
@@ -216,7 +216,7 @@ def _require_dask() -> None:
 
     if importlib.util.find_spec("distributed") is None:
         raise LatsimError("--scheduler dask-local or tcp:// needs Dask: install the dask "
-                          "extra, pip install -e '.[dask]'")
+                          f"extra, {install_hint('dask')}")
 
 
 @contextlib.contextmanager

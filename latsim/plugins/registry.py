@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from latsim.errors import LatsimError, short
+from latsim.errors import LatsimError, install_hint, short
 
 #: The entry-point group of each kind of plug-in.
 GROUPS = {
@@ -96,7 +96,8 @@ def lookup(kind: str, name: str) -> Plugin:
     """The one entry registered as ``name``; a one-line error if there is none or several."""
     found = _discover()[_kind(kind)].get(name) if isinstance(name, str) else None
     if not found:
-        names = ", ".join(available(kind)) or "none (is latsim installed? pip install -e .)"
+        names = (", ".join(available(kind))
+                 or f"none (is latsim installed? {install_hint()})")
         raise LatsimError(f"unknown {WHAT[kind]} {short(str(name))}; registered: {names}")
     if len(found) > 1:
         providers = " and by ".join(sorted(p.distribution for p in found))
