@@ -93,12 +93,13 @@ def _latsim() -> list[str]:
 class Server:
     """``latsim serve`` of the sleep generator as a subprocess, on a free port."""
 
-    def __init__(self, cost: str, payload_bytes: int, log_dir: Path) -> None:
+    def __init__(self, cost: str, payload_bytes: int, log_dir: Path,
+                 args: tuple[str, ...] = ("--max-sessions", "64",
+                                          "--max-pending-per-address", "64")) -> None:
         self.log_path = log_dir / "serve.log"
         self._log = self.log_path.open("w")
         cmd = [*_latsim(), "serve", "--generator", "sleep", "--cost", cost, "--K", str(K),
-               "--port", "0", "--max-sessions", "64", "--max-pending-per-address", "64",
-               "--generator-option", f"payload_bytes={payload_bytes}"]
+               "--port", "0", *args, "--generator-option", f"payload_bytes={payload_bytes}"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("LATSIM_FAULT", None)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log,
