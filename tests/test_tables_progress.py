@@ -67,6 +67,29 @@ def test_the_bar_is_silent_off_a_terminal_and_under_quiet(quiet, stderr, monkeyp
 
 
 
+def test_a_status_line_leaves_the_bars_columns_whole_at_80(monkeypatch):
+    """``status`` (plan, measure, profile) shortens its line to what 80 columns leave beside
+    the bar, count, elapsed time and ETA: first dropping a trailing parenthesis (the count
+    the bar shows), else cutting it; rich then cuts nothing."""
+    import re
+
+    monkeypatch.delenv("LATSIM_QUIET", raising=False)
+    monkeypatch.setenv("COLUMNS", "80")
+    err, out = Terminal(), io.StringIO()
+    with _bar(monkeypatch, err, out) as bar:
+        bar.status("verifying K=21 speculative usp4 8gpu (run 12 of at most 24)", 11.5, 24)
+        bar.status("verifying K=21 speculative usp4 8gpu autoscaled to 0.75 (run 13 of at "
+                   "most 24)", 12, 24)
+    frames = {re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", frame).rstrip()
+              for frame in re.split(r"[\r\n]", err.getvalue())}
+    shown = [frame for frame in frames if "eta" in frame]
+    assert any(frame.startswith("verifying K=21 speculative usp4 8gpu ━") for frame in shown)
+    assert any(frame.startswith("verifying K=21 speculative usp4 8gpu auto… ")
+               for frame in shown), shown
+    assert all(len(frame) <= 80 and re.search(r"\d+/24 \d:\d\d:\d\d eta ", frame)
+               for frame in shown), shown
+
+
 def _commands(tmp_path: Path) -> dict[str, list[str]]:
     (tmp_path / "grid.toml").write_text(SMALL_GRID)
     (tmp_path / "fleet.toml").write_text(SMALL_FLEET)
@@ -95,13 +118,22 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
                     "--calibrate", "0", "--out", str(tmp_path / "live")],
         "profile": ["profile", "--generator", "sleep", "--cost", "fixed:0.01", "--K", "4",
                     "--jobs", "3", "--gap", "0", "--out", str(tmp_path / "profile.json")],
+        "plan": ["plan", str(_plan_file(tmp_path))],
     }
+
+
+def _plan_file(tmp_path: Path) -> Path:
+    from tests.test_plan import _document, _toml
+
+    path = tmp_path / "plan.toml"
+    path.write_text(_toml(_document(tmp_path, run={"seeds": 2}, search={"max_verified": 3})))
+    return path
 
 
 @pytest.mark.parametrize("name", [
     "sweep", "simulate", "simulate --streams", "grid", "fleet",
     *(pytest.param(name, marks=pytest.mark.slow) for name in ("reproduce", "reproduce systems")),
-    "reproduce replan-rule", "capacity", "measure", "profile",
+    "reproduce replan-rule", "capacity", "measure", "profile", "plan",
 ])
 def test_each_long_command_counts_its_work_on_one_bar(name, tmp_path, monkeypatch):
     """The command reports (done, total) to one ProgressBar, ending at total (a serving
@@ -114,8 +146,8 @@ def test_each_long_command_counts_its_work_on_one_bar(name, tmp_path, monkeypatc
     bars: list[tuple[str, list[tuple[int, int]]]] = []
 
     class Recording(progress.ProgressBar):
-        def __init__(self, label: str, delay_s: float = 1.0) -> None:
-            super().__init__(label, delay_s)
+        def __init__(self, label: str, delay_s: float = 1.0, **options) -> None:
+            super().__init__(label, delay_s, **options)
             self.calls: list[tuple[int, int]] = []
             bars.append((label, self.calls))
 
@@ -136,3 +168,6 @@ def test_each_long_command_counts_its_work_on_one_bar(name, tmp_path, monkeypatc
     assert result.stderr == ""  # off a terminal: nothing but the envelope, on stdout
     if name == "simulate --streams":  # 2 cells x 2 seeds, after at least 2 pilot runs
         assert calls[0] == (1, 2) and calls[-1][1] >= 6, calls
+    if name == "plan":  # the most exact runs left, known before the first: never growing
+        assert calls[0] == (0, 3) and calls[-1] == (3, 3), calls
+        assert [total for _, total in calls] == sorted((t for _, t in calls), reverse=True)
