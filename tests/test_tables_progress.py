@@ -130,6 +130,48 @@ def _plan_file(tmp_path: Path) -> Path:
     return path
 
 
+def test_reproduce_serving_gives_its_bar_the_total_before_the_first_run(tmp_path,
+                                                                       monkeypatch):
+    """``reproduce serving`` counts steps (an experiment, or a capacity search), every one
+    known before the first run: the bar's total never changes, ``done`` only grows and
+    ends at it. (A reproduction cut down to one family, SLO, margin and a few rows; its
+    searches stop at 2 streams.)"""
+    import latsim.cli.progress as progress
+    from latsim.experiments import serving_paper
+
+    calls: list[tuple[float, float]] = []
+
+    class Recording(progress.ProgressBar):
+        def __call__(self, done: float, total: float) -> None:
+            calls.append((done, total))
+            super().__call__(done, total)
+
+    real_search = serving_paper.search_capacity
+    from dataclasses import replace
+
+    monkeypatch.setattr(progress, "ProgressBar", Recording)
+    monkeypatch.setattr(serving_paper, "search_capacity",
+                        lambda query, *a, **k: real_search(replace(query, max_streams=2)))
+    for name, value in {"FAMILIES": ("Sol-H3",), "SLO_FACTORS": (1.0,), "MARGINS": (0.0,),
+                        "SHARED_ROWS": serving_paper.SHARED_ROWS[:2], "LEAD_STREAMS": (2,),
+                        "LEAD_SEEDS": 1, "LEAD_DURATION": 120.0}.items():
+        monkeypatch.setattr(serving_paper, name, value)
+    traces = tmp_path / "traces"
+    for kind in ("low", "high"):
+        (traces / kind).mkdir(parents=True)
+        name = f"{kind}_000.jsonl"
+        (traces / kind / name).write_bytes((ROOT / "traces" / kind / name).read_bytes())
+    result = runner.invoke(app, ["reproduce", "serving", "--traces", str(traces), "--out",
+                                 str(tmp_path / "serving"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    total = calls[0][1]
+    assert {t for _, t in calls} == {total}, calls
+    assert calls[0] == (0, total) and total > 0
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    assert calls[-1] == (total, total)
+    assert len({d for d, _ in calls}) > 5  # it moves through the work, not at the end only
+
+
 @pytest.mark.parametrize("name", [
     "sweep", "simulate", "simulate --streams", "grid", "fleet",
     *(pytest.param(name, marks=pytest.mark.slow) for name in ("reproduce", "reproduce systems")),
