@@ -67,6 +67,38 @@ def test_the_bar_is_silent_off_a_terminal_and_under_quiet(quiet, stderr, monkeyp
 
 
 
+def test_the_bars_thread_is_stopped_while_workers_are_forked(monkeypatch):
+    """rich redraws a live bar from a thread of its own; a worker forked meanwhile inherits
+    whatever lock it held (Python 3.12+ warns: "This process is multi-threaded, use of
+    fork() may lead to deadlocks"). A LocalPool stops it for each fork; it runs again
+    after."""
+    import os
+    import threading
+
+    from latsim.experiments.executors import LocalPool
+
+    monkeypatch.delenv("LATSIM_QUIET", raising=False)
+    before = threading.active_count()
+    at_fork: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        at_fork.append(threading.active_count())
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork)
+    err, out = Terminal(), io.StringIO()
+    with _bar(monkeypatch, err, out) as bar:
+        bar(1, 4)
+        assert threading.active_count() == before + 1  # the bar's refresh thread
+        done = sorted(LocalPool(2).map_unordered(abs, [-1, -2, -3]))
+        assert done == [(0, 1), (1, 2), (2, 3)]
+        assert threading.active_count() == before + 1  # drawn again
+        bar(4, 4)
+    assert at_fork == [before, before]
+    assert "4/4" in err.getvalue()
+
+
 def test_a_status_line_leaves_the_bars_columns_whole_at_80(monkeypatch):
     """``status`` (plan, measure, profile) shortens its line to what 80 columns leave beside
     the bar, count, elapsed time and ETA: first dropping a trailing parenthesis (the count

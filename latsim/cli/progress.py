@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from latsim.experiments.executors import paused_while_forking
 from latsim.formatting import StatusLine, quiet
 
 #: The widest label a bar shows (a status line is cut to it, or to what the terminal
@@ -92,6 +93,8 @@ class ProgressBar:
                                  # onto the bar's console (stderr): results stay on stdout
                                  redirect_stdout=False)
             self._bar.start()
+            self._paused = paused_while_forking(_Stopped(self._bar))
+            self._paused.__enter__()
             self._task = self._bar.add_task(self.label, total=total)
         self._bar.update(self._task, completed=done, total=total, description=self.label)
 
@@ -100,4 +103,19 @@ class ProgressBar:
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
+            self._paused.__exit__(None, None, None)
             self._bar.stop()
+
+
+class _Stopped:
+    """A rich bar stopped for the block (its refresh thread joined) and started after: a
+    worker pool forks meanwhile (:func:`latsim.experiments.executors.paused_while_forking`)."""
+
+    def __init__(self, bar: Any) -> None:
+        self._bar = bar
+
+    def __enter__(self) -> None:
+        self._bar.stop()
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.start()
