@@ -219,13 +219,13 @@ def measure(
     out: Annotated[
         Path | None,
         typer.Option(help="parent folder: one run folder per (K, policy) inside; "
-                     "default results/runs/<run-id>/"),
+                     "default: a new one, named by its run id, in results/runs/"),
     ] = None,
     lead: Annotated[
         float | None,
         typer.Option(help="planning lead (s); default: q99 of warm-up and in-run calibration "
                      "jobs + max(10%, 5 ms, measured jitter: p99 slot-start lateness + p99 "
-                     "dispatch delay) (latsim.model.lead.LIVE)"),
+                     "dispatch delay) (LIVE in latsim.model.lead)"),
     ] = None,
     job_timeout: Annotated[
         float | None,
@@ -354,6 +354,7 @@ def serve(
         help="viewers' shared secret, required at the handshake (?token=T or "
         "Authorization: Bearer T); needed to serve a non-loopback --host")] = None,
     allow_anonymous: Annotated[bool, typer.Option(
+        "--allow-anonymous",  # no --no-allow-anonymous: its column would cut the help at 80
         help="serve a non-loopback --host without a token (prints a warning)")] = False,
     allow_origin: Annotated[list[str] | None, typer.Option(
         help="a browser Origin allowed to connect (repeat for more); default: any")] = None,

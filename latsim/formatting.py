@@ -36,13 +36,14 @@ def line_width() -> int:
     return max(20, shutil.get_terminal_size((80, 24)).columns - 1)
 
 
-def fit(text: str) -> str:
-    """``text`` wrapped to :func:`line_width`, later lines indented by two (a word longer
-    than that, such as a path, stays whole on a line of its own)."""
+def fit(text: str, width: int | None = None) -> str:
+    """``text`` wrapped to ``width`` (default :func:`line_width`), later lines indented by
+    two (a word longer than that, such as a path, stays whole on a line of its own)."""
     import textwrap
 
-    return textwrap.fill(text, line_width(), subsequent_indent="  ",
-                         break_long_words=False, break_on_hyphens=False)
+    return textwrap.fill(text, line_width() if width is None else width,
+                         subsequent_indent="  ", break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def quiet() -> bool:
@@ -64,8 +65,9 @@ class StatusLine:
     """A progress sink that rewrites one line of stderr (``\\r``); as a context manager it
     ends the line when done, so later output starts on a fresh one. Off a terminal it is
     silent (a log file would collect every rewrite as a line of its own), unless
-    ``always``; or, with ``plain``, it writes each line once, as a line of its own (for
-    progress that moves a few times a minute, such as one line per exact run). Each line
+    ``always``; or, with ``plain``, it writes each line once, as a line of its own wrapped
+    to ``width`` (for progress that moves a few times a minute, such as one line per exact
+    run). Each line
     ends with the seconds since the sink was made. A rewritten line is cut to ``width`` and
     padded to it (to clear a longer one before it); ``width`` defaults to the terminal's
     columns less one (``COLUMNS``, 80 where unknown), read at each line, so it never
@@ -93,8 +95,8 @@ class StatusLine:
             return
         line = f"{line} [{time.monotonic() - self._started:.0f} s]"
         if not (self.always or _is_terminal(stream)):
-            if self.plain:
-                stream.write(line + "\n")  # a log line: not wrapped
+            if self.plain:  # a log line, wrapped to the columns
+                stream.write(fit(line, self.width) + "\n")
                 stream.flush()
             return
         width = line_width() if self.width is None else self.width

@@ -652,6 +652,38 @@ def test_every_command_has_examples_in_its_help():
             result.stdout.split()), path
 
 
+def _all_help_paths() -> list[tuple[str, ...]]:
+    """The root, every group (nested ones too) and every command, as argument paths."""
+    root = typer.main.get_command(app)
+    ctx = root.context_class(root)
+    paths: list[tuple[str, ...]] = [()]
+
+    def walk(group, path: tuple[str, ...]) -> None:
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            paths.append((*path, name))
+            if hasattr(command, "list_commands"):
+                walk(command, (*path, name))
+
+    walk(root, ())
+    return paths
+
+
+def test_every_help_page_fits_80_columns_without_a_cut():
+    """``-h`` of the root, of every group and of every command at COLUMNS=80: no line wider
+    than 80 and nothing cut to "…" (an option's name, a cost spec, a path in the help)."""
+    paths = _all_help_paths()
+    assert {(), ("fleet",), ("fleet", "plan"), ("reproduce", "serving"), ("traces",),
+            ("serve",), ("measure",), ("capacity",)} <= set(paths)
+    cut = []
+    for path in paths:
+        result = runner.invoke(app, [*path, "-h"], env={"COLUMNS": "80"})
+        assert result.exit_code == 0, (path, result.output)
+        cut += [f"{' '.join(path)}: {line}" for line in result.stdout.splitlines()
+                if len(line) > 80 or "…" in line]
+    assert not cut, "\n".join(cut)
+
+
 def test_the_cost_help_names_every_built_in_prefix():
     from latsim.plugins import plugins
 

@@ -169,7 +169,7 @@ def test_a_recommendation_that_misses_in_its_exact_run_is_passed_over(tmp_path, 
     wrong = first.recommended["speculative"]
     real_verify = module.verify
 
-    def failing_first(d, row, max_events=None):
+    def failing_first(d, row, max_events=None, progress=None):
         out = real_verify(d, row)
         if (row["K"], row["usp"], row["policy"]) == (
                 first.rows[wrong]["K"], first.rows[wrong]["usp"], "speculative"):
@@ -180,6 +180,45 @@ def test_a_recommendation_that_misses_in_its_exact_run_is_passed_over(tmp_path, 
     second = plan_deployment(deployment)
     assert second.recommended["speculative"] != wrong
     assert second.rows[wrong]["exact_verdict"] == "fails"
+
+
+def test_the_plans_progress_knows_its_total_before_the_first_run(tmp_path):
+    """``progress(line, done, total)``: the first call, before any run, gives a total no
+    smaller than the runs the plan makes; the total never grows, ``done`` counts runs (and
+    a run's replications as a fraction of it) and ends equal to the total."""
+    deployment = _deployment(tmp_path)
+    calls = []
+    result = plan_deployment(deployment, progress=lambda *call: calls.append(call))
+    runs = sum("exact_verdict" in row for row in result.rows)
+    assert runs >= 2
+    (line, done, total), *_ = calls
+    assert done == 0 and total >= runs and line.startswith("verifying K=")
+    assert line.endswith(f"(run 1 of at most {total})")
+    totals = [total for *_, total in calls]
+    assert totals == sorted(totals, reverse=True)
+    dones = [done for _, done, _ in calls]
+    assert dones == sorted(dones) and all(0 <= d <= t for d, t in zip(dones, totals, strict=True))
+    assert any(0 < d % 1 for d in dones)  # inside a run: its replications
+    assert calls[-1][1:] == (runs, runs)
+    assert len({line for line, *_ in calls[:-1]}) == runs  # one line per exact run
+
+
+def test_the_plan_reports_each_exact_run_off_a_terminal_in_the_columns(tmp_path):
+    """Off a terminal (a log, CI) ``latsim plan`` writes a line per exact run on stderr,
+    wrapped to COLUMNS, and ends with the count; with --json nothing but the envelope."""
+    path = tmp_path / "plan.toml"
+    path.write_text(_toml(_document(tmp_path, run={"seeds": 1}, search={"max_verified": 3})))
+    for columns in (40, 80):
+        result = runner.invoke(app, ["plan", str(path)], env={"COLUMNS": str(columns),
+                                                               "LATSIM_QUIET": "0"})
+        assert result.exit_code == 0, result.output
+        lines = result.stderr.splitlines()
+        assert lines and max(len(line) for line in lines) < columns, lines
+        said = " ".join(result.stderr.split())
+        assert said.count("verifying K=") == 3 and "(run 3 of at most 3)" in said
+        assert "3 exact run(s) done [" in said
+    quiet = runner.invoke(app, ["plan", str(path), "--json"], env={"LATSIM_QUIET": "0"})
+    assert quiet.exit_code == 0 and quiet.stderr == ""
 
 
 def test_no_candidate_meeting_the_slo_says_which_limit_failed(tmp_path):
@@ -368,7 +407,7 @@ def _verdict_of(tmp_path, monkeypatch, measured: dict, **changes) -> dict:
     base = {"L95": 1.0, "L95_se": 0.0, "stall_pct": 0.0, "stall_pct_se": 0.0,
             "ttfc_p95": 1.0, "ttfc_p95_se": 0.0, "blocking": 0.0, "blocking_se": 0.0,
             "sessions_arrived": 200.0, "sessions_rejected": 0.0, "n_runs": 2}
-    monkeypatch.setattr(fleet_module, "run_fleet", lambda fp: [])
+    monkeypatch.setattr(fleet_module, "run_fleet", lambda fp, progress=None: [])
     monkeypatch.setattr(fleet_module, "pooled_row", lambda fp, results: {**base, **measured})
     return {**row, **verify(deployment, row)}
 

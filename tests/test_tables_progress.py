@@ -67,6 +67,61 @@ def test_the_bar_is_silent_off_a_terminal_and_under_quiet(quiet, stderr, monkeyp
 
 
 
+def test_the_bars_thread_is_stopped_while_workers_are_forked(monkeypatch):
+    """rich redraws a live bar from a thread of its own; a worker forked meanwhile inherits
+    whatever lock it held (Python 3.12+ warns: "This process is multi-threaded, use of
+    fork() may lead to deadlocks"). A LocalPool stops it for each fork; it runs again
+    after."""
+    import os
+    import threading
+
+    from latsim.experiments.executors import LocalPool
+
+    monkeypatch.delenv("LATSIM_QUIET", raising=False)
+    before = threading.active_count()
+    at_fork: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        at_fork.append(threading.active_count())
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork)
+    err, out = Terminal(), io.StringIO()
+    with _bar(monkeypatch, err, out) as bar:
+        bar(1, 4)
+        assert threading.active_count() == before + 1  # the bar's refresh thread
+        done = sorted(LocalPool(2).map_unordered(abs, [-1, -2, -3]))
+        assert done == [(0, 1), (1, 2), (2, 3)]
+        assert threading.active_count() == before + 1  # drawn again
+        bar(4, 4)
+    assert at_fork == [before, before]
+    assert "4/4" in err.getvalue()
+
+
+def test_a_status_line_leaves_the_bars_columns_whole_at_80(monkeypatch):
+    """``status`` (plan, measure, profile) shortens its line to what 80 columns leave beside
+    the bar, count, elapsed time and ETA: first dropping a trailing parenthesis (the count
+    the bar shows), else cutting it; rich then cuts nothing."""
+    import re
+
+    monkeypatch.delenv("LATSIM_QUIET", raising=False)
+    monkeypatch.setenv("COLUMNS", "80")
+    err, out = Terminal(), io.StringIO()
+    with _bar(monkeypatch, err, out) as bar:
+        bar.status("verifying K=21 speculative usp4 8gpu (run 12 of at most 24)", 11.5, 24)
+        bar.status("verifying K=21 speculative usp4 8gpu autoscaled to 0.75 (run 13 of at "
+                   "most 24)", 12, 24)
+    frames = {re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", frame).rstrip()
+              for frame in re.split(r"[\r\n]", err.getvalue())}
+    shown = [frame for frame in frames if "eta" in frame]
+    assert any(frame.startswith("verifying K=21 speculative usp4 8gpu ━") for frame in shown)
+    assert any(frame.startswith("verifying K=21 speculative usp4 8gpu auto… ")
+               for frame in shown), shown
+    assert all(len(frame) <= 80 and re.search(r"\d+/24 \d:\d\d:\d\d eta ", frame)
+               for frame in shown), shown
+
+
 def _commands(tmp_path: Path) -> dict[str, list[str]]:
     (tmp_path / "grid.toml").write_text(SMALL_GRID)
     (tmp_path / "fleet.toml").write_text(SMALL_FLEET)
@@ -95,13 +150,64 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
                     "--calibrate", "0", "--out", str(tmp_path / "live")],
         "profile": ["profile", "--generator", "sleep", "--cost", "fixed:0.01", "--K", "4",
                     "--jobs", "3", "--gap", "0", "--out", str(tmp_path / "profile.json")],
+        "plan": ["plan", str(_plan_file(tmp_path))],
     }
+
+
+def _plan_file(tmp_path: Path) -> Path:
+    from tests.test_plan import _document, _toml
+
+    path = tmp_path / "plan.toml"
+    path.write_text(_toml(_document(tmp_path, run={"seeds": 2}, search={"max_verified": 3})))
+    return path
+
+
+def test_reproduce_serving_gives_its_bar_the_total_before_the_first_run(tmp_path,
+                                                                       monkeypatch):
+    """``reproduce serving`` counts steps (an experiment, or a capacity search), every one
+    known before the first run: the bar's total never changes, ``done`` only grows and
+    ends at it. (A reproduction cut down to one family, SLO, margin and a few rows; its
+    searches stop at 2 streams.)"""
+    import latsim.cli.progress as progress
+    from latsim.experiments import serving_paper
+
+    calls: list[tuple[float, float]] = []
+
+    class Recording(progress.ProgressBar):
+        def __call__(self, done: float, total: float) -> None:
+            calls.append((done, total))
+            super().__call__(done, total)
+
+    real_search = serving_paper.search_capacity
+    from dataclasses import replace
+
+    monkeypatch.setattr(progress, "ProgressBar", Recording)
+    monkeypatch.setattr(serving_paper, "search_capacity",
+                        lambda query, *a, **k: real_search(replace(query, max_streams=2)))
+    for name, value in {"FAMILIES": ("Sol-H3",), "SLO_FACTORS": (1.0,), "MARGINS": (0.0,),
+                        "SHARED_ROWS": serving_paper.SHARED_ROWS[:2], "LEAD_STREAMS": (2,),
+                        "LEAD_SEEDS": 1, "LEAD_DURATION": 120.0}.items():
+        monkeypatch.setattr(serving_paper, name, value)
+    traces = tmp_path / "traces"
+    for kind in ("low", "high"):
+        (traces / kind).mkdir(parents=True)
+        name = f"{kind}_000.jsonl"
+        (traces / kind / name).write_bytes((ROOT / "traces" / kind / name).read_bytes())
+    result = runner.invoke(app, ["reproduce", "serving", "--traces", str(traces), "--out",
+                                 str(tmp_path / "serving"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    total = calls[0][1]
+    assert {t for _, t in calls} == {total}, calls
+    assert calls[0] == (0, total) and total > 0
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+    assert calls[-1] == (total, total)
+    assert len({d for d, _ in calls}) > 5  # it moves through the work, not at the end only
 
 
 @pytest.mark.parametrize("name", [
     "sweep", "simulate", "simulate --streams", "grid", "fleet",
     *(pytest.param(name, marks=pytest.mark.slow) for name in ("reproduce", "reproduce systems")),
-    "reproduce replan-rule", "capacity", "measure", "profile",
+    "reproduce replan-rule", "capacity", "measure", "profile", "plan",
 ])
 def test_each_long_command_counts_its_work_on_one_bar(name, tmp_path, monkeypatch):
     """The command reports (done, total) to one ProgressBar, ending at total (a serving
@@ -114,8 +220,8 @@ def test_each_long_command_counts_its_work_on_one_bar(name, tmp_path, monkeypatc
     bars: list[tuple[str, list[tuple[int, int]]]] = []
 
     class Recording(progress.ProgressBar):
-        def __init__(self, label: str, delay_s: float = 1.0) -> None:
-            super().__init__(label, delay_s)
+        def __init__(self, label: str, delay_s: float = 1.0, **options) -> None:
+            super().__init__(label, delay_s, **options)
             self.calls: list[tuple[int, int]] = []
             bars.append((label, self.calls))
 
@@ -136,3 +242,6 @@ def test_each_long_command_counts_its_work_on_one_bar(name, tmp_path, monkeypatc
     assert result.stderr == ""  # off a terminal: nothing but the envelope, on stdout
     if name == "simulate --streams":  # 2 cells x 2 seeds, after at least 2 pilot runs
         assert calls[0] == (1, 2) and calls[-1][1] >= 6, calls
+    if name == "plan":  # the most exact runs left, known before the first: never growing
+        assert calls[0] == (0, 3) and calls[-1] == (3, 3), calls
+        assert [total for _, total in calls] == sorted((t for _, t in calls), reverse=True)

@@ -109,6 +109,8 @@ def print_help() -> None:
     from rich.text import Text
     from rich.theme import Theme
 
+    from latsim.cli.help_layout import HelpTable
+
     class OptionHighlighter(RegexHighlighter):  # typer.rich_utils' own
         highlights = [r"(^|\W)(?P<switch>\-\w+)(?![a-zA-Z0-9])",
                       r"(^|\W)(?P<option>\-\-[\w\-]+)(?![a-zA-Z0-9])",
@@ -128,9 +130,9 @@ def print_help() -> None:
         return Panel(table, border_style="dim", title=title, title_align="left")
 
     def table(highlighted: bool) -> Table:
-        return Table(highlight=highlighted, show_header=False, expand=True, box=None,
-                     show_lines=False, leading=0, border_style=None, row_styles=None,
-                     pad_edge=False, padding=(0, 1))
+        return HelpTable(highlight=highlighted, show_header=False, expand=True, box=None,
+                         show_lines=False, leading=0, border_style=None, row_styles=None,
+                         pad_edge=False, padding=(0, 1))
 
     console.print(Padding(highlight(f"Usage: {PROGRAM} [OPTIONS] COMMAND [ARGS]..."), 1),
                   style="bold")

@@ -7,6 +7,7 @@ that ``latsim --help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -201,22 +202,26 @@ def reproduce_serving(
     from latsim.viz.paper import plot_serving
 
     _report(run, out, traces, jobs, scheduler, max_events, "serving.png", plot_serving,
-            print_serving_report, output_format(fmt, as_json))
+            print_serving_report, output_format(fmt, as_json), counts_steps=True)
 
 
 def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: str,
-            max_events: int, figure: str, plot, report, output: str) -> None:
+            max_events: int, figure: str, plot, report, output: str,
+            counts_steps: bool = False) -> None:
     """Run a reproduction on ``scheduler``, draw ``figure`` into ``out`` and print the
-    tables (or their JSON)."""
+    tables (or their JSON). The bar counts runs, or with ``counts_steps`` the steps that
+    ``run`` reports to its ``progress`` (every one counted before the first run)."""
     from latsim.cli.progress import ProgressBar
     from latsim.experiments.engine import reporting_progress
     from latsim.run.files import check_writable
 
     check_writable(out)  # before the first simulation
     with (scheduler_context(scheduler, jobs, local_pool=True),
-          ProgressBar("reproducing (runs)") as bar, reporting_progress(bar),
+          ProgressBar("reproducing (steps)" if counts_steps else "reproducing (runs)") as bar,
+          contextlib.nullcontext() if counts_steps else reporting_progress(bar),
           staged(out) as staging):
-        tables = run(staging, traces_root=traces, jobs=jobs, max_events=max_events)
+        tables = run(staging, traces_root=traces, jobs=jobs, max_events=max_events,
+                     **({"progress": bar} if counts_steps else {}))
         plot(tables, staging / figure)
 
     def table() -> None:

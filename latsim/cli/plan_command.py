@@ -44,8 +44,8 @@ def plan(
     policy's recommendation, which always meets the SLO in its exact run."""
     from dataclasses import replace
 
+    from latsim.cli.progress import ProgressBar
     from latsim.experiments.deployment import load_deployment, plan_deployment
-    from latsim.formatting import StatusLine
     from latsim.model.fleet import override
     from latsim.run.files import check_writable
 
@@ -59,8 +59,10 @@ def plan(
         claim_folder(out, (CANDIDATES_CSV, PLAN_JSON, FRONTIER_PNG), PLAN_JSON,
                      "latsim plan", of_format(PLAN_FORMAT))
         check_writable(out)
-    with scheduler_context(scheduler, jobs, local_pool=True), StatusLine(plain=True) as say:
-        result = plan_deployment(deployment, max_events, say if output == "table" else None)
+    # a bar with an ETA on a terminal; off one, a line per exact run beside a table
+    with (scheduler_context(scheduler, jobs, local_pool=True),
+          ProgressBar("plan", plain=output == "table") as bar):
+        result = plan_deployment(deployment, max_events, bar.status)
     rows = result.rows
     if out is not None:
         _write_folder(out, deployment_file, deployment, result)

@@ -2,7 +2,9 @@
 
 It appears only on a terminal, only once the work has taken a second (a quick command
 prints nothing), never under ``latsim --quiet``, and it is cleared when the work ends, so
-it never mixes with what a command prints on stdout.
+it never mixes with what a command prints on stdout. Off a terminal a bar made ``plain``
+writes each new status line once instead, as a log line of its own (``latsim plan``: one
+per exact run).
 """
 
 from __future__ import annotations
@@ -11,30 +13,63 @@ import sys
 import time
 from typing import Any
 
-from latsim.formatting import quiet
+from latsim.experiments.executors import paused_while_forking
+from latsim.formatting import StatusLine, quiet
 
-#: The widest label a bar shows (a status line is cut to it).
+#: The widest label a bar shows (a status line is cut to it, or to what the terminal
+#: leaves beside the bar's other columns: :func:`label_room`).
 LABEL_WIDTH = 60
+#: The narrowest the bar itself is drawn beside a label.
+BAR_MIN_WIDTH = 10
+
+
+def label_room(total: float) -> int:
+    """The columns a label may take on one line beside the bar (:data:`BAR_MIN_WIDTH`), the
+    count ``total/total``, the elapsed time, ``eta``, the time left and a space between
+    each: at most :data:`LABEL_WIDTH`."""
+    from latsim.formatting import line_width
+
+    count = 2 * len(str(int(total))) + 1
+    return max(1, min(LABEL_WIDTH, line_width() - (BAR_MIN_WIDTH + count + 7 + 3 + 7 + 5)))
+
+
+def shorten(line: str, width: int) -> str:
+    """``line`` in ``width`` columns: without a trailing parenthesis (a count the bar shows
+    beside it) where that is enough, else cut to end in "…"."""
+    if len(line) <= width:
+        return line
+    if line.endswith(")") and " (" in line:
+        line = line[:line.rindex(" (")]
+        if len(line) <= width:
+            return line
+    return line[:width - 1] + "…"
 
 
 class ProgressBar:
     """``progress(done, total)`` as a bar labelled ``label``; a context manager."""
 
-    def __init__(self, label: str, delay_s: float = 1.0) -> None:
+    def __init__(self, label: str, delay_s: float = 1.0, plain: bool = False) -> None:
         self.label = label
         self.delay_s = delay_s
         self._started = time.perf_counter()
         self._bar: Any = None
         self._task: Any = None
         self._enabled = sys.stderr.isatty() and not quiet()
+        self._log = StatusLine(plain=True) if plain and not self._enabled else None
+        self._logged: str | None = None
 
     def status(self, line: str, done: float, total: float) -> None:
         """``done`` of ``total`` with a status ``line`` as the bar's label (a long line is
-        cut to fit beside the bar): the progress callback of ``measure`` and ``profile``."""
-        self.label = line if len(line) <= LABEL_WIDTH else line[:LABEL_WIDTH - 1] + "…"
-        self(round(done), round(total))
+        shortened to fit beside the bar: :func:`shorten`): the progress callback of
+        ``measure``, ``profile`` and ``plan``. A plain bar off a terminal logs ``line`` when
+        it changes."""
+        if self._log is not None and line != self._logged:
+            self._logged = line
+            self._log(line)
+        self.label = shorten(line, label_room(total))
+        self(done, total)
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: float, total: float) -> None:
         if not self._enabled:
             return
         if self._bar is None:
@@ -58,6 +93,8 @@ class ProgressBar:
                                  # onto the bar's console (stderr): results stay on stdout
                                  redirect_stdout=False)
             self._bar.start()
+            self._paused = paused_while_forking(_Stopped(self._bar))
+            self._paused.__enter__()
             self._task = self._bar.add_task(self.label, total=total)
         self._bar.update(self._task, completed=done, total=total, description=self.label)
 
@@ -66,4 +103,19 @@ class ProgressBar:
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
+            self._paused.__exit__(None, None, None)
             self._bar.stop()
+
+
+class _Stopped:
+    """A rich bar stopped for the block (its refresh thread joined) and started after: a
+    worker pool forks meanwhile (:func:`latsim.experiments.executors.paused_while_forking`)."""
+
+    def __init__(self, bar: Any) -> None:
+        self._bar = bar
+
+    def __enter__(self) -> None:
+        self._bar.stop()
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.start()

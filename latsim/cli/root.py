@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from latsim.cli import help_layout
 from latsim.cli.examples import epilog
 from latsim.cli.options import (
     BatchOpt,
@@ -244,6 +245,7 @@ class OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+help_layout.install()  # no option name cut in a help page
 app = typer.Typer(
     cls=OneLineErrors,
     no_args_is_help=True,

@@ -534,7 +534,8 @@ def fleet_of(deployment: Deployment, row: dict, nodes: int | None = None) -> Fle
     return replace(base, node=spec, fleet=fleet)
 
 
-def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVENTS) -> dict:
+def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVENTS,
+           progress: Callable[[int, int], None] | None = None) -> dict:
     """Run ``row``'s fleet exactly; its measured metrics, verdict and the surrogate's error.
 
     Each limit is judged by one-sided 95 % bounds: L95, stall and TTFC by the mean ±
@@ -544,7 +545,8 @@ def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVEN
     hour); the second a run that turned none away, whose blocking is then bounded by about
     3 / arrivals, not by 0. A limit above the upper bound is met; one below the lower bound
     fails; one between them, or a metric with no value, is undecided in the time the run
-    was given. Blocking has one more way to be met: a static fleet that turns sessions
+    was given (``progress(finished, total)`` counts its replications). Blocking has one
+    more way to be met: a static fleet that turns sessions
     away at once, under Poisson arrivals, is an M/G/c/c loss system, so its steady-state
     blocking is Erlang-B's whatever the session lengths; where the row's Erlang-B value is
     within the limit and inside the run's two bounds, the run confirms it
@@ -554,7 +556,7 @@ def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVEN
     from latsim.experiments.fleet import plan_fleet, pooled_row, run_fleet
 
     fp = plan_fleet(fleet_of(deployment, row), max_events)
-    measured = pooled_row(fp, run_fleet(fp))
+    measured = pooled_row(fp, run_fleet(fp, progress))
     slo = deployment.slo
     limits = {**slo.fleet_slo().limits(), "blocking": slo.blocking}
     bounds = {key: _bounds(measured, key) for key in limits if key != "blocking"}
@@ -622,8 +624,15 @@ class DeploymentPlan:
 
 
 def plan_deployment(deployment: Deployment, max_events: int = DEFAULT_MAX_EVENTS,
-                    progress: Callable[[str], None] | None = None) -> DeploymentPlan:
-    """Screen every candidate, verify the frontier and each policy's recommendation."""
+                    progress: Callable[[str, float, int], None] | None = None
+                    ) -> DeploymentPlan:
+    """Screen every candidate, verify the frontier and each policy's recommendation.
+
+    ``progress(line, done, total)`` follows the exact runs: ``done`` counts them (a run's
+    finished replications as a fraction of it), ``total`` is the most the plan can still
+    run, known before the first and never growing (the frontier and, for each policy whose
+    recommendation is not found yet, its candidates the surrogate passes, capped at
+    ``search.max_verified``), and equals ``done`` in the last call."""
     rows = screen_all(deployment)
     for row in rows:
         row["role"] = ""
@@ -632,27 +641,40 @@ def plan_deployment(deployment: Deployment, max_events: int = DEFAULT_MAX_EVENTS
         rows[i]["role"] = "frontier"
     runs = 0
     space = deployment.space
+    passing = {policy: sorted((i for i, row in enumerate(rows)
+                               if row["policy"] == policy and row["verdict"] == "meets"),
+                              key=lambda i: (rows[i]["cost_per_viewer_hour"],
+                                             -rows[i]["quality"], rows[i]["L95"]))
+               for policy in space.policies}
+    searching = set(space.policies)
+
+    def most() -> int:
+        could = set(frontier).union(*(passing[policy] for policy in searching))
+        return min(space.max_verified,
+                   runs + sum("exact_verdict" not in rows[i] for i in could))
 
     def check(i: int) -> bool:
         nonlocal runs
         if "exact_verdict" not in rows[i]:
             if runs >= space.max_verified:
                 return False
+            total = most()
+            line = (f"verifying {Candidate.of(rows[i]).label} (run {runs + 1} of at most "
+                    f"{total})")
+
+            def replications(finished: int, of: int) -> None:
+                if progress is not None:
+                    progress(line, runs + finished / of, total)
+
+            replications(0, 1)
+            rows[i].update(verify(deployment, rows[i], max_events, replications))
             runs += 1
-            if progress is not None:
-                progress(f"verifying {Candidate.of(rows[i]).label} ({runs} of at most "
-                         f"{space.max_verified})")
-            rows[i].update(verify(deployment, rows[i], max_events))
         return rows[i]["exact_verdict"] == "meets"
 
     recommended: dict[str, int | None] = {}
     for policy in space.policies:
-        order = sorted((i for i, row in enumerate(rows)
-                        if row["policy"] == policy and row["verdict"] == "meets"),
-                       key=lambda i: (rows[i]["cost_per_viewer_hour"], -rows[i]["quality"],
-                                      rows[i]["L95"]))
         recommended[policy] = None
-        for i in order:
+        for i in passing[policy]:
             if runs >= space.max_verified and "exact_verdict" not in rows[i]:
                 break
             if check(i):
@@ -660,8 +682,11 @@ def plan_deployment(deployment: Deployment, max_events: int = DEFAULT_MAX_EVENTS
                 rows[i]["role"] = ("recommended" if not rows[i]["role"]
                                    else f"{rows[i]['role']},recommended")
                 break
+        searching.discard(policy)
     for i in frontier:
         check(i)
+    if progress is not None:
+        progress(f"{runs} exact run(s) done", runs, runs)
     return DeploymentPlan(rows, frontier, recommended, comparison_line(rows, deployment))
 
 

@@ -123,6 +123,35 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+#: What stops a thread of this process while workers are forked, and starts it again after
+#: (the progress bar's refresh thread, :func:`paused_while_forking`).
+_FORK_PAUSES: list[contextlib.AbstractContextManager[None]] = []
+
+
+@contextlib.contextmanager
+def paused_while_forking(pause: contextlib.AbstractContextManager[None]) -> Iterator[None]:
+    """Within the block, :class:`LocalPool` enters ``pause`` around each fork of its
+    workers. A child forked while another thread runs inherits whatever locks that thread
+    held (the stderr a progress bar draws on, say) and may deadlock on them; Python 3.12+
+    warns of it ("This process is multi-threaded, use of fork() may lead to deadlocks")."""
+    _FORK_PAUSES.append(pause)
+    try:
+        yield
+    finally:
+        _FORK_PAUSES.remove(pause)
+
+
+@contextlib.contextmanager
+def _forking() -> Iterator[None]:
+    """Where workers are forked: SIGINT held back (:func:`_sigint_blocked`) and this
+    process's own threads stopped (:func:`paused_while_forking`)."""
+    with contextlib.ExitStack() as stack:
+        for pause in list(_FORK_PAUSES):
+            stack.enter_context(pause)
+        stack.enter_context(_sigint_blocked())
+        yield
+
+
 def strided_chunks(n: int, workers: int) -> list[range]:
     """Items ``0..n-1`` in work units for ``workers``: one item each in process (so progress
     can be reported item by item), else up to 8 strided units per worker (big enough that
@@ -156,7 +185,7 @@ class LocalPool:
         if self._keep:
             self._executor = pool
         try:
-            with _sigint_blocked():  # the first submit forks the workers
+            with _forking():  # the first submit forks the workers
                 pending = {pool.submit(fn, item): index for index, item in enumerate(items)}
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -33,7 +33,9 @@ its USP group of the paper's size), on the committed low/high trace sets:
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,7 +44,12 @@ import numpy as np
 from latsim.analysis.serving import replication_se
 from latsim.errors import DEFAULT_MAX_EVENTS
 from latsim.experiments.capacity import SLO, CapacityQuery, search_capacity
-from latsim.experiments.engine import Experiment, prefetched, run_experiment
+from latsim.experiments.engine import (
+    Experiment,
+    prefetched,
+    reporting_progress,
+    run_experiment,
+)
 from latsim.experiments.paper_settings import (
     SETTINGS,
     Setting,
@@ -106,22 +113,21 @@ def _rounded(value: float | None) -> float | None:
 
 
 def e2e_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS,
-              calibrations: tuple[tuple[str, str, str], ...] = CALIBRATIONS
-              ) -> tuple[list[dict], float]:
+              calibrations: tuple[tuple[str, str, str], ...] = CALIBRATIONS,
+              steps: _Steps | None = None) -> tuple[list[dict], float]:
     """The Sol-H3 L50 and stall cells end to end, once per calibration cell
     (``calibrations``, by default :data:`CALIBRATIONS`); returns the rows and the D of the
     first calibration.
 
     Its experiments run in two batches of work: the calibration cells with the LTX-2.3
-    stall cells (:func:`_ltx_stall_rows`), then the cells each calibration predicts."""
-    short, long = _setting("Sol-H3 short"), _setting("Sol-H3 long")
+    stall cells (:func:`_ltx_stall_rows`), then the cells each calibration predicts (each
+    a part of ``steps``: :func:`e2e_steps`)."""
     lead = family_lead("Sol-H3")
-    cells = [(short, "baseline", "L50", "baseline_L50_s"),
-             (long, "speculative", "L50", "speculative_L50_s"),
-             (long, "speculative", "viewer_stall_pct", "speculative_stall_pct")]
+    cells = [(_setting(name), policy, metric, key) for name, policy, metric, key in E2E_CELLS]
     servers = [_experiment(_setting(name), fitted_policy, root / fitted_load, lead, 0.0,
                            max_events) for name, fitted_policy, fitted_load in calibrations]
-    with prefetched(servers + _ltx_experiments(root, max_events), jobs):
+    first = servers + _ltx_experiments(root, max_events)
+    with _part(steps, len(first)), prefetched(first, jobs):
         playouts = []
         for (name, fitted_policy, fitted_load), server in zip(calibrations, servers,
                                                               strict=True):
@@ -131,13 +137,28 @@ def e2e_table(root: Path, jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS
         predicted = [_experiment(setting, policy, root / load, lead, playout, max_events)
                      for playout in playouts for setting, policy, _, _ in cells
                      for load in LOADS]
-        with prefetched(predicted, jobs):
+        with _part(steps, len(predicted)), prefetched(predicted, jobs):
             rows = _e2e_rows(root, jobs, max_events, lead, cells, calibrations, playouts)
         rows += _ltx_stall_rows(root, jobs, max_events)
     return rows, playouts[0]
 
 
 LOADS = ("low", "high")
+#: The Sol-H3 cells each calibration predicts: (setting, policy, metric, the paper's key).
+E2E_CELLS = (("Sol-H3 short", "baseline", "L50", "baseline_L50_s"),
+             ("Sol-H3 long", "speculative", "L50", "speculative_L50_s"),
+             ("Sol-H3 long", "speculative", "viewer_stall_pct", "speculative_stall_pct"))
+
+
+def e2e_steps(calibrations: tuple[tuple[str, str, str], ...] = CALIBRATIONS) -> int:
+    """The experiments of :func:`e2e_table`: each calibration cell and the cells it
+    predicts, and the LTX-2.3 stall cells."""
+    return (len(calibrations) * (1 + len(E2E_CELLS) * len(LOADS))
+            + len(LTX_CELLS) * len(LOADS))
+
+
+def _part(steps: _Steps | None, n: int) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext() if steps is None else steps.part(n)
 
 
 def _e2e_rows(root: Path, jobs: int | None, max_events: int, lead: float, cells: list,
@@ -208,27 +229,30 @@ def _ltx_stall_rows(root: Path, jobs: int | None, max_events: int) -> list[dict]
 
 
 def headroom_table(root: Path, playout_by_family: dict[str, float],
-                   max_events: int = DEFAULT_MAX_EVENTS, max_streams: int = 64
-                   ) -> list[dict]:
+                   max_events: int = DEFAULT_MAX_EVENTS, max_streams: int = 64,
+                   steps: _Steps | None = None) -> list[dict]:
     """Streams per DiT group of each long-chunk setting at its family's short-chunk baseline
     L95 (one stream at the family lead, high-frequency traces), viewer stall <= 0.1 %, with
-    the long setting's lead raised by each queueing margin."""
+    the long setting's lead raised by each queueing margin (each family's baseline run and
+    each capacity search a step of ``steps``: :func:`headroom_steps`)."""
     rows = []
     for family in FAMILIES:
         short, long = _setting(f"{family} short"), _setting(f"{family} long")
         base_lead = family_lead(family)
         playout = playout_by_family.get(family, 0.0)
         c_long = infer_C(long)
-        slo_row = _row_of(run_experiment(_experiment(short, "baseline", root / "high",
-                                                     base_lead, playout, max_events)),
-                          "baseline")
+        with _part(steps, 1):
+            slo_row = _row_of(run_experiment(_experiment(short, "baseline", root / "high",
+                                                         base_lead, playout, max_events)),
+                              "baseline")
         for factor, margin in ((f, m) for f in SLO_FACTORS for m in MARGINS):
             lead = base_lead + margin * c_long
             query = CapacityQuery(
                 replace(_experiment(long, "speculative", root / "high", lead, playout,
                                     max_events, start="random"), seeds=None),
                 SLO(factor * slo_row["L95"], 0.1), max_streams=max_streams)
-            result = search_capacity(query)
+            with _part(steps, 1):
+                result = search_capacity(query)
             at = {v.streams: v for v in result.verdicts}
             one = at.get(1)
             best = at.get(result.max_streams)
@@ -250,6 +274,12 @@ def headroom_table(root: Path, playout_by_family: dict[str, float],
                 "tried": " ".join(f"{n}:{v.verdict}" for n, v in sorted(at.items())),
             })
     return rows
+
+
+def headroom_steps() -> int:
+    """The steps of :func:`headroom_table`: a baseline run and a search per SLO and margin,
+    per family."""
+    return len(FAMILIES) * (1 + len(SLO_FACTORS) * len(MARGINS))
 
 
 #: The shared-device workload of the discard and schedule tables: K = 8 at 16 fps, r = 4
@@ -339,21 +369,59 @@ def lead_table(jobs: int | None, max_events: int = DEFAULT_MAX_EVENTS) -> list[d
     return rows
 
 
+class _Steps:
+    """The reproduction's progress as ``progress(done, total)`` in steps, all counted before
+    the first run: an experiment is a step, and so is a capacity search (whose runs depend
+    on its verdicts). Within :meth:`part`, the engine's count of runs
+    (:func:`reporting_progress`) moves ``done`` through the part's steps."""
+
+    def __init__(self, progress: Callable[[float, int], None] | None, total: int) -> None:
+        self._progress = progress
+        self.total = total
+        self.done = 0.0
+        self._report(0.0)
+
+    def _report(self, done: float) -> None:
+        self.done = max(self.done, min(done, self.total))  # never back
+        if self._progress is not None:
+            self._progress(self.done, self.total)
+
+    @contextlib.contextmanager
+    def part(self, steps: int) -> Iterator[None]:
+        """A part of ``steps`` steps: its runs' share of its steps as they finish (a batch
+        that ends counts in full; a prefetched result handed back adds nothing)."""
+        start = self.done
+
+        def runs(done: int, total: int) -> None:
+            if total:
+                self._report(start + steps * min(1.0, done / total))
+
+        with reporting_progress(runs):
+            yield
+        self._report(start + steps)
+
+
 def reproduce_serving(out: Path, traces_root: Path | None = None, jobs: int | None = None,
-                      max_events: int = DEFAULT_MAX_EVENTS) -> dict[str, list[dict]]:
-    """All the tables, written as CSV into ``out``; returns them."""
+                      max_events: int = DEFAULT_MAX_EVENTS,
+                      progress: Callable[[float, int], None] | None = None
+                      ) -> dict[str, list[dict]]:
+    """All the tables, written as CSV into ``out``; returns them. ``progress(done,
+    total)`` counts :class:`_Steps`, the total given before the first run."""
     import tempfile
 
     out.mkdir(parents=True, exist_ok=True)
+    shared = len(SHARED_ROWS) + 2 * len(LEAD_STREAMS)
+    steps = _Steps(progress, e2e_steps() + headroom_steps() + shared)
     with tempfile.TemporaryDirectory() as tmp:
         root = _trace_root(traces_root, Path(tmp))
-        e2e, playout = e2e_table(root, jobs, max_events)
-        headroom = headroom_table(root, {"Sol-H3": playout}, max_events)
+        e2e, playout = e2e_table(root, jobs, max_events, steps=steps)
+        headroom = headroom_table(root, {"Sol-H3": playout}, max_events, steps=steps)
         # the shared-device rows are independent experiments: one batch of work
-        with prefetched([_shared_device_experiment(root, max_events, streams, **options)
-                         for streams, options in SHARED_ROWS]
-                        + [_lead_experiment(streams, lead, max_events)
-                           for streams in LEAD_STREAMS for lead in ("cost", "auto")], jobs):
+        with steps.part(shared), prefetched(
+                [_shared_device_experiment(root, max_events, streams, **options)
+                 for streams, options in SHARED_ROWS]
+                + [_lead_experiment(streams, lead, max_events)
+                   for streams in LEAD_STREAMS for lead in ("cost", "auto")], jobs):
             tables = {"e2e": e2e, "headroom": headroom,
                       "discard": discard_table(root, jobs, max_events),
                       "schedule": schedule_table(root, jobs, max_events),
