@@ -180,17 +180,16 @@ def blocking_bounds(rejected: int, arrived: int, tail: float = 0.05) -> tuple[fl
     """One-sided ``1 − tail`` Clopper–Pearson bounds on the blocking probability, from
     ``rejected`` of ``arrived`` sessions: the lower bound is the p at which P(Bin(arrived,
     p) >= rejected) = ``tail`` (0 with none rejected), the upper the p at which
-    P(Bin(arrived, p) <= rejected) = ``tail`` (1 − tail^(1/arrived) with none). Sessions
-    are taken as independent trials, as Erlang-B's arrivals are."""
-    from latsim.analysis.queueing import binomial_tail
-    from latsim.numeric import least_true
+    P(Bin(arrived, p) <= rejected) = ``tail`` (1 − tail^(1/arrived) with none); the beta
+    quantiles those equal (scipy). Sessions are taken as independent trials, as
+    Erlang-B's arrivals are."""
+    from scipy.stats import beta
 
     if not 0 <= rejected <= arrived or arrived < 1:
         raise ValueError(f"need 0 <= rejected <= arrived >= 1, got {rejected}, {arrived}")
-    lower = 0.0 if rejected == 0 else least_true(
-        lambda p: binomial_tail(arrived, p, rejected) >= tail, 0.0, 1.0, 1e-10)
-    upper = 1.0 if rejected == arrived else least_true(
-        lambda p: 1.0 - binomial_tail(arrived, p, rejected + 1) <= tail, 0.0, 1.0, 1e-10)
+    lower = 0.0 if rejected == 0 else float(beta.ppf(tail, rejected, arrived - rejected + 1))
+    upper = (1.0 if rejected == arrived
+             else float(beta.ppf(1 - tail, rejected + 1, arrived - rejected)))
     return lower, upper
 
 
