@@ -186,19 +186,35 @@ def profile(
 
     with ProgressBar("profile") as bar:
         document = run_profile(config, out, progress=bar.status)
-    rows = [{"K": int(k), "kind": kind, **stats}
-            for k, kinds in document["summary"].items() for kind, stats in kinds.items()]
+    fits = document["fit"]
+    rows = []
+    for k, kinds in document["summary"].items():
+        for kind, stats in kinds.items():
+            law = fits[kind]["lognormal"].get(k) or {}
+            rows.append({"K": int(k), "kind": kind, **stats,
+                         "lognormal": law.get("spec"), "lognormal_ks_p": law.get("ks_p")})
 
     def table() -> None:
         from latsim.cli.tables import Column, print_table
 
         columns = [Column("K"), Column("kind", justify="left"), Column("jobs", 2),
-                   Column("mean ms"), Column("p50 ms", 1), Column("p99 ms"), Column("cv", 1)]
+                   Column("mean ms"), Column("p50 ms", 2), Column("p99 ms"), Column("cv", 2),
+                   Column("lognormal fit", 1, justify="left"), Column("KS p", 1)]
+        notes = []
+        for kind, fit in fits.items():
+            affine = fit["affine"]
+            if affine is not None:
+                law = affine["spec"] or f"a = {affine['a']:.3g}, b = {affine['b']:.3g} s"
+                notes.append(f"{kind}: {law} (R² {affine['r2']:.3f}, means within "
+                             f"{100 * affine['max_mean_error']:.1f} %)")
         print_table(f"profile: {generator} on {device}, generator wall time per job", columns,
                     [[str(r["K"]), r["kind"], str(r["n"]), f"{r['mean'] * 1e3:.1f}",
-                      f"{r['p50'] * 1e3:.1f}", f"{r['p99'] * 1e3:.1f}", f"{r['cv']:.2f}"]
+                      f"{r['p50'] * 1e3:.1f}", f"{r['p99'] * 1e3:.1f}", f"{r['cv']:.2f}",
+                      r["lognormal"] or "-",
+                      "-" if r["lognormal_ks_p"] is None else f"{r['lognormal_ks_p']:.2f}"]
                      for r in rows],
-                    [f"wrote {out} (use: latsim sweep --cost table:{out} ...)"])
+                    [*notes, f"wrote {out} (use: latsim sweep --cost table:{out} ...; or a "
+                     "law above: KS p small means it does not fit the jobs)"])
 
     emit(output, rows, table, seed=seed, out=str(out))
 

@@ -76,3 +76,65 @@ def test_live_commands_say_which_extra_is_missing(monkeypatch):
         assert result.exit_code == 2
         assert result.stderr.strip() == ("latsim: error: generator wan needs torch: "
                                          f"install the live extra, {install_hint('live')}")
+
+
+def test_the_cost_laws_a_profile_fits_and_how_well():
+    """The affine law and the lognormals come back from jobs drawn from them (within 4
+    standard errors of the sample; the CV's estimate within 25 % at n = 400), as specs
+    --cost takes; a law the jobs do not follow says so by its KS p."""
+    import numpy as np
+
+    from latsim.analysis.cost_fit import fit_affine, fit_lognormal, fit_profile
+    from latsim.plugins import load_cost
+
+    rng = np.random.default_rng(7)
+    a, b, cv, n = 0.03, 0.01, 0.2, 400
+    sigma = float(np.sqrt(np.log1p(cv**2)))
+    jobs = {K: (a + b * K) * rng.lognormal(-sigma**2 / 2, sigma, n) for K in (2, 4, 8)}
+    affine = fit_affine(jobs)
+    assert affine is not None and affine["r2"] > 0.5
+    x = np.repeat([2.0, 4.0, 8.0], n)
+    _, cov = np.polyfit(x, np.concatenate(list(jobs.values())), 1, cov=True)
+    se_b, se_a = np.sqrt(np.diag(cov))  # the regression's own standard errors
+    assert affine["a"] == pytest.approx(a, abs=4 * se_a)
+    assert affine["b"] == pytest.approx(b, abs=4 * se_b)
+    assert load_cost(affine["spec"]).mean(4) == pytest.approx(a + 4 * b, rel=0.02)
+    law = fit_lognormal(jobs[4])
+    assert law["mean"] == pytest.approx(a + 4 * b, abs=4 * (a + 4 * b) * cv / np.sqrt(n))
+    assert law["cv"] == pytest.approx(cv, rel=0.25) and law["ks_p"] > 0.01
+    assert load_cost(law["spec"]).mean(4) == pytest.approx(law["mean"], rel=1e-3)
+    # two modes (a cache that sometimes misses) are no lognormal
+    bimodal = np.concatenate([rng.normal(0.05, 0.001, 200), rng.normal(0.2, 0.002, 200)])
+    assert fit_lognormal(bimodal)["ks_p"] < 1e-6
+    assert fit_lognormal([0.1, 0.2]) is None and fit_lognormal([0.1, 0.0, 0.2]) is None
+    assert fit_lognormal([0.1] * 5)["spec"] == "lognormal:0.1,0"
+    assert fit_affine({4: [0.1, 0.2]}) is None  # one K: no slope
+    assert fit_affine({1: [0.5], 8: [0.1]})["spec"] is None  # falls with K: no affine cost
+    fits = fit_profile({"2": {"refill": list(jobs[2]), "replan": []},
+                        "4": {"refill": list(jobs[4]), "replan": [0.1, 0.11, 0.12]}})
+    assert fits["refill"]["affine"] is not None and fits["replan"]["affine"] is None
+    assert set(fits["refill"]["lognormal"]) == {"2", "4"}
+    assert set(fits["replan"]["lognormal"]) == {"4"}
+
+
+def test_profile_reports_its_fits_beside_the_jobs(tmp_path):
+    """The sleep generator (no torch): the profile file and the rows carry the fits, and
+    the table names the affine law at 80 columns."""
+    from latsim.plugins import load_cost
+
+    out = tmp_path / "profile.json"
+    result = CliRunner().invoke(app, ["profile", "--generator", "sleep", "--cost",
+                                      "affine:0.004,0.001", "--K", "1", "4", "--jobs", "4",
+                                      "--gap", "0", "--out", str(out)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.stderr
+    fits = json.loads(out.read_text())["fit"]
+    for kind in ("refill", "replan"):
+        load_cost(fits[kind]["affine"]["spec"])
+        assert set(fits[kind]["lognormal"]) == {"1", "4"}
+        assert f"{kind}: affine:" in result.stdout
+    assert all(len(line) <= 80 for line in result.stdout.splitlines())
+    rows = CliRunner().invoke(app, ["profile", "--generator", "sleep", "--cost",
+                                    "fixed:0.002", "--K", "2", "--jobs", "3", "--gap", "0",
+                                    "--out", str(tmp_path / "p2.json"), "--json"])
+    (row_a, row_b) = rows_of(rows.stdout)
+    assert row_a["lognormal"].startswith("lognormal:") and 0 <= row_a["lognormal_ks_p"] <= 1

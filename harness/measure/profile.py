@@ -105,11 +105,13 @@ def _time_jobs(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
 def _document(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],
               status: str = "complete") -> dict:
     from harness.measure.folder import versions
+    from latsim.analysis.cost_fit import fit_profile
 
     return {
         "costs": costs,
         "summary": {k: {kind: _stats(v) for kind, v in kinds.items() if v}
                     for k, kinds in costs.items()},
+        "fit": fit_profile(costs),
         "config": {**asdict(config), "generator": asdict(config.generator)},
         "device_name": device_name(config.generator.device),
         "versions": versions(),
