@@ -91,3 +91,21 @@ def test_work_ratio_se_is_the_paired_jackknife_of_the_pooled_ratio(crn_runs):
     leave_one_out = [(sum(ours) - o) / (sum(theirs) - t) for o, t in zip(ours, theirs, strict=True)]
     assert se == pytest.approx(_leave_one_out_se(leave_one_out), rel=1e-9)
     assert work_ratio(spec[:1], base[:1])[1] is None
+
+
+def test_one_stall_rule_clips_to_the_window_and_has_no_value_for_an_empty_one():
+    """Every stall share (a run's, a serving run's, a client's, a fleet's and its
+    per-minute series) is latsim.analysis.metrics.stall_pct over stalls clipped by
+    window_overlap: an empty window has none (None), where serving's and a client's said
+    0.0, which met any stall limit."""
+    from latsim.analysis.metrics import stall_pct
+    from latsim.analysis.serving import viewer_metrics
+    from latsim.run.records import window_overlap
+    from latsim.run.viewer import ViewerRecords
+
+    assert stall_pct(1.5, 60.0) == 100.0 * 1.5 / 60.0 and stall_pct(0.0, 0.0) is None
+    assert window_overlap(-1.0, 2.0, 10.0) == 2.0  # [0, end] by default
+    assert window_overlap(5.0, 12.0, 10.0, begin=6.0) == 4.0  # a fleet's [warm-up, end]
+    assert window_overlap(1.0, 2.0, 10.0, begin=3.0) == 0.0
+    empty = viewer_metrics(ViewerRecords((), (), (), (), ()), 0.0)
+    assert empty["stall_pct"] is None and empty["viewer_stall_pct"] is None

@@ -42,9 +42,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from latsim.analysis.latency import LEVELS, percentile, pooled
-from latsim.analysis.metrics import summarize
+from latsim.analysis.metrics import stall_pct, summarize
 from latsim.numeric import total
 from latsim.run.fleet import REJECTED, SERVED, WAITING, FleetRecords
+from latsim.run.records import window_overlap
 from latsim.run.serving import ServingRecords
 
 
@@ -139,7 +140,7 @@ def _played(run: FleetRecords, t0: float, t1: float) -> float:
 
 
 def _stalled(tallies: Sequence[NodeTally], t0: float, t1: float) -> float:
-    return total(max(0.0, min(end, t1) - max(start, t0))
+    return total(window_overlap(start, end, t1, t0)
                  for tally in tallies for start, end in tally.stalls if start < t1 and end > t0)
 
 
@@ -242,7 +243,7 @@ def fleet_metrics(run: FleetRecords, usd_per_gpu_hour: float = 0.0,
         "ttfc_p99": percentile(ttfc, 99),
         **{f"L{level}": percentile(latencies, level) for level in LEVELS},
         "n_conditions_shown": len(latencies),
-        "stall_pct": 100.0 * stalled / played if played else None,  # nothing played
+        "stall_pct": stall_pct(stalled, played),  # None: nothing played
         "chunk_p99": percentile(chunks, 99), "chunk_max": max(chunks) if chunks else None,
         "w": discarded / generated if generated else None,
         "dit_calls_per_viewer_hour": (dit_calls / (played_all / 3600.0) if played_all
@@ -299,7 +300,7 @@ def fleet_timeseries(run: FleetRecords, window_s: float = 60.0,
     for tally in tallies:
         for start, end in tally.stalls:
             for k in touched(start, end):
-                stalled[k].append(max(0.0, min(end, ends[k]) - max(start, starts[k])))
+                stalled[k].append(window_overlap(start, end, ends[k], starts[k]))
         for value, at in zip(tally.latencies, tally.shown_at, strict=True):
             k = bisect_right(starts, at) - 1
             if k >= 0 and at < ends[k]:
@@ -314,7 +315,7 @@ def fleet_timeseries(run: FleetRecords, window_s: float = 60.0,
                      "active": means["playing"], "queued": means["queued"],
                      "nodes": means["nodes"], "L95": percentile(shown[k], 95),
                      "n_conditions_shown": len(shown[k]),
-                     "stall_pct": (100.0 * total(stalled[k]) / seconds if seconds else None)})
+                     "stall_pct": stall_pct(total(stalled[k]), seconds)})
     return rows
 
 

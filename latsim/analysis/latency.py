@@ -9,7 +9,9 @@ fleet, measure, serve, client and compare.
   ``s/√n`` over the pooled conditions (conditions of one run are close to independent
   where they are further apart than a chunk; where a summary needs the spread between
   replications it says so, as the fleet's ``_se`` columns do). A pooled percentile's own
-  standard error is the jackknife over replications (:func:`replication_percentile_se`).
+  standard error is the jackknife over replications (:func:`replication_percentile_se`);
+  one sample's, the bootstrap (:func:`bootstrap_percentile_se`); an empirical CDF's band,
+  Dvoretzky–Kiefer–Wolfowitz's (:func:`dkw_band`).
 - **The basis** (``L_basis``): what L is measured between, which differs by driver and
   must be said beside the number (:data:`TIMELINE`, :data:`WALL`, :data:`VIEWER`).
 """
@@ -76,3 +78,23 @@ def replication_percentile_se(samples: Sequence[Sequence[float]], level: float
     n = len(groups)
     values = np.array(leave_one_out)
     return float(math.sqrt((n - 1) / n * np.sum((values - values.mean()) ** 2)))
+
+
+def bootstrap_percentile_se(values: Sequence[float] | np.ndarray, level: float,
+                            resamples: int = 400, seed: int = 0) -> float:
+    """The bootstrap standard error of the ``level`` percentile of ``values`` (one sample,
+    resampled ``resamples`` times with a fixed ``seed``: the same figure every time); 0
+    with fewer than two values."""
+    data = np.asarray(values, dtype=float)
+    if data.size < 2:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    draws = np.percentile(rng.choice(data, size=(resamples, data.size)), level, axis=1)
+    return float(draws.std(ddof=1))
+
+
+def dkw_band(n: int, confidence: float = 0.95) -> float:
+    """The half-width of the Dvoretzky–Kiefer–Wolfowitz confidence band of an empirical CDF
+    of ``n`` values: sup |F_n − F| <= ε with probability ``confidence``,
+    ε = sqrt(ln(2 / (1 − confidence)) / (2n))."""
+    return math.sqrt(math.log(2 / (1 - confidence)) / (2 * n))

@@ -37,7 +37,7 @@ class Metrics:
     R_mean: float | None
     C_obs_mean: float | None
     Q_mean: float | None
-    stall_pct: float
+    stall_pct: float | None  # None: an empty window (stall_pct())
     busy_pct: float
     w: float | None
     dit_calls: int  # DiT calls started within the window (a count; see work_calls)
@@ -59,6 +59,14 @@ class Metrics:
 
 def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
+
+
+def stall_pct(stalled: float, window: float) -> float | None:
+    """The one stall rule: ``stalled`` seconds (each stall clipped to the window by
+    :func:`~latsim.run.records.window_overlap`) as a percentage of ``window`` seconds;
+    None for an empty window (nothing was played, so nothing says the viewer did not
+    stall: 0 would meet any stall limit)."""
+    return 100.0 * stalled / window if window > 0 else None
 
 
 def stall_time_in_window(run: RunRecords) -> float:
@@ -160,7 +168,7 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
         R_mean=_mean([c.R for c in shown]),
         C_obs_mean=_mean([c.C for c in shown]),
         Q_mean=_mean([c.Q for c in shown]),
-        stall_pct=100.0 * total(stall_time_in_window(run) for run in runs) / window,
+        stall_pct=stall_pct(total(stall_time_in_window(run) for run in runs), window),
         busy_pct=100.0 * total(run.busy_in_window for run in runs) / window,
         w=(discarded / (discarded + played_generated)
            if played_generated + discarded else None),

@@ -27,8 +27,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from latsim.analysis.latency import LEVELS, VIEWER, latency_stats, replication_percentile_se
-from latsim.analysis.metrics import paired_jackknife_se, stall_time_in_window, summarize
+from latsim.analysis.latency import (
+    LEVELS,
+    VIEWER,
+    latency_stats,
+    percentile,
+    replication_percentile_se,
+)
+from latsim.analysis.metrics import (
+    paired_jackknife_se,
+    stall_pct,
+    stall_time_in_window,
+    summarize,
+)
 from latsim.numeric import total
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunRecords, window_overlap
@@ -48,14 +59,11 @@ def _stall_seconds(runs: Sequence[ServingRecords]) -> tuple[float, float, float]
     return client, server, total(s.duration for run in runs for s in run.streams)
 
 
-def viewer_stall_pct(runs: Sequence[ServingRecords]) -> float:
+def viewer_stall_pct(runs: Sequence[ServingRecords]) -> float | None:
     """The share of the streams' windows the viewers saw frozen (server stalls plus late
-    deliveries), in percent."""
-    return _viewer_pct(*_stall_seconds(runs))
-
-
-def _viewer_pct(client: float, server: float, window: float) -> float:
-    return 100.0 * (client + server) / window if window else 0.0
+    deliveries), in percent (:func:`~latsim.analysis.metrics.stall_pct`)."""
+    client, server, window = _stall_seconds(runs)
+    return stall_pct(client + server, window)
 
 
 def _pct(totals: np.ndarray) -> float:
@@ -131,8 +139,8 @@ def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
         "uplink_mean": (float(np.mean([v.uplink for v in shown])) if shown else None),
         "playout_delay": runs[0].playout_delay if runs else None,
         "busy_pct": busy_pct_by_pool.get("dit", base["busy_pct"]),
-        "client_stall_pct": 100.0 * client_stall / window if window else 0.0,
-        "viewer_stall_pct": _viewer_pct(client_stall, server_stall, window),
+        "client_stall_pct": stall_pct(client_stall, window),
+        "viewer_stall_pct": stall_pct(client_stall + server_stall, window),
         "cpr": (total(a for a, _ in smooth) / total(b for _, b in smooth)
                 if total(b for _, b in smooth) else None),
         "ttff_mean": float(np.mean(ttff)) if ttff else None,
@@ -140,8 +148,7 @@ def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
         "busy_pct_by_pool": busy_pct_by_pool,
         "busy_pct_by_device": busy_pct_by_device,
         "queue_wait_mean_by_stage": {k: float(np.mean(v)) for k, v in sorted(waits.items())},
-        "queue_wait_p95_by_stage": {k: float(np.percentile(v, 95))
-                                    for k, v in sorted(waits.items())},
+        "queue_wait_p95_by_stage": {k: percentile(v, 95) for k, v in sorted(waits.items())},
     }
 
 
@@ -164,7 +171,7 @@ def per_stream_rows(runs: Sequence[ServingRecords]) -> list[dict]:
             **{key: latency[key] for key in ("L_mean", "L50", "L95", "L99")},
             "R_mean": base.R_mean, "C_obs_mean": base.C_obs_mean,
             "Q_mean": base.Q_mean, "stall_pct": base.stall_pct,
-            "client_stall_pct": 100.0 * client / window if window else 0.0,
+            "client_stall_pct": stall_pct(client, window),
             "ttff_mean": float(np.mean(ttff)) if ttff else None, "w": base.w,
         })
     return rows
@@ -191,9 +198,9 @@ def viewer_metrics(records: ViewerRecords, duration: float) -> dict:
         **stats([c.L for c in shown], "L"),
         **stats([c.L_server for c in shown], "L_server"),
         "L_basis": VIEWER,
-        "stall_pct": 100.0 * server / duration if duration else 0.0,
-        "client_stall_pct": 100.0 * client / duration if duration else 0.0,
-        "viewer_stall_pct": 100.0 * (server + client) / duration if duration else 0.0,
+        "stall_pct": stall_pct(server, duration),
+        "client_stall_pct": stall_pct(client, duration),
+        "viewer_stall_pct": stall_pct(server + client, duration),
         **stats([c.t_arrival - c.t_sent for c in records.conditions], "uplink"),
         **stats([s.t_received - s.t_start for s in records.slots], "deliver"),
         **stats([s.t_displayed - s.t_shown for s in records.slots], "display_lateness"),

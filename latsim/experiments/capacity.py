@@ -36,6 +36,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from latsim.analysis.latency import percentile
 from latsim.analysis.serving import serving_metrics, viewer_stall_pct
 from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number, check_work
 from latsim.experiments.engine import (
@@ -210,7 +211,7 @@ def _bootstrap_se(runs: list[ServingRecords], rng: np.random.Generator
         pick = rng.integers(len(runs), size=len(runs))
         pooled = np.concatenate([latencies[i] for i in pick])
         if pooled.size:
-            l95s.append(float(np.percentile(pooled, 95)))
+            l95s.append(percentile(pooled, 95))
         stalls.append(float(stall[pick].mean()))
     return (float(np.std(l95s, ddof=1)) if len(l95s) > 1 else None,
             float(np.std(stalls, ddof=1)))

@@ -27,9 +27,10 @@ COMPLETE = "complete"
 INTERRUPTED = "interrupted"
 
 
-def window_overlap(t_start: float, t_end: float, end: float) -> float:
-    """Seconds of ``[t_start, t_end]`` that lie within the window ``[0, end]``."""
-    return max(0.0, min(t_end, end) - max(t_start, 0.0))
+def window_overlap(t_start: float, t_end: float, end: float, begin: float = 0.0) -> float:
+    """Seconds of ``[t_start, t_end]`` that lie within the window ``[begin, end]``: the
+    one clipping rule of every stall and busy share."""
+    return max(0.0, min(t_end, end) - max(t_start, begin))
 
 
 @record

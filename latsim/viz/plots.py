@@ -3,13 +3,13 @@ of every figure comes from :mod:`latsim.viz.style`)."""
 
 from __future__ import annotations
 
-import math
 import textwrap
 from pathlib import Path
 
 import numpy as np
 
 from latsim.analysis import theory
+from latsim.analysis.latency import bootstrap_percentile_se, dkw_band
 from latsim.viz import style
 from latsim.viz.style import FONT, SOURCE_COLORS, STATUS_MARKERS, policy_color, policy_style
 
@@ -176,24 +176,6 @@ def _theory_quantiles(row: dict) -> list[tuple[float, float]]:
                                                             row["delta"], share, row["lead"]))
                 for share in (0.5, 0.95)]
     return []
-
-
-def bootstrap_quantile_se(values, level: float, resamples: int = 400) -> float:
-    """The bootstrap standard error of the ``level`` percentile of ``values`` (a fixed
-    seed: the same figure every time)."""
-    data = np.asarray(values, dtype=float)
-    if data.size < 2:
-        return 0.0
-    rng = np.random.default_rng(0)
-    draws = np.percentile(rng.choice(data, size=(resamples, data.size)), level, axis=1)
-    return float(draws.std(ddof=1))
-
-
-def dkw_band(n: int, confidence: float = 0.95) -> float:
-    """The half-width of the Dvoretzky–Kiefer–Wolfowitz confidence band of an empirical CDF
-    of ``n`` values: sup |F_n − F| <= ε with probability ``confidence``,
-    ε = sqrt(ln(2 / (1 − confidence)) / (2n))."""
-    return math.sqrt(math.log(2 / (1 - confidence)) / (2 * n))
 
 
 def _ecdf(values) -> tuple[list[float], list[float]]:
@@ -364,7 +346,7 @@ def compare_overlay_figure(comparison):
                     n = sorted({len(measured_of[id(r)]) for r in measured})
                     ax.errorbar([r["K"] for r in measured],
                                 [r[f"{metric}_measured"] for r in measured],
-                                yerr=[bootstrap_quantile_se(measured_of[id(r)], level)
+                                yerr=[bootstrap_percentile_se(measured_of[id(r)], level)
                                       for r in measured],
                                 fmt="o", color=color, ms=7, mfc="none", mew=2, capsize=3,
                                 zorder=3, label=_label_once(
