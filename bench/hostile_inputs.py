@@ -24,8 +24,10 @@ Each input is classed by what the process did:
   was changed or removed).
 
 Writes ``results/bench/hostile_inputs.json`` (counts per class and per command, every bad
-outcome's input, the date and the code's git revision) and prints a table. ``--quick``
-runs a tenth of the corpus (the same kinds of input). Run from the repository root::
+outcome's input, the date and the code's git revision) and prints a table; docs/testing.md
+quotes its figures (:func:`quote`, checked by ``tests/test_doc_times.py``). The full corpus
+takes about 9 minutes on 2 cores; ``--quick`` runs a tenth of it (the same kinds of input,
+written to the temporary folder). Run from the repository root::
 
     .venv/bin/python bench/hostile_inputs.py [--quick] [--workers 2]
 """
@@ -722,12 +724,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the corpus")
     parser.add_argument("--workers", type=int, default=2, help="processes at once")
-    parser.add_argument("--out", type=Path, default=OUT, help="the JSON to write")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"the JSON to write (default {OUT.relative_to(ROOT)}; with "
+                        "--quick, hostile_inputs_quick.json in the temporary folder, so a "
+                        "quick run never stands for the corpus)")
     parser.add_argument("--only", default=None, help="only commands starting with this")
     parser.add_argument("--source", type=Path, default=None,
                         help="run the latsim of this checkout instead (e.g. an older one, "
                         "for figures before a fix); the corpus stays this one")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = Path(tempfile.gettempdir()) / "hostile_inputs_quick.json" if args.quick \
+            else OUT
     env = {**os.environ, "MPLBACKEND": "Agg", "COLUMNS": "100", "PYTHONHASHSEED": "0"}
     for name in ("LATSIM_FAULT", "LATSIM_TOKEN"):
         env.pop(name, None)
