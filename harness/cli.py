@@ -413,9 +413,11 @@ def serve(
         max_condition_rate=max_condition_rate, max_fps=max_fps, job_timeout=job_timeout,
         out=out)
     if out is not None:
+        from harness.serve.server import claim_serve_folder
         from latsim.run.files import check_writable
 
         check_writable(out, keep=True)  # before the model is built and warmed up
+        claim_serve_folder(out)
     from harness.live.faults import faults_from_env
     from harness.serve.config import loopback
 

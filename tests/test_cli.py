@@ -789,6 +789,29 @@ def test_inputs_that_used_to_slip_through_are_one_line_errors(tmp_path, monkeypa
         assert result.exit_code == 2 and "cannot write there" in result.stderr, result.stderr
 
 
+def test_a_number_with_an_underscore_is_refused_where_an_option_takes_it(tmp_path,
+                                                                        monkeypatch):
+    """Issue 51's corpus: click's int and float options read ``1_0`` as ten (Python's
+    literal syntax), so ``--jobs 1_0`` ran with ten workers and ``compare --seed 1_0`` with
+    seed ten, exit 0. An option's value is refused; a positional word (a folder named
+    ``1_0``) is not looked at."""
+    for args in (("simulate", "--K", "8", "--C", "0.5", "--seed", "1_0"),
+                 ("sweep", "--K", "4", "8_0", "--C", "0.5"),
+                 ("simulate", "--K", "8", "--C=2_5.5"),
+                 ("theory", "--K", "8", "--C", "1_0.5")):
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.stdout)
+        assert "a number with an underscore" in result.stderr, (args, result.stderr)
+        assert result.stderr.count("\n") == 1
+    folder = tmp_path / "1_0"
+    folder.mkdir()
+    result = invoke("traces", "validate", str(folder))
+    assert "underscore" not in result.stderr, result.stderr
+    monkeypatch.chdir(tmp_path)
+    result = invoke("traces", "generate", "--kind", "high", "--count", "1", "--out", "1_0")
+    assert "underscore" not in result.stderr, result.stderr  # an --out folder's name
+
+
 def test_a_viewers_uplink_is_never_negative():
     from latsim.run.serving import ViewerRecord
 

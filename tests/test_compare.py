@@ -100,6 +100,23 @@ def test_cli_bad_folders(tmp_path, make, message):
     assert result.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("damage", ["device", "folder"])
+def test_a_discards_csv_that_is_not_a_file_is_refused(tmp_path, damage):
+    """Issue 51's corpus: discards.csv (optional: older folders have none) was read only
+    where it was a regular file, so an endless device or a folder in its place was taken
+    for no table and a complete run compared with exit 0; it is refused like any other
+    table, in one line naming it."""
+    run = run_folders.complete_run(tmp_path / "run")
+    (run / "discards.csv").unlink()
+    if damage == "device":
+        (run / "discards.csv").symlink_to("/dev/zero")
+    else:
+        (run / "discards.csv").mkdir()
+    result = CliRunner().invoke(app, ["compare", str(run), "--replications", "2"])
+    assert result.exit_code == 2, result.stdout
+    assert result.stderr.count("\n") == 1 and "discards.csv" in result.stderr, result.stderr
+
+
 def _bootstrap_se_pct(latencies, q: float, n: int = 2000) -> float:
     """Bootstrap standard error of the ``q`` percentile of ``latencies``, in percent of it:
     how far a measured percentile of this many conditions moves by sampling alone."""

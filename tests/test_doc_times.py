@@ -87,3 +87,18 @@ def test_the_plans_surrogate_error_table_is_the_benchmarks():
     rows = _target_rows("plan_surrogate.json")
     assert rows and all(row["candidates"] for row in rows)
     assert markdown(rows) in (ROOT / "docs" / "plan.md").read_text()
+
+
+def test_the_hostile_input_corpus_figures_are_the_benchmarks():
+    """docs/testing.md's figures of the hostile-input corpus (issue 51) are what the full
+    bench/hostile_inputs.py (not --quick) wrote to results/bench/hostile_inputs.json, and
+    the corpus held no bad outcome."""
+    from hostile_inputs import BAD, CLASSES, quote
+
+    report = json.loads((ROOT / "results" / "bench" / "hostile_inputs.json").read_text())
+    assert report["bench"] == "bench/hostile_inputs.py", "a --quick run is not the corpus"
+    assert sum(report["classes"][name] for name in CLASSES) == report["inputs"]
+    assert sum(sum(row.values()) for row in report["by_command"].values()) == report["inputs"]
+    assert report["bad"] == sum(report["classes"][name] for name in BAD)
+    assert len(report["bad_outcomes"]) == report["bad"]
+    assert quote(report) in " ".join((ROOT / "docs" / "testing.md").read_text().split())

@@ -222,17 +222,25 @@ _CAPACITY = ["capacity", "--K", "4", "--C", "0.3", "--duration", "10", "--max-st
     (["traces", "generate", "--kind", "low", "--count", "3"], "low_001.jsonl"),
     (["client", "ws://127.0.0.1:9", "--K", "4", "--duration", "30"], "config.json"),
     (["measure", "--generator", "sleep", "--K", "4", "--duration", "5"], "measure.json"),
+    (["serve", "--generator", "sleep", "--K", "4", "--port", "0"], "tasks.csv"),
+    (["reproduce"], "l50.csv"),
+    (["reproduce"], "reproduce.json"),
+    (["reproduce", "serving"], "e2e.csv"),
+    (["reproduce", "systems"], "systems.png"),
+    (["reproduce", "fleet"], "policy.csv"),
+    (["reproduce", "replan-rule"], "replan_rule.csv"),
 ])
 def test_no_command_writes_over_files_it_did_not_write(tmp_path, args, foreign):
     """`--out` onto a folder holding someone else's config.json or summary.json replaced
     them: every folder-writing command now refuses, in one line naming the file, before
-    any work, through one check (claim_folder); fleet and grid already did."""
+    any work, through one check (claim_folder); fleet and grid already did, serve and the
+    reproductions since issue 51."""
     from typer.testing import CliRunner
 
     from latsim.cli import app
 
-    if args[0] == "client":
-        pytest.importorskip("websockets", reason="the live extra adds latsim client")
+    if args[0] in ("client", "serve"):
+        pytest.importorskip("websockets", reason="the live extra adds latsim client, serve")
     out = tmp_path / "out"
     out.mkdir()
     mine = '{"t": 1.0}\n' if foreign.endswith(".jsonl") else '{"mine": 1}\n'  # a trace
@@ -258,6 +266,39 @@ def test_a_command_runs_again_into_its_own_folder(tmp_path):
         result = CliRunner().invoke(app, [*_CAPACITY, "--out", str(out)])
         assert result.exit_code == 0, result.output
     assert json.loads((out / "capacity.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("name", ["paper", "serving", "systems", "fleet", "replan-rule"])
+def test_a_reproduction_takes_its_own_folder_and_no_other(tmp_path, name):
+    """Its committed folder (what the default --out reruns into) holds exactly what it
+    writes and its record; a folder another reproduction wrote is refused."""
+    from latsim.cli.paper_commands import REPRODUCE_RECORD, REPRODUCTIONS, claim_reproduction
+
+    committed = _ROOT / "results" / ("paper" if name == "paper" else name.replace("-", "_"))
+    assert sorted(p.name for p in committed.iterdir()) == sorted(
+        [*REPRODUCTIONS[name], REPRODUCE_RECORD])
+    claim_reproduction(committed, name)
+    other = next(n for n in REPRODUCTIONS if n != name)
+    what = "latsim reproduce" + ("" if other == "paper" else f" {other}")
+    with pytest.raises(LatsimError, match=f"{REPRODUCE_RECORD}: not written by {what};"):
+        claim_reproduction(committed, other)
+    assert sorted(p.name for p in committed.iterdir()) == sorted(
+        [*REPRODUCTIONS[name], REPRODUCE_RECORD])
+
+
+def test_serve_appends_to_its_own_tasks_csv_and_no_other(tmp_path):
+    from harness.serve.server import DEVICE_TASKS, claim_serve_folder
+    from latsim.run.record_files import write_csv
+    from latsim.run.serving import TaskRecord
+
+    write_csv(tmp_path / DEVICE_TASKS, TaskRecord, (), extra=(("server_run", "a"),
+                                                              ("session", "s1")))
+    claim_serve_folder(tmp_path)  # an earlier server's: appended to
+    for damaged, why in ((b"\xff\n", "not UTF-8"), (b"a,b\n", "not written by latsim serve"),
+                         (b"x" * (2**20 + 1), "a line longer than")):
+        (tmp_path / DEVICE_TASKS).write_bytes(damaged)
+        with pytest.raises(LatsimError, match=why):
+            claim_serve_folder(tmp_path)
 
 
 def test_claim_folder_refuses_a_live_writer_and_takes_a_dead_ones_folder(tmp_path):

@@ -47,6 +47,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,19 @@ ADDRESS_PROBES = 8
 DEVICE_TASKS = "tasks.csv"
 
 log = logging.getLogger("latsim.serve")
+
+
+def claim_serve_folder(out: Path) -> None:
+    """Refuse an ``--out`` whose ``tasks.csv`` another wrote (a one-line error, before the
+    warm-up): a server appends its device's tasks to the one an earlier ``latsim serve``
+    left there (rows carry their ``server_run``), never to a file of another header
+    (:func:`latsim.run.folder.claim_folder`). Session folders have fresh names."""
+    from latsim.controller.records import column_names
+    from latsim.run.folder import claim_folder, header_of, of_columns
+
+    columns = ["server_run", "session", *column_names(TaskRecord)]
+    claim_folder(out, (DEVICE_TASKS,), DEVICE_TASKS, "latsim serve", of_columns(columns),
+                 read=header_of)
 
 
 #: Wrong tokens in a row from one address before it is refused outright for a while; then

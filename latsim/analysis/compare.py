@@ -306,7 +306,10 @@ def _check_records(folder: RunFolder) -> list[str]:
         torn = folder.records(table).torn
         if torn:
             notes.append(torn)
-    if (folder.path / "discards.csv").is_file():  # read for a partial run's window
+    discards = folder.path / "discards.csv"  # optional (older folders have none)
+    # read for a partial run's window; whatever is there is read, so that a device or a
+    # folder in its place is refused as every other table's is
+    if discards.exists() or discards.is_symlink():
         torn = folder.records("discards").torn
         notes += [torn] if torn else []
     return notes

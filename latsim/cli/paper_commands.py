@@ -126,6 +126,50 @@ def traces_show(
                f"CV {f(summary.gap_cv, 2)}")
 
 
+#: What each reproduction writes into its --out, besides :data:`REPRODUCE_RECORD`.
+REPRODUCTIONS: dict[str, tuple[str, ...]] = {
+    "paper": ("settings.csv", "eq6.csv", "amplification.csv", "stall.csv", "l50.csv",
+              "long_minus_short.csv", "reproduce.png"),
+    "serving": ("e2e.csv", "headroom.csv", "discard.csv", "schedule.csv", "lead.csv",
+                "serving.png"),
+    "systems": ("reproduction.csv", "interactive.csv", "systems.png"),
+    "fleet": ("sharded_vs_exact.csv", "diurnal.csv", "policy.csv", "diurnal_curve.csv",
+              "fleet.png"),
+    "replan-rule": ("replan_rule.csv",),
+}
+#: Written beside a reproduction's files, naming it: running it again into its folder
+#: replaces what it wrote there, and nothing another wrote (claim_folder).
+REPRODUCE_RECORD = "reproduce.json"
+_FORMAT = "latsim-reproduce"
+
+
+def _what(name: str) -> str:
+    return "latsim reproduce" if name == "paper" else f"latsim reproduce {name}"
+
+
+def claim_reproduction(out: Path, name: str) -> None:
+    """Before any work: check ``out`` can be written, and refuse it where reproduction
+    ``name`` would replace files it did not write: its own :data:`REPRODUCE_RECORD` must
+    be beside them (:func:`latsim.run.folder.claim_folder`)."""
+    from latsim.run.files import check_writable
+    from latsim.run.folder import claim_folder
+
+    def wrote(record: dict) -> bool:
+        return record.get("format") == _FORMAT and record.get("reproduction") == name
+
+    check_writable(out)
+    claim_folder(out, (*REPRODUCTIONS[name], REPRODUCE_RECORD), REPRODUCE_RECORD, _what(name),
+                 wrote)
+
+
+def _write_record(folder: Path, name: str) -> None:
+    """``REPRODUCE_RECORD`` in ``folder`` (the staging folder: it lands with the files)."""
+    from latsim.run.folder import write_json
+
+    write_json(folder / REPRODUCE_RECORD, {"format": _FORMAT, "reproduction": name,
+                                           "files": list(REPRODUCTIONS[name])})
+
+
 TraceSetsOpt = Annotated[
     Path | None,
     typer.Option(help="folder holding low/ and high/ trace sets (default: the repo's "
@@ -163,16 +207,16 @@ def reproduce(
     from latsim.cli.progress import ProgressBar
     from latsim.experiments import paper
     from latsim.experiments.engine import reporting_progress
-    from latsim.run.files import check_writable
     from latsim.viz.paper import plot_reproduction
 
-    check_writable(out)  # before the first simulation
+    claim_reproduction(out, "paper")
     with (scheduler_context(scheduler, jobs, local_pool=True),
           ProgressBar("reproducing (runs)") as bar, reporting_progress(bar)):
         result = paper.reproduce(traces_root=traces, jobs=jobs, max_events=max_events)
     with staged(out) as staging:
         written = paper.write_results(result, staging)
         written.append(plot_reproduction(result, staging / "reproduce.png"))
+        _write_record(staging, "paper")
 
     def table() -> None:
         print_report(result)
@@ -201,21 +245,22 @@ def reproduce_serving(
     from latsim.experiments.serving_paper import reproduce_serving as run
     from latsim.viz.paper import plot_serving
 
-    _report(run, out, traces, jobs, scheduler, max_events, "serving.png", plot_serving,
+    _report("serving", run, out, traces, jobs, scheduler, max_events, plot_serving,
             print_serving_report, output_format(fmt, as_json), counts_steps=True)
 
 
-def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: str,
-            max_events: int, figure: str, plot, report, output: str,
+def _report(name: str, run, out: Path, traces: Path | None, jobs: int | None,
+            scheduler: str, max_events: int, plot, report, output: str,
             counts_steps: bool = False) -> None:
-    """Run a reproduction on ``scheduler``, draw ``figure`` into ``out`` and print the
-    tables (or their JSON). The bar counts runs, or with ``counts_steps`` the steps that
-    ``run`` reports to its ``progress`` (every one counted before the first run)."""
+    """Run reproduction ``name`` on ``scheduler``, draw its figure (``NAME.png``) into
+    ``out`` and print the tables (or their JSON). The bar counts runs, or with
+    ``counts_steps`` the steps that ``run`` reports to its ``progress`` (every one counted
+    before the first run)."""
     from latsim.cli.progress import ProgressBar
     from latsim.experiments.engine import reporting_progress
-    from latsim.run.files import check_writable
 
-    check_writable(out)  # before the first simulation
+    figure = f"{name}.png"
+    claim_reproduction(out, name)
     with (scheduler_context(scheduler, jobs, local_pool=True),
           ProgressBar("reproducing (steps)" if counts_steps else "reproducing (runs)") as bar,
           contextlib.nullcontext() if counts_steps else reporting_progress(bar),
@@ -223,6 +268,7 @@ def _report(run, out: Path, traces: Path | None, jobs: int | None, scheduler: st
         tables = run(staging, traces_root=traces, jobs=jobs, max_events=max_events,
                      **({"progress": bar} if counts_steps else {}))
         plot(tables, staging / figure)
+        _write_record(staging, name)
 
     def table() -> None:
         report(tables)
@@ -257,7 +303,7 @@ def reproduce_systems(
     from latsim.experiments.systems import reproduce_systems as run
     from latsim.viz.paper import plot_systems
 
-    _report(run, out, traces, jobs, scheduler, max_events, "systems.png", plot_systems,
+    _report("systems", run, out, traces, jobs, scheduler, max_events, plot_systems,
             print_systems_report, output_format(fmt, as_json))
 
 
@@ -278,15 +324,15 @@ def reproduce_fleet(
     from latsim.cli.tables import Column, print_table
     from latsim.experiments.fleet_paper import reproduce_fleet as run
     from latsim.formatting import fmt as cell
-    from latsim.run.files import check_writable
     from latsim.viz.fleet import plot_fleet_reproduction
 
     output = output_format(fmt, as_json)
-    check_writable(out)
+    claim_reproduction(out, "fleet")
     with scheduler_context(scheduler, jobs, local_pool=True), \
             ProgressBar("reproduce fleet") as bar, staged(out) as staging:
         tables = run(staging, max_events, bar)
         plot_fleet_reproduction(tables, staging / "fleet.png")
+        _write_record(staging, "fleet")
 
     def table() -> None:
         print_table("a compressed diurnal day (5:1 peak to trough)",
@@ -331,13 +377,14 @@ def reproduce_replan_rule(
     from latsim.cli.tables import Column, print_table
     from latsim.experiments.engine import reporting_progress
     from latsim.experiments.replan_rule import reproduce_replan_rule as run
-    from latsim.run.files import check_writable
 
     output = output_format(fmt, as_json)
-    check_writable(out)  # before the first simulation
+    claim_reproduction(out, "replan-rule")
     with (scheduler_context(scheduler, jobs, local_pool=True),
-          ProgressBar("reproducing (runs)") as bar, reporting_progress(bar)):
-        tables = run(out, traces_root=traces, jobs=jobs, max_events=max_events)
+          ProgressBar("reproducing (runs)") as bar, reporting_progress(bar),
+          staged(out) as staging):
+        tables = run(staging, traces_root=traces, jobs=jobs, max_events=max_events)
+        _write_record(staging, "replan-rule")
     if output != "table":
         _emit_tables(output, tables, lambda: None, out)
         return

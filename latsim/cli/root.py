@@ -101,6 +101,33 @@ def _refuse_non_ascii_numbers(args: list[str]) -> None:
                           "with ASCII digits (0-9)")
 
 
+def _refuse_underscored_numbers(args: list[str]) -> None:
+    """An option's value that Python reads as a number only through its underscores
+    (``--jobs 1_0``: ten) is refused: click's int and float options take them, so a slip of
+    the finger ran with a number nobody meant. Only the values of options that are not
+    paths are looked at (a folder may be named ``1_0``)."""
+    option = ""  # the option the next word is a value of
+    for arg in args:
+        if arg.startswith("-"):
+            name, _, value = arg.partition("=")
+            option = "" if value or name in PATH_OPTIONS else name
+            if not value or name in PATH_OPTIONS:
+                continue
+        elif option:
+            value = arg
+            option = option if option in MULTI_VALUE_OPTIONS else ""
+        else:
+            continue
+        if "_" not in value:
+            continue
+        try:
+            float(value)
+        except ValueError:
+            continue
+        raise LatsimError(f"{short(value)}: a number with an underscore; write it with "
+                          "digits only")
+
+
 def _expand_multi_values(args: list[str]) -> list[str]:
     """Rewrite ``--K 4 8 21`` as ``--K 4 --K 8 --K 21`` (click options take one value)."""
     out: list[str] = []
@@ -209,6 +236,7 @@ class OneLineErrors(TyperGroup):
         try:
             _refuse_empty_paths(argv)
             _refuse_non_ascii_numbers(argv)
+            _refuse_underscored_numbers(argv)
             code = super().main(args=_expand_multi_values(argv), prog_name=prog_name,
                                 complete_var=complete_var, standalone_mode=False, **extra)
             if code == 130:  # typer's own Exit(130) for an interrupt outside a command

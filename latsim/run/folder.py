@@ -224,6 +224,20 @@ def of_format(name: str) -> Callable[[Mapping[str, Any]], bool]:
     return lambda record: record.get("format") == name
 
 
+def header_of(path: Path) -> dict[str, list[str]]:
+    """For :func:`claim_folder`'s ``read``: a CSV record's column names, as
+    ``{"columns": [...]}`` (a folder whose only record is a CSV, as ``latsim serve``'s)."""
+    from latsim.run.record_files import read_header
+
+    return {"columns": read_header(path)}
+
+
+def of_columns(columns: Iterable[str]) -> Callable[[Mapping[str, Any]], bool]:
+    """For :func:`claim_folder` with :func:`header_of`: a CSV with exactly ``columns``."""
+    expected = list(columns)
+    return lambda record: record.get("columns") == expected
+
+
 def write_records(run_dir: Path, runs: Iterable[tuple[tuple[str, int, int], RunRecords]],
                   skip: Iterable[str] = ()) -> list[Path]:
     """One CSV per record type but those in ``skip``, rows of every ``((policy, K, run),

@@ -1,6 +1,7 @@
 """The record tables as files: :func:`write_csv` writes records as CSV with a stable column
 order (extra leading columns first), :func:`read_csv` reads them back; and the bounded reads
-of a record or run-folder file (:func:`read_file_bytes`, :func:`read_text`). The record types
+of a record or run-folder file (:func:`read_file_bytes`, :func:`read_text`,
+:func:`read_header`). The record types
 are the controller's (:mod:`latsim.controller.records`), which does no I/O.
 """
 
@@ -167,6 +168,23 @@ def _csv_lines(path: Path, text: io.TextIOWrapper) -> Iterator[str]:
             raise LatsimError(f"{path}: a line longer than {MAX_CSV_LINE:,} characters; not "
                               "a record file")
         yield line
+
+
+def read_header(path: Path) -> list[str]:
+    """The column names on a CSV file's first line (none for an empty file), read as
+    :func:`read_csv` reads: a regular file, a line of at most :data:`MAX_CSV_LINE`
+    characters, UTF-8; anything else is a one-line error."""
+    try:
+        with _open_regular(path, MAX_RECORD_FILE_BYTES) as (handle, size):
+            text = io.TextIOWrapper(io.BufferedReader(_Prefix(handle, size)),
+                                    encoding="utf-8", newline="")
+            return next(csv.reader(_csv_lines(path, text)), [])
+    except OSError as exc:
+        raise LatsimError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise LatsimError(f"{path}: not UTF-8 text (a damaged or foreign file)") from None
+    except csv.Error as exc:
+        raise LatsimError(f"{path}:1: not a CSV row ({exc})") from None
 
 
 def read_csv(path: Path, record_type: type,
