@@ -78,24 +78,28 @@ def test_the_bars_thread_is_stopped_while_workers_are_forked(monkeypatch):
     from latsim.experiments.executors import LocalPool
 
     monkeypatch.delenv("LATSIM_QUIET", raising=False)
-    before = threading.active_count()
-    at_fork: list[int] = []
+    # the bar's own thread, told from any other this process runs (another test's server
+    # thread still ending, say: counting threads made this test fail beside others)
+    before = set(threading.enumerate())
+    bars: set[threading.Thread] = set()
+    at_fork: list[bool] = []
     real_fork = os.fork
 
     def fork() -> int:
-        at_fork.append(threading.active_count())
+        at_fork.append(any(thread.is_alive() for thread in bars))
         return real_fork()
 
     monkeypatch.setattr(os, "fork", fork)
     err, out = Terminal(), io.StringIO()
     with _bar(monkeypatch, err, out) as bar:
         bar(1, 4)
-        assert threading.active_count() == before + 1  # the bar's refresh thread
+        bars.update(set(threading.enumerate()) - before)
+        assert len(bars) == 1  # the bar's refresh thread
         done = sorted(LocalPool(2).map_unordered(abs, [-1, -2, -3]))
         assert done == [(0, 1), (1, 2), (2, 3)]
-        assert threading.active_count() == before + 1  # drawn again
+        assert len(set(threading.enumerate()) - before) == 1  # drawn again
         bar(4, 4)
-    assert at_fork == [before, before]
+    assert at_fork == [False, False]  # two workers forked, the bar's thread stopped
     assert "4/4" in err.getvalue()
 
 

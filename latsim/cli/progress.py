@@ -10,6 +10,7 @@ per exact run).
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any
 
@@ -92,8 +93,9 @@ class ProgressBar:
                                  # rich would move what is printed on stdout meanwhile
                                  # onto the bar's console (stderr): results stay on stdout
                                  redirect_stdout=False)
-            self._bar.start()
-            self._paused = paused_while_forking(_Stopped(self._bar))
+            stopped = _Stopped(self._bar)
+            stopped.start()
+            self._paused = paused_while_forking(stopped)
             self._paused.__enter__()
             self._task = self._bar.add_task(self.label, total=total)
         self._bar.update(self._task, completed=done, total=total, description=self.label)
@@ -108,14 +110,24 @@ class ProgressBar:
 
 
 class _Stopped:
-    """A rich bar stopped for the block (its refresh thread joined) and started after: a
-    worker pool forks meanwhile (:func:`latsim.experiments.executors.paused_while_forking`)."""
+    """A rich bar stopped for the block and started after: a worker pool forks meanwhile
+    (:func:`latsim.experiments.executors.paused_while_forking`). rich's ``stop`` only tells
+    its refresh thread to end, so the thread its ``start`` made is joined here: a fork
+    while it was still ending was a fork beside it."""
 
     def __init__(self, bar: Any) -> None:
         self._bar = bar
+        self._threads: set[threading.Thread] = set()
+
+    def start(self) -> None:
+        before = set(threading.enumerate())
+        self._bar.start()
+        self._threads = set(threading.enumerate()) - before
 
     def __enter__(self) -> None:
         self._bar.stop()
+        for thread in self._threads:
+            thread.join()
 
     def __exit__(self, *exc: object) -> None:
-        self._bar.start()
+        self.start()
