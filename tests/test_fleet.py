@@ -836,6 +836,12 @@ def test_the_documented_fleet_numbers_are_the_committed_tables():
             f"needs {loose['speculative']}") in readme
     spec = [r for r in policy if r["policy"] == "speculative" and float(r["slo_l95"]) == 7.0]
     assert all(f"A ≈ {float(r['A']):.2f}" in readme for r in spec)
+    stall = {(r["setting"], r["policy"]): float(r["stall_pct"]) for r in policy
+             if float(r["slo_l95"]) == 7.0}
+    assert (f"it stalls {stall['Wan1.3B long', 'speculative']:.2f} % against the baseline's "
+            f"{stall['Wan1.3B long', 'baseline']:.2f} % in the Wan1.3B setting "
+            f"({stall['Sol-H3 long', 'speculative']:.2f} % against "
+            f"{stall['Sol-H3 long', 'baseline']:.2f} % in Sol-H3's)") in readme
     tight = {int(r["nodes_needed"]) for r in policy
              if r["policy"] == "speculative" and float(r["slo_l95"]) == 3.0}
     (needed,) = tight

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from latsim.errors import DEFAULT_MAX_EVENTS
@@ -142,6 +143,8 @@ def policy_table(max_events: int, step: Callable[[], None] = lambda: None) -> li
                      {"duration": 900, "seeds": SEEDS},
                      {"K": K, "r": r, "fps": fps, "cost": f"fixed:{C}", "max_sessions": 8,
                       "lead": round(2 * C, 6)})
+        # measured in steady state, as latsim fleet plan measures: after the ramp from empty
+        run = replace(run, warmup=run.workload.steady_warmup())
         for l95 in POLICY_SLOS:
             plans, _ = plan_fleet_size(run, FleetSLO(l95, 1.0), max_nodes=8,
                                        max_events=max_events)
