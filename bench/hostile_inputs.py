@@ -424,18 +424,10 @@ def _reads(kind: str, command: str) -> tuple[str, ...]:
     return READS.get((key, command), ())
 
 
-def _numeric(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return cell.strip().lower() not in ("nan", "inf", "-inf", "")
-
-
 def folder_cases(fx: Fixtures, rng: random.Random, share: float,
                  pristine: dict[str, Path]) -> list[Case]:
     from tests.run_folders import drop_column, tear_last_row
-    from tests.test_fuzz_folders import CELLS, FOREIGN_JSON, apply
+    from tests.test_fuzz_folders import CELLS, FOREIGN_JSON, _numeric, apply
 
     cases = []
     commands = {"compare": lambda d, o: ["compare", str(d), "--replications", "2"],

@@ -18,6 +18,7 @@ from dataclasses import fields
 from functools import cache
 from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 from latsim.controller.records import NAN, SlotLog, column_names, domain_of
 from latsim.errors import MAX_RECORD_FILE_BYTES, LatsimError
@@ -170,15 +171,21 @@ def _csv_lines(path: Path, text: io.TextIOWrapper) -> Iterator[str]:
         yield line
 
 
+def _reader(path: Path, handle: io.BufferedReader, size: int) -> Any:
+    """A CSV reader of the ``size`` bytes of ``handle`` (an open regular file), as UTF-8
+    lines of at most :data:`MAX_CSV_LINE` characters."""
+    text = io.TextIOWrapper(io.BufferedReader(_Prefix(handle, size)), encoding="utf-8",
+                            newline="")
+    return csv.reader(_csv_lines(path, text))
+
+
 def read_header(path: Path) -> list[str]:
     """The column names on a CSV file's first line (none for an empty file), read as
     :func:`read_csv` reads: a regular file, a line of at most :data:`MAX_CSV_LINE`
     characters, UTF-8; anything else is a one-line error."""
     try:
         with _open_regular(path, MAX_RECORD_FILE_BYTES) as (handle, size):
-            text = io.TextIOWrapper(io.BufferedReader(_Prefix(handle, size)),
-                                    encoding="utf-8", newline="")
-            return next(csv.reader(_csv_lines(path, text)), [])
+            return next(_reader(path, handle, size), [])
     except OSError as exc:
         raise LatsimError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
@@ -220,9 +227,7 @@ def read_csv(path: Path, record_type: type,
             handle.seek(size - 1)
             cut = handle.read(1) not in (b"\n", b"\r")
             handle.seek(0)
-        text = io.TextIOWrapper(io.BufferedReader(_Prefix(handle, size)), encoding="utf-8",
-                                newline="")
-        reader = csv.reader(_csv_lines(path, text))
+        reader = _reader(path, handle, size)
         try:
             header = next(reader, None)
             if header is None:
