@@ -237,8 +237,9 @@ def test_a_probe_flood_is_cut_off_and_a_client_probing_as_usual_is_not():
     built = _server(max_probe_rate=50.0)
     with ServerThread(built) as port:
         async def flood() -> tuple:
-            replies, error = 0, None
+            replies, error, cut_off = 0, None, None
             async with connect(f"ws://127.0.0.1:{port}") as ws:
+                started = time.monotonic()
                 for i in range(2000):
                     try:
                         await ws.send(json.dumps({"type": "probe", "t0": float(i)}))
@@ -250,15 +251,18 @@ def test_a_probe_flood_is_cut_off_and_a_client_probing_as_usual_is_not():
                         if message["type"] == "probe":
                             replies += 1
                         elif message["type"] == "error":
-                            error = message["error"]
+                            error, cut_off = message["error"], time.monotonic()
                 except Exception:  # noqa: BLE001 - the close ends it
                     pass
                 await ws.wait_closed()
-                return replies, error, ws.close_code
+                return replies, error, ws.close_code, cut_off - started
 
-        replies, error, code = asyncio.run(flood())
+        replies, error, code, elapsed = asyncio.run(flood())
     assert code == 1008 and "clock probes faster than 50 per s" in error
-    assert 50 <= replies <= 60  # the bucket's 50, and what refilled while they came
+    # the bucket's 50, and what refilled while the probes came: the server saw them all
+    # within the client's ``elapsed`` (a loaded machine stretches it: 91 in a CI run)
+    assert 50 <= replies <= 50 + math.ceil(50.0 * elapsed) + 1
+    assert replies < 2000
 
 
 def test_bad_limits_are_one_line_errors():
