@@ -9,15 +9,16 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 import latsim.sim.bulk as bulk_module
+import latsim.sim.bulk_numpy as bulk_numpy
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import BASELINE, SPECULATIVE
 from latsim.controller.records import SlotTally
 from latsim.controller.timing import Timing
-from latsim.model.costs import FixedCost, LognormalCost
+from latsim.model.costs import AffineCost, FixedCost, LognormalCost
 from latsim.model.serving import ServingConfig
 from latsim.run.records import RunWindow
 from latsim.sim.serving import simulate_serving
@@ -130,6 +131,95 @@ def test_a_decode_stage_is_played_in_bulk_too(monkeypatch):
     assert pickle.dumps(runs[0]) == pickle.dumps(runs[1])
     stages = {t.stage for t in runs[0].tasks}
     assert stages == {"dit", "decode"} and len(runs[0].tasks) > 800
+
+
+@st.composite
+def numpy_setups(draw):
+    """A quiet run the numpy path (:mod:`latsim.sim.bulk_numpy`) plays, mostly: random
+    joins, a DiT pool of devices or USP groups and no decode, a cost model with
+    ``sample_many``, runs long enough that ``records="none"`` forgets jobs (K = 2: 64 jobs
+    in 32 s), the lead anywhere from tight (some stall: the loop then gives them back) to
+    loose."""
+    timing = Timing(draw(st.sampled_from([2, 4, 8])), 4, 16.0)
+    n = draw(st.integers(1, 12))
+    degree = draw(st.sampled_from([1, 1, 2]))
+    devices = degree * draw(st.integers(1, 4))
+    mean_c = draw(st.floats(0.05, 0.9)) * timing.T * devices / degree / n
+    model = draw(st.sampled_from([FixedCost(mean_c), LognormalCost(mean_c, 0.5),
+                                  AffineCost(mean_c, 0.0)]))
+    joins = [draw(st.floats(0.0, timing.T)) for _ in range(n)]
+    lead = model.quantile(timing.K, 0.99) + draw(st.floats(0.0, 1.5)) * timing.T
+    config = ControllerConfig(timing, draw(st.sampled_from([BASELINE, SPECULATIVE])), lead,
+                              run_ahead=draw(st.sampled_from([0.0, 0.0, 0.25])))
+    serving = ServingConfig(streams=n, pools=(("dit", devices),), dit_degree=degree)
+    duration = timing.T * draw(st.floats(2.0, 80.0))
+    return config, model, serving, joins, duration
+
+
+def _three_ways(config, model, serving, joins, duration, seed, records, monkeypatch):
+    """The run's pickled records in numpy, in the loop and on the event path, and whether
+    the numpy path kept it."""
+    kept: list[bool] = []
+
+    def watching(run):
+        kept.append(original(run))
+        return kept[-1]
+
+    def run(in_bulk: bool):
+        return pickle.dumps(simulate_serving(
+            config, model, serving, _quiet_inputs(len(joins), joins, seed), duration,
+            np.random.default_rng(seed), records=records, quiet_in_bulk=in_bulk))
+
+    original = bulk_numpy.play_in_numpy
+    with monkeypatch.context() as patch:
+        patch.setattr(bulk_numpy, "play_in_numpy", watching)
+        in_numpy = run(True)
+        patch.setattr(bulk_numpy, "play_in_numpy", lambda run: False)
+        in_loop = run(True)
+    return in_numpy, in_loop, run(False), kept == [True]
+
+
+@SETTINGS
+@given(setup=numpy_setups(), seed=st.integers(0, 1000),
+       records=st.sampled_from(["all", "conditions", "none"]))
+def test_the_numpy_path_records_what_the_loop_and_the_event_path_record(setup, seed, records):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        in_numpy, in_loop, on_clock, kept = _three_ways(*setup, seed, records, monkeypatch)
+    event("numpy kept it" if kept else "the loop played it")
+    assert in_numpy == in_loop == on_clock
+
+
+@pytest.mark.parametrize(("devices", "degree", "cv", "records"), [
+    (1, 1, 0.0, "none"), (3, 1, 0.5, "all"), (4, 2, 0.0, "conditions"), (2, 1, 0.3, "none")])
+def test_a_quiet_pool_with_random_joins_is_played_in_numpy(devices, degree, cv, records,
+                                                           monkeypatch):
+    """Ten streams with random joins at ρ 0.6, no stall: the numpy path keeps the run (no
+    loop behind it) and its records are the loop's and the event path's. At K = 2 and 60 s
+    each stream does about 120 jobs, so ``records="none"`` forgets some."""
+    timing = Timing(2, 4, 16.0)
+    n = 10
+    model = LognormalCost(0.6 * timing.T * devices / degree / n, cv)
+    joins = np.random.default_rng(devices).uniform(0, timing.T, n).tolist()
+    config = ControllerConfig(timing, BASELINE, model.quantile(2, 0.99) + 0.6)
+    serving = ServingConfig(streams=n, pools=(("dit", devices),), dit_degree=degree)
+    in_numpy, in_loop, on_clock, kept = _three_ways(config, model, serving, joins, 60.0, 3,
+                                                    records, monkeypatch)
+    assert kept
+    assert in_numpy == in_loop == on_clock
+    jobs = pickle.loads(in_numpy).streams[0].jobs
+    assert (len(jobs) < 100) == (records == "none")
+
+
+def test_requests_at_one_instant_are_left_to_the_loop(monkeypatch):
+    """Streams that join together ask for their chunks at the same instants: their order
+    is the clock's (event ids), so the numpy path leaves the run to the loop."""
+    timing = Timing(8, 4, 16.0)
+    config = ControllerConfig(timing, BASELINE, 1.0)
+    serving = ServingConfig(streams=4, pools=(("dit", 2),))
+    in_numpy, in_loop, on_clock, kept = _three_ways(config, FixedCost(0.2), serving,
+                                                    [0.0] * 4, 30.0, 1, "all", monkeypatch)
+    assert not kept
+    assert in_numpy == in_loop == on_clock
 
 
 def test_a_run_that_stalls_goes_back_to_the_event_path_with_its_streams_untouched():

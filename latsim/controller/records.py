@@ -258,6 +258,15 @@ class SlotTally(SlotLog):
         for row in zip(positions, versions, job_ids, t_starts, strict=True):
             self.add(*row)
 
+    def add_counts(self, played: int, before_end: int, generated_before_end: int) -> None:
+        """Count a run of slots a driver counted in bulk (played in order after those
+        counted so far: ``played`` of them, ``before_end`` starting before ``end``, of
+        which ``generated_before_end`` from a DiT job)."""
+        self.fold()
+        self._played += played
+        self._before_end += before_end
+        self._generated_before_end += generated_before_end
+
     def fold(self) -> None:
         """Count the slots appended to the columns, and empty them."""
         starts, job_ids = self.t_start, self.job_id

@@ -67,6 +67,11 @@ class FixedCost:
     def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         return self.C
 
+    def sample_many(self, K: int, rng: np.random.Generator, n: int, kind: str = "refill"
+              ) -> np.ndarray:
+        """``n`` calls of :meth:`sample` at once (the same values; none draws)."""
+        return np.full(n, self.C)
+
     def mean(self, K: int) -> float:
         return self.C
 
@@ -95,6 +100,11 @@ class AffineCost:
 
     def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         return self.mean(K)
+
+    def sample_many(self, K: int, rng: np.random.Generator, n: int, kind: str = "refill"
+              ) -> np.ndarray:
+        """``n`` calls of :meth:`sample` at once (the same values; none draws)."""
+        return np.full(n, self.mean(K))
 
     def mean(self, K: int) -> float:
         return self.a + self.b * K
@@ -135,6 +145,14 @@ class LognormalCost:
 
     def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
         return float(rng.lognormal(self._mu, self._sigma)) if self.cv > 0 else self.mean_s
+
+    def sample_many(self, K: int, rng: np.random.Generator, n: int, kind: str = "refill"
+              ) -> np.ndarray:
+        """``n`` calls of :meth:`sample` at once: the same values, and ``rng`` left where
+        they leave it (numpy's array draws fill in order with the scalar draw's method)."""
+        if self.cv > 0:
+            return rng.lognormal(self._mu, self._sigma, n)
+        return np.full(n, self.mean_s)
 
     def mean(self, K: int) -> float:
         return self.mean_s

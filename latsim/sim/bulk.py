@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from array import array
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
@@ -134,7 +133,7 @@ class _Stream:
                  "ctrl_start", "jobs", "jobs_done", "starts", "ran", "tally", "took")
 
     def __init__(self, index: int, origin: float, rng: np.random.Generator,
-                 decode_rng: np.random.Generator, clock: array[float]) -> None:
+                 decode_rng: np.random.Generator, clock: memoryview) -> None:
         self.index = index
         self.origin = origin
         self.rng = rng
@@ -167,8 +166,13 @@ def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
     not quiet throughout: a tick that is not, or a stall."""
     drawn = [rng for s in streams for rng in (s.cost, s.stages[0])]  # DiT, decode
     saved = [rng.bit_generator.state for rng in drawn]
+    from latsim.sim.bulk_numpy import play_in_numpy  # it builds on this module's _Run
+
     try:
-        return _Run(configs, cost, serving, streams, windows, records).play()
+        run = _Run(configs, cost, serving, streams, windows, records)
+        if not play_in_numpy(run):
+            run.play()
+        return run.finish()
     except _Giveback:
         for rng, state in zip(drawn, saved, strict=True):
             rng.bit_generator.state = state
@@ -192,14 +196,12 @@ class _Run:
         timing = configs[0].timing  # every stream's (bulk_refusal)
         self.K, self.delta = timing.K, timing.delta
         self.refill_lead = Controller(configs[0]).refill_lead
-        clock = _tick_columns(np.array(origins), self.delta,
-                              _tick_count(origins, window.duration, self.delta))
-        # a row each, as C doubles (bisect reads them as floats; a list of float objects
-        # took four times the memory)
-        self.streams = [_Stream(i, origins[i], s.cost, s.stages[0],
-                                array("d", clock[i].tobytes()))
+        self.clock = clock = _tick_columns(
+            np.array(origins), self.delta, _tick_count(origins, window.duration, self.delta))
+        # a row each, a view of the matrix's C doubles (bisect reads them as floats; a list
+        # of float objects took four times the memory)
+        self.streams = [_Stream(i, origins[i], s.cost, s.stages[0], memoryview(clock[i]))
                         for i, s in enumerate(streams)]
-        del clock
         self.keep = records == "all"
         self.forget = records == "none"
         # the clock's order: (time, event id, what, whom); what: 0 a stream's start, 1 its
@@ -224,7 +226,8 @@ class _Run:
 
     # ------------------------------------------------------------ the loop
 
-    def play(self) -> ServingRecords:
+    def play(self) -> None:
+        """Every event before the run's end, in the clock's order."""
         heap, ids = self.heap, self.ids
         for stream in self.streams:
             if stream.origin > 0.0:
@@ -241,7 +244,6 @@ class _Run:
                 self.wake(streams[whom], at)
             else:
                 self.start(streams[whom], at)
-        return self.finish()
 
     def start(self, stream: _Stream, now: float) -> None:
         """``start_playback``: the controller starts (the prebuffer cached, the first tick
@@ -408,13 +410,16 @@ class _Run:
         window, K = self.window, self.K
         played, end_time = stream.played, self.end - stream.origin
         origin = stream.origin
-        columns = (range(played), [0] * played, [p // K for p in range(played)],
-                   [clock - origin for clock in stream.clock[:played]])
-        slots = SlotLog() if self.keep else SlotTally(window.duration)
-        # as columns (a tally counts them as it folds them: the counts of one at a time)
-        SlotLog.extend(slots, *columns)
-        if isinstance(slots, SlotTally):
-            slots.fold()
+        # slot p: version 0, job p // K (0: the prebuffer), at its tick's controller time
+        t_starts = self.clock[stream.index, :played] - origin
+        if self.keep:
+            slots = SlotLog()
+            slots.extend(range(played), [0] * played, (np.arange(played) // K).tolist(),
+                         t_starts.tolist())
+        else:  # the counts a tally folds of those columns
+            slots = SlotTally(window.duration)
+            before = int(np.searchsorted(t_starts, window.duration, side="left"))
+            slots.add_counts(played, before, before - min(before, K))
         busy, tally = busy_at_end(stream.starts, stream.ran, stream.tally, end_time,
                                   window.duration)
         return RunRecords(
