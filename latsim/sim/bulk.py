@@ -34,7 +34,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 from itertools import count
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -133,7 +133,7 @@ class _Stream:
                  "ctrl_start", "jobs", "jobs_done", "starts", "ran", "tally", "took")
 
     def __init__(self, index: int, origin: float, rng: np.random.Generator,
-                 decode_rng: np.random.Generator, clock: memoryview) -> None:
+                 decode_rng: np.random.Generator, clock: Sequence[float]) -> None:
         self.index = index
         self.origin = origin
         self.rng = rng
@@ -200,7 +200,8 @@ class _Run:
             np.array(origins), self.delta, _tick_count(origins, window.duration, self.delta))
         # a row each, a view of the matrix's C doubles (bisect reads them as floats; a list
         # of float objects took four times the memory)
-        self.streams = [_Stream(i, origins[i], s.cost, s.stages[0], memoryview(clock[i]))
+        self.streams = [_Stream(i, origins[i], s.cost, s.stages[0],
+                                cast(Sequence[float], memoryview(clock[i])))
                         for i, s in enumerate(streams)]
         self.keep = records == "all"
         self.forget = records == "none"
