@@ -136,7 +136,7 @@ def test_a_decode_stage_is_played_in_bulk_too(monkeypatch):
 @st.composite
 def numpy_setups(draw):
     """A quiet run the numpy path (:mod:`latsim.sim.bulk_numpy`) plays, mostly: random
-    joins, a DiT pool of devices or USP groups and no decode, a cost model with
+    joins, a DiT pool of devices or USP groups and maybe a decode pool, cost models with
     ``sample_many``, runs long enough that ``records="none"`` forgets jobs (K = 2: 64 jobs
     in 32 s), the lead anywhere from tight (some stall: the loop then gives them back) to
     loose."""
@@ -151,7 +151,10 @@ def numpy_setups(draw):
     lead = model.quantile(timing.K, 0.99) + draw(st.floats(0.0, 1.5)) * timing.T
     config = ControllerConfig(timing, draw(st.sampled_from([BASELINE, SPECULATIVE])), lead,
                               run_ahead=draw(st.sampled_from([0.0, 0.0, 0.25])))
-    serving = ServingConfig(streams=n, pools=(("dit", devices),), dit_degree=degree)
+    decode = draw(st.sampled_from([None, None, FixedCost(0.02), LognormalCost(0.05, 0.5)]))
+    pools = (("dit", devices),) if decode is None else (
+        ("dit", devices), ("vae", draw(st.integers(1, 3))))
+    serving = ServingConfig(streams=n, pools=pools, dit_degree=degree, decode=decode)
     duration = timing.T * draw(st.floats(2.0, 80.0))
     return config, model, serving, joins, duration
 
@@ -189,19 +192,24 @@ def test_the_numpy_path_records_what_the_loop_and_the_event_path_record(setup, s
     assert in_numpy == in_loop == on_clock
 
 
-@pytest.mark.parametrize(("devices", "degree", "cv", "records"), [
-    (1, 1, 0.0, "none"), (3, 1, 0.5, "all"), (4, 2, 0.0, "conditions"), (2, 1, 0.3, "none")])
-def test_a_quiet_pool_with_random_joins_is_played_in_numpy(devices, degree, cv, records,
+@pytest.mark.parametrize(("devices", "degree", "cv", "vae", "records"), [
+    (1, 1, 0.0, 0, "none"), (3, 1, 0.5, 0, "all"), (4, 2, 0.0, 0, "conditions"),
+    (2, 1, 0.3, 0, "none"), (1, 1, 0.0, 1, "all"), (3, 1, 0.5, 2, "none")])
+def test_a_quiet_pool_with_random_joins_is_played_in_numpy(devices, degree, cv, vae, records,
                                                            monkeypatch):
-    """Ten streams with random joins at ρ 0.6, no stall: the numpy path keeps the run (no
-    loop behind it) and its records are the loop's and the event path's. At K = 2 and 60 s
-    each stream does about 120 jobs, so ``records="none"`` forgets some."""
+    """Ten streams with random joins at ρ 0.6 (and a decode on ``vae`` devices), no
+    stall: the numpy path keeps the run (no loop behind it) and its records are the
+    loop's and the event path's. At K = 2 and 60 s each stream does about 120 jobs, so
+    ``records="none"`` forgets some."""
     timing = Timing(2, 4, 16.0)
     n = 10
     model = LognormalCost(0.6 * timing.T * devices / degree / n, cv)
     joins = np.random.default_rng(devices).uniform(0, timing.T, n).tolist()
+    decode = LognormalCost(0.01 * (vae or 1), cv) if vae else None
     config = ControllerConfig(timing, BASELINE, model.quantile(2, 0.99) + 0.6)
-    serving = ServingConfig(streams=n, pools=(("dit", devices),), dit_degree=degree)
+    serving = ServingConfig(streams=n, pools=(("dit", devices),) + ((("vae", vae),) if vae
+                                                                  else ()),
+                            dit_degree=degree, decode=decode)
     in_numpy, in_loop, on_clock, kept = _three_ways(config, model, serving, joins, 60.0, 3,
                                                     records, monkeypatch)
     assert kept

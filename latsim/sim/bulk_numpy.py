@@ -36,7 +36,7 @@ import numpy as np
 from latsim.controller.machine import EPS, FORGET_JOBS_AT
 from latsim.controller.records import JobRecord
 from latsim.run.records import BusyTally
-from latsim.run.serving import TaskRecord
+from latsim.run.serving import TaskRecord, TaskTally
 from latsim.sim.bulk import _Run, _Stream
 from latsim.sim.lindley import (
     fifo_one_server,
@@ -58,20 +58,28 @@ def play_in_numpy(run: _Run) -> bool:
     """Fill ``run``'s books as its loop would leave them at the run's end, and say True;
     or leave them untouched and say False (the loop plays it)."""
     draws = getattr(run.cost, "sample_many", None)
-    if run.decode_pool is not None or draws is None:
+    decode_draws = (None if run.decode is None
+                    else getattr(run.decode, "sample_many", None))
+    if draws is None or (run.decode is not None and decode_draws is None):
         return False
-    rngs = [s.rng for s in run.streams]
+    rngs = [s.rng for s in run.streams] + [s.decode_rng for s in run.streams]
     saved = [rng.bit_generator.state for rng in rngs]
     try:
-        jobs = _Jobs(run, draws)
+        jobs = _Jobs(run, draws, decode_draws)
     except _NotExact:
         for rng, state in zip(rngs, saved, strict=True):
             rng.bit_generator.state = state
         return False
-    for rng, state, count in zip(rngs, saved, jobs.requested.sum(axis=1).tolist(),
+    # the draws the run made, and no more: a DiT step's as it is queued, a decode's as
+    # its DiT step ends
+    for rng, state in zip(rngs, saved, strict=True):
+        rng.bit_generator.state = state
+    for stream, count in zip(run.streams, jobs.requested.sum(axis=1).tolist(), strict=True):
+        draws(run.K, stream.rng, count, "refill")
+    if decode_draws is not None:
+        for stream, count in zip(run.streams, (jobs.dit_ends < run.end).sum(axis=1).tolist(),
                                  strict=True):
-        rng.bit_generator.state = state  # the draws the run made, and no more
-        draws(run.K, rng, count, "refill")
+            decode_draws(run.K, stream.decode_rng, count, "refill")
     jobs.write(run)
     return True
 
@@ -80,7 +88,8 @@ class _Jobs:
     """Every stream's jobs as (streams × jobs) arrays: request, start and end times (global),
     the pool's device and batch, and what the ticks say of each."""
 
-    def __init__(self, run: _Run, draws: Callable[..., np.ndarray]) -> None:
+    def __init__(self, run: _Run, draws: Callable[..., np.ndarray],
+                 decode_draws: Callable[..., np.ndarray] | None) -> None:
         self.run = run
         K, delta, lead, end = run.K, run.delta, run.refill_lead, run.end
         self.clock = run.clock
@@ -90,8 +99,11 @@ class _Jobs:
         # no request comes before its due time, (j K) δ - lead from the stream's start
         self.width = width = int(np.ceil((end - origins.min() + lead) / period)) + 2
         self.took = np.array([draws(K, s.rng, width, "refill") for s in run.streams])
-        if not (self.took > 0.0).all():
-            raise _NotExact  # a job of no time ends at its start: the clock orders those
+        self.decode_took = None if decode_draws is None else np.array(
+            [decode_draws(K, s.decode_rng, width, "refill") for s in run.streams])
+        if not ((self.took > 0.0).all()
+                and (self.decode_took is None or (self.decode_took > 0.0).all())):
+            raise _NotExact  # a step of no time ends at its start: the clock orders those
         # column 0: start_playback's decide step, at the start (0.0 where the origin is)
         self.now0 = np.where(origins > 0.0, origins, 0.0)
         due0 = 0.0 + (K - 0) * delta - lead
@@ -106,6 +118,8 @@ class _Jobs:
         # a first guess: every job starts at its request
         for column in range(width - 1):
             ends = requests[:, column] + self.took[:, column]
+            if self.decode_took is not None:
+                ends = ends + self.decode_took[:, column]
             self._follow(ends[:, None], column, requests, self.armed)
         for _ in range(MAX_ROUNDS):
             self._serve()
@@ -160,36 +174,31 @@ class _Jobs:
     # ------------------------------------------------------------ ends from requests
 
     def _serve(self) -> None:
-        """The DiT pool's FIFO over every request made within the run, in time order."""
+        """The DiT pool's FIFO over every request made within the run, in time order, then
+        the decode pool's over the DiT steps that end within it (each queued as it ends)."""
         run = self.run
-        requests = self.requests
-        self.requested = requested = requests < run.end
-        flat = np.flatnonzero(requested)
-        order = flat[np.argsort(requests.flat[flat], kind="stable")]
-        times = requests.flat[order]
-        if (times[1:] == times[:-1]).any():
-            raise _NotExact  # two requests at one instant: served in event id order
-        took = self.took.flat[order]
-        servers = len(run.dit_pool.free)
-        if servers == 1:
-            ends = fifo_one_server(times, took)
-            starts = np.maximum(times, np.concatenate(([-np.inf], ends[:-1])))
-            devices = np.zeros(order.size, dtype=np.int64)
-        else:
-            at_once = np.isnan(self.armed.flat[order]) & (order % self.width > 0)
-            served = fifo_servers(times, took, servers, at_once)
-            if served is None:
+        self.requested = requested = self.requests < run.end
+        dit = _served(self.requests, requested, self.took, len(run.dit_pool.free),
+                      np.isnan(self.armed) & (np.arange(self.width) > 0))
+        self.stages = [dit]
+        self.starts, self.dit_ends = dit.starts, dit.ends
+        self.ends = dit.ends
+        if self.decode_took is not None:
+            assert run.decode_pool is not None
+            queued = dit.ends < run.end
+            decode = _served(dit.ends, queued, self.decode_took,
+                             len(run.decode_pool.free), np.zeros(queued.shape, bool))
+            self.stages.append(decode)
+            self.ends = decode.ends
+            # which of two events at one instant comes first is the clock's to say: every
+            # instant something happens at must be one event's (a start that asks at once,
+            # a wake-up, a step's end)
+            ends = [stage.ends[stage.ends < run.end] for stage in self.stages]
+            asked = self.requests[requested & (~np.isnan(self.armed)
+                                               | (np.arange(self.width) == 0))]
+            instants = np.sort(np.concatenate([asked, *ends]))
+            if (instants[1:] == instants[:-1]).any():
                 raise _NotExact
-            starts, ends, devices = served
-            in_order = np.sort(ends)
-            if (in_order[1:] == in_order[:-1]).any():
-                raise _NotExact  # two ends at one instant
-        self.order = order
-        self.ends = np.full_like(requests, np.inf)
-        self.ends.flat[order] = ends
-        self.starts = np.full_like(requests, np.inf)
-        self.starts.flat[order] = starts
-        self.devices = devices
 
     # ------------------------------------------------------------ the checks
 
@@ -232,14 +241,15 @@ class _Jobs:
         total = int(counts.sum())
         if not total:
             return
-        which = np.repeat(np.arange(rows.size), counts)
-        ticks = first[which] + (np.arange(total) - np.repeat(np.cumsum(counts) - counts,
-                                                             counts))
-        row = rows[which]
-        t = self.clock[row, ticks] - self.origins[row]
-        due = (t + run.delta) + (planned_end[which] - (ticks + 1)) * run.delta \
-            - run.refill_lead
-        if ((due <= t + EPS) | (np.abs(armed[which] - due) > EPS)).any():
+        width = self.clock.shape[1]
+        row_base = rows * width
+        # each tick's place in the flattened matrix, and planned_end - (n + 1) for it
+        place = np.repeat(row_base + first - (np.cumsum(counts) - counts), counts) \
+            + np.arange(total)
+        ahead = np.repeat(row_base + planned_end - 1, counts) - place
+        t = self.clock.ravel()[place] - np.repeat(self.origins[rows], counts)
+        due = (t + run.delta) + ahead * run.delta - run.refill_lead
+        if ((due <= t + EPS) | (np.abs(np.repeat(armed, counts) - due) > EPS)).any():
             raise _NotExact
 
     # ------------------------------------------------------------ the books
@@ -274,7 +284,7 @@ class _Jobs:
                                done_n[i], done_played[i],
                                None if tally_seconds is None else
                                BusyTally(tally_seconds[i], started_in_window[i]))
-        self._write_tasks(run, started, done)
+        self._write_tasks(run)
 
     def _played(self, done: np.ndarray, ends: np.ndarray) -> list[list[int]]:
         """Ticks played by each done job's end, a list a stream."""
@@ -316,6 +326,8 @@ class _Jobs:
         if running:
             job = requested
             stream.job = job
+            if len(self.stages) > 1 and self.dit_ends[stream.index, job - 1] < end:
+                stream.stage = "decode"  # its DiT step is done: decode queued or running
             stream.branch = job * K
             stream.ctrl_start = ctrl[job - 1]
             at = r[job - 1]
@@ -336,69 +348,122 @@ class _Jobs:
         from bisect import bisect_left
         return bisect_left(stream.clock, at)
 
-    def _write_tasks(self, run: _Run, started: np.ndarray, done: np.ndarray) -> None:
-        """The DiT tasks: those done, in the order they ended (records or a tally), then
-        those still running, in batch order, for ``finish`` to close."""
-        order = self.order
-        width = self.width
-        flat_started = started.flat[order]
-        dispatched = order[flat_started]
-        batches = np.arange(1, dispatched.size + 1)
-        devices = self.devices[flat_started]
-        ended = done.flat[dispatched]
-        rows, cols = np.divmod(dispatched, width)
-        requests = self.requests.flat[dispatched]
-        starts = self.starts.flat[dispatched]
-        ends = self.ends.flat[dispatched]
+    def _write_tasks(self, run: _Run) -> None:
+        """The tasks: those done, in the order they ended (records or a tally), then those
+        still running, in batch order, for ``finish`` to close. Batches are numbered in
+        dispatch order across the pools: by time, and within one event a device's next
+        waiting step before the step the event itself queued."""
+        end = run.end
+        pools = [run.dit_pool] + ([run.decode_pool] if len(self.stages) > 1 else [])
+        names = ("dit", "decode")
+        parts = []
+        for number, stage in enumerate(self.stages):
+            rows, cols = np.nonzero(stage.starts < end)
+            starts, queued = stage.starts[rows, cols], stage.queued[rows, cols]
+            parts.append((np.full(rows.size, number), rows, cols,
+                          stage.devices[rows, cols], queued, starts, stage.ends[rows, cols],
+                          (starts <= queued).astype(np.int64), stage.rank[rows, cols]))
+        stage_of, rows, cols, devices, queued, starts, ends, asked, rank = (
+            np.concatenate(column) for column in zip(*parts, strict=True))
+        dispatch = np.lexsort((rank, stage_of, asked, starts))
+        batches = np.empty(dispatch.size, dtype=np.int64)
+        batches[dispatch] = np.arange(1, dispatch.size + 1)
+        run.batches = int(dispatch.size)
+        ended = ends < end
         by_end = np.flatnonzero(ended)
         by_end = by_end[np.argsort(ends[by_end], kind="stable")]
-        pool = run.dit_pool
-        run.batches = int(dispatched.size)
         if run.task_tally is None:
             run.tasks.extend(
-                TaskRecord(row, col + 1, "dit", "refill", pool.name, device, batch,
-                           request, start, stop)
-                for row, col, device, batch, request, start, stop in zip(
-                    rows[by_end].tolist(), cols[by_end].tolist(),
-                    devices[by_end].tolist(), batches[by_end].tolist(),
-                    requests[by_end].tolist(), starts[by_end].tolist(),
-                    ends[by_end].tolist(), strict=True))
-        else:
-            self._tally_tasks(run, devices[by_end], batches[by_end], requests[by_end],
-                              starts[by_end], ends[by_end])
+                TaskRecord(row, col + 1, names[number], "refill", pools[number].name, device,
+                           batch, enqueued, start, stop)
+                for number, row, col, device, batch, enqueued, start, stop in zip(
+                    *(column[by_end].tolist() for column in (
+                        stage_of, rows, cols, devices, batches, queued, starts, ends)),
+                    strict=True))
+        elif by_end.size:
+            tally = run.task_tally
+            for number, pool in enumerate(pools):
+                mine = by_end[stage_of[by_end] == number]
+                _tally_stage(tally, names[number], pool.name, len(pool.free), devices[mine],
+                             queued[mine], starts[mine], ends[mine])
+            last = by_end[-1]
+            tally._last = (pools[stage_of[last]].name, int(devices[last]), int(batches[last]))
         streams = run.streams
-        for k in np.flatnonzero(~ended).tolist():
-            stream = streams[int(rows[k])]
-            run.running[int(batches[k])] = (stream, pool, int(devices[k]), float(starts[k]),
-                                            float(requests[k]))
+        for k in dispatch[~ended[dispatch]].tolist():
+            run.running[int(batches[k])] = (streams[int(rows[k])], pools[stage_of[k]],
+                                            int(devices[k]), float(starts[k]),
+                                            float(queued[k]))
 
-    def _tally_tasks(self, run: _Run, devices: np.ndarray, batches: np.ndarray,
-                     requests: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
-        """``TaskTally.add_values`` for each task done, in the order they ended: waits and
-        chunk latencies appended, busy seconds summed a device at a time in that order."""
-        tally = run.task_tally
-        assert tally is not None
-        if not batches.size:
-            return
-        waits = tally.waits.setdefault("dit", array("d"))
-        waits.frombytes((starts - requests).tobytes())
-        tally.chunks.frombytes((ends - requests).tobytes())
-        window_end = tally._window_end
-        seconds = np.maximum(0.0, np.minimum(ends, window_end) - np.maximum(starts, 0.0))
-        servers = len(run.dit_pool.free)
-        counts = np.bincount(devices, minlength=servers)
-        by_device = np.argsort(devices, kind="stable")
-        place = np.arange(devices.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        terms = np.zeros((servers, int(counts.max())))
-        terms[devices[by_device], place] = seconds[by_device]
-        sums = ordered_row_sums(terms).tolist()
-        group = tally._degree
-        busy = tally.busy[run.dit_pool.name]
-        for device, total in enumerate(sums):
-            if counts[device]:
-                for unit in range(device * group, (device + 1) * group):
-                    busy[unit] += total
-        tally._last = (run.dit_pool.name, int(devices[-1]), int(batches[-1]))
+
+class _Stage:
+    """One step of every job on its pool, as (streams × jobs) arrays: when it was queued,
+    started and ended (inf: not queued, or not started within the run), on which device,
+    and its place in the pool's FIFO."""
+
+    __slots__ = ("queued", "starts", "ends", "devices", "rank")
+
+    def __init__(self, queued: np.ndarray) -> None:
+        self.queued = queued
+        self.starts = np.full_like(queued, np.inf)
+        self.ends = np.full_like(queued, np.inf)
+        self.devices = np.zeros(queued.shape, dtype=np.int64)
+        self.rank = np.zeros(queued.shape, dtype=np.int64)
+
+
+def _served(queued: np.ndarray, within: np.ndarray, took: np.ndarray, servers: int,
+            freed_by_own: np.ndarray) -> _Stage:
+    """A FIFO pool's service of the steps queued at ``queued`` where ``within``, in time
+    order: Lindley's recursion on one device, Kiefer and Wolfowitz's on several (where a
+    step asks at the instant its own job's end frees a device, ``freed_by_own``)."""
+    stage = _Stage(np.where(within, queued, np.inf))
+    flat = np.flatnonzero(within)
+    order = flat[np.argsort(queued.flat[flat], kind="stable")]
+    times = queued.flat[order]
+    if (times[1:] == times[:-1]).any():
+        raise _NotExact  # two steps queued at one instant: served in event id order
+    jobs = took.flat[order]
+    if servers == 1:
+        ends = fifo_one_server(times, jobs)
+        starts = np.maximum(times, np.concatenate(([-np.inf], ends[:-1])))
+        devices = np.zeros(order.size, dtype=np.int64)
+    else:
+        served = fifo_servers(times, jobs, servers, freed_by_own.flat[order])
+        if served is None:
+            raise _NotExact
+        starts, ends, devices = served
+        in_order = np.sort(ends)
+        if (in_order[1:] == in_order[:-1]).any():
+            raise _NotExact  # two ends at one instant
+    stage.starts.flat[order] = starts
+    stage.ends.flat[order] = ends
+    stage.devices.flat[order] = devices
+    stage.rank.flat[order] = np.arange(order.size)
+    return stage
+
+
+def _tally_stage(tally: TaskTally, stage: str, pool: str, servers: int, devices: np.ndarray,
+                 queued: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+    """``TaskTally.add_values`` for one stage's tasks done, in the order they ended: waits
+    (and a DiT step's chunk latency) appended, busy seconds summed a device at a time."""
+    if not devices.size:
+        return
+    waits = tally.waits.setdefault(stage, array("d"))
+    waits.frombytes((starts - queued).tobytes())
+    if stage == "dit":
+        tally.chunks.frombytes((ends - queued).tobytes())
+    window_end = tally._window_end
+    seconds = np.maximum(0.0, np.minimum(ends, window_end) - np.maximum(starts, 0.0))
+    counts = np.bincount(devices, minlength=servers)
+    by_device = np.argsort(devices, kind="stable")
+    place = np.arange(devices.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    terms = np.zeros((servers, int(counts.max())))
+    terms[devices[by_device], place] = seconds[by_device]
+    group = tally._degree if stage == "dit" else 1  # a DiT task on a USP group
+    busy = tally.busy[pool]
+    for device, total in enumerate(ordered_row_sums(terms).tolist()):
+        if counts[device]:
+            for unit in range(device * group, (device + 1) * group):
+                busy[unit] += total
 
 
 def _kept_jobs(done: int, played: list[int], K: int) -> Sequence[int]:
