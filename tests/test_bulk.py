@@ -218,6 +218,26 @@ def test_a_quiet_pool_with_random_joins_is_played_in_numpy(devices, degree, cv, 
     assert (len(jobs) < 100) == (records == "none")
 
 
+@pytest.mark.parametrize("seed", [2, 3])
+def test_a_decode_end_dispatches_the_next_decode_before_the_refill_it_asks_for(seed,
+                                                                             monkeypatch):
+    """Jobs that sometimes take longer than T (a decode queue of CV 1 on one device) ask
+    for the next chunk at once as they end, within a lead of 3 T: at that instant the
+    decode device's next waiting step is dispatched first, then the refill (batch ids
+    number them in that order), as the event path does."""
+    timing = Timing(2, 4, 16.0)
+    n = 3
+    joins = np.random.default_rng(seed).uniform(0, timing.T, n).tolist()
+    config = ControllerConfig(timing, BASELINE, 3 * timing.T)
+    serving = ServingConfig(streams=n, pools=(("dit", n), ("vae", 1)),
+                            decode=LognormalCost(0.6 * timing.T / n, 1.0))
+    in_numpy, in_loop, on_clock, kept = _three_ways(
+        config, LognormalCost(0.4 * timing.T, 0.3), serving, joins, 60.0, seed, "all",
+        monkeypatch)
+    assert kept
+    assert in_numpy == in_loop == on_clock
+
+
 def test_requests_at_one_instant_are_left_to_the_loop(monkeypatch):
     """Streams that join together ask for their chunks at the same instants: their order
     is the clock's (event ids), so the numpy path leaves the run to the loop."""
