@@ -1,9 +1,11 @@
 """Serving-model benchmark: the engine issue's figures, each beside a yardstick from the same run.
 
-Run: ``.venv/bin/python bench/bench_serving.py [--quick]``. Reports numbers; asserts
-nothing. Every run has the garbage collector paused, as the experiment engine's work units
-do (:func:`latsim.experiments.executors.gc_paused`), keeps no slot or task rows (``records
-= "none"``, what capacity searches and fleets keep) and is timed as CPU seconds of this
+Run: ``.venv/bin/python bench/bench_serving.py [--quick] [--json]``. Reports numbers;
+asserts nothing. ``--json`` runs 1. only and keeps its figures for this build in
+``results/bench/serving_jobs.json``, which docs/testing.md quotes. Every run has the
+garbage collector paused, as the experiment engine's work units do
+(:func:`latsim.experiments.executors.gc_paused`), keeps no slot or task rows (``records =
+"none"``, what capacity searches and fleets keep) and is timed as CPU seconds of this
 process (``time.process_time``), so another process on the machine slows it less.
 
 The workloads load the DiT devices to ρ ≈ 0.5 (the engine issue's definition; an earlier
@@ -13,9 +15,9 @@ version of this file ran at ρ ≈ 2.9, where 70% of the time stalled):
    conditions) send fixed-C jobs to one FIFO device, C = 0.5 T / N, lead = C + ρT; the
    yardstick is the same workload written in plain SimPy (a process per stream, a
    ``simpy.Resource`` device, a timeout per job and per period). A run like this one is
-   quiet throughout, so latsim plays it in bulk (:mod:`latsim.sim.bulk`); its event path
-   and every tick an event are timed beside it. Target (the bulk-engine issue): ≥ 5 without
-   conditions.
+   quiet throughout, so latsim plays it in numpy (:mod:`latsim.sim.bulk_numpy`); the loop
+   it falls back to, its event path and every tick an event are timed beside it. Target
+   (the bulk-engine issue): ≥ 5 without conditions.
 2. **µs per slot as streams grow** (K = 8, ``fixed:0.25``, dit = N/4: ρ = 0.5; Poisson
    conditions at 0.1/s, speculative, random starts): 16, 256, 1,024, 4,096 streams, each as
    a ratio to 16. Target at 4,096: ≤ 1.5.
@@ -27,10 +29,12 @@ version of this file ran at ρ ≈ 2.9, where 70% of the time stalled):
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import simpy
@@ -97,25 +101,41 @@ def plain_simpy_jobs(streams: int, job: float, duration: float, phases: list[flo
     return done
 
 
-def jobs_per_second(streams: int, duration: float) -> None:
-    """The periodic workload three ways against plain SimPy: latsim's default (a quiet run,
-    played in bulk: :mod:`latsim.sim.bulk`), its event path on the clock (the reference the
-    bulk path equals) and every tick an event too."""
+#: How the workload of 1. is played: latsim's default (a quiet run in numpy,
+#: :mod:`latsim.sim.bulk_numpy`), the loop it falls back to (:mod:`latsim.sim.bulk`), the
+#: event path on the clock (the reference both equal) and every tick an event too.
+WAYS = ("in numpy", "in the loop", "event path", "every tick an event")
+#: Where ``--json`` writes the figures of 1., one row a build and stream count
+#: (docs/testing.md quotes them; tests/test_doc_times.py checks the quotes).
+JOBS_JSON = Path(__file__).resolve().parents[1] / "results" / "bench" / "serving_jobs.json"
+
+
+def jobs_per_second(streams: int, duration: float) -> dict:
+    """The periodic workload each of :data:`WAYS` against plain SimPy, alternated, best of
+    three each: the ratio of jobs per CPU second, and plain SimPy's jobs per CPU second."""
+    import latsim.sim.bulk_numpy as bulk_numpy
+
     job = 0.5 * TIMING.T / streams
     inputs = _inputs(streams, duration, 0.0)
     config = ControllerConfig(TIMING, BASELINE, job + 0.5 * TIMING.T)
     serving = ServingConfig(streams=streams, pools=(("dit", 1),), start="random")
+    in_numpy = bulk_numpy.play_in_numpy
 
-    def latsim_run(quiet: bool = True, ticks: bool = True):
-        return simulate_serving(config, FixedCost(job), serving, inputs, duration,
-                                np.random.default_rng(1), records="none", ticks_in_bulk=ticks,
-                                quiet_in_bulk=quiet)
+    def latsim_run(numpy: bool = True, quiet: bool = True, ticks: bool = True):
+        bulk_numpy.play_in_numpy = in_numpy if numpy else (lambda run: False)
+        try:
+            return simulate_serving(config, FixedCost(job), serving, inputs, duration,
+                                    np.random.default_rng(1), records="none",
+                                    ticks_in_bulk=ticks, quiet_in_bulk=quiet)
+        finally:
+            bulk_numpy.play_in_numpy = in_numpy
 
     def plain_run() -> int:
         return plain_simpy_jobs(streams, job, duration, [i.join for i in inputs])
 
-    ways = {"in bulk": lambda: latsim_run(), "event path": lambda: latsim_run(False),
-            "every tick an event": lambda: latsim_run(False, False)}
+    ways = dict(zip(WAYS, (lambda: latsim_run(), lambda: latsim_run(False),
+                           lambda: latsim_run(False, False),
+                           lambda: latsim_run(False, False, False)), strict=True))
     rates: dict[str, list[float]] = {name: [] for name in (*ways, "plain")}
     for _ in range(3):  # alternated, best of three each
         for name, way in ways.items():
@@ -130,6 +150,24 @@ def jobs_per_second(streams: int, duration: float) -> None:
     for name in ways:
         print(f"    latsim, {name:20s} {max(rates[name]):8.0f} jobs/s: ratio "
               f"{max(rates[name]) / plain:.2f}")
+    return {"streams": streams, "duration_s": duration, "plain_jobs_per_cpu_s": round(plain),
+            "ratio": {name: round(max(rates[name]) / plain, 2) for name in ways}}
+
+
+def quote_jobs(row: dict, way: str) -> str:
+    """How docs/testing.md quotes one figure of ``--json``'s file."""
+    return f"{row['ratio'][way]:.2f} at {row['streams']:,} streams"
+
+
+def write_jobs(rows: list[dict], path: Path = JOBS_JSON) -> None:
+    """Keep this build's rows in ``path`` beside the other build's."""
+    from latsim import build
+
+    kept = json.loads(path.read_text())["rows"] if path.exists() else []
+    kept = [row for row in kept if row["build"] != build()]
+    stamp = {"build": build(), "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count()}
+    path.write_text(json.dumps({"rows": kept + [stamp | row for row in rows]}, indent=1)
+                    + "\n")
 
 
 # ---------------------------------------------------------------- 2, 3. growth
@@ -188,8 +226,11 @@ def main() -> None:
     quick = "--quick" in sys.argv
     big = (1024,) if quick else (1024, 4096)
     print("1. jobs per second against plain SimPy on the same workload")
-    for streams in (256,) if quick else (256, 1024):
-        jobs_per_second(streams, 60.0)
+    rows = [jobs_per_second(streams, 60.0) for streams in ((256,) if quick else (256, 1024))]
+    if "--json" in sys.argv:
+        write_jobs(rows)
+        print(f"  wrote {JOBS_JSON.relative_to(JOBS_JSON.parents[2])}")
+        return
     print("2. us per slot as streams grow (K=8, fixed:0.25, dit=N/4: rho 0.5; target <= 1.5 "
           "at 4096 / 16)")
     growth("DiT only", (16, 256, *big), "fixed:0.25", None)

@@ -21,6 +21,10 @@ the fast path, and nothing stalls. Where one fails, or the run is not of this ki
 records are then those of the event path, byte for byte: ``tests/test_bulk.py`` holds the
 two equal over the serving model's generators.
 
+Where a run can be told exactly as arrays, :mod:`latsim.sim.bulk_numpy` computes it in
+numpy and writes the result into this module's books (:class:`_Run`), whose ``finish``
+makes the records; this module's loop plays the rest.
+
 The event path stays the reference and does everything else: conditions, replans,
 stalls, batching, pipelines, other scheduling policies, fleets. A condition is a
 perturbation this module does not yet play.
