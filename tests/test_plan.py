@@ -81,6 +81,44 @@ def test_the_surrogate_screens_without_simulation_and_names_what_fails(tmp_path)
     assert "L95" in failed
 
 
+def test_the_surrogate_sizes_a_node_by_the_occupancy_its_fleet_gives_it():
+    """Issue 53: examples/plan.toml's K = 7 baseline on four USP-2 groups holds 6 sessions a
+    node on 7 nodes (an exact 2 × 1,800 s run meets every limit there: L95 2.80 s, stall
+    0.04 %), where a node counted full, every session active, loads its pool to 0.97 and
+    was stopped at 5 on 9 nodes. The load a session meets stays within RHO_MAX."""
+    from latsim.experiments.deployment import (
+        RHO_MAX,
+        Candidate,
+        NodeModel,
+        load_deployment,
+        occupancy,
+    )
+
+    deployment = load_deployment("examples/plan.toml")
+    row = screen(deployment, Candidate(7, "baseline", 2, 8))
+    assert (row["sessions_per_node"], row["nodes"]) == (6, 7)
+    assert row["rho"] <= RHO_MAX < row["rho_full"] < 1
+    model = NodeModel.of(deployment, Candidate(7, "baseline", 2, 8))
+    assert model.estimate(6, deployment.slo)["failed"] == "load"  # every session at once
+    weights = occupancy(deployment, 7, 6)
+    assert math.isclose(sum(weights), 1.0) and weights[-1] < 0.2
+
+
+def test_the_occupancy_is_session_weighted_and_thinned_by_idle_time(tmp_path):
+    """A population of 8 on 2 nodes of 4 (least-loaded: 4 each) puts every session on a
+    full node; sessions active half the time meet 1 + Bin(3, 1/2) active streams."""
+    from latsim.experiments.deployment import occupancy
+
+    full = _deployment(tmp_path, workload={"arrivals": "population:8"})
+    assert occupancy(full, 2, 4) == [0.0, 0.0, 0.0, 1.0]
+    half = _deployment(tmp_path, workload={"arrivals": "population:8",
+                                           "activity": "active_idle:60,60"})
+    assert np.allclose(occupancy(half, 2, 4), [1 / 8, 3 / 8, 3 / 8, 1 / 8])
+    poisson = _deployment(tmp_path)
+    weights = occupancy(poisson, 3, 4)
+    assert math.isclose(sum(weights), 1.0) and all(w >= 0 for w in weights)
+
+
 def _fake_rows(draw_rows):
     return [{"verdict": "meets" if ok else "fails", "cost_per_viewer_hour": cost, "L95": l95,
              "quality": quality} for ok, cost, l95, quality in draw_rows]
@@ -159,6 +197,34 @@ def test_every_candidate_verified_exactly_gives_the_same_recommendation(tmp_path
     assert again["L95"] == rows[index]["exact_L95"]
     assert again["cost_per_viewer_hour"] == rows[index]["exact_cost_per_viewer_hour"]
     assert "affords" in result.comparison
+
+
+@pytest.mark.slow  # about a minute on 2 cores: every node size of every candidate, exactly
+def test_the_recommendation_is_no_dearer_than_any_fleet_the_exact_model_accepts(tmp_path):
+    """Issue 53: on a space small enough to run whole (every candidate at every node size
+    1 … max_sessions, each on the node count Erlang-B gives it), the plan's recommendation
+    per policy needs no more GPUs than the cheapest fleet the exact model accepts. GPUs,
+    not the measured cost: two fleets of as many GPUs differ in cost only by their runs'
+    blocking, which is noise at this length."""
+    from latsim.experiments.deployment import fleet_nodes, verify
+
+    deployment = _deployment(tmp_path, search={"max_verified": 64, "max_sessions": 5})
+    result = plan_deployment(deployment)
+    cheapest: dict[str, int] = {}
+    for row in result.rows:
+        for sessions in range(1, deployment.space.max_sessions + 1):
+            nodes, blocking = fleet_nodes(deployment.peak_load, sessions,
+                                          deployment.slo.blocking)
+            fleet = {**row, "sessions_per_node": sessions, "nodes": nodes,
+                     "blocking": blocking}
+            if verify(deployment, fleet)["exact_verdict"] == "meets":
+                gpus = nodes * row["gpus_per_node"]
+                cheapest[row["policy"]] = min(cheapest.get(row["policy"], gpus), gpus)
+    assert cheapest
+    for policy, gpus in cheapest.items():
+        index = result.recommended[policy]
+        assert index is not None, policy
+        assert result.rows[index]["gpus"] <= gpus, policy
 
 
 def test_a_recommendation_that_misses_in_its_exact_run_is_passed_over(tmp_path, monkeypatch):
