@@ -199,32 +199,56 @@ def test_every_candidate_verified_exactly_gives_the_same_recommendation(tmp_path
     assert "affords" in result.comparison
 
 
-@pytest.mark.slow  # about a minute on 2 cores: every node size of every candidate, exactly
+@pytest.mark.slow  # about 45 s on 2 cores: every node size of every candidate, exactly
 def test_the_recommendation_is_no_dearer_than_any_fleet_the_exact_model_accepts(tmp_path):
     """Issue 53: on a space small enough to run whole (every candidate at every node size
     1 … max_sessions, each on the node count Erlang-B gives it), the plan's recommendation
-    per policy needs no more GPUs than the cheapest fleet the exact model accepts. GPUs,
-    not the measured cost: two fleets of as many GPUs differ in cost only by their runs'
-    blocking, which is noise at this length."""
-    from latsim.experiments.deployment import fleet_nodes, verify
+    per policy needs no more GPUs than the cheapest fleet the exact model accepts whose
+    full node its refills alone do not saturate (n·C < G·T, the surrogate's range). A
+    surrogate that counts a node full, every session active, stops K = 4 at 2 sessions a
+    node on 7 nodes; the exact model accepts 3 on 5.
 
-    deployment = _deployment(tmp_path, search={"max_verified": 64, "max_sessions": 5})
+    Past that range the exact model accepts more here: 4 sessions a node on 4 nodes (a full
+    node's refills load it to 1.2, but least-loaded placement rarely fills one, and not
+    for long), 8 GPUs to the recommendation's 10. The surrogate does not model such
+    transient overload, so the tolerance is one node size: the recommendation's GPUs are
+    at most those of the cheapest accepted fleet with one session fewer a node.
+    GPUs, not the measured cost: two fleets of as many GPUs differ in cost only by their
+    runs' blocking, which is noise at this length."""
+    from latsim.experiments.deployment import Candidate, NodeModel, fleet_nodes, verify
+
+    table = tmp_path / "dear.json"  # K = 4 loads a full node of 3 past RHO_MAX, not past 1
+    table.write_text(json.dumps({"degrees": {"1": {"2": 0.35, "4": 0.62},
+                                             "2": {"2": 0.2, "4": 0.3}}}))
+    deployment = _deployment(tmp_path, node={"cost": f"usp:{table}"},
+                             workload={"arrivals": "poisson:0.1"},
+                             search={"max_verified": 64, "max_sessions": 4})
     result = plan_deployment(deployment)
-    cheapest: dict[str, int] = {}
+    within: dict[str, int] = {}  # policy -> GPUs of the cheapest accepted, n·C < G·T
+    fewer: dict[str, int] = {}  # policy -> the same at one session fewer a node
     for row in result.rows:
+        model = NodeModel.of(deployment, Candidate.of(row))
         for sessions in range(1, deployment.space.max_sessions + 1):
             nodes, blocking = fleet_nodes(deployment.peak_load, sessions,
                                           deployment.slo.blocking)
             fleet = {**row, "sessions_per_node": sessions, "nodes": nodes,
                      "blocking": blocking}
-            if verify(deployment, fleet)["exact_verdict"] == "meets":
-                gpus = nodes * row["gpus_per_node"]
-                cheapest[row["policy"]] = min(cheapest.get(row["policy"], gpus), gpus)
-    assert cheapest
-    for policy, gpus in cheapest.items():
+            if verify(deployment, fleet)["exact_verdict"] != "meets":
+                continue
+            policy, gpus = row["policy"], nodes * row["gpus_per_node"]
+            if sessions * model.C < model.groups * model.T:
+                within[policy] = min(within.get(policy, gpus), gpus)
+            if sessions > 1:
+                smaller, _ = fleet_nodes(deployment.peak_load, sessions - 1,
+                                         deployment.slo.blocking)
+                fewer[policy] = min(fewer.get(policy, smaller * row["gpus_per_node"]),
+                                    smaller * row["gpus_per_node"])
+    assert set(within) == {"baseline", "speculative"}
+    for policy, gpus in within.items():
         index = result.recommended[policy]
         assert index is not None, policy
         assert result.rows[index]["gpus"] <= gpus, policy
+        assert result.rows[index]["gpus"] <= fewer[policy], policy
 
 
 def test_a_recommendation_that_misses_in_its_exact_run_is_passed_over(tmp_path, monkeypatch):

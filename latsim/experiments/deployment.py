@@ -15,15 +15,18 @@ works in two stages, both stated in every row:
    (:func:`occupancy`: the sessions present follow Erlang's loss law over the fleet's
    slots, least-loaded placement spreads them evenly, any other placement is taken as
    random; an idle session sends no job). The node's G = GPUs / degree DiT groups serve
-   its streams from one FIFO queue, as the node's DiT pool does (the nD/D/G queue,
-   :func:`~latsim.analysis.queueing.pool_waits`), each stream a job of C·A every T (A:
-   the speculative policy's work amplification 1 + λ(T − δ)/2, 1 for the baseline). The
-   node is sized for n: its lead is C's 0.99 quantile plus ``--lead auto``'s
-   stall-targeted wait budget of n streams (the least s with E[(W − s)+] ≤ 0.1 % of a
-   stream's time, :func:`~latsim.analysis.queueing.pool_stall_budget`), as the fleet's
-   nodes size theirs for a full node; n·C·A must stay under G·T (else no budget exists).
-   Over the occupancy: the load a session meets, its node's max(k, G)·C·A/(G·T) averaged
-   over the occupancy, must stay at or under :data:`RHO_MAX` (the range over which
+   its streams' refills from one FIFO queue, as the node's DiT pool does (the nD/D/G
+   queue of a job of C every T, :func:`~latsim.analysis.queueing.pool_waits`); a
+   stream's device work is C·A a chunk (A: the speculative policy's work amplification
+   1 + λ(T − δ)/2, 1 for the baseline), its replans counted in the load, not in the
+   waits' law (a replan of a job still queued costs no work). The node is sized for n:
+   its lead is C's 0.99 quantile plus ``--lead auto``'s stall-targeted wait budget of n
+   streams (the least s with E[(W − s)+] ≤ 0.1 % of a stream's time,
+   :func:`~latsim.analysis.queueing.pool_stall_budget`), as the fleet's nodes size theirs
+   for a full node; n·C must stay under G·T (refills alone saturate a full node past it,
+   and no budget exists: the exact model's own limit). Over the occupancy: the load a
+   session meets, its node's max(k, G)·C·A/(G·T) averaged over the occupancy, must stay
+   at or under :data:`RHO_MAX` (the range over which
    ``--lead auto`` was shown to hold its 0.1 % stall target, ``bench/lead_regimes.py``:
    a full node may be loaded past it, as sessions spend a small share of their time on
    one, and what it stalls there is the exact run's to judge); the stall is E[(W_k −
@@ -392,27 +395,27 @@ class NodeModel:
         fleet's ``--lead auto`` sizes it so); the load, the stall and, for the
         speculative policy, L95 are taken over the occupancy."""
         T, C, G = self.T, self.C, self.groups
-        job = C * self.amplification
         weights = list(occupancy) if occupancy is not None else [0.0] * (sessions - 1) + [1.0]
         # a stream has one job at a time: however many groups, it loads one by its own
-        rho = math.fsum(w * max(k, G) for k, w in enumerate(weights, 1)) * job / (G * T)
+        rho = (math.fsum(w * max(k, G) for k, w in enumerate(weights, 1))
+               * C * self.amplification / (G * T))
         out: dict[str, Any] = {"rho": rho, "rho_full": sessions * C / (G * T), "lead": None,
                                "L95": None, "ttfc_p95": None, "stall_pct": None,
                                "failed": ""}
-        if sessions * job >= G * T or rho > RHO_MAX:
+        if sessions * C >= G * T or rho > RHO_MAX:  # refills alone saturate the node
             out["failed"] = "load"
             return out
         per_job = AUTO_STALL * T / self.amplification  # stall seconds a job may cost
-        budget = pool_stall_budget(per_job, sessions, G, T, job)
+        budget = pool_stall_budget(per_job, sessions, G, T, C)
         lead = self.base_lead + budget
         out.update(lead=lead, ttfc_p95=lead)
-        excess = [_excess_wait(k, G, T, job, budget) for k in range(1, len(weights) + 1)]
+        excess = [_excess_wait(k, G, T, C, budget) for k in range(1, len(weights) + 1)]
         out["stall_pct"] = (100 * self.amplification / T
                             * math.fsum(w * e for w, e in zip(weights, excess, strict=True)))
         if self.policy == "baseline":
             l95 = theory.baseline_latency_quantile(lead, T, 0.95)
         else:
-            l95 = self._speculative_l95(lead, weights, job)
+            l95 = self._speculative_l95(lead, weights)
         if l95 is None:
             out["failed"] = "load"
             return out
@@ -425,8 +428,7 @@ class NodeModel:
             out["failed"] = "stall"  # below --lead auto's 0.1 % target: no claim is made
         return out
 
-    def _speculative_l95(self, lead: float, weights: Sequence[float], job: float
-                         ) -> float | None:
+    def _speculative_l95(self, lead: float, weights: Sequence[float]) -> float | None:
         """The speculative policy's L95 over the occupancy: at k streams a replan waits
         W_k (the nD/D/G wait, :data:`WAIT_POINTS` equally likely values of it), then takes
         C; None where more than 5 % of the conditions find C + W past T (no claim)."""
@@ -436,7 +438,7 @@ class NodeModel:
         for k, weight in enumerate(weights, 1):
             if weight <= 0:
                 continue
-            waits = pool_waits(k, self.groups, T, job)
+            waits = pool_waits(k, self.groups, T, C)
             for i in range(WAIT_POINTS):
                 wait = float(waits[int((i + 0.5) / WAIT_POINTS * waits.size)])
                 if C + wait >= T:
@@ -468,11 +470,11 @@ def _amplification(policy: str, rate: float, timing: Timing) -> float:
     return 1.0 + rate * timing.T
 
 
-def _excess_wait(streams: int, groups: int, T: float, job: float, budget: float) -> float:
+def _excess_wait(streams: int, groups: int, T: float, C: float, budget: float) -> float:
     """E[(W − budget)+] (s) of a job among ``streams`` on ``groups`` (nD/D/G)."""
     import numpy as np
 
-    waits = pool_waits(streams, groups, T, job)
+    waits = pool_waits(streams, groups, T, C)
     return float(np.maximum(waits - budget, 0.0).mean())
 
 
@@ -534,7 +536,7 @@ def screen(deployment: Deployment, candidate: Candidate) -> dict:
     first_failure = None
     load, limit = deployment.peak_load, deployment.slo.blocking
     for sessions in range(1, space.max_sessions + 1):
-        if sessions * model.C * A >= model.groups * model.T:
+        if sessions * model.C >= model.groups * model.T:
             first_failure = first_failure or "load"
             break  # more sessions only load the node more
         nodes, blocking = fleet_nodes(load, sessions, limit,
