@@ -536,3 +536,33 @@ def test_the_plans_exact_runs_measure_after_the_ramp(tmp_path):
     assert _deployment(tmp_path, run={"warmup": 30}).base.warmup == 30
     heavy = _deployment(tmp_path, workload={"duration": "pareto:80,1.5"})
     assert heavy.base.warmup == 800  # ten mean lengths: its 99 % ramp is ~1,500 of them
+
+
+def test_the_surrogates_queue_forms_agree_with_what_they_extend():
+    """The closed forms the surrogate adds (issue 53): Erlang's loss law ends at Erlang-B;
+    the stall-targeted budget leaves at most its stall per job past it; the speculative
+    mixture of one case is that case's quantile, and of two lies between theirs."""
+    from latsim.analysis import theory
+    from latsim.analysis.queueing import (
+        erlang_b,
+        erlang_loss_pmf,
+        pool_stall_budget,
+        pool_waits,
+    )
+
+    law = erlang_loss_pmf(12, 8.0)
+    assert math.isclose(sum(law), 1.0) and math.isclose(law[-1], erlang_b(12, 8.0))
+    assert erlang_loss_pmf(3, 0.0) == [1.0, 0.0, 0.0, 0.0]
+    waits = pool_waits(5, 2, 1.0, 0.3)
+    budget = pool_stall_budget(0.002, 5, 2, 1.0, 0.3)
+    assert 0 < budget < waits.max()
+    assert np.maximum(waits - budget, 0).mean() <= 0.002 + 1e-9
+    assert np.maximum(waits - 0.99 * budget, 0).mean() > 0.002
+    assert pool_stall_budget(0.002, 2, 2, 1.0, 0.3) == 0.0  # as many groups as streams
+    one = theory.speculative_latency_quantile(0.4, 2.0, 0.25, 0.95, 0.6)
+    assert math.isclose(theory.speculative_latency_mixture_quantile(
+        [(1.0, 0.4, 0.6)], 2.0, 0.25, 0.95), one, abs_tol=1e-8)
+    other = theory.speculative_latency_quantile(0.9, 2.0, 0.25, 0.95, 0.9)
+    both = theory.speculative_latency_mixture_quantile([(1.0, 0.4, 0.6), (1.0, 0.9, 0.9)],
+                                                       2.0, 0.25, 0.95)
+    assert one <= both <= other
