@@ -82,8 +82,10 @@ from latsim.model.lead import AUTO_STALL
 from latsim.model.serving import typed_value
 from latsim.model.traces import read_toml
 
-#: The highest device load the surrogate accepts: ``--lead auto`` keeps its stall target up
-#: to here (``bench/lead_regimes.py``), and no further claim is made.
+#: The highest device load the surrogate accepts where a session meets it (averaged over
+#: the node's occupancy): ``--lead auto`` was shown to keep its stall target up to here
+#: (``bench/lead_regimes.py``); a full node may pass it, below saturation, for the share of
+#: time sessions spend on one, which the exact run judges.
 RHO_MAX = 0.85
 POLICIES = ("baseline", "speculative")
 #: Candidates a deployment file may describe, and exact runs one plan may make.
