@@ -209,6 +209,50 @@ def _pool_waits(streams: int, servers: int, ratio: float) -> np.ndarray:
     return np.sort(waits, axis=None)
 
 
+def pool_waits(streams: int, servers: int, period: float, service: float) -> np.ndarray:
+    """Every job's wait (s, sorted) behind :func:`pool_wait_quantile`: the nD/D/c queue's
+    periodic regime over :data:`POOL_PHASE_DRAWS` phase draws (zeros where no job waits:
+    as many servers as streams). Read only: the array is shared with later calls."""
+    import numpy as np
+
+    if not (isinstance(servers, int) and servers >= 1):
+        raise LatsimError(f"servers must be a positive integer, got {servers!r}")
+    if not (isinstance(streams, int) and streams >= 1):
+        raise LatsimError(f"streams must be a positive integer, got {streams!r}")
+    if not (math.isfinite(period) and period > 0 and math.isfinite(service) and service > 0):
+        raise LatsimError("period and service time must be positive")
+    if streams * service >= servers * period:
+        raise LatsimError(f"{streams} streams of service {service:g} s every {period:g} s "
+                          f"overload {servers} devices (N·C >= c·T): no stationary wait")
+    if streams <= servers:
+        return np.zeros(1)
+    return _pool_waits(streams, servers, period / service) * service
+
+
+def pool_stall_budget(stall: float, streams: int, servers: int, period: float,
+                      service: float) -> float:
+    """The least wait budget s >= 0 (s) with E[(W − s)+] <= ``stall`` seconds per job, W
+    the nD/D/c wait of :func:`pool_waits`: ``--lead auto``'s stall-targeted rule
+    (:func:`latsim.model.lead.stall_targeted_wait`) on the queue's own waits instead of a
+    pilot run's."""
+    from latsim.model.lead import stall_targeted_wait
+
+    waits = pool_waits(streams, servers, period, service)
+    return stall_targeted_wait(waits[waits > 0].tolist(), stall * waits.size)
+
+
+def erlang_loss_pmf(servers: int, load: float) -> list[float]:
+    """P(m busy) for m = 0 … ``servers`` in an M/G/c/c loss system with offered ``load``
+    (erlangs): the Poisson law truncated at c, whatever the holding-time law."""
+    if load <= 0:
+        return [1.0] + [0.0] * servers
+    logs = [m * math.log(load) - math.lgamma(m + 1) for m in range(servers + 1)]
+    top = max(logs)
+    weights = [math.exp(x - top) for x in logs]
+    total = math.fsum(weights)
+    return [w / total for w in weights]
+
+
 def erlang_b(servers: int, load: float) -> float:
     """The Erlang-B blocking probability of ``servers`` with offered ``load`` (erlangs): an
     M/G/c/c loss system, whatever the holding-time law. The stable recurrence B(0) = 1,

@@ -9,6 +9,7 @@ returning a number.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from latsim.errors import (
     MAX_FPS,
@@ -201,6 +202,23 @@ def speculative_latency_quantile(C: float, T: float, delta: float,
     low = min(c - b for a, b, c in segments)
     high = max(c - a for a, b, c in segments)
     return least_true(lambda x: _share_at_most(segments, T, x) >= level, low, high, 1e-12)
+
+
+def speculative_latency_mixture_quantile(points: Sequence[tuple[float, float, float]],
+                                         T: float, delta: float, level: float) -> float:
+    """The ``level`` quantile of L when a condition meets one of several (weight, C, lead)
+    cases with those weights (each as :func:`speculative_latency_cdf`; C < T and lead >=
+    C in each): the least x whose weighted share of L <= x reaches ``level``, to 1e-9 s."""
+    _require(0 < level < 1, f"level must be in (0, 1), got {level!r}")
+    total = math.fsum(weight for weight, _, _ in points)
+    _require(total > 0, "the cases need a positive total weight")
+    cases = [(weight / total, speculative_latency_segments(C, T, delta, lead))
+             for weight, C, lead in points if weight > 0]
+    low = min(c - b for _, segments in cases for a, b, c in segments)
+    high = max(c - a for _, segments in cases for a, b, c in segments)
+    return least_true(lambda x: math.fsum(weight * _share_at_most(segments, T, x)
+                                          for weight, segments in cases) >= level,
+                      low, high, 1e-9)
 
 
 def speculative_latency_mean_design(C: float, T: float, delta: float) -> float:

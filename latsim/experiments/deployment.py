@@ -7,20 +7,34 @@ table gives it per parallel degree too) and ``fleet.usd_per_gpu_hour`` the price
 works in two stages, both stated in every row:
 
 1. **Screening by a surrogate, without simulation.** For each candidate (K, policy, USP
-   degree, GPUs per node) the most sessions one node holds within the SLO, from closed forms:
-   the node's G = GPUs / degree DiT groups serve its n streams from one FIFO queue, as the
-   node's DiT pool does; a stream's device load is C/T plus, for the speculative policy, one
-   replan per condition (λ·C: every condition is counted, an upper bound); the load per
-   group, max(n/G, 1) of that (a stream has one job at a time), must stay at or under
-   :data:`RHO_MAX` (the range over which ``--lead auto`` holds its 0.1 % stall target,
-   ``bench/lead_regimes.py``); the refill's wait is the 0.99 quantile of the nD/D/G
-   queue (:func:`~latsim.analysis.queueing.pool_wait_quantile`) of n periodic streams
-   whose job is C scaled by that load; the lead is C's 0.99 quantile plus that wait; L95
-   is the timing model's (:mod:`latsim.analysis.theory`: the baseline's lead + 0.95·T,
-   the speculative policy's quantile with C plus the wait); the first chunk's time (TTFC)
-   is the lead. Then the fleet: the least static node count whose Erlang-B blocking at the
+   degree, GPUs per node) and each node size n (1 to ``search.max_sessions``), from closed
+   forms: the fleet is the least static node count whose Erlang-B blocking at the
    workload's peak offered load (sessions present, M/G/∞: peak arrival rate × mean
-   duration; idle sessions keep their slot) is within ``slo.blocking``; its cost per
+   duration; idle sessions keep their slot) is within ``slo.blocking``; the node's
+   occupancy is the share of the sessions' time spent on a node with k streams active
+   (:func:`occupancy`: the sessions present follow Erlang's loss law over the fleet's
+   slots, least-loaded placement spreads them evenly, any other placement is taken as
+   random; an idle session sends no job). The node's G = GPUs / degree DiT groups serve
+   its streams' refills from one FIFO queue, as the node's DiT pool does (the nD/D/G
+   queue of a job of C every T, :func:`~latsim.analysis.queueing.pool_waits`); a
+   stream's device work is C·A a chunk (A: the speculative policy's work amplification
+   1 + λ(T − δ)/2, 1 for the baseline), its replans counted in the load, not in the
+   waits' law (a replan of a job still queued costs no work). The node is sized for n:
+   its lead is C's 0.99 quantile plus ``--lead auto``'s stall-targeted wait budget of n
+   streams (the least s with E[(W − s)+] ≤ 0.1 % of a stream's time,
+   :func:`~latsim.analysis.queueing.pool_stall_budget`), as the fleet's nodes size theirs
+   for a full node; n·C must stay under G·T (refills alone saturate a full node past it,
+   and no budget exists: the exact model's own limit). Over the occupancy: the load a
+   session meets, its node's max(k, G)·C·A/(G·T) averaged over the occupancy, must stay
+   at or under :data:`RHO_MAX` (the range over which
+   ``--lead auto`` was shown to hold its 0.1 % stall target, ``bench/lead_regimes.py``:
+   a full node may be loaded past it, as sessions spend a small share of their time on
+   one, and what it stalls there is the exact run's to judge); the stall is E[(W_k −
+   s)+]·A/T averaged over it; L95 is the timing model's (:mod:`latsim.analysis.theory`):
+   the baseline's lead + 0.95·T (the lead is the full node's whatever the occupancy), the
+   speculative policy's quantile of C plus a replan's wait, mixed over the occupancy and
+   the wait's law; the first chunk's time (TTFC) is the lead. The candidate's row is the
+   node size of fewest nodes that passes (then the fewest sessions). Its cost per
    viewer-hour is the GPU-hours of the verification run's measured window over the
    viewer-hours an M/G/∞ fleet holds in it (:attr:`Deployment.viewer_seconds`: the
    steady mean after a warm-up, else from an empty start), less the blocked share,
@@ -54,16 +68,24 @@ from pathlib import Path
 from typing import Any
 
 from latsim.analysis import theory
-from latsim.analysis.queueing import erlang_b, pool_wait_quantile
+from latsim.analysis.queueing import (
+    erlang_b,
+    erlang_loss_pmf,
+    pool_stall_budget,
+    pool_waits,
+)
 from latsim.controller.timing import Timing
 from latsim.errors import DEFAULT_MAX_EVENTS, LatsimError, check_int, check_number
 from latsim.experiments.fleet_plan import UPPER_Z, FleetSLO
 from latsim.model.fleet import MAX_NODE_SESSIONS, MAX_NODES, FleetRun, parse_fleet
+from latsim.model.lead import AUTO_STALL
 from latsim.model.serving import typed_value
 from latsim.model.traces import read_toml
 
-#: The highest device load the surrogate accepts: ``--lead auto`` keeps its stall target up
-#: to here (``bench/lead_regimes.py``), and no further claim is made.
+#: The highest device load the surrogate accepts where a session meets it (averaged over
+#: the node's occupancy): ``--lead auto`` was shown to keep its stall target up to here
+#: (``bench/lead_regimes.py``); a full node may pass it, below saturation, for the share of
+#: time sessions spend on one, which the exact run judges.
 RHO_MAX = 0.85
 POLICIES = ("baseline", "speculative")
 #: Candidates a deployment file may describe, and exact runs one plan may make.
@@ -342,7 +364,8 @@ def update_rate(deployment: Deployment, K: int) -> float:
 class NodeModel:
     """What the surrogate knows of one candidate's node, whatever its session count: the
     chunk period and slot, the mean C, the lead before queueing, the update rate while
-    active, its DiT groups and its policy."""
+    active, the work a chunk costs in C (the speculative policy's replans: its work
+    amplification A), its DiT groups and its policy."""
 
     T: float
     delta: float
@@ -351,6 +374,7 @@ class NodeModel:
     rate: float
     groups: int
     policy: str
+    amplification: float = 1.0
 
     @classmethod
     def of(cls, deployment: Deployment, candidate: Candidate) -> NodeModel:
@@ -358,80 +382,188 @@ class NodeModel:
         timing = Timing(candidate.K, node.r, node.fps)
         cost = node_cost(deployment, candidate)
         extra = replace(node.serving, dit_degree=candidate.degree).lead_extra(candidate.K)
+        rate = update_rate(deployment, candidate.K)
         return cls(timing.T, timing.delta, cost.mean(candidate.K),
-                   cost.quantile(candidate.K, 0.99) + extra,
-                   update_rate(deployment, candidate.K), candidate.gpus // candidate.degree,
-                   candidate.policy)
+                   cost.quantile(candidate.K, 0.99) + extra, rate,
+                   candidate.gpus // candidate.degree, candidate.policy,
+                   _amplification(candidate.policy, rate, timing))
 
-    def estimate(self, sessions: int, slo: PlanSLO) -> dict:
-        """The node with ``sessions`` streams: load, lead, L95, TTFC (and the limit it
-        breaks, ``failed``, empty when none). Every session counts as active at once."""
-        T, C = self.T, self.C
-        replans = self.rate * T if self.policy == "speculative" else 0.0
-        # a stream has one job at a time: however many groups, it loads one by C/T
-        rho = max(sessions, self.groups) * C * (1 + replans) / (self.groups * T)
-        out: dict[str, Any] = {"rho": rho, "lead": None, "L95": None, "ttfc_p95": None,
+    def estimate(self, sessions: int, slo: PlanSLO,
+                 occupancy: Sequence[float] | None = None) -> dict:
+        """The node sized for ``sessions`` streams: load, lead, L95, TTFC, stall (and the
+        limit it breaks, ``failed``, empty when none). ``occupancy[k − 1]`` is the share
+        of the sessions' time spent on the node with k streams active (:func:`occupancy`);
+        by default every session is active at once. The lead is the full node's (the
+        fleet's ``--lead auto`` sizes it so); the load, the stall and, for the
+        speculative policy, L95 are taken over the occupancy."""
+        T, C, G = self.T, self.C, self.groups
+        weights = list(occupancy) if occupancy is not None else [0.0] * (sessions - 1) + [1.0]
+        # a stream has one job at a time: however many groups, it loads one by its own
+        rho = (math.fsum(w * max(k, G) for k, w in enumerate(weights, 1))
+               * C * self.amplification / (G * T))
+        out: dict[str, Any] = {"rho": rho, "rho_full": sessions * C / (G * T), "lead": None,
+                               "L95": None, "ttfc_p95": None, "stall_pct": None,
                                "failed": ""}
-        if rho > RHO_MAX:
+        if sessions * C >= G * T or rho > RHO_MAX:  # refills alone saturate the node
             out["failed"] = "load"
             return out
-        wait = pool_wait_quantile(0.99, sessions, self.groups, T, C * (1 + replans))
-        lead = self.base_lead + wait
-        out["lead"] = lead
-        out["ttfc_p95"] = lead
+        per_job = AUTO_STALL * T / self.amplification  # stall seconds a job may cost
+        budget = pool_stall_budget(per_job, sessions, G, T, C)
+        lead = self.base_lead + budget
+        out.update(lead=lead, ttfc_p95=lead)
+        excess = [_excess_wait(k, G, T, C, budget) for k in range(1, len(weights) + 1)]
+        out["stall_pct"] = (100 * self.amplification / T
+                            * math.fsum(w * e for w, e in zip(weights, excess, strict=True)))
         if self.policy == "baseline":
             l95 = theory.baseline_latency_quantile(lead, T, 0.95)
-        elif C + wait >= T:
+        else:
+            l95 = self._speculative_l95(lead, weights)
+        if l95 is None:
             out["failed"] = "load"
             return out
-        else:
-            l95 = theory.speculative_latency_quantile(C + wait, T, self.delta, 0.95,
-                                                      max(lead, C + wait))
         out["L95"] = l95
         if l95 > slo.l95:
             out["failed"] = "L95"
         elif slo.ttfc_p95 is not None and lead > slo.ttfc_p95:
             out["failed"] = "TTFC"
-        elif slo.stall_pct < 100 * 0.001:
+        elif slo.stall_pct < 100 * AUTO_STALL:
             out["failed"] = "stall"  # below --lead auto's 0.1 % target: no claim is made
         return out
 
+    def _speculative_l95(self, lead: float, weights: Sequence[float]) -> float | None:
+        """The speculative policy's L95 over the occupancy: at k streams a replan waits
+        W_k (the nD/D/G wait, :data:`WAIT_POINTS` equally likely values of it), then takes
+        C; None where more than 5 % of the conditions find C + W past T (no claim)."""
+        T, C = self.T, self.C
+        cases: dict[float, float] = {}
+        beyond = 0.0
+        for k, weight in enumerate(weights, 1):
+            if weight <= 0:
+                continue
+            waits = pool_waits(k, self.groups, T, C)
+            for i in range(WAIT_POINTS):
+                wait = float(waits[int((i + 0.5) / WAIT_POINTS * waits.size)])
+                if C + wait >= T:
+                    beyond += weight / WAIT_POINTS
+                    continue
+                key = round(wait, 4)
+                cases[key] = cases.get(key, 0.0) + weight / WAIT_POINTS
+        total = math.fsum(cases.values())
+        if beyond >= 0.05 * (beyond + total) or not cases:
+            return None
+        level = 0.95 * (beyond + total) / total  # the cases past T lie above every other
+        points = [(weight, C + wait, max(lead, C + wait)) for wait, weight in cases.items()]
+        return theory.speculative_latency_mixture_quantile(points, T, self.delta, level)
+
+
+#: Equally likely values of a replan's wait the speculative L95 mixes over.
+WAIT_POINTS = 100
+
+
+def _amplification(policy: str, rate: float, timing: Timing) -> float:
+    """The device work a chunk costs, in C: 1 for the baseline; for the speculative policy
+    its work amplification A = 1 + λ(T − δ)/2 (:func:`~latsim.analysis.theory.
+    work_amplification_poisson`) where λT < 1, else one replan per condition, 1 + λT (an
+    upper bound)."""
+    if policy != "speculative":
+        return 1.0
+    if rate * timing.T < 1:
+        return theory.work_amplification_poisson(rate, timing.T, timing.delta)
+    return 1.0 + rate * timing.T
+
+
+def _excess_wait(streams: int, groups: int, T: float, C: float, budget: float) -> float:
+    """E[(W − budget)+] (s) of a job among ``streams`` on ``groups`` (nD/D/G)."""
+    import numpy as np
+
+    waits = pool_waits(streams, groups, T, C)
+    return float(np.maximum(waits - budget, 0.0).mean())
+
+
+def occupancy(deployment: Deployment, nodes: int, slots: int) -> list[float]:
+    """``w[k − 1]``, k = 1 … ``slots``: the share of the active sessions' time spent on a
+    node where k streams are active, in a fleet of ``nodes`` nodes of ``slots`` at the
+    workload's peak load (session-weighted: a node with k streams counts k times).
+
+    The sessions present m follow Erlang's loss law over all the slots (the Poisson law of
+    the M/G/∞ load truncated at nodes × slots; a population: its N). Least-loaded
+    placement spreads them evenly (m mod nodes nodes hold ⌈m/nodes⌉, the rest ⌊m/nodes⌋:
+    departures unbalance it by a session or so, which this leaves out); any other
+    placement is taken as random, each node an Erlang loss system of its own at the load
+    over the nodes. An idle session keeps its slot but sends no job: a session active on a
+    node of k present meets 1 + Bin(k − 1, a) active streams, a the active share."""
+    workload = deployment.base.workload
+    load = deployment.peak_load
+    present = [0.0] * (slots + 1)  # session-weighted sessions present on a session's node
+    if workload.population or deployment.base.fleet.placement == "least-loaded":
+        if workload.population:
+            law = {min(round(load), nodes * slots): 1.0}
+        else:
+            law = dict(enumerate(erlang_loss_pmf(nodes * slots, load)))
+        for m, p in law.items():
+            q, r = divmod(m, nodes)
+            if r:
+                present[q + 1] += p * r * (q + 1)
+            if q:
+                present[q] += p * (nodes - r) * q
+    else:
+        for k, p in enumerate(erlang_loss_pmf(slots, load / nodes)):
+            present[k] += p * k
+    total = math.fsum(present)
+    if total <= 0:
+        return [1.0] + [0.0] * (slots - 1)  # nobody present: a lone session's view
+    active = workload.activity.active_fraction
+    seen = [0.0] * slots
+    for k in range(1, slots + 1):
+        if present[k] <= 0:
+            continue
+        for j in range(k):  # j of the other k − 1 sessions active
+            seen[j] += present[k] / total * math.comb(k - 1, j) * active**j * (
+                1 - active) ** (k - 1 - j)
+    return seen
+
 
 def screen(deployment: Deployment, candidate: Candidate) -> dict:
-    """The surrogate's row for ``candidate``: the most sessions a node holds within the SLO
-    (up to ``search.max_sessions``), the nodes the peak needs, and what that costs."""
+    """The surrogate's row for ``candidate``: of the node sizes 1 … ``search.max_sessions``
+    that pass (:meth:`NodeModel.estimate` over the :func:`occupancy` of the fleet
+    Erlang-B sizes for them), the one of fewest nodes (then of fewest sessions), and what
+    it costs."""
     space, model = deployment.space, NodeModel.of(deployment, candidate)
-    A = (theory.work_amplification_poisson(model.rate, model.T, model.delta)
-         if candidate.policy == "speculative" and model.rate * model.T < 1 else 1.0)
+    A = model.amplification
     row: dict[str, Any] = {
         "K": candidate.K, "policy": candidate.policy, "usp": candidate.degree,
         "gpus_per_node": candidate.gpus, "quality": space.quality_of(candidate.K),
         "quality_given": bool(space.quality), "C": model.C, "A": A, "w": 1 - 1 / A}
-    best, first_failure = 0, None
-    estimate = None
+    best: tuple[int, int, float, dict] | None = None
+    first_failure = None
+    load, limit = deployment.peak_load, deployment.slo.blocking
     for sessions in range(1, space.max_sessions + 1):
-        trial = model.estimate(sessions, deployment.slo)
+        if sessions * model.C >= model.groups * model.T:
+            first_failure = first_failure or "load"
+            break  # more sessions only load the node more
+        nodes, blocking = fleet_nodes(load, sessions, limit,
+                                      exact=deployment.base.workload.population)
+        if nodes is None:
+            first_failure = first_failure or "nodes"
+            continue
+        trial = model.estimate(sessions, deployment.slo,
+                               occupancy(deployment, nodes, sessions))
         if trial["failed"]:
-            first_failure = trial["failed"]
-            break
-        best, estimate = sessions, trial
-    row["sessions_per_node"] = best
-    if estimate is None:
-        row.update(verdict="fails", failed=first_failure, nodes=None, gpus=None, rho=None,
-                   lead=None, L95=None, ttfc_p95=None, blocking=None,
+            first_failure = first_failure or trial["failed"]
+        elif best is None or nodes < best[0]:
+            best = (nodes, sessions, blocking, trial)
+    if best is None:
+        row.update(sessions_per_node=0, verdict="fails", failed=first_failure or "load",
+                   nodes=None, gpus=None, rho=None, rho_full=None, lead=None, L95=None,
+                   ttfc_p95=None, stall_pct=None, blocking=None,
                    cost_per_viewer_hour=None, gpu_hours=None)
         return row
-    load = deployment.peak_load
-    nodes, blocking = fleet_nodes(load, best, deployment.slo.blocking,
-                                  exact=deployment.base.workload.population)
-    row.update(verdict="meets" if nodes is not None else "fails",
-               failed="" if nodes is not None else "nodes", nodes=nodes,
-               gpus=None if nodes is None else nodes * candidate.gpus,
-               rho=estimate["rho"], lead=estimate["lead"], L95=estimate["L95"],
-               ttfc_p95=estimate["ttfc_p95"], blocking=blocking)
-    if nodes is None:
-        row.update(cost_per_viewer_hour=None, gpu_hours=None)
-        return row
+    nodes, sessions, blocking, estimate = best
+    row.update(sessions_per_node=sessions, verdict="meets", failed="", nodes=nodes,
+               gpus=nodes * candidate.gpus, rho=estimate["rho"],
+               rho_full=estimate["rho_full"], lead=estimate["lead"], L95=estimate["L95"],
+               ttfc_p95=estimate["ttfc_p95"], stall_pct=estimate["stall_pct"],
+               blocking=blocking)
     horizon = deployment.base.duration
     viewer_hours = deployment.viewer_seconds * (1 - blocking) / 3600
     row["gpu_hours"] = nodes * candidate.gpus * horizon / 3600
@@ -589,7 +721,7 @@ def verify(deployment: Deployment, row: dict, max_events: int = DEFAULT_MAX_EVEN
     out["exact_verdict"] = "fails" if failed else "undecided" if undecided else "meets"
     out["exact_failed"] = ",".join(failed)
     out["exact_undecided"] = ",".join(undecided)
-    for key in ("L95", "ttfc_p95", "blocking", "cost_per_viewer_hour"):
+    for key in ("L95", "ttfc_p95", "stall_pct", "blocking", "cost_per_viewer_hour"):
         predicted, got = row.get(key), measured.get(key)
         out[f"error_{key}"] = (None if predicted is None or got is None
                                else got - predicted)
