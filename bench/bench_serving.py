@@ -154,9 +154,16 @@ def jobs_per_second(streams: int, duration: float) -> dict:
             "ratio": {name: round(max(rates[name]) / plain, 2) for name in ways}}
 
 
-def quote_jobs(row: dict, way: str) -> str:
-    """How docs/testing.md quotes one figure of ``--json``'s file."""
-    return f"{row['ratio'][way]:.2f} at {row['streams']:,} streams"
+def markdown_jobs(rows: list[dict]) -> str:
+    """The table docs/testing.md shows of ``--json``'s file: each way's jobs per CPU second
+    as a ratio to plain SimPy's on the same workload, a row a build and stream count."""
+    lines = ["| build | streams | " + " | ".join(WAYS) + " | plain SimPy, jobs per CPU s |",
+             "|---|---|" + "---|" * len(WAYS) + "---|"]
+    for row in rows:
+        ratios = " | ".join(f"{row['ratio'][way]:.2f}" for way in WAYS)
+        lines.append(f"| {row['build']} ({row['date']}, {row['cores']} cores) | "
+                     f"{row['streams']:,} | {ratios} | {row['plain_jobs_per_cpu_s']:,} |")
+    return "\n".join(lines)
 
 
 def write_jobs(rows: list[dict], path: Path = JOBS_JSON) -> None:

@@ -3,9 +3,10 @@
 Every such time comes from a committed benchmark file: ``results/bench/commands.json``
 (bench/bench_commands.py) for the commands, ``results/bench/fleet_target.json``
 (bench/bench_fleet.py) for the 10,000-viewer fleet, ``results/bench/plan_target.json``
-(bench/bench_plan.py --target) for the Wan plan. A document quotes a row in the form
-``bench_commands.quote`` writes; this test checks every quote against its file, and that
-no document quotes the file with a time no row holds.
+(bench/bench_plan.py --target) for the Wan plan, ``results/bench/serving_jobs.json``
+(bench/bench_serving.py --json) for the serving engine's jobs per CPU second. A document
+quotes a row in the form ``bench_commands.quote`` writes; this test checks every quote
+against its file, and that no document quotes the file with a time no row holds.
 """
 
 from __future__ import annotations
@@ -102,3 +103,25 @@ def test_the_hostile_input_corpus_figures_are_the_benchmarks():
     assert report["bad"] == sum(report["classes"][name] for name in BAD)
     assert len(report["bad_outcomes"]) == report["bad"]
     assert quote(report) in " ".join((ROOT / "docs" / "testing.md").read_text().split())
+
+
+def test_the_serving_engines_jobs_table_is_the_benchmarks():
+    """docs/testing.md's table of jobs per CPU second against plain SimPy is what
+    bench/bench_serving.py --json wrote, for both builds and both stream counts, and the
+    engine table's row quotes the same figures."""
+    from bench_serving import WAYS, markdown_jobs
+
+    rows = _target_rows("serving_jobs.json")
+    assert {(row["build"], row["streams"]) for row in rows} == {
+        (build, streams) for build in ("pure Python", "compiled with mypyc")
+        for streams in (256, 1024)}
+    assert all(set(row["ratio"]) == set(WAYS) for row in rows)
+    testing = (ROOT / "docs" / "testing.md").read_text()
+    assert markdown_jobs(rows) in testing
+    ratio = {(row["build"], row["streams"]): row["ratio"]["in numpy"] for row in rows}
+    (engine_row,) = [line for line in testing.splitlines()
+                     if line.startswith("| the same workload (no conditions)")]
+    assert (f"{ratio['pure Python', 256]:.2f} at 256 streams, "
+            f"{ratio['pure Python', 1024]:.2f} at 1,024") in engine_row
+    assert (f"{ratio['compiled with mypyc', 256]:.2f} / "
+            f"{ratio['compiled with mypyc', 1024]:.2f}") in engine_row
