@@ -238,12 +238,39 @@ def test_a_decode_end_dispatches_the_next_decode_before_the_refill_it_asks_for(s
     assert in_numpy == in_loop == on_clock
 
 
-def test_requests_at_one_instant_are_left_to_the_loop(monkeypatch):
-    """Streams that join together ask for their chunks at the same instants: their order
-    is the clock's (event ids), so the numpy path leaves the run to the loop."""
+@pytest.mark.parametrize(("K", "n", "devices", "C", "lead", "start"), [
+    (8, 8, 1, 1 / 16, 0.6, "together"), (8, 8, 3, 3 / 16, 0.6, "together"),
+    (8, 8, 4, 1 / 4, 0.6, "staggered"), (2, 3, 2, 1 / 2, 3.0, "together"),
+    (2, 4, 3, 1 / 2, 6.0, "together")])
+def test_events_at_one_instant_stay_in_numpy_in_the_clocks_order(K, n, devices, C, lead,
+                                                                 start, monkeypatch):
+    """Streams that join together ask for their chunks at the same instants, and with a
+    fixed C several devices free at the same instants; staggered joins a fixed fraction
+    of T apart make ends fall on requests; with C = T / 2 on fewer devices than streams
+    a wake-up falls at the instant a waiting job ends (C and the lead in T). The clock
+    orders such events as they were scheduled; the numpy path ranks them so
+    (``lindley.event_ranks``) and keeps the run."""
+    timing = Timing(K, 4, 16.0)
+    joins = [0.0] * n if start == "together" else [s * timing.T / n for s in range(n)]
+    config = ControllerConfig(timing, BASELINE, lead * timing.T)
+    serving = ServingConfig(streams=n, pools=(("dit", devices),))
+    cost = FixedCost(C * timing.T)
+    in_numpy, in_loop, on_clock, kept = _three_ways(config, cost, serving, joins,
+                                                    12 * timing.T, 1, "all", monkeypatch)
+    assert kept
+    assert in_numpy == in_loop == on_clock
+    tasks = pickle.loads(in_numpy).tasks
+    instants = [t.t_enqueue for t in tasks] + [t.t_end for t in tasks]
+    assert len(set(instants)) < len(instants)  # it had ties to order
+
+
+def test_with_a_decode_events_at_one_instant_are_left_to_the_loop(monkeypatch):
+    """With a decode stage the numpy path does not rank events: streams that join
+    together go to the loop, which orders them on its heap."""
     timing = Timing(8, 4, 16.0)
     config = ControllerConfig(timing, BASELINE, 1.0)
-    serving = ServingConfig(streams=4, pools=(("dit", 2),))
+    serving = ServingConfig(streams=4, pools=(("dit", 2), ("vae", 1)),
+                            decode=FixedCost(0.02))
     in_numpy, in_loop, on_clock, kept = _three_ways(config, FixedCost(0.2), serving,
                                                     [0.0] * 4, 30.0, 1, "all", monkeypatch)
     assert not kept

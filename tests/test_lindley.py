@@ -41,43 +41,60 @@ def test_a_busy_period_longer_than_the_passes_is_finished_in_a_loop():
     assert lindley.MAX_PASSES < 500
 
 
-def _servers_loop(requests, took, servers):
-    """The event path's rule, one job at a time: idle devices (lowest first) at a request,
-    else the first to free."""
+def _servers_loop(requests, took, servers, ranks, end_ranks):
+    """The event path's rule, one job at a time: idle devices (lowest first) at a request
+    (freed by an end before it in the clock's order), else the first to free."""
     idle, busy, out = list(range(servers)), [], []
-    for request, job in zip(requests, took, strict=True):
-        while busy and busy[0][0] < request:
-            heapq.heappush(idle, heapq.heappop(busy)[1])
+    for k, (request, job) in enumerate(zip(requests, took, strict=True)):
+        while busy and (busy[0][0], busy[0][1]) <= (request, ranks[k]):
+            heapq.heappush(idle, heapq.heappop(busy)[2])
         if idle:
             device, start = heapq.heappop(idle), request
         else:
-            start, device = heapq.heappop(busy)
-        heapq.heappush(busy, (start + job, device))
+            start, _, device = heapq.heappop(busy)
+        heapq.heappush(busy, (start + job, end_ranks[k], device))
         out.append((start, start + job, device))
     return out
 
 
 @settings(max_examples=200, deadline=None)
-@given(gaps=st.lists(st.floats(0.001, 1.0), min_size=1, max_size=200),
+@given(gaps=st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=1, max_size=200),
        servers=st.integers(2, 6), seed=st.integers(0, 99))
 def test_several_servers_serve_as_the_loop_does(gaps, servers, seed):
+    """Requests and ends on a grid of quarters, so that many fall at one instant (their
+    ranks then order them)."""
     requests = np.cumsum(gaps)
-    took = np.random.default_rng(seed).uniform(0.1, 3.0, requests.size)
-    served = lindley.fifo_servers(requests, took, servers, np.zeros(requests.size, bool))
-    expected = _servers_loop(requests.tolist(), took.tolist(), servers)
-    if served is None:  # an end at a request's instant: only the clock can order them
-        ends = {e for _, e, _ in expected}
-        assert any(r in ends for r in requests.tolist())
-        return
-    starts, ends, devices = served
+    rng = np.random.default_rng(seed)
+    took = rng.choice([0.25, 0.5, 1.0, 1.5], requests.size)
+    ranks = rng.permutation(requests.size).astype(float)
+    end_ranks = rng.permutation(requests.size).astype(float) + requests.size
+    starts, ends, devices, freed_by = lindley.fifo_servers(requests, took, servers, ranks,
+                                                           end_ranks)
+    expected = _servers_loop(requests.tolist(), took.tolist(), servers, ranks.tolist(),
+                             end_ranks.tolist())
     assert list(zip(starts.tolist(), ends.tolist(), devices.tolist(), strict=True)) == expected
+    waited = freed_by >= 0
+    assert (ends[freed_by[waited]] == starts[waited]).all()
+    assert (starts[~waited] == requests[~waited]).all()
 
 
-def test_an_end_at_a_requests_instant_is_left_to_the_clock_unless_it_is_the_requesters():
+def test_an_end_at_a_requests_instant_frees_its_device_first_if_it_comes_first():
     requests, took = np.array([0.0, 1.0]), np.array([1.0, 1.0])
-    assert lindley.fifo_servers(requests, took, 2, np.array([False, False])) is None
-    served = lindley.fifo_servers(requests, took, 2, np.array([False, True]))
-    assert served is not None and served[2].tolist() == [0, 0]  # its own device, freed
+    later = lindley.fifo_servers(requests, took, 2, np.array([0.0, 1.0]), np.array([2.0, 3.0]))
+    assert later[2].tolist() == [0, 1]  # the end came after the request: device 1
+    first = lindley.fifo_servers(requests, took, 2, np.array([0.0, 2.0]), np.array([1.0, 3.0]))
+    assert first[2].tolist() == [0, 0] and first[3].tolist() == [-1, -1]
+
+
+def test_event_ranks_order_ties_by_when_they_were_scheduled():
+    """Two events at t = 2 scheduled by events at t = 1 (in rank order b, a) come in that
+    order; a chain of ties settles a generation a pass."""
+    times = np.array([0.0, 1.0, 1.0, 2.0, 2.0])
+    parents = np.array([-1, 0, 0, 2, 1])
+    places = np.array([0, 1, 0, 0, 0])
+    ranks = lindley.event_ranks(times, parents, places)
+    assert ranks.tolist() == [0, 2, 1, 3, 4]
+    assert lindley.event_ranks(times, parents, places, most=0) is None
 
 
 @settings(max_examples=100, deadline=None)

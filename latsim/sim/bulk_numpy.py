@@ -39,6 +39,7 @@ from latsim.run.records import BusyTally
 from latsim.run.serving import TaskRecord, TaskTally
 from latsim.sim.bulk import _Run, _Stream
 from latsim.sim.lindley import (
+    event_ranks,
     fifo_one_server,
     fifo_servers,
     ordered_row_sums,
@@ -115,6 +116,11 @@ class _Jobs:
             requests[:, 0] = self.now0 + np.maximum(0.0, (due0 + origins) - self.now0)
             self.armed[:, 0] = due0
         self.requests = requests
+        # the clock's order of events at one instant, as places (lower first): at first,
+        # requests in stream order (the order streams that join together start in) and
+        # ends before requests; from then on as the last round's events rank them
+        self.request_rank = np.repeat(np.arange(streams, dtype=float)[:, None], width, 1)
+        self.end_rank = np.full((streams, width), -1.0)
         # a first guess: every job starts at its request
         for column in range(width - 1):
             ends = requests[:, column] + self.took[:, column]
@@ -128,7 +134,12 @@ class _Jobs:
             armed = np.full_like(self.armed, np.nan)
             armed[:, 0] = self.armed[:, 0]
             self._follow(self.ends, None, following, armed)
-            if np.array_equal(following, self.requests):
+            ranks = self.request_rank, self.end_rank
+            if self.decode_took is None:  # with a decode, _serve refuses ties instead
+                self.request_rank, self.end_rank = self._rank_events()
+            if (np.array_equal(following, self.requests)
+                    and all(np.array_equal(a, b) for a, b in zip(
+                        ranks, (self.request_rank, self.end_rank), strict=True))):
                 break
             self.requests, self.armed = following, armed
         else:
@@ -179,15 +190,16 @@ class _Jobs:
         run = self.run
         self.requested = requested = self.requests < run.end
         dit = _served(self.requests, requested, self.took, len(run.dit_pool.free),
-                      np.isnan(self.armed) & (np.arange(self.width) > 0))
+                      self.request_rank, self.end_rank)
         self.stages = [dit]
         self.starts, self.dit_ends = dit.starts, dit.ends
         self.ends = dit.ends
         if self.decode_took is not None:
             assert run.decode_pool is not None
             queued = dit.ends < run.end
-            decode = _served(dit.ends, queued, self.decode_took,
-                             len(run.decode_pool.free), np.zeros(queued.shape, bool))
+            no_ranks = np.zeros(queued.shape)
+            decode = _served(dit.ends, queued, self.decode_took, len(run.decode_pool.free),
+                             no_ranks, no_ranks)
             self.stages.append(decode)
             self.ends = decode.ends
             # which of two events at one instant comes first is the clock's to say: every
@@ -199,6 +211,67 @@ class _Jobs:
             instants = np.sort(np.concatenate([asked, *ends]))
             if (instants[1:] == instants[:-1]).any():
                 raise _NotExact
+
+    def _rank_events(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where each request and each DiT end falls in the clock's order of events (for
+        ties: two at one instant come in the order they were scheduled). The events:
+        each stream's turn at the run's start (the loop starts or schedules the streams
+        in order), its start where it joins later, the wake-ups armed, the DiT ends
+        within the run. A request is made in its wake-up, else (at once) in its start or
+        in the end of the stream's job before it, after that end dispatched a waiting
+        job. Returns (the request's event's place, the end's), inf where none."""
+        end = self.run.end
+        dit = self.stages[0]
+        streams, width = self.requests.shape
+        armed = np.flatnonzero(self.requested & ~np.isnan(self.armed))
+        ended = np.flatnonzero(dit.ends < end)
+        count = 2 * streams + armed.size + ended.size
+        wake_event = np.full(streams * width, -1)
+        wake_event[armed] = 2 * streams + np.arange(armed.size)
+        end_event = np.full(streams * width, -1)
+        end_event[ended] = 2 * streams + armed.size + np.arange(ended.size)
+        times = np.full(count, -np.inf)
+        parents = np.full(count, -1)
+        places = np.zeros(count, dtype=np.int64)
+        everyone = np.arange(streams)
+        places[:streams] = everyone  # each stream's turn at the start
+        joins_later = self.origins > 0.0
+        times[streams:2 * streams] = np.where(joins_later, self.origins, -np.inf)
+        parents[streams:2 * streams] = everyone
+        start_event = np.where(joins_later, streams + everyone, everyone)
+
+        def made_in(jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """(event, place among its parent's) in which each job's request is made."""
+            first = jobs % width == 0
+            event = np.where(wake_event[jobs] >= 0, wake_event[jobs],
+                             np.where(first, start_event[jobs // width],
+                                      end_event[np.maximum(jobs - 1, 0)]))
+            after_end = (wake_event[jobs] < 0) & ~first  # at once, in the end before
+            return event, after_end.astype(np.int64)
+
+        wakes = wake_event[armed]
+        times[wakes] = self.requests.flat[armed]
+        first = armed % width == 0
+        parents[wakes] = np.where(first, start_event[armed // width],
+                                  end_event[np.maximum(armed - 1, 0)])
+        places[wakes] = ~first  # after a dispatch the same end made
+        ends = end_event[ended]
+        times[ends] = dit.ends.flat[ended]
+        freed_by = dit.freed_by.flat[ended]
+        asked, asked_place = made_in(ended)
+        parents[ends] = np.where(freed_by >= 0, end_event[np.maximum(freed_by, 0)], asked)
+        places[ends] = np.where(freed_by >= 0, 0, asked_place)
+        if (parents[2 * streams:] < 0).any():
+            raise _NotExact  # an event whose cause the arrays do not hold
+        ranks = event_ranks(times, parents, places)
+        if ranks is None:
+            raise _NotExact
+        request_rank = np.full(self.requests.shape, np.inf)
+        requested = np.flatnonzero(self.requested)
+        request_rank.flat[requested] = ranks[made_in(requested)[0]]
+        end_rank = np.full(self.requests.shape, np.inf)
+        end_rank.flat[ended] = ranks[ends]
+        return request_rank, end_rank
 
     # ------------------------------------------------------------ the checks
 
@@ -360,10 +433,14 @@ class _Jobs:
         for number, stage in enumerate(self.stages):
             rows, cols = np.nonzero(stage.starts < end)
             starts, queued = stage.starts[rows, cols], stage.queued[rows, cols]
+            # where two end at one instant: the clock's order (ranked only without a
+            # decode; with one, _serve refused every tie)
+            done_rank = self.end_rank[rows, cols] if number == 0 else np.zeros(rows.size)
             parts.append((np.full(rows.size, number), rows, cols,
                           stage.devices[rows, cols], queued, starts, stage.ends[rows, cols],
-                          (starts <= queued).astype(np.int64), stage.rank[rows, cols]))
-        stage_of, rows, cols, devices, queued, starts, ends, asked, rank = (
+                          (starts <= queued).astype(np.int64), stage.rank[rows, cols],
+                          done_rank))
+        stage_of, rows, cols, devices, queued, starts, ends, asked, rank, done_rank = (
             np.concatenate(column) for column in zip(*parts, strict=True))
         dispatch = np.lexsort((rank, stage_of, asked, starts))
         batches = np.empty(dispatch.size, dtype=np.int64)
@@ -371,7 +448,7 @@ class _Jobs:
         run.batches = int(dispatch.size)
         ended = ends < end
         by_end = np.flatnonzero(ended)
-        by_end = by_end[np.argsort(ends[by_end], kind="stable")]
+        by_end = by_end[np.lexsort((done_rank[by_end], ends[by_end]))]
         if run.task_tally is None:
             run.tasks.extend(
                 TaskRecord(row, col + 1, names[number], "refill", pools[number].name, device,
@@ -400,7 +477,7 @@ class _Stage:
     started and ended (inf: not queued, or not started within the run), on which device,
     and its place in the pool's FIFO."""
 
-    __slots__ = ("queued", "starts", "ends", "devices", "rank")
+    __slots__ = ("queued", "starts", "ends", "devices", "rank", "freed_by")
 
     def __init__(self, queued: np.ndarray) -> None:
         self.queued = queued
@@ -408,36 +485,38 @@ class _Stage:
         self.ends = np.full_like(queued, np.inf)
         self.devices = np.zeros(queued.shape, dtype=np.int64)
         self.rank = np.zeros(queued.shape, dtype=np.int64)
+        # the job (flat index) whose end dispatched it; -1: dispatched as it was queued
+        self.freed_by = np.full(queued.shape, -1, dtype=np.int64)
 
 
 def _served(queued: np.ndarray, within: np.ndarray, took: np.ndarray, servers: int,
-            freed_by_own: np.ndarray) -> _Stage:
-    """A FIFO pool's service of the steps queued at ``queued`` where ``within``, in time
-    order: Lindley's recursion on one device, Kiefer and Wolfowitz's on several (where a
-    step asks at the instant its own job's end frees a device, ``freed_by_own``)."""
+            queued_rank: np.ndarray, end_rank: np.ndarray) -> _Stage:
+    """A FIFO pool's service of the steps queued at ``queued`` where ``within``, in the
+    clock's order (time, then ``queued_rank``): Lindley's recursion on one device, Kiefer
+    and Wolfowitz's on several; an end at a queueing instant frees its device first where
+    its ``end_rank`` is lower."""
     stage = _Stage(np.where(within, queued, np.inf))
     flat = np.flatnonzero(within)
-    order = flat[np.argsort(queued.flat[flat], kind="stable")]
+    order = flat[np.lexsort((queued_rank.flat[flat], queued.flat[flat]))]
     times = queued.flat[order]
-    if (times[1:] == times[:-1]).any():
-        raise _NotExact  # two steps queued at one instant: served in event id order
     jobs = took.flat[order]
+    asked_rank, done_rank = queued_rank.flat[order], end_rank.flat[order]
     if servers == 1:
         ends = fifo_one_server(times, jobs)
-        starts = np.maximum(times, np.concatenate(([-np.inf], ends[:-1])))
+        before = np.concatenate(([-np.inf], ends[:-1]))
+        before_rank = np.concatenate(([-np.inf], done_rank[:-1]))
+        starts = np.maximum(times, before)
         devices = np.zeros(order.size, dtype=np.int64)
+        waited = (before > times) | ((before == times) & (before_rank > asked_rank))
+        freed_by = np.where(waited, np.arange(order.size) - 1, -1)
     else:
-        served = fifo_servers(times, jobs, servers, freed_by_own.flat[order])
-        if served is None:
-            raise _NotExact
-        starts, ends, devices = served
-        in_order = np.sort(ends)
-        if (in_order[1:] == in_order[:-1]).any():
-            raise _NotExact  # two ends at one instant
+        starts, ends, devices, freed_by = fifo_servers(times, jobs, servers, asked_rank,
+                                                       done_rank)
     stage.starts.flat[order] = starts
     stage.ends.flat[order] = ends
     stage.devices.flat[order] = devices
     stage.rank.flat[order] = np.arange(order.size)
+    stage.freed_by.flat[order] = np.where(freed_by >= 0, order[np.maximum(freed_by, 0)], -1)
     return stage
 
 

@@ -47,34 +47,52 @@ def fifo_one_server(requests: np.ndarray, took: np.ndarray) -> np.ndarray:
 
 
 def fifo_servers(requests: np.ndarray, took: np.ndarray, servers: int,
-                 freed_by_own: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(starts, ends, devices) of jobs served in order by ``servers`` devices, each job on the
-    lowest-numbered idle device, else on the first to free (Kiefer and Wolfowitz). A
-    device is idle at a request if it freed before it, or at it where ``freed_by_own``
-    (the request was made by the end that frees it). None where another end falls at a
-    request's time: which device serves it then turns on the order of two events at one
-    instant, which only the clock knows."""
+                 request_rank: np.ndarray, end_rank: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, devices, freed_by) of jobs served in order by ``servers`` devices,
+    each job on the lowest-numbered idle device, else on the first to free (Kiefer and
+    Wolfowitz). Two events at one instant come in rank order: a device is idle at a
+    request if the end that frees it comes before it, by (time, ``end_rank``) against
+    (time, ``request_rank``), or is the request's own event (equal ranks). ``freed_by``
+    is the place of the job whose end dispatched each job (-1: dispatched as it asked)."""
     idle = list(range(servers))
-    busy: list[tuple[float, int]] = []  # (free at, device)
+    busy: list[tuple[float, float, int, int]] = []  # (free at, its end's rank, device, job)
     starts = np.empty(requests.size)
     ends = np.empty(requests.size)
     devices = np.empty(requests.size, dtype=np.int64)
-    own = freed_by_own.tolist()
+    freed_by = np.full(requests.size, -1, dtype=np.int64)
+    ranks, done_ranks = request_rank.tolist(), end_rank.tolist()
     for k, (request, job) in enumerate(zip(requests.tolist(), took.tolist(), strict=True)):
-        while busy and busy[0][0] <= request:
-            if busy[0][0] == request and not own[k]:
-                return None
-            heapq.heappush(idle, heapq.heappop(busy)[1])
+        mine = (request, ranks[k])
+        while busy and busy[0][:2] <= mine:
+            heapq.heappush(idle, heapq.heappop(busy)[2])
         if idle:
             device, start = heapq.heappop(idle), request
         else:
-            start, device = heapq.heappop(busy)
+            start, _, device, freed_by[k] = heapq.heappop(busy)
         starts[k] = start
         ends[k] = end = start + job
         devices[k] = device
-        heapq.heappush(busy, (end, device))
-    return starts, ends, devices
+        heapq.heappush(busy, (end, done_ranks[k], device, k))
+    return starts, ends, devices, freed_by
+
+
+def event_ranks(times: np.ndarray, parents: np.ndarray, places: np.ndarray,
+                most: int = 64) -> np.ndarray | None:
+    """Each event's place in the clock's order: by time, then by when it was scheduled,
+    which is its parent's place (``parents``: an event's index, -1 for none) and then its
+    place among the parent's (``places``). A parent comes strictly before its children in
+    time, so each pass settles one more generation of ties; None after ``most``."""
+    ranks = np.empty(times.size, dtype=np.int64)
+    ranks[np.lexsort((places, times))] = np.arange(times.size)
+    for _ in range(most):
+        parent_ranks = np.where(parents >= 0, ranks[np.maximum(parents, 0)], -1)
+        settled = np.empty_like(ranks)
+        settled[np.lexsort((places, parent_ranks, times))] = np.arange(times.size)
+        if np.array_equal(settled, ranks):
+            return ranks
+        ranks = settled
+    return None
 
 
 def row_bisect(rows_of: np.ndarray, rows: np.ndarray, values: np.ndarray,
