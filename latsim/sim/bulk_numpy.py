@@ -121,6 +121,7 @@ class _Jobs:
         # ends before requests; from then on as the last round's events rank them
         self.request_rank = np.repeat(np.arange(streams, dtype=float)[:, None], width, 1)
         self.end_rank = np.full((streams, width), -1.0)
+        self.no_rank = np.zeros((streams, width))
         # a first guess: every job starts at its request
         for column in range(width - 1):
             ends = requests[:, column] + self.took[:, column]
@@ -136,7 +137,9 @@ class _Jobs:
             self._follow(self.ends, None, following, armed)
             ranks = self.request_rank, self.end_rank
             if self.decode_took is None:  # with a decode, _serve refuses ties instead
-                self.request_rank, self.end_rank = self._rank_events()
+                # ranks order ties only: where every instant is one event's, time does
+                self.request_rank, self.end_rank = (
+                    self._rank_events() if self._ties() else (self.no_rank, self.no_rank))
             if (np.array_equal(following, self.requests)
                     and all(np.array_equal(a, b) for a, b in zip(
                         ranks, (self.request_rank, self.end_rank), strict=True))):
@@ -197,20 +200,22 @@ class _Jobs:
         if self.decode_took is not None:
             assert run.decode_pool is not None
             queued = dit.ends < run.end
-            no_ranks = np.zeros(queued.shape)
             decode = _served(dit.ends, queued, self.decode_took, len(run.decode_pool.free),
-                             no_ranks, no_ranks)
+                             self.no_rank, self.no_rank)
             self.stages.append(decode)
             self.ends = decode.ends
-            # which of two events at one instant comes first is the clock's to say: every
-            # instant something happens at must be one event's (a start that asks at once,
-            # a wake-up, a step's end)
-            ends = [stage.ends[stage.ends < run.end] for stage in self.stages]
-            asked = self.requests[requested & (~np.isnan(self.armed)
-                                               | (np.arange(self.width) == 0))]
-            instants = np.sort(np.concatenate([asked, *ends]))
-            if (instants[1:] == instants[:-1]).any():
-                raise _NotExact
+            if self._ties():
+                raise _NotExact  # which comes first is the clock's to say
+
+    def _ties(self) -> bool:
+        """Whether two events fall at one instant: a start that asks at once, a wake-up
+        or a step's end (a request made at once at an end is that end's event)."""
+        end = self.run.end
+        ends = [stage.ends[stage.ends < end] for stage in self.stages]
+        asked = self.requests[self.requested & (~np.isnan(self.armed)
+                                                | (np.arange(self.width) == 0))]
+        instants = np.sort(np.concatenate([asked, *ends]))
+        return bool((instants[1:] == instants[:-1]).any())
 
     def _rank_events(self) -> tuple[np.ndarray, np.ndarray]:
         """Where each request and each DiT end falls in the clock's order of events (for
