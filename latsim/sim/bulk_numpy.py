@@ -7,9 +7,12 @@ this module computes the same numbers as arrays, a row per stream and a column p
 - a request follows the job before it as ``quiet_job_done`` has it (the next refill's due
   time from the ticks played by the job's end, then at once, or an armed wake-up at
   ``now + max(0, due + origin - now)``), one column of all streams at a time;
-- the DiT pool serves the requests in their time order: Lindley's recursion for one
+- the DiT pool serves the requests in the clock's order: Lindley's recursion for one
   device or group (:func:`~latsim.sim.lindley.fifo_one_server`), Kiefer and Wolfowitz's
-  for several;
+  for several; a decode pool, if any, serves the DiT steps' ends the same way;
+- where two events fall at one instant the clock takes them in the order they were
+  scheduled, which :func:`~latsim.sim.lindley.event_ranks` recovers from the events'
+  causes (without a decode stage; with one, such a run goes to the loop);
 - requests depend on ends and ends on requests, so the two are iterated to their fixed
   point, which is the run's (it is causal: a value depends only on earlier ones), and
   the iteration is stopped where it does not settle.
@@ -19,10 +22,9 @@ test, every wake-up on ``quiet_wake``'s fast path, no tick before its chunk) is 
 here over all ticks at once, after the fact. The result is written into the loop's own
 books (:class:`~latsim.sim.bulk._Run`), whose ``finish`` makes the records, so the two
 paths share their records code. Where the run is not one this module can tell exactly,
-it leaves the books untouched and the loop plays it: a decode stage, a cost model with
-no ``sample_many``, a job of no time, two requests at one instant (their order is the
-clock's event ids), or, on several devices, an end at a request's instant. The loop
-then gives back what does not stay quiet, as before.
+it leaves the books untouched and the loop plays it: a cost model with no
+``sample_many``, a step of no time, events at one instant with a decode stage, rounds
+that do not settle, or a check that fails (the loop then gives back what stalls).
 """
 
 from __future__ import annotations
