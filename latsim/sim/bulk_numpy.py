@@ -121,9 +121,9 @@ class _Jobs:
         # the clock's order of events at one instant, as places (lower first): at first,
         # requests in stream order (the order streams that join together start in) and
         # ends before requests; from then on as the last round's events rank them
-        self.request_rank = np.repeat(np.arange(streams, dtype=float)[:, None], width, 1)
-        self.end_rank = np.full((streams, width), -1.0)
         self.no_rank = np.zeros((streams, width))
+        self.ranks = _Ranks.first(streams, width, 1 if decode_draws is None else 2)
+        self.ranked = False  # whether the ranks came from the events (there were ties)
         # a first guess: every job starts at its request
         for column in range(width - 1):
             ends = requests[:, column] + self.took[:, column]
@@ -137,14 +137,11 @@ class _Jobs:
             armed = np.full_like(self.armed, np.nan)
             armed[:, 0] = self.armed[:, 0]
             self._follow(self.ends, None, following, armed)
-            ranks = self.request_rank, self.end_rank
-            if self.decode_took is None:  # with a decode, _serve refuses ties instead
-                # ranks order ties only: where every instant is one event's, time does
-                self.request_rank, self.end_rank = (
-                    self._rank_events() if self._ties() else (self.no_rank, self.no_rank))
-            if (np.array_equal(following, self.requests)
-                    and all(np.array_equal(a, b) for a, b in zip(
-                        ranks, (self.request_rank, self.end_rank), strict=True))):
+            # ranks order ties only: where every instant is one event's, time does
+            before, self.ranked = self.ranks, self._ties()
+            self.ranks = (self._rank_events() if self.ranked
+                          else _Ranks.none(self.no_rank, len(self.stages)))
+            if np.array_equal(following, self.requests) and before.same(self.ranks):
                 break
             self.requests, self.armed = following, armed
         else:
@@ -195,7 +192,7 @@ class _Jobs:
         run = self.run
         self.requested = requested = self.requests < run.end
         dit = _served(self.requests, requested, self.took, len(run.dit_pool.free),
-                      self.request_rank, self.end_rank)
+                      self.ranks.queued[0], self.ranks.ended[0])
         self.stages = [dit]
         self.starts, self.dit_ends = dit.starts, dit.ends
         self.ends = dit.ends
@@ -203,11 +200,9 @@ class _Jobs:
             assert run.decode_pool is not None
             queued = dit.ends < run.end
             decode = _served(dit.ends, queued, self.decode_took, len(run.decode_pool.free),
-                             self.no_rank, self.no_rank)
+                             self.ranks.queued[1], self.ranks.ended[1])
             self.stages.append(decode)
             self.ends = decode.ends
-            if self._ties():
-                raise _NotExact  # which comes first is the clock's to say
 
     def _ties(self) -> bool:
         """Whether two events fall at one instant: a start that asks at once, a wake-up
@@ -219,24 +214,31 @@ class _Jobs:
         instants = np.sort(np.concatenate([asked, *ends]))
         return bool((instants[1:] == instants[:-1]).any())
 
-    def _rank_events(self) -> tuple[np.ndarray, np.ndarray]:
-        """Where each request and each DiT end falls in the clock's order of events (for
-        ties: two at one instant come in the order they were scheduled). The events:
-        each stream's turn at the run's start (the loop starts or schedules the streams
-        in order), its start where it joins later, the wake-ups armed, the DiT ends
-        within the run. A request is made in its wake-up, else (at once) in its start or
-        in the end of the stream's job before it, after that end dispatched a waiting
-        job. Returns (the request's event's place, the end's), inf where none."""
+    def _rank_events(self) -> _Ranks:
+        """Where each step's queueing, dispatch and end fall in the clock's order of events
+        (for ties: two at one instant come in the order they were scheduled).
+
+        The events: each stream's turn at the run's start (the loop starts or schedules
+        the streams in order), its start where it joins later, the wake-ups armed, and
+        each step's end within the run. A job's request is made in its wake-up, else (at
+        once) in its start or in the end of the stream's job before it; its decode is
+        queued in its DiT step's end. An end dispatches the next step waiting for its
+        device first (place 0), then what its own stream asks for (place 1)."""
         end = self.run.end
-        dit = self.stages[0]
         streams, width = self.requests.shape
+        total = streams * width
         armed = np.flatnonzero(self.requested & ~np.isnan(self.armed))
-        ended = np.flatnonzero(dit.ends < end)
-        count = 2 * streams + armed.size + ended.size
-        wake_event = np.full(streams * width, -1)
+        ended = [np.flatnonzero(stage.ends < end) for stage in self.stages]
+        count = 2 * streams + armed.size + sum(e.size for e in ended)
+        wake_event = np.full(total, -1)
         wake_event[armed] = 2 * streams + np.arange(armed.size)
-        end_event = np.full(streams * width, -1)
-        end_event[ended] = 2 * streams + armed.size + np.arange(ended.size)
+        end_event, first_free = [], 2 * streams + armed.size
+        for stage_ended in ended:
+            events = np.full(total, -1)
+            events[stage_ended] = first_free + np.arange(stage_ended.size)
+            end_event.append(events)
+            first_free += stage_ended.size
+        job_done = end_event[-1]  # the job is done at its last step's end
         times = np.full(count, -np.inf)
         parents = np.full(count, -1)
         places = np.zeros(count, dtype=np.int64)
@@ -247,38 +249,56 @@ class _Jobs:
         parents[streams:2 * streams] = everyone
         start_event = np.where(joins_later, streams + everyone, everyone)
 
-        def made_in(jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def asked_in(jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             """(event, place among its parent's) in which each job's request is made."""
             first = jobs % width == 0
             event = np.where(wake_event[jobs] >= 0, wake_event[jobs],
                              np.where(first, start_event[jobs // width],
-                                      end_event[np.maximum(jobs - 1, 0)]))
-            after_end = (wake_event[jobs] < 0) & ~first  # at once, in the end before
-            return event, after_end.astype(np.int64)
+                                      job_done[np.maximum(jobs - 1, 0)]))
+            return event, ((wake_event[jobs] < 0) & ~first).astype(np.int64)
+
+        def queued_in(number: int, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """(event, place) in which step ``number`` of each job is queued."""
+            return asked_in(jobs) if number == 0 else (
+                end_event[number - 1][jobs], np.ones(jobs.size, dtype=np.int64))
 
         wakes = wake_event[armed]
         times[wakes] = self.requests.flat[armed]
         first = armed % width == 0
         parents[wakes] = np.where(first, start_event[armed // width],
-                                  end_event[np.maximum(armed - 1, 0)])
-        places[wakes] = ~first  # after a dispatch the same end made
-        ends = end_event[ended]
-        times[ends] = dit.ends.flat[ended]
-        freed_by = dit.freed_by.flat[ended]
-        asked, asked_place = made_in(ended)
-        parents[ends] = np.where(freed_by >= 0, end_event[np.maximum(freed_by, 0)], asked)
-        places[ends] = np.where(freed_by >= 0, 0, asked_place)
+                                  job_done[np.maximum(armed - 1, 0)])
+        places[wakes] = ~first  # after the waiting step its end dispatched
+        dispatched_in = []
+        for number, (stage, stage_ended) in enumerate(zip(self.stages, ended, strict=True)):
+            started = np.flatnonzero(stage.starts < end)
+            freed_by = stage.freed_by.flat[started]
+            queued, place = queued_in(number, started)
+            dispatcher = np.where(freed_by >= 0, end_event[number][np.maximum(freed_by, 0)],
+                                  queued)
+            dispatched_in.append((started, dispatcher, np.where(freed_by >= 0, 0, place)))
+            events = end_event[number][stage_ended]
+            mine = np.searchsorted(started, stage_ended)  # ended ⊂ started, both sorted
+            times[events] = stage.ends.flat[stage_ended]
+            parents[events] = dispatcher[mine]
+            places[events] = dispatched_in[-1][2][mine]
         if (parents[2 * streams:] < 0).any():
             raise _NotExact  # an event whose cause the arrays do not hold
         ranks = event_ranks(times, parents, places)
         if ranks is None:
             raise _NotExact
-        request_rank = np.full(self.requests.shape, np.inf)
-        requested = np.flatnonzero(self.requested)
-        request_rank.flat[requested] = ranks[made_in(requested)[0]]
-        end_rank = np.full(self.requests.shape, np.inf)
-        end_rank.flat[ended] = ranks[ends]
-        return request_rank, end_rank
+        out = _Ranks.none(np.full((streams, width), np.inf), len(self.stages))
+        out.queued, out.ended = [], []
+        for number, (stage, stage_ended) in enumerate(zip(self.stages, ended, strict=True)):
+            queued_rank = np.full((streams, width), np.inf)
+            waiting = np.flatnonzero(stage.queued < end)
+            queued_rank.flat[waiting] = ranks[queued_in(number, waiting)[0]]
+            end_rank = np.full((streams, width), np.inf)
+            end_rank.flat[stage_ended] = ranks[end_event[number][stage_ended]]
+            out.queued.append(queued_rank)
+            out.ended.append(end_rank)
+        out.dispatched = [(started, ranks[dispatcher], place)
+                          for started, dispatcher, place in dispatched_in]
+        return out
 
     # ------------------------------------------------------------ the checks
 
@@ -438,24 +458,34 @@ class _Jobs:
         names = ("dit", "decode")
         parts = []
         for number, stage in enumerate(self.stages):
-            rows, cols = np.nonzero(stage.starts < end)
-            starts, queued = stage.starts[rows, cols], stage.queued[rows, cols]
-            # where two end at one instant: the clock's order (ranked only without a
-            # decode; with one, _serve refused every tie)
-            done_rank = self.end_rank[rows, cols] if number == 0 else np.zeros(rows.size)
-            parts.append((np.full(rows.size, number), rows, cols,
-                          stage.devices[rows, cols], queued, starts, stage.ends[rows, cols],
-                          (starts <= queued).astype(np.int64), stage.rank[rows, cols],
-                          done_rank))
-        stage_of, rows, cols, devices, queued, starts, ends, asked, rank, done_rank = (
-            np.concatenate(column) for column in zip(*parts, strict=True))
-        dispatch = np.lexsort((rank, stage_of, asked, starts))
+            started = np.flatnonzero(stage.starts < end)
+            rows, cols = np.divmod(started, self.width)
+            starts, queued = stage.starts.flat[started], stage.queued.flat[started]
+            if self.ranked:  # the events' places in the clock's order
+                _, dispatched_rank, place = self.ranks.dispatched[number]
+                order_keys = (place, dispatched_rank, self.ranks.ended[number].flat[started])
+            else:  # one event an instant: by time, and within one event a device's next
+                # waiting step (asked before it started) before the step the event queued
+                order_keys = (stage.rank.flat[started] + 0.0, (starts <= queued) * 1.0,
+                              starts, stage.ends.flat[started])
+            parts.append((np.full(rows.size, number), rows, cols, stage.devices.flat[started],
+                          queued, starts, stage.ends.flat[started], *order_keys))
+        columns = [np.concatenate(column) for column in zip(*parts, strict=True)]
+        stage_of, rows, cols, devices, queued, starts, ends = columns[:7]
+        keys = columns[7:]
+        if self.ranked:
+            place, dispatched_rank, end_rank = keys
+            dispatch = np.lexsort((place, dispatched_rank))
+        else:
+            fifo, asked, _, _ = keys
+            dispatch = np.lexsort((fifo, stage_of, asked, starts))
+            end_rank = ends
         batches = np.empty(dispatch.size, dtype=np.int64)
         batches[dispatch] = np.arange(1, dispatch.size + 1)
         run.batches = int(dispatch.size)
         ended = ends < end
         by_end = np.flatnonzero(ended)
-        by_end = by_end[np.lexsort((done_rank[by_end], ends[by_end]))]
+        by_end = by_end[np.argsort(end_rank[by_end], kind="stable")]
         if run.task_tally is None:
             run.tasks.extend(
                 TaskRecord(row, col + 1, names[number], "refill", pools[number].name, device,
@@ -477,6 +507,36 @@ class _Jobs:
             run.running[int(batches[k])] = (streams[int(rows[k])], pools[stage_of[k]],
                                             int(devices[k]), float(starts[k]),
                                             float(queued[k]))
+
+
+class _Ranks:
+    """The clock's order where events fall at one instant, for each step of a job (a list
+    a stage): where its queueing (``queued``) and its end (``ended``) fall, as (streams ×
+    jobs) arrays (lower first; ties only, so equal values where no two events tie), and
+    (from :meth:`_Jobs._rank_events`) for each step dispatched: (its flat index, the
+    dispatching event's rank, its place among that event's dispatches)."""
+
+    __slots__ = ("queued", "ended", "dispatched")
+
+    def __init__(self, queued: list[np.ndarray], ended: list[np.ndarray]) -> None:
+        self.queued = queued
+        self.ended = ended
+        self.dispatched: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    @classmethod
+    def first(cls, streams: int, width: int, stages: int) -> _Ranks:
+        """Before any round: requests in stream order (the order streams that join
+        together start in), ends before what is queued at their instant."""
+        in_order = np.repeat(np.arange(streams, dtype=float)[:, None], width, 1)
+        return cls([in_order] * stages, [np.full((streams, width), -1.0)] * stages)
+
+    @classmethod
+    def none(cls, equal: np.ndarray, stages: int) -> _Ranks:
+        return cls([equal] * stages, [equal] * stages)
+
+    def same(self, other: _Ranks) -> bool:
+        return all(np.array_equal(a, b) for a, b in zip(
+            self.queued + self.ended, other.queued + other.ended, strict=True))
 
 
 class _Stage:
