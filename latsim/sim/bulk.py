@@ -36,7 +36,7 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import count
 from typing import Protocol, cast
 
@@ -163,18 +163,20 @@ class _Stream:
 
 def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
                            serving: ServingConfig, streams: Sequence[StreamInput],
-                           windows: Sequence[RunWindow], records: str = "all"
+                           windows: Sequence[RunWindow], records: str = "all",
+                           in_arrays: Callable[[_Run], bool] | None = None
                            ) -> ServingRecords | None:
     """The records :func:`latsim.sim.serving.simulate_serving` gives for a run
     :func:`bulk_refusal` accepts, or None (its random streams restored) where the run is
-    not quiet throughout: a tick that is not, or a stall."""
+    not quiet throughout: a tick that is not, or a stall. ``in_arrays`` (the serving
+    model passes :func:`latsim.sim.bulk_numpy.play_in_numpy`, which builds on this
+    module) fills the run's books where it can tell the run exactly, else says False and
+    this module's loop plays it."""
     drawn = [rng for s in streams for rng in (s.cost, s.stages[0])]  # DiT, decode
     saved = [rng.bit_generator.state for rng in drawn]
-    from latsim.sim.bulk_numpy import play_in_numpy  # it builds on this module's _Run
-
     try:
         run = _Run(configs, cost, serving, streams, windows, records)
-        if not play_in_numpy(run):
+        if in_arrays is None or not in_arrays(run):
             run.play()
         return run.finish()
     except _Giveback:

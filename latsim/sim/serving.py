@@ -61,6 +61,7 @@ from latsim.run.serving import (
     ViewerRecord,
 )
 from latsim.run.stream import RunRecords, RunWindow, StreamRun
+from latsim.sim import bulk_numpy
 from latsim.sim.bulk import bulk_refusal, simulate_quiet_serving
 from latsim.sim.clock import NORMAL, Call, Clock
 
@@ -870,7 +871,8 @@ def simulate_serving(
             and (QUIET_RUNS_IN_BULK if quiet_in_bulk is None else quiet_in_bulk)
             and records in RECORD_LEVELS
             and bulk_refusal(own, cost, serving, streams, duration) is None):
-        quiet = simulate_quiet_serving(own, cost, serving, streams, windows, records)
+        quiet = simulate_quiet_serving(own, cost, serving, streams, windows, records,
+                                       bulk_numpy.play_in_numpy)
         if quiet is not None:
             return quiet
     env = Clock()
