@@ -104,26 +104,32 @@ def test_the_bars_thread_is_stopped_while_workers_are_forked(monkeypatch):
 
 
 def test_a_status_line_leaves_the_bars_columns_whole_at_80(monkeypatch):
-    """``status`` (plan, measure, profile) shortens its line to what 80 columns leave beside
-    the bar, count, elapsed time and ETA: first dropping a trailing parenthesis (the count
-    the bar shows), else cutting it; rich then cuts nothing."""
+    """``status`` (plan, measure, profile) puts its line beside the bar where it fits in
+    what 80 columns leave beside the bar, count, elapsed time and ETA (less a trailing
+    parenthesis, the count the bar shows); a longer line goes whole on a line of its own
+    above the bar, and one wider than the terminal loses its last parts: nothing is cut to
+    "…" (measure's line was, at 80 columns)."""
     import re
 
     monkeypatch.delenv("LATSIM_QUIET", raising=False)
     monkeypatch.setenv("COLUMNS", "80")
-    err, out = Terminal(), io.StringIO()
-    with _bar(monkeypatch, err, out) as bar:
-        bar.status("verifying K=21 speculative usp4 8gpu (run 12 of at most 24)", 11.5, 24)
-        bar.status("verifying K=21 speculative usp4 8gpu autoscaled to 0.75 (run 13 of at "
-                   "most 24)", 12, 24)
-    frames = {re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", frame).rstrip()
-              for frame in re.split(r"[\r\n]", err.getvalue())}
+    long = ("verifying K=21 speculative usp4 8gpu autoscaled to 0.75 (run 13 of at most "
+            "24)")
+    measure = "[K4-speculative]    1.3/2 s  conditions served 1/1  stalls 0 (0.00 s)  jobs 1"
+    frames: set[str] = set()
+    for line in ("verifying K=21 speculative usp4 8gpu (run 12 of at most 24)", long,
+                 measure.replace("[K4", "[K16"), measure + "  queued 3"):
+        err, out = Terminal(), io.StringIO()
+        with _bar(monkeypatch, err, out) as bar:  # one bar each: each is drawn
+            bar.status(line, 12, 24)
+        frames |= {re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", frame).rstrip()
+                   for frame in re.split(r"[\r\n]", err.getvalue())}
     shown = [frame for frame in frames if "eta" in frame]
     assert any(frame.startswith("verifying K=21 speculative usp4 8gpu ━") for frame in shown)
-    assert any(frame.startswith("verifying K=21 speculative usp4 8gpu auto… ")
-               for frame in shown), shown
-    assert all(len(frame) <= 80 and re.search(r"\d+/24 \d:\d\d:\d\d eta ", frame)
-               for frame in shown), shown
+    # whole above the bar; the last without its last part ("  queued 3"), 89 columns
+    assert {long, measure, measure.replace("[K4", "[K16")} <= frames, frames
+    assert all(len(frame) <= 80 and "…" not in frame for frame in frames), frames
+    assert all(re.search(r"\d+/24 \d:\d\d:\d\d eta ", frame) for frame in shown), shown
 
 
 def _commands(tmp_path: Path) -> dict[str, list[str]]:
