@@ -17,14 +17,17 @@ failed write) is a one-line error.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from latsim.cli.completion import plugins
 from latsim.cli.output import FormatOpt, JsonOpt, emit, output_format
 from latsim.errors import LatsimError
-from latsim.formatting import StatusLine, fmt
+from latsim.formatting import StatusLine, fit, fmt
+
+if TYPE_CHECKING:
+    import logging
 
 
 def _check_trace(trace: Path | None) -> None:
@@ -201,8 +204,8 @@ def profile(
                    Column("mean ms"), Column("p50 ms", 2), Column("p99 ms"), Column("cv", 2),
                    Column("lognormal fit", 1, justify="left"), Column("KS p", 1)]
         notes = []
-        for kind, fit in fits.items():
-            affine = fit["affine"]
+        for kind, fitted in fits.items():
+            affine = fitted["affine"]
             if affine is not None:
                 law = affine["spec"] or f"a = {affine['a']:.3g}, b = {affine['b']:.3g} s"
                 notes.append(f"{kind}: {law} (R² {affine['r2']:.3f}, means within "
@@ -424,36 +427,49 @@ def serve(
     faults_from_env()  # a malformed LATSIM_FAULT fails before any work
 
     if token is None and not loopback(host):
-        typer.echo(f"latsim serve: warning: serving {host} to anyone who can reach it (no "
-                   "token, --allow-anonymous)", err=True)
+        typer.echo(fit(f"latsim serve: warning: serving {host} to anyone who can reach it "
+                       "(no token, --allow-anonymous)"), err=True)
     require_device(device)
     _check_listen(host, port)  # before the model is built and warmed up
-    logging.basicConfig(level=logging.WARNING, datefmt="%Y-%m-%dT%H:%M:%S",
-                        format="latsim serve: %(asctime)s.%(msecs)03d %(message)s")
+    logging.basicConfig(level=logging.WARNING, handlers=[_log_handler()])
     logging.getLogger("latsim.serve").setLevel(logging.INFO)  # sessions starting, ending
     server = StreamServer(config)
     with StatusLine(width=40) as status:
         server.prepare(status)
     for k, choice in sorted(server.leads.items()):
-        typer.echo(f"K={k}: lead {choice.lead:.4f} s ({choice.source})")
+        typer.echo(fit(f"K={k}: lead {choice.lead:.4f} s ({choice.source})"))
     import asyncio
 
     def listening(bound: int) -> None:
-        typer.echo(f"serving generator {server.info.name} ({server.info.label}) on "
-                   f"ws://{host}:{bound} "
-                   f"(schedule {schedule}; Ctrl-C stops)")
+        typer.echo(fit(f"serving generator {server.info.name} ({server.info.label}) on "
+                       f"ws://{host}:{bound} (schedule {schedule}; Ctrl-C stops)"))
         typer.echo(f"browser viewer: http://{host}:{bound}/")
 
     try:  # Ctrl-C or SIGTERM: every viewer gets ``end``, then the server stops
         asyncio.run(server.serve(listening, handle_signals=True))
-        typer.echo(f"latsim serve: stopped ({server.refused} connection(s) refused, "
-                   f"{server.errors} message(s) answered with an error)", err=True)
+        typer.echo(fit(f"latsim serve: stopped ({server.refused} connection(s) refused, "
+                       f"{server.errors} message(s) answered with an error)"), err=True)
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         typer.echo("latsim serve: stopped", err=True)
     except OSError as exc:
         raise LatsimError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     finally:
         server.close()
+
+
+def _log_handler() -> logging.Handler:
+    """``latsim serve``'s log on stderr: each record stamped and wrapped to the terminal's
+    columns (:func:`latsim.formatting.fit`)."""
+    import logging
+
+    class Fitted(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return fit(super().format(record))
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(Fitted("latsim serve: %(asctime)s.%(msecs)03d %(message)s",
+                                datefmt="%Y-%m-%dT%H:%M:%S"))
+    return handler
 
 
 def _check_listen(host: str, port: int) -> None:
@@ -541,13 +557,13 @@ def client(
     if output != "table":
         emit(output, [summary], lambda: None, seed=seed, out=str(out))
     else:
-        typer.echo(
+        typer.echo(fit(
             f"{out}: {summary['status']} K={K} {policy} L50={fmt(summary['L50'])} "
             f"L95={fmt(summary['L95'])} viewer stall={summary['viewer_stall_pct']:.2f}% "
             f"(client {summary['client_stall_pct']:.2f}%) shown={summary['n_displayed']}/"
             f"{summary['n_conditions']} offset={summary['offset']:+.6f} s "
             f"+-{summary['offset_uncertainty']:.6f} drift={fmt(summary['drift'], 6)} "
-            f"uplink={fmt(summary['uplink_mean'])} deliver={fmt(summary['deliver_mean'])}")
+            f"uplink={fmt(summary['uplink_mean'])} deliver={fmt(summary['deliver_mean'])}"))
     _exit_for_status(summary, out)
 
 
@@ -566,6 +582,6 @@ def _exit_for_status(summary: dict, out: Path) -> None:
         raise LatsimError(f"the server failed session {summary['session']}: {reason}; kept "
                           f"what was measured in {out} (status failed)")
     if status != COMPLETE:
-        typer.echo(f"latsim client: the session ended early ({reason}); kept what was "
-                   f"measured in {out} (status {status})", err=True)
+        typer.echo(fit(f"latsim client: the session ended early ({reason}); kept what was "
+                       f"measured in {out} (status {status})"), err=True)
         raise typer.Exit(EXIT_INTERRUPTED)

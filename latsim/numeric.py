@@ -12,6 +12,11 @@ records).
 at its tolerance or where no float lies between its bounds, whichever comes first (at
 thousands of seconds floats are coarser than a picosecond: an absolute tolerance alone
 never ends there).
+
+:func:`empirical_quantile`: the one place a quantile of a sample is taken (latencies,
+costs, gaps, lateness), under one of two named rules: :data:`INTERPOLATED` for a
+statistic reported of a sample, :data:`OBSERVED` where the answer must be a value that
+occurred (a lead set from measured job times: a time some job actually took).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-__all__ = ["least_true", "total"]
+__all__ = ["INTERPOLATED", "OBSERVED", "empirical_quantile", "least_true", "total"]
 
 _N = TypeVar("_N", int, float)
 
@@ -46,3 +51,30 @@ def least_true(holds: Callable[[float], bool], low: float, high: float,
         else:
             low = middle
     return high
+
+
+#: Linear interpolation between the two order statistics around rank ``(n - 1) × level``
+#: (Hyndman and Fan's type 7, numpy's default ``method="linear"``): every reported
+#: percentile (L50/L95/L99, time to first chunk, cost and gap p95/p99).
+INTERPOLATED = "linear"
+#: The order statistic at rank ``ceil((n - 1) × level)`` (numpy's ``method="higher"``):
+#: an observed value, never below :data:`INTERPOLATED`'s. Leads and cost-model quantiles,
+#: which the controller plans with.
+OBSERVED = "higher"
+
+
+def empirical_quantile(values: Iterable[float], level: float,
+                       rule: str = INTERPOLATED) -> float:
+    """The ``level`` quantile (0 to 1) of the sample ``values`` under ``rule``
+    (:data:`INTERPOLATED` or :data:`OBSERVED`). A percentile ``p`` is ``level = p / 100``
+    (the same float numpy's ``percentile`` divides to). Raises ``ValueError`` for an empty
+    sample: a caller says what an empty one reports."""
+    import numpy as np
+
+    if rule not in (INTERPOLATED, OBSERVED):
+        raise ValueError(f"unknown quantile rule {rule!r}")
+    data = np.asarray(values if isinstance(values, np.ndarray) else list(values),
+                      dtype=float)
+    if not data.size:
+        raise ValueError("the quantile of an empty sample")
+    return float(np.quantile(data, level, method=rule))

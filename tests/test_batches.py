@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from latsim.experiments.engine import Experiment, prefetched, run_experiment, ru
 from latsim.experiments.executors import LocalPool, gc_paused, using
 from latsim.run.stream import BusyInterval
 from tests.test_play_ahead import fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
 
 EXPERIMENTS = [
     Experiment(Ks=(4, 8), cost="fixed:0.4", updates="poisson:0.3", duration=20.0, seeds=3),
@@ -163,3 +166,97 @@ def test_a_ctrl_c_that_reaches_a_worker_before_it_starts_is_left_to_the_parent()
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120)
     assert (done.returncode, done.stdout, done.stderr) == (0, "[1, 2, 3, 4]\n", "")
+
+
+#: A host process with a thread of its own (as a pytest-xdist worker or a Jupyter kernel
+#: has) that maps with a LocalPool; it records every fork of its own.
+_THREADED_HOST = (
+    "import os, sys, threading, time\n"
+    "forks = []\n"
+    "os.register_at_fork(before=lambda: forks.append(1))\n"
+    "from latsim.experiments.executors import LocalPool\n"
+    "stop = threading.Event()\n"
+    "threading.Thread(target=stop.wait, daemon=True).start()\n")
+
+
+def _threaded_host(body: str, **popen):
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-W", "error::DeprecationWarning", "-c",
+                             _THREADED_HOST + body], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
+def test_a_process_with_other_threads_starts_its_workers_without_forking_itself():
+    """Forking a process that runs another thread copies only the forking thread; a lock
+    the other held stays held in the child (Python 3.12+ warns: "multi-threaded, use of
+    fork()"; 140 warnings in the test suite under Python 3.13). There a fork server, a
+    fresh single-threaded process, forks the workers: this process forks nothing, nothing
+    warns, and the workers see the environment as it is when they start, not as it was
+    when the server started."""
+    host = _threaded_host(
+        "os.environ['LATSIM_TEST_VALUE'] = 'first'\n"
+        "print(sorted(r for _, r in LocalPool(2).map_unordered(abs, [-1, -2, -3, -4])))\n"
+        "os.environ['LATSIM_TEST_VALUE'] = 'second'\n"
+        "seen = LocalPool(2).map_unordered(os.getenv, ['LATSIM_TEST_VALUE'] * 4)\n"
+        "print(sorted({value for _, value in seen}), len(forks))\n")
+    out, err = host.communicate(timeout=120)
+    assert (host.returncode, out, err) == (0, "[1, 2, 3, 4]\n['second'] 0\n", "")
+
+
+def test_a_fork_servers_workers_die_with_a_parent_killed_outright():
+    """A fork server's workers are its children, not the parent's: they watch the server,
+    which ends when the parent does (SIGKILL included), and end after it."""
+    import contextlib
+    import os
+    import signal
+    import time
+
+    host = _threaded_host(
+        "from latsim.experiments.executors import work_pool\n"
+        "with work_pool('local', 2) as pool:\n"
+        "    for _ in pool.map_unordered(time.sleep, [600, 600]):\n"
+        "        pass\n", start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := _descendants(host.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the server and its two workers
+        assert len(workers) >= 3, host.stderr.read() if host.poll() is not None else workers
+        host.kill()
+        host.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while (alive := [w for w in workers if _running(w)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(host.pid, signal.SIGKILL)
+        host.communicate(timeout=60)  # and its pipes closed
+    assert not alive
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc: parent pid of each)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

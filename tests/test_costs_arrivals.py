@@ -221,3 +221,46 @@ def test_update_spec_text_is_quoted_and_cut():
     assert "not a number" in str(info.value) and len(str(info.value)) < 200
     with pytest.raises(LatsimError, match="cannot read"):
         parse_updates("trace:bad\x00name")
+
+
+def test_one_quantile_function_owns_both_rules():
+    """:func:`latsim.numeric.empirical_quantile`: INTERPOLATED is numpy's percentile (every
+    reported L, cost and gap percentile, bit for bit); OBSERVED is the order statistic at
+    rank ceil((n - 1) q), a value of the sample (leads and cost-model quantiles)."""
+    import math
+
+    from latsim.analysis.latency import percentile
+    from latsim.model.lead import LIVE
+    from latsim.numeric import OBSERVED, empirical_quantile
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 100, 1001):
+        data = rng.lognormal(-1.0, 0.8, n)
+        for level in (0, 1, 50, 95, 99, 99.9, 100):
+            assert empirical_quantile(data, level / 100) == float(np.percentile(data, level))
+            assert percentile(data, level) == float(np.percentile(data, level))
+            ordered = sorted(data.tolist())
+            observed = ordered[min(n - 1, math.ceil(level / 100 * (n - 1)))]
+            assert empirical_quantile(data, level / 100, OBSERVED) == observed
+        assert LIVE.sample_quantile(list(data)) == empirical_quantile(data, 0.99, OBSERVED)
+    assert percentile([], 95) is None
+    with pytest.raises(ValueError, match="empty"):
+        empirical_quantile([], 0.5)
+
+
+def test_a_runs_measured_cost_plans_with_the_tables_quantile_rule():
+    """``latsim compare``'s cost model of a run's own jobs draws as a cost table of the
+    same samples does, and its quantile is the table's: the largest of the kinds' observed
+    quantiles (it was numpy's interpolated one, a time no job took)."""
+    from latsim.analysis.compare import JobSample, MeasuredCost
+    from latsim.model.costs import TableCost
+
+    refills = (0.50, 0.51, 0.55, 0.70)
+    replans = (0.60, 0.90)
+    measured = MeasuredCost("jobs.csv", {
+        "refill": tuple(JobSample("refill", c, 0.0, c) for c in refills),
+        "replan": tuple(JobSample("replan", c, 0.0, c) for c in replans)})
+    table = TableCost("table.json", {(8, "refill"): refills, (8, "replan"): replans})
+    for level in (0.5, 0.9, 0.99):
+        assert measured.quantile(8, level) == table.quantile(8, level)
+        assert measured.quantile(8, level) in refills + replans

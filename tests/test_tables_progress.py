@@ -70,60 +70,77 @@ def test_the_bar_is_silent_off_a_terminal_and_under_quiet(quiet, stderr, monkeyp
 def test_the_bars_thread_is_stopped_while_workers_are_forked(monkeypatch):
     """rich redraws a live bar from a thread of its own; a worker forked meanwhile inherits
     whatever lock it held (Python 3.12+ warns: "This process is multi-threaded, use of
-    fork() may lead to deadlocks"). A LocalPool stops it for each fork; it runs again
-    after."""
+    fork() may lead to deadlocks"). A LocalPool stops it while it starts its workers, and
+    decides there how to start them (:func:`~latsim.experiments.executors.start_method`:
+    a fork, in a process with no other thread); it runs again after."""
     import os
     import threading
 
-    from latsim.experiments.executors import LocalPool
+    from latsim.experiments import executors
 
     monkeypatch.delenv("LATSIM_QUIET", raising=False)
     # the bar's own thread, told from any other this process runs (another test's server
     # thread still ending, say: counting threads made this test fail beside others)
     before = set(threading.enumerate())
     bars: set[threading.Thread] = set()
-    at_fork: list[bool] = []
-    real_fork = os.fork
+    at_start: list[tuple[str, bool]] = []
+    real_fork, real_start_method = os.fork, executors.start_method
 
     def fork() -> int:
-        at_fork.append(any(thread.is_alive() for thread in bars))
+        at_start.append(("fork", any(thread.is_alive() for thread in bars)))
         return real_fork()
 
+    def start_method() -> str:
+        method = real_start_method()
+        at_start.append((method, any(thread.is_alive() for thread in bars)))
+        return method
+
     monkeypatch.setattr(os, "fork", fork)
+    monkeypatch.setattr(executors, "start_method", start_method)
     err, out = Terminal(), io.StringIO()
     with _bar(monkeypatch, err, out) as bar:
         bar(1, 4)
         bars.update(set(threading.enumerate()) - before)
         assert len(bars) == 1  # the bar's refresh thread
-        done = sorted(LocalPool(2).map_unordered(abs, [-1, -2, -3]))
+        done = sorted(executors.LocalPool(2).map_unordered(abs, [-1, -2, -3]))
         assert done == [(0, 1), (1, 2), (2, 3)]
         assert len(set(threading.enumerate()) - before) == 1  # drawn again
         bar(4, 4)
-    assert at_fork == [False, False]  # two workers forked, the bar's thread stopped
+    # the bar's thread stopped where the pool chose how to start its workers, and for each
+    # fork if it forks (here alone: two; beside a pytest-xdist worker's thread: a server)
+    assert at_start[0][1] is False and all(not alive for _, alive in at_start), at_start
+    assert [m for m, _ in at_start[1:]] == (["fork", "fork"] if at_start[0][0] == "fork"
+                                            else []), at_start
     assert "4/4" in err.getvalue()
 
 
 def test_a_status_line_leaves_the_bars_columns_whole_at_80(monkeypatch):
-    """``status`` (plan, measure, profile) shortens its line to what 80 columns leave beside
-    the bar, count, elapsed time and ETA: first dropping a trailing parenthesis (the count
-    the bar shows), else cutting it; rich then cuts nothing."""
+    """``status`` (plan, measure, profile) puts its line beside the bar where it fits in
+    what 80 columns leave beside the bar, count, elapsed time and ETA (less a trailing
+    parenthesis, the count the bar shows); a longer line goes whole on a line of its own
+    above the bar, and one wider than the terminal loses its last parts: nothing is cut to
+    "…" (measure's line was, at 80 columns)."""
     import re
 
     monkeypatch.delenv("LATSIM_QUIET", raising=False)
     monkeypatch.setenv("COLUMNS", "80")
-    err, out = Terminal(), io.StringIO()
-    with _bar(monkeypatch, err, out) as bar:
-        bar.status("verifying K=21 speculative usp4 8gpu (run 12 of at most 24)", 11.5, 24)
-        bar.status("verifying K=21 speculative usp4 8gpu autoscaled to 0.75 (run 13 of at "
-                   "most 24)", 12, 24)
-    frames = {re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", frame).rstrip()
-              for frame in re.split(r"[\r\n]", err.getvalue())}
+    long = ("verifying K=21 speculative usp4 8gpu autoscaled to 0.75 (run 13 of at most "
+            "24)")
+    measure = "[K4-speculative]    1.3/2 s  conditions served 1/1  stalls 0 (0.00 s)  jobs 1"
+    frames: set[str] = set()
+    for line in ("verifying K=21 speculative usp4 8gpu (run 12 of at most 24)", long,
+                 measure.replace("[K4", "[K16"), measure + "  queued 3"):
+        err, out = Terminal(), io.StringIO()
+        with _bar(monkeypatch, err, out) as bar:  # one bar each: each is drawn
+            bar.status(line, 12, 24)
+        frames |= {re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", frame).rstrip()
+                   for frame in re.split(r"[\r\n]", err.getvalue())}
     shown = [frame for frame in frames if "eta" in frame]
     assert any(frame.startswith("verifying K=21 speculative usp4 8gpu ━") for frame in shown)
-    assert any(frame.startswith("verifying K=21 speculative usp4 8gpu auto… ")
-               for frame in shown), shown
-    assert all(len(frame) <= 80 and re.search(r"\d+/24 \d:\d\d:\d\d eta ", frame)
-               for frame in shown), shown
+    # whole above the bar; the last without its last part ("  queued 3"), 89 columns
+    assert {long, measure, measure.replace("[K4", "[K16")} <= frames, frames
+    assert all(len(frame) <= 80 and "…" not in frame for frame in frames), frames
+    assert all(re.search(r"\d+/24 \d:\d\d:\d\d eta ", frame) for frame in shown), shown
 
 
 def _commands(tmp_path: Path) -> dict[str, list[str]]:

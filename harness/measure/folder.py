@@ -27,6 +27,7 @@ from latsim.analysis.latency import WALL, latency_stats
 from latsim.analysis.metrics import summarize, work_ratio
 from latsim.controller import ControllerConfig
 from latsim.model.lead import LIVE
+from latsim.numeric import empirical_quantile
 from latsim.run.folder import RunIdentity, summary_row, write_json
 from latsim.run.stream import RunRecords
 from latsim.writing import replacing, writing
@@ -88,7 +89,7 @@ def percentiles_ms(values: list[float]) -> dict:
     if not values:
         return {"p50": None, "p99": None, "max": None, "n": 0}
     arr = np.asarray(values) * 1e3
-    return {"p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)),
+    return {"p50": empirical_quantile(arr, 0.50), "p99": empirical_quantile(arr, 0.99),
             "max": float(arr.max()), "n": int(arr.size)}
 
 
@@ -133,7 +134,7 @@ def measured_summary(config: ControllerConfig, cost: str, updates: str, seed: in
         **{f"{key}_timeline": getattr(metrics, key)
            for key in ("L_mean", "L_mean_se", "L50", "L95", "L99")},
         display_lateness_ms=percentiles_ms(lateness),
-        C_p50=float(np.percentile(run_c, 50)), C_p99=float(np.percentile(run_c, 99)),
+        C_p50=empirical_quantile(run_c, 0.50), C_p99=empirical_quantile(run_c, 0.99),
         C_warmup_mean=float(np.mean(warmup.durations)),
         C_warmup_q99=LIVE.sample_quantile(warmup.durations),
         A=A,

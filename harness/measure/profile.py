@@ -33,6 +33,7 @@ from harness.live.faults import faults_from_env
 from harness.measure.run import check_ks
 from latsim.controller import StartJob
 from latsim.errors import Interrupted, LatsimError, check_option
+from latsim.numeric import empirical_quantile
 from latsim.plugins import GeneratorConfig, LiveGenerator, build_generator
 from latsim.run.files import check_writable
 from latsim.run.folder import write_json
@@ -72,7 +73,7 @@ class ProfileConfig:
 def _stats(values: list[float]) -> dict:
     arr = np.asarray(values)
     return {"n": int(arr.size), "mean": float(arr.mean()), "p50": float(np.median(arr)),
-            "p99": float(np.quantile(arr, 0.99)), "cv": float(arr.std() / arr.mean())}
+            "p99": empirical_quantile(arr, 0.99), "cv": float(arr.std() / arr.mean())}
 
 
 def _time_jobs(config: ProfileConfig, costs: dict[str, dict[str, list[float]]],

@@ -57,7 +57,7 @@ from latsim.controller.records import ConditionRecord, JobRecord, StallRecord
 from latsim.errors import DEFAULT_MAX_EVENTS, MAX_SEEDS, LatsimError, check_int, check_work
 from latsim.model.costs import CostModel
 from latsim.model.traces import Trace
-from latsim.numeric import total
+from latsim.numeric import OBSERVED, empirical_quantile, total
 from latsim.run.folder import (
     COMPLETE,
     KINDS,
@@ -131,7 +131,9 @@ class MeasuredCost:
         return float(np.mean([s.C for s in self._rows("refill")]))
 
     def quantile(self, K: int, level: float) -> float:
-        return max(float(np.quantile([s.C for s in rows], level))
+        """:class:`~latsim.model.costs.TableCost`'s rule: the largest of the kinds'
+        observed ``level`` quantiles."""
+        return max(empirical_quantile([s.C for s in rows], level, OBSERVED)
                    for rows in self.samples.values())
 
 

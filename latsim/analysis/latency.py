@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from latsim.numeric import empirical_quantile
+
 #: The percentiles every latency summary reports.
 LEVELS = (50, 95, 99)
 
@@ -38,10 +40,11 @@ VIEWER = "viewer"
 
 
 def percentile(values: Sequence[float] | np.ndarray, level: float) -> float | None:
-    """The ``level`` percentile of ``values`` (numpy's linear interpolation); None if
-    there are none."""
+    """The ``level`` percentile (0 to 100) of ``values`` under
+    :data:`latsim.numeric.INTERPOLATED` (:func:`latsim.numeric.empirical_quantile`); None
+    if there are none."""
     data = np.asarray(values, dtype=float)
-    return float(np.percentile(data, level)) if data.size else None
+    return empirical_quantile(data, level / 100) if data.size else None
 
 
 def latency_stats(values: Sequence[float] | np.ndarray, prefix: str = "L"
@@ -74,7 +77,7 @@ def replication_percentile_se(samples: Sequence[Sequence[float]], level: float
         kept = np.concatenate(rest) if rest else np.array([])
         if not kept.size:
             return None
-        leave_one_out.append(np.percentile(kept, level))
+        leave_one_out.append(empirical_quantile(kept, level / 100))
     n = len(groups)
     values = np.array(leave_one_out)
     return float(math.sqrt((n - 1) / n * np.sum((values - values.mean()) ** 2)))
@@ -89,7 +92,8 @@ def bootstrap_percentile_se(values: Sequence[float] | np.ndarray, level: float,
     if data.size < 2:
         return 0.0
     rng = np.random.default_rng(seed)
-    draws = np.percentile(rng.choice(data, size=(resamples, data.size)), level, axis=1)
+    draws = np.array([empirical_quantile(resample, level / 100)
+                      for resample in rng.choice(data, size=(resamples, data.size))])
     return float(draws.std(ddof=1))
 
 

@@ -2,7 +2,8 @@
 
 It appears only on a terminal, only once the work has taken a second (a quick command
 prints nothing), never under ``latsim --quiet``, and it is cleared when the work ends, so
-it never mixes with what a command prints on stdout. Off a terminal a bar made ``plain``
+it never mixes with what a command prints on stdout. A status line too long to sit beside
+the bar is drawn on a line of its own above it. Off a terminal a bar made ``plain``
 writes each new status line once instead, as a log line of its own (``latsim plan``: one
 per exact run).
 """
@@ -36,14 +37,18 @@ def label_room(total: float) -> int:
 
 def shorten(line: str, width: int) -> str:
     """``line`` in ``width`` columns: without a trailing parenthesis (a count the bar shows
-    beside it) where that is enough, else cut to end in "…"."""
+    beside it) where that is enough, else without its last parts (a status line's parts
+    are separated by two spaces, the most telling first), else cut to end in "…"."""
     if len(line) <= width:
         return line
     if line.endswith(")") and " (" in line:
         line = line[:line.rindex(" (")]
         if len(line) <= width:
             return line
-    return line[:width - 1] + "…"
+    while len(line) > width and "  " in line.strip():
+        line = line.rstrip()
+        line = line[:line.rindex("  ")].rstrip()
+    return line if len(line) <= width else line[:width - 1] + "…"
 
 
 class ProgressBar:
@@ -58,16 +63,27 @@ class ProgressBar:
         self._enabled = sys.stderr.isatty() and not quiet()
         self._log = StatusLine(plain=True) if plain and not self._enabled else None
         self._logged: str | None = None
+        self._above = ""  # a status line drawn on a line of its own above the bar
 
     def status(self, line: str, done: float, total: float) -> None:
-        """``done`` of ``total`` with a status ``line`` as the bar's label (a long line is
-        shortened to fit beside the bar: :func:`shorten`): the progress callback of
-        ``measure``, ``profile`` and ``plan``. A plain bar off a terminal logs ``line`` when
-        it changes."""
+        """``done`` of ``total`` with a status ``line`` as the bar's label: beside the bar
+        where it fits there (less a trailing count in parentheses, which the bar shows),
+        else on a line of its own above the bar, shortened to the terminal's width only
+        if it is wider (:func:`shorten`): the progress callback of ``measure``,
+        ``profile`` and ``plan``. A plain bar off a terminal logs ``line`` when it
+        changes."""
+        from latsim.formatting import line_width
+
         if self._log is not None and line != self._logged:
             self._logged = line
             self._log(line)
-        self.label = shorten(line, label_room(total))
+        beside = line
+        if line.endswith(")") and " (" in line and len(line) > label_room(total):
+            beside = line[:line.rindex(" (")]
+        if len(beside) <= label_room(total):
+            self.label, self._above = beside, ""
+        else:
+            self.label, self._above = "", shorten(line, line_width())
         self(done, total)
 
     def __call__(self, done: float, total: float) -> None:
@@ -86,7 +102,8 @@ class ProgressBar:
                 TimeRemainingColumn,
             )
 
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
+            self._bar = _with_line_above(Progress)(
+                                 TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(),
                                  TextColumn("eta"), TimeRemainingColumn(),
                                  console=Console(stderr=True), transient=True,
@@ -98,6 +115,7 @@ class ProgressBar:
             self._paused = paused_while_forking(stopped)
             self._paused.__enter__()
             self._task = self._bar.add_task(self.label, total=total)
+        self._bar.above = self._above
         self._bar.update(self._task, completed=done, total=total, description=self.label)
 
     def __enter__(self) -> ProgressBar:
@@ -107,6 +125,22 @@ class ProgressBar:
         if self._bar is not None:
             self._paused.__exit__(None, None, None)
             self._bar.stop()
+
+
+def _with_line_above(progress: type) -> type:
+    """rich's ``Progress`` drawing its ``above`` text, when set, on a line of its own above
+    the bar (whole: it was shortened to the terminal's width)."""
+    from rich.text import Text
+
+    class Progress(progress):  # type: ignore[misc,valid-type]
+        above = ""
+
+        def get_renderables(self) -> Any:
+            if self.above:
+                yield Text(self.above, no_wrap=True, overflow="crop")
+            yield from super().get_renderables()
+
+    return Progress
 
 
 class _Stopped:

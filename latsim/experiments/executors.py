@@ -1,7 +1,8 @@
 """Where experiment work runs: in process, a local process pool, or a Dask cluster.
 
-``--scheduler`` picks one: ``local`` (the default: in process, or ``--jobs`` forked worker
-processes; Dask is not imported), ``dask-local`` (a ``distributed.LocalCluster`` of
+``--scheduler`` picks one: ``local`` (the default: in process, or ``--jobs`` worker
+processes, forked where that is safe: :func:`start_method`; Dask is not imported),
+``dask-local`` (a ``distributed.LocalCluster`` of
 ``--jobs`` single-threaded worker processes, started for the run and stopped after), or
 the address ``tcp://HOST:PORT`` of a running Dask scheduler (``dask scheduler`` and ``dask
 worker`` on each host; the workers need latsim installed).
@@ -24,12 +25,13 @@ import gc
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextvars import ContextVar
-from multiprocessing import get_context
+from multiprocessing import get_all_start_methods, get_context
 from typing import Any, Protocol
 
 from latsim.errors import LatsimError, install_hint
@@ -73,15 +75,20 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _start_worker(parent: int) -> None:
-    """A forked worker leaves Ctrl-C to the parent, which stops it, and runs what it is
-    given in process: the active pool it inherits is the parent's (an experiment it plans
-    would hand its ``--lead auto`` pilots to it). It is forked with SIGINT blocked
-    (:func:`_sigint_blocked`): a Ctrl-C that came before this is dropped here. It dies
-    with its parent (:func:`_die_with`), whose pid is ``parent``."""
+def _start_worker(parent: int, environ: dict[str, str] | None = None) -> None:
+    """A worker leaves Ctrl-C to the parent, which stops it, and runs what it is given in
+    process: the active pool a forked one inherits is the parent's (an experiment it plans
+    would hand its ``--lead auto`` pilots to it). It starts with SIGINT blocked
+    (:func:`_sigint_blocked`; a spawned worker and a fork server keep the mask they were
+    started with): a Ctrl-C that came before this is dropped here. It dies with its
+    parent (:func:`_die_with`), whose pid is ``parent``. ``environ``: the parent's
+    environment, for a fork server's worker (the server's is the one it started with)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if _CAN_BLOCK:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
     _ACTIVE.set(None)
     _die_with(parent)
 
@@ -95,13 +102,33 @@ def _die_with(parent: int) -> None:
     its workers, which would run on, orphaned): a daemon thread looks every
     :data:`PARENT_CHECK_S` whether this process was handed to another parent, as POSIX
     does with an orphan. Polling, not Linux's ``PR_SET_PDEATHSIG``, which fires when the
-    *thread* that forked ends, and works on every platform that forks."""
+    *thread* that forked ends, and works on every platform that forks. A fork server's
+    worker is the server's child, and the server outlives the parent while its workers
+    hold the pipe it waits on: such a worker looks whether ``parent`` itself is there
+    (:func:`_alive`)."""
+    direct = os.getppid() == parent
+
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == parent if direct else _alive(parent):
             time.sleep(PARENT_CHECK_S)
         os._exit(1)
 
     threading.Thread(target=watch, name="latsim-parent-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` is there and has not ended (Linux: a zombie has ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # there, another user's
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 _CAN_BLOCK = hasattr(signal, "pthread_sigmask")
@@ -152,6 +179,52 @@ def _forking() -> Iterator[None]:
         yield
 
 
+FORK = "fork"
+FORKSERVER = "forkserver"
+SPAWN = "spawn"
+#: What a fork server imports once, before it forks workers: what every task needs.
+SERVER_PRELOAD = ["latsim.experiments.executors", "latsim.experiments.engine",
+                  "latsim.sim.serving", "latsim.sim.simpy_driver"]
+
+
+#: How long :func:`start_method` waits for threads that are ending.
+THREADS_ENDING_S = 0.05
+
+
+def start_method() -> str:
+    """How :class:`LocalPool` starts its workers, decided where they start.
+
+    ``fork`` (a copy of this process, its imports done: a worker starts in milliseconds)
+    where it is safe: on a POSIX system other than macOS, when no other thread runs
+    Python. A fork copies only the thread that calls it; a lock another thread held then
+    (a stream's, the import lock's) stays held in the child forever. latsim's own thread,
+    the progress bar's, is stopped for the fork (:func:`paused_while_forking`), so the
+    command line forks; a host's threads are not: a pytest-xdist worker's channel
+    threads, a Jupyter kernel's, a server's. There ``forkserver``: one fresh
+    single-threaded process, started once (about 0.8 s on a loaded 2-core machine: it
+    imports :data:`SERVER_PRELOAD`), forks the workers, and each takes this process's
+    folder, ``sys.path`` and environment as they are when it starts (a script run as
+    ``__main__`` is imported again in each, so its work must sit under
+    ``if __name__ == "__main__":``, as with any non-fork start). On macOS (whose system
+    libraries are not fork-safe: CPython spawns there by default) and on Windows (no
+    fork), ``spawn``: a fresh interpreter per worker.
+
+    Threads that never run Python do not count: OpenBLAS's pool (numpy and scipy start
+    one) stops itself for a fork, and jemalloc (pyarrow's allocator) takes its locks
+    across one (``pthread_atfork``). Python 3.12+ counts the system's threads when it
+    warns of a fork, so jemalloc's background thread, which stays, still draws its
+    "multi-threaded, use of fork()" warning once pyarrow is imported."""
+    methods = get_all_start_methods()
+    if FORK not in methods or sys.platform == "darwin":
+        return SPAWN
+    deadline = time.monotonic() + THREADS_ENDING_S
+    while len(sys._current_frames()) > 1:  # threads with Python state, _thread's too
+        if time.monotonic() >= deadline:
+            return FORKSERVER if FORKSERVER in methods else SPAWN
+        time.sleep(0.002)
+    return FORK
+
+
 def strided_chunks(n: int, workers: int) -> list[range]:
     """Items ``0..n-1`` in work units for ``workers``: one item each in process (so progress
     can be reported item by item), else up to 8 strided units per worker (big enough that
@@ -160,8 +233,21 @@ def strided_chunks(n: int, workers: int) -> list[range]:
     return [range(i, n, count) for i in range(count)]
 
 
+def _executor(workers: int) -> ProcessPoolExecutor:
+    """A process pool of ``workers`` started the way :func:`start_method` says."""
+    method = start_method()
+    context = get_context(method)
+    environ = None
+    if method == FORKSERVER:
+        context.set_forkserver_preload(SERVER_PRELOAD)  # no-op once the server runs
+        environ = dict(os.environ)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                               initializer=_start_worker, initargs=(os.getpid(), environ))
+
+
 class LocalPool:
-    """In process (``jobs`` <= 1), or ``jobs`` forked worker processes.
+    """In process (``jobs`` <= 1), or ``jobs`` worker processes (forked, or spawned where
+    a fork is not safe: :func:`start_method`).
 
     A pool made by :func:`work_pool` keeps its workers from the first map to the end of the
     block (``latsim reproduce`` runs dozens of experiments: forking for each cost more than
@@ -179,13 +265,13 @@ class LocalPool:
             for index, item in enumerate(items):
                 yield index, fn(item)
             return
-        pool = self._executor or ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=get_context("fork"),
-            initializer=_start_worker, initargs=(os.getpid(),))
-        if self._keep:
-            self._executor = pool
+        pool = self._executor
         try:
-            with _forking():  # the first submit forks the workers
+            with _forking():  # the first submit starts the workers
+                if pool is None:  # decided with latsim's own threads stopped
+                    pool = _executor(self.workers)
+                    if self._keep:
+                        self._executor = pool
                 pending = {pool.submit(fn, item): index for index, item in enumerate(items)}
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -193,6 +279,8 @@ class LocalPool:
                     yield pending.pop(future), future.result()
         except BaseException:  # Ctrl-C, a failed task, or the caller stopped early
             self._executor = None
+            if pool is None:
+                raise
             for process in list((getattr(pool, "_processes", None) or {}).values()):
                 process.terminate()
             pool.shutdown(wait=True, cancel_futures=True)

@@ -59,6 +59,7 @@ from latsim.model.costs import FixedCost
 from latsim.model.generators import DraftVerifyCost, SdvgCost, WaveForcingCost
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
+from latsim.numeric import empirical_quantile
 from latsim.plugins import load_cost
 from latsim.run.files import write_rows_csv
 from latsim.sim.serving import StreamInput, simulate_serving
@@ -393,7 +394,7 @@ def interactive_rows(root: Path, jobs: int | None = None,
                     "C_mean_model": round(cost.mean(K) + (serving.decode.mean(K) if
                                                           serving.decode else 0.0), 6),
                     "C_mean": round(float(c.mean()), 6) if c.size else None,
-                    "C_p95": round(float(np.percentile(c, 95)), 6) if c.size else None,
+                    "C_p95": round(empirical_quantile(c, 0.95), 6) if c.size else None,
                     **{key: (None if row[key] is None or (isinstance(row[key], float)
                                                          and math.isnan(row[key]))
                              else round(float(row[key]), 6))

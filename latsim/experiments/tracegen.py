@@ -37,6 +37,7 @@ from latsim.errors import (
     check_work,
 )
 from latsim.model.traces import load_trace, write_trace
+from latsim.numeric import empirical_quantile
 from latsim.run.folder import claim_folder
 from latsim.writing import staged
 
@@ -197,7 +198,7 @@ def summarize_set(times: list[tuple[float, ...]], durations: list[float | None])
         gap_min=float(gaps.min()) if have else None,
         gap_mean=float(gaps.mean()) if have else None,
         gap_median=float(np.median(gaps)) if have else None,
-        gap_p95=float(np.percentile(gaps, 95)) if have else None,
+        gap_p95=empirical_quantile(gaps, 0.95) if have else None,
         gap_max=float(gaps.max()) if have else None,
         gap_cv=float(gaps.std() / gaps.mean()) if have and gaps.mean() > 0 else None,
     )

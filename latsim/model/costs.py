@@ -33,6 +33,7 @@ import numpy as np
 
 from latsim.errors import MAX_CV, MAX_K, MAX_SECONDS, LatsimError
 from latsim.model.traces import read_input_file
+from latsim.numeric import OBSERVED, empirical_quantile
 from latsim.plugins.protocols import CostModel
 from latsim.plugins.spec import numbers, whole
 
@@ -235,14 +236,14 @@ class TableCost:
         quantiles gives every kind at least ``level`` probability of finishing in time;
         the quantile of the pooled samples would weigh the kinds by how many samples each
         has in the table (a profiling choice, not the run's job mix), and with few replan
-        samples it would leave replans late most of the time. Between table K every draw
-        is the interpolated mean, so that is the quantile.
+        samples it would leave replans late most of the time. Each kind's quantile is an
+        observed job time (:data:`latsim.numeric.OBSERVED`), as the live lead's is.
+        Between table K every draw is the interpolated mean, so that is the quantile.
         """
         kinds = self._kind_rows(K)
         if not kinds:
             return self.mean(K)
-        return max(float(np.quantile(np.asarray(rows), level, method="higher"))
-                   for rows in kinds)
+        return max(empirical_quantile(rows, level, OBSERVED) for rows in kinds)
 
     @property
     def deterministic(self) -> bool:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from latsim.errors import LatsimError
 from latsim.model.costs import CostModel
-from latsim.numeric import least_true
+from latsim.numeric import OBSERVED, empirical_quantile, least_true
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class LeadRule:
         so the lead is a time some job actually took)."""
         if not samples:
             raise LatsimError("no job times to set the lead from")
-        return _order_statistic(samples, self.quantile)
+        return empirical_quantile(samples, self.quantile, OBSERVED)
 
     def from_samples(self, samples: Sequence[float], jitter_s: float = 0.0) -> float:
         """The lead from measured job times (and the measured jitter)."""
@@ -99,7 +99,8 @@ class LeadRule:
         total = 0.0
         for samples in (lateness, dispatch):
             if samples:
-                total += max(0.0, _order_statistic(samples, self.jitter_quantile))
+                total += max(0.0, empirical_quantile(samples, self.jitter_quantile,
+                                                     OBSERVED))
         return total
 
     def describe(self, source: str, c_quantile: float, jitter_s: float | None = None) -> str:
@@ -114,12 +115,6 @@ class LeadRule:
         margin = f" + max({', '.join(parts)})" if parts else ""
         lead = self.with_margin(c_quantile, jitter_s or 0.0)
         return f"{source} q{self.quantile:g} ({c_quantile:.6f} s){margin} = {lead:.6f} s"
-
-
-def _order_statistic(samples: Sequence[float], level: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, math.ceil(level * (len(ordered) - 1)))
-    return float(ordered[index])
 
 
 #: The simulator's default: C's 0.99 quantile.
