@@ -16,8 +16,10 @@ traces per set generated in the test (``--traces``), small TOML files, ``--out``
 ``slow``: the live commands, which wait on real time (``profile``, ``measure`` and ``serve``
 with the ``sleep`` generator, no torch; ``serve`` runs for real in a process of its own on
 a second pty, as in a terminal of its own, ``client`` plays a 2 s session against it, and
-the server is then stopped with SIGINT, as a user's Ctrl-C would), the reproductions
-(about 10 s) and ``reproduce fleet`` (its fleets are fixed: about 30 s on a quiet core).
+the server is then stopped with SIGINT, as a user's Ctrl-C would) and the reproductions
+(about 10 s). ``reproduce fleet`` is left out: its fleets are fixed by the paper's
+questions (40 s under the suite's load, the CI's ten minutes have no room for it), and
+it writes its lines through the same ``formatting.fit`` as the other reproductions.
 """
 
 from __future__ import annotations
@@ -305,8 +307,3 @@ def test_the_live_commands_fit_80_columns_on_a_terminal(tmp_path):
 def test_the_reproductions_fit_80_columns_on_a_terminal(tmp_path):
     _check(REPRODUCE, tmp_path)
 
-
-@pytest.mark.slow
-def test_reproduce_fleet_fits_80_columns_on_a_terminal(tmp_path):
-    """Its fleets are fixed by the paper's questions (about 30 s on one core)."""
-    _check([{"argv": ["reproduce", "fleet", "--jobs", "2", "--out", "fleet"]}], tmp_path)
