@@ -121,31 +121,42 @@ class _Jobs:
         # the clock's order of events at one instant, as places (lower first): at first,
         # requests in stream order (the order streams that join together start in) and
         # ends before requests; from then on as the last round's events rank them
-        self.no_rank = np.zeros((streams, width))
-        self.ranks = _Ranks.first(streams, width, 1 if decode_draws is None else 2)
-        self.ranked = False  # whether the ranks came from the events (there were ties)
+        # whether two events fall at one instant, and then the clock's order of them
+        self.ranked = False
+        self.ranks = _Ranks([], [])
+        self.broken = False  # set by _follow
         # a first guess: every job starts at its request
         for column in range(width - 1):
             ends = requests[:, column] + self.took[:, column]
             if self.decode_took is not None:
                 ends = ends + self.decode_took[:, column]
             self._follow(ends[:, None], column, requests, self.armed)
-        for _ in range(MAX_ROUNDS):
+        rounds = 0
+        while True:
+            rounds += 1
+            if rounds > MAX_ROUNDS:
+                raise _NotExact
             self._serve()
+            if rounds == 1 and self._ties():  # joins together tie from the start: rank
+                rounds, self.ranked, self.ranks = 0, True, self._rank_events()  # at once
+                self._serve()
+            if self.ranked:  # the pool's order and the events' ranks, for these requests
+                self._settle_ranks()
             following = np.full_like(requests, np.inf)
             following[:, 0] = requests[:, 0]
             armed = np.full_like(self.armed, np.nan)
             armed[:, 0] = self.armed[:, 0]
             self._follow(self.ends, None, following, armed)
-            # ranks order ties only: where every instant is one event's, time does
-            before, self.ranked = self.ranks, self._ties()
-            self.ranks = (self._rank_events() if self.ranked
-                          else _Ranks.none(self.no_rank, len(self.stages)))
-            if np.array_equal(following, self.requests) and before.same(self.ranks):
-                break
+            if np.array_equal(following, self.requests):
+                # time orders the events where every instant is one event's; else they
+                # are ranked from here on, and the rounds go on until that settles too
+                if self.ranked or not self._ties():
+                    break
+                rounds, self.ranked, self.ranks = 0, True, self._rank_events()
+                continue
             self.requests, self.armed = following, armed
-        else:
-            raise _NotExact
+        if self.broken:
+            raise _NotExact  # it stalls (or has more jobs than quiet cycles make)
         self._check_ticks()
 
     # ------------------------------------------------------------ requests from ends
@@ -153,8 +164,11 @@ class _Jobs:
     def _follow(self, ends: np.ndarray, column: int | None, into: np.ndarray,
                 armed: np.ndarray) -> None:
         """``quiet_job_done`` for every job of ``ends`` that ends within the run (all
-        columns, or the one given): the ticks played by its end, its stall check, and the
-        next job's request (at once, or armed) into the next column."""
+        columns, or the one given): the ticks played by its end and the next job's
+        request (at once, or armed) into the next column. Whether a tick came before its
+        chunk (a stall: the loop gives such a run back) or a stream went past the jobs'
+        bound is kept in ``self.broken``: a round's guess may do either on its way to the
+        run's own numbers, which :meth:`__init__` checks once they settle."""
         run = self.run
         first = 0 if column is None else column
         rows, places = np.nonzero(ends < run.end)
@@ -165,10 +179,9 @@ class _Jobs:
         played = row_bisect(self.clock, rows, done, self.origins, run.delta)
         if played is None:
             raise _NotExact
-        if (played > (cols + 1) * run.K).any():
-            raise _NotExact  # a tick before the chunk was ready: a stall (the loop says)
-        if (cols + 1 >= self.width).any():
-            raise _NotExact  # more jobs than the bound: not a quiet run
+        within = cols + 1 < self.width
+        self.broken = bool((played > (cols + 1) * run.K).any() or not within.all())
+        rows, cols, done, played = rows[within], cols[within], done[within], played[within]
         origins = self.origins[rows]
         due = self._due(rows, played, (cols + 2) * run.K)
         at_once = due <= (done - origins) + EPS
@@ -191,8 +204,9 @@ class _Jobs:
         the decode pool's over the DiT steps that end within it (each queued as it ends)."""
         run = self.run
         self.requested = requested = self.requests < run.end
+        ranks = self.ranks if self.ranked else None
         dit = _served(self.requests, requested, self.took, len(run.dit_pool.free),
-                      self.ranks.queued[0], self.ranks.ended[0])
+                      ranks and (ranks.queued[0], ranks.ended[0]))
         self.stages = [dit]
         self.starts, self.dit_ends = dit.starts, dit.ends
         self.ends = dit.ends
@@ -200,7 +214,7 @@ class _Jobs:
             assert run.decode_pool is not None
             queued = dit.ends < run.end
             decode = _served(dit.ends, queued, self.decode_took, len(run.decode_pool.free),
-                             self.ranks.queued[1], self.ranks.ended[1])
+                             ranks and (ranks.queued[1], ranks.ended[1]))
             self.stages.append(decode)
             self.ends = decode.ends
 
@@ -213,6 +227,19 @@ class _Jobs:
                                                 | (np.arange(self.width) == 0))]
         instants = np.sort(np.concatenate([asked, *ends]))
         return bool((instants[1:] == instants[:-1]).any())
+
+    def _settle_ranks(self) -> None:
+        """Serve the requests again in the order the events' ranks give, until the ranks
+        of that service are the ones it was served in (the pools were last served in
+        ``self.ranks``' order)."""
+        for _ in range(MAX_ROUNDS):
+            ranks = self._rank_events()
+            if ranks.same(self.ranks):
+                self.ranks = ranks
+                return
+            self.ranks = ranks
+            self._serve()
+        raise _NotExact
 
     def _rank_events(self) -> _Ranks:
         """Where each step's queueing, dispatch and end fall in the clock's order of events
@@ -286,8 +313,7 @@ class _Jobs:
         ranks = event_ranks(times, parents, places)
         if ranks is None:
             raise _NotExact
-        out = _Ranks.none(np.full((streams, width), np.inf), len(self.stages))
-        out.queued, out.ended = [], []
+        out = _Ranks([], [])
         for number, (stage, stage_ended) in enumerate(zip(self.stages, ended, strict=True)):
             queued_rank = np.full((streams, width), np.inf)
             waiting = np.flatnonzero(stage.queued < end)
@@ -512,7 +538,7 @@ class _Jobs:
 class _Ranks:
     """The clock's order where events fall at one instant, for each step of a job (a list
     a stage): where its queueing (``queued``) and its end (``ended``) fall, as (streams ×
-    jobs) arrays (lower first; ties only, so equal values where no two events tie), and
+    jobs) arrays (lower first; inf where there is none), and
     (from :meth:`_Jobs._rank_events`) for each step dispatched: (its flat index, the
     dispatching event's rank, its place among that event's dispatches)."""
 
@@ -522,17 +548,6 @@ class _Ranks:
         self.queued = queued
         self.ended = ended
         self.dispatched: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-
-    @classmethod
-    def first(cls, streams: int, width: int, stages: int) -> _Ranks:
-        """Before any round: requests in stream order (the order streams that join
-        together start in), ends before what is queued at their instant."""
-        in_order = np.repeat(np.arange(streams, dtype=float)[:, None], width, 1)
-        return cls([in_order] * stages, [np.full((streams, width), -1.0)] * stages)
-
-    @classmethod
-    def none(cls, equal: np.ndarray, stages: int) -> _Ranks:
-        return cls([equal] * stages, [equal] * stages)
 
     def same(self, other: _Ranks) -> bool:
         return all(np.array_equal(a, b) for a, b in zip(
@@ -557,24 +572,29 @@ class _Stage:
 
 
 def _served(queued: np.ndarray, within: np.ndarray, took: np.ndarray, servers: int,
-            queued_rank: np.ndarray, end_rank: np.ndarray) -> _Stage:
+            ranks: tuple[np.ndarray, np.ndarray] | None) -> _Stage:
     """A FIFO pool's service of the steps queued at ``queued`` where ``within``, in the
-    clock's order (time, then ``queued_rank``): Lindley's recursion on one device, Kiefer
-    and Wolfowitz's on several; an end at a queueing instant frees its device first where
-    its ``end_rank`` is lower."""
+    clock's order: by time, then (where two events fall at one instant) by ``ranks``, the
+    places of each step's queueing and end in the clock's order (None: no ties). Lindley's
+    recursion on one device, Kiefer and Wolfowitz's on several."""
     stage = _Stage(np.where(within, queued, np.inf))
     flat = np.flatnonzero(within)
-    order = flat[np.lexsort((queued_rank.flat[flat], queued.flat[flat]))]
+    if ranks is None:
+        order = flat[np.argsort(queued.flat[flat], kind="stable")]
+        asked_rank = done_rank = np.zeros(order.size)
+    else:
+        order = flat[np.lexsort((ranks[0].flat[flat], queued.flat[flat]))]
+        asked_rank, done_rank = ranks[0].flat[order], ranks[1].flat[order]
     times = queued.flat[order]
     jobs = took.flat[order]
-    asked_rank, done_rank = queued_rank.flat[order], end_rank.flat[order]
     if servers == 1:
         ends = fifo_one_server(times, jobs)
         before = np.concatenate(([-np.inf], ends[:-1]))
-        before_rank = np.concatenate(([-np.inf], done_rank[:-1]))
         starts = np.maximum(times, before)
         devices = np.zeros(order.size, dtype=np.int64)
-        waited = (before > times) | ((before == times) & (before_rank > asked_rank))
+        # dispatched by the end before it where that end comes after its queueing
+        waited = (before > times) | ((before == times) & (
+            np.concatenate(([-np.inf], done_rank[:-1])) > asked_rank))
         freed_by = np.where(waited, np.arange(order.size) - 1, -1)
     else:
         starts, ends, devices, freed_by = fifo_servers(times, jobs, servers, asked_rank,
