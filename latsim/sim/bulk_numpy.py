@@ -48,6 +48,8 @@ from latsim.sim.lindley import (
     row_bisect,
 )
 
+#: The most ticks :meth:`_Jobs._check_consumed` checks in one set of arrays.
+TICKS_AT_ONCE = 1 << 18
 #: Rounds of requests-from-ends and ends-from-requests before the loop plays the run
 #: instead (a round settles at least the earliest job still moving).
 MAX_ROUNDS = 24
@@ -361,22 +363,34 @@ class _Jobs:
 
     def _check_consumed(self, rows: np.ndarray, first: np.ndarray, upto: np.ndarray,
                         planned_end: np.ndarray, armed: np.ndarray) -> None:
-        """Ticks ``first .. upto - 1`` of each row, played in Consume: each quiet."""
+        """Ticks ``first .. upto - 1`` of each row, played in Consume: each quiet. Taken
+        :data:`TICKS_AT_ONCE` ticks at a time (a tick costs about 60 bytes of arrays)."""
         run = self.run
         counts = np.maximum(upto - first, 0)
-        total = int(counts.sum())
-        if not total:
-            return
         width = self.clock.shape[1]
-        row_base = rows * width
-        # each tick's place in the flattened matrix, and planned_end - (n + 1) for it
-        place = np.repeat(row_base + first - (np.cumsum(counts) - counts), counts) \
-            + np.arange(total)
-        ahead = np.repeat(row_base + planned_end - 1, counts) - place
-        t = self.clock.ravel()[place] - np.repeat(self.origins[rows], counts)
-        due = (t + run.delta) + ahead * run.delta - run.refill_lead
-        if ((due <= t + EPS) | (np.abs(np.repeat(armed, counts) - due) > EPS)).any():
-            raise _NotExact
+        clock = self.clock.ravel()
+        ends = np.cumsum(counts)
+        start = 0
+        while start < counts.size:
+            stop = int(np.searchsorted(ends, ends[start] - counts[start] + TICKS_AT_ONCE,
+                                       side="right"))
+            stop = max(stop, start + 1)
+            part = slice(start, stop)
+            start = stop
+            these = counts[part]
+            total = int(these.sum())
+            if not total:
+                continue
+            row_base = rows[part] * width
+            # each tick's place in the flattened matrix, and planned_end - (n + 1) for it
+            place = np.repeat(row_base + first[part] - (np.cumsum(these) - these), these) \
+                + np.arange(total)
+            ahead = np.repeat(row_base + planned_end[part] - 1, these) - place
+            t = clock[place] - np.repeat(self.origins[rows[part]], these)
+            due = (t + run.delta) + ahead * run.delta - run.refill_lead
+            if ((due <= t + EPS)
+                    | (np.abs(np.repeat(armed[part], these) - due) > EPS)).any():
+                raise _NotExact
 
     # ------------------------------------------------------------ the books
 
@@ -401,19 +415,16 @@ class _Jobs:
         done_played = self._played(done, ends)
         requested_n = self.requested.sum(axis=1).tolist()
         done_n = done.sum(axis=1).tolist()
-        columns = zip(requests.tolist(), starts.tolist(), ends.tolist(),
-                      ctrl_start.tolist(), (ends - origins).tolist(), self.armed.tolist(),
-                      self.took.tolist(), strict=True)
-        for i, (stream, (r, s, e, ctrl, ready, armed, took)) in enumerate(
-                zip(run.streams, columns, strict=True)):
-            self._write_stream(run, stream, r, s, e, ctrl, ready, armed, took, requested_n[i],
-                               done_n[i], done_played[i],
+        rows = _Rows(requests, starts, ends, ctrl_start, ends - origins, self.armed,
+                     self.took, done_played)
+        for i, stream in enumerate(run.streams):
+            self._write_stream(run, stream, rows.at(i), requested_n[i], done_n[i],
                                None if tally_seconds is None else
                                BusyTally(tally_seconds[i], started_in_window[i]))
         self._write_tasks(run)
 
-    def _played(self, done: np.ndarray, ends: np.ndarray) -> list[list[int]]:
-        """Ticks played by each done job's end, a list a stream."""
+    def _played(self, done: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Ticks played by each done job's end (0 where none)."""
         rows, cols = np.nonzero(done)
         played = np.zeros(done.shape, dtype=np.int64)
         if rows.size:
@@ -421,53 +432,56 @@ class _Jobs:
                                self.run.delta)
             assert found is not None  # found in _follow already
             played[rows, cols] = found
-        return played.tolist()
+        return played
 
-    def _write_stream(self, run: _Run, stream: _Stream, r: list[float], s: list[float],
-                      e: list[float], ctrl: list[float], ready: list[float],
-                      armed: list[float],
-                      took: list[float], requested: int, done: int, played: list[int],
-                      tally: BusyTally | None) -> None:
+    def _write_stream(self, run: _Run, stream: _Stream, row: _Row, requested: int,
+                      done: int, tally: BusyTally | None) -> None:
+        """One stream's books, read from its row of each array (only the places a
+        record or the state at the end needs are made Python numbers)."""
         K, end, origin = run.K, run.end, stream.origin
         stream.jobs.append(JobRecord(0, "prebuffer", 0, K, 0, 0, 0.0, 0.0))
-        kept = range(1, done + 1) if not run.forget else _kept_jobs(done, played, K)
+        kept = range(1, done + 1) if not run.forget else _kept_jobs(done, row.played, K)
         if isinstance(kept, range):  # the columns as slices (map makes them fastest)
-            starts, readies = ctrl[kept.start - 1:done], ready[kept.start - 1:done]
+            places: slice | list[int] = slice(kept.start - 1, done)
         else:
-            starts, readies = [ctrl[j - 1] for j in kept], [ready[j - 1] for j in kept]
+            places = [j - 1 for j in kept]
         branches = [j * K for j in kept]
         stream.jobs.extend(map(JobRecord, kept, repeat("refill"), branches, repeat(K),
-                               repeat(0), branches, starts, readies))
+                               repeat(0), branches, row.ctrl[places].tolist(),
+                               row.ready[places].tolist()))
         stream.jobs_done = done
         stream.next_job = requested + 1
         stream.planned_end = (requested + 1) * K
         stream.tally = tally
-        running = done < requested  # a job requested and not done: in flight or waiting
         first = 1 if tally is None else done + 1  # the tally holds the jobs done
-        for j in range(first, requested + 1):
-            stream.starts[j] = r[j - 1] - origin
-            if s[j - 1] < end:
-                stream.ran[j] = ((s[j - 1] - origin, e[j - 1] - origin) if j <= done else
-                                 (s[j - 1] - origin, s[j - 1] - origin + took[j - 1]))
-        if running:
+        asked, began, ended, took = (column[first - 1:requested].tolist() for column in (
+            row.requests, row.starts, row.ends, row.took))
+        for j, r, s, e, t in zip(range(first, requested + 1), asked, began, ended, took,
+                                 strict=True):
+            stream.starts[j] = r - origin
+            if s < end:
+                stream.ran[j] = ((s - origin, e - origin) if j <= done else
+                                 (s - origin, s - origin + t))
+        if done < requested:  # a job requested and not done: in flight or waiting
             job = requested
             stream.job = job
             if len(self.stages) > 1 and self.dit_ends[stream.index, job - 1] < end:
                 stream.stage = "decode"  # its DiT step is done: decode queued or running
             stream.branch = job * K
-            stream.ctrl_start = ctrl[job - 1]
-            at = r[job - 1]
-            woken_at = at if armed[job - 1] == armed[job - 1] else None  # not NaN
+            stream.ctrl_start = float(row.ctrl[job - 1])
+            at = float(row.requests[job - 1])
+            woken = not np.isnan(row.armed[job - 1])
             # the ticks played when the job was asked for: at its wake-up, else at the
             # end of the job before it (or the start)
-            stream.played = (self._bisect(stream, at) if woken_at is not None
-                             else (played[job - 2] if job > 1 else 0))
+            stream.played = (self._bisect(stream, at) if woken
+                             else (int(row.played[job - 2]) if job > 1 else 0))
             stream.armed = None
         else:
             stream.job = 0
             stream.branch = done * K
-            stream.played = played[done - 1] if done else 0
-            stream.armed = armed[requested] if requested < len(armed) else None
+            stream.played = int(row.played[done - 1]) if done else 0
+            stream.armed = (float(row.armed[requested]) if requested < row.armed.size
+                            else None)
 
     @staticmethod
     def _bisect(stream: _Stream, at: float) -> int:
@@ -581,7 +595,7 @@ def _served(queued: np.ndarray, within: np.ndarray, took: np.ndarray, servers: i
     flat = np.flatnonzero(within)
     if ranks is None:
         order = flat[np.argsort(queued.flat[flat], kind="stable")]
-        asked_rank = done_rank = np.zeros(order.size)
+        asked_rank = done_rank = None
     else:
         order = flat[np.lexsort((ranks[0].flat[flat], queued.flat[flat]))]
         asked_rank, done_rank = ranks[0].flat[order], ranks[1].flat[order]
@@ -593,8 +607,10 @@ def _served(queued: np.ndarray, within: np.ndarray, took: np.ndarray, servers: i
         starts = np.maximum(times, before)
         devices = np.zeros(order.size, dtype=np.int64)
         # dispatched by the end before it where that end comes after its queueing
-        waited = (before > times) | ((before == times) & (
-            np.concatenate(([-np.inf], done_rank[:-1])) > asked_rank))
+        waited = before > times
+        if ranks is not None:
+            waited |= (before == times) & (
+                np.concatenate(([-np.inf], done_rank[:-1])) > asked_rank)
         freed_by = np.where(waited, np.arange(order.size) - 1, -1)
     else:
         starts, ends, devices, freed_by = fifo_servers(times, jobs, servers, asked_rank,
@@ -632,7 +648,27 @@ def _tally_stage(tally: TaskTally, stage: str, pool: str, servers: int, devices:
                 busy[unit] += total
 
 
-def _kept_jobs(done: int, played: list[int], K: int) -> Sequence[int]:
+class _Row:
+    """One stream's row of each (streams × jobs) array :meth:`_Jobs.write` reads."""
+
+    __slots__ = ("requests", "starts", "ends", "ctrl", "ready", "armed", "took", "played")
+
+    def __init__(self, *rows: np.ndarray) -> None:
+        (self.requests, self.starts, self.ends, self.ctrl, self.ready, self.armed,
+         self.took, self.played) = rows
+
+
+class _Rows:
+    """The arrays :meth:`_Jobs.write` reads, a :class:`_Row` a stream."""
+
+    def __init__(self, *arrays: np.ndarray) -> None:
+        self.arrays = arrays
+
+    def at(self, index: int) -> _Row:
+        return _Row(*(array[index] for array in self.arrays))
+
+
+def _kept_jobs(done: int, played: np.ndarray, K: int) -> Sequence[int]:
     """The refill jobs a stream keeps at ``records="none"``: ``quiet_job_done`` forgets,
     each time the list reaches :data:`FORGET_JOBS_AT`, every job whose chunk is no longer
     cached (``played`` is the ticks played by each job's end)."""
@@ -643,6 +679,6 @@ def _kept_jobs(done: int, played: list[int], K: int) -> Sequence[int]:
         if upto > done:
             return kept + list(range(last + 1, done + 1)) if last else range(1, done + 1)
         kept += range(last + 1, upto + 1)
-        oldest = played[upto - 1] // K  # the chunks cached: oldest .. upto
+        oldest = int(played[upto - 1]) // K  # the chunks cached: oldest .. upto
         kept = [j for j in kept if oldest <= j <= upto]
         last = upto

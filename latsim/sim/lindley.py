@@ -12,6 +12,7 @@ streams, controllers or records.
 from __future__ import annotations
 
 import heapq
+from itertools import repeat
 
 import numpy as np
 
@@ -47,23 +48,26 @@ def fifo_one_server(requests: np.ndarray, took: np.ndarray) -> np.ndarray:
 
 
 def fifo_servers(requests: np.ndarray, took: np.ndarray, servers: int,
-                 request_rank: np.ndarray, end_rank: np.ndarray
+                 request_rank: np.ndarray | None = None, end_rank: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(starts, ends, devices, freed_by) of jobs served in order by ``servers`` devices,
     each job on the lowest-numbered idle device, else on the first to free (Kiefer and
     Wolfowitz). Two events at one instant come in rank order: a device is idle at a
     request if the end that frees it comes before it, by (time, ``end_rank``) against
     (time, ``request_rank``), or is the request's own event (equal ranks). ``freed_by``
-    is the place of the job whose end dispatched each job (-1: dispatched as it asked)."""
+    is the place of the job whose end dispatched each job (-1: dispatched as it asked).
+    Without ranks, an end at a request's instant comes first."""
     idle = list(range(servers))
     busy: list[tuple[float, float, int, int]] = []  # (free at, its end's rank, device, job)
     starts = np.empty(requests.size)
     ends = np.empty(requests.size)
     devices = np.empty(requests.size, dtype=np.int64)
     freed_by = np.full(requests.size, -1, dtype=np.int64)
-    ranks, done_ranks = request_rank.tolist(), end_rank.tolist()
-    for k, (request, job) in enumerate(zip(requests.tolist(), took.tolist(), strict=True)):
-        mine = (request, ranks[k])
+    ranks = repeat(0.0, requests.size) if request_rank is None else request_rank.tolist()
+    done_ranks = repeat(0.0, requests.size) if end_rank is None else end_rank.tolist()
+    for k, (request, job, rank, done_rank) in enumerate(zip(
+            requests.tolist(), took.tolist(), ranks, done_ranks, strict=True)):
+        mine = (request, rank)
         while busy and busy[0][:2] <= mine:
             heapq.heappush(idle, heapq.heappop(busy)[2])
         if idle:
@@ -73,7 +77,7 @@ def fifo_servers(requests: np.ndarray, took: np.ndarray, servers: int,
         starts[k] = start
         ends[k] = end = start + job
         devices[k] = device
-        heapq.heappush(busy, (end, done_ranks[k], device, k))
+        heapq.heappush(busy, (end, done_rank, device, k))
     return starts, ends, devices, freed_by
 
 
