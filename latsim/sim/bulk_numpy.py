@@ -506,20 +506,21 @@ class _Jobs:
                 order_keys = (place, dispatched_rank, self.ranks.ended[number].flat[started])
             else:  # one event an instant: by time, and within one event a device's next
                 # waiting step (asked before it started) before the step the event queued
-                order_keys = (stage.rank.flat[started] + 0.0, (starts <= queued) * 1.0,
-                              starts, stage.ends.flat[started])
+                order_keys = (stage.rank.flat[started], starts <= queued)
             parts.append((np.full(rows.size, number), rows, cols, stage.devices.flat[started],
                           queued, starts, stage.ends.flat[started], *order_keys))
-        columns = [np.concatenate(column) for column in zip(*parts, strict=True)]
+        columns = (list(parts[0]) if len(parts) == 1 else
+                   [np.concatenate(column) for column in zip(*parts, strict=True)])
+        del parts
         stage_of, rows, cols, devices, queued, starts, ends = columns[:7]
-        keys = columns[7:]
         if self.ranked:
-            place, dispatched_rank, end_rank = keys
+            place, dispatched_rank, end_rank = columns[7:]
             dispatch = np.lexsort((place, dispatched_rank))
         else:
-            fifo, asked, _, _ = keys
+            fifo, asked = columns[7:]
             dispatch = np.lexsort((fifo, stage_of, asked, starts))
             end_rank = ends
+        del columns
         batches = np.empty(dispatch.size, dtype=np.int64)
         batches[dispatch] = np.arange(1, dispatch.size + 1)
         run.batches = int(dispatch.size)
