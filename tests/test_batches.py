@@ -15,6 +15,7 @@ from latsim.controller.records import RECORD_TYPES, record
 from latsim.experiments.engine import Experiment, prefetched, run_experiment, run_experiments
 from latsim.experiments.executors import LocalPool, gc_paused, using
 from latsim.run.stream import BusyInterval
+from tests.test_cli import _running
 from tests.test_play_ahead import fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,10 +254,3 @@ def _descendants(pid: int) -> list[int]:
         frontier += children
     return found
 
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -167,18 +167,9 @@ def pool_wait_quantile(level: float, streams: int, servers: int, period: float,
         raise LatsimError(f"quantile level must be in (0, 1), got {level!r}")
     if servers == 1:
         return periodic_wait_quantile(level, streams, period, service)
-    if not (isinstance(streams, int) and streams >= 1):
-        raise LatsimError(f"streams must be a positive integer, got {streams!r}")
-    if not (math.isfinite(period) and period > 0 and math.isfinite(service) and service > 0):
-        raise LatsimError("period and service time must be positive")
-    if streams * service >= servers * period:
-        raise LatsimError(f"{streams} streams of service {service:g} s every {period:g} s "
-                          f"overload {servers} devices (N·C >= c·T): no stationary wait")
-    if streams <= servers:
-        return 0.0
-    waits = _pool_waits(streams, servers, period / service)
+    waits = pool_waits(streams, servers, period, service)
     allowed = math.floor((1.0 - level) * waits.size)  # waits that may exceed the answer
-    return float(waits[waits.size - allowed - 1]) * service
+    return float(waits[waits.size - allowed - 1])
 
 
 @functools.lru_cache(maxsize=256)
