@@ -49,8 +49,10 @@ def grid(
               f"cells.csv (cells.parquet needs pyarrow: {install_hint('dask')})")
 
     def table() -> None:
-        typer.echo(f"{spec.name}: {len(result.rows)}/{spec.n_cells} cells ({result.ran} run "
-                   f"now, {len(result.rows) - result.ran} resumed) -> {out}/{tables}")
+        from latsim.formatting import fit
+
+        typer.echo(fit(f"{spec.name}: {len(result.rows)}/{spec.n_cells} cells ({result.ran} "
+                       f"run now, {len(result.rows) - result.ran} resumed) -> {out}/{tables}"))
 
     emit(output, result.rows, table, seed=spec.seed, grid=spec.name, n_cells=spec.n_cells,
          ran=result.ran, resumed=len(result.rows) - result.ran, out=str(out))
