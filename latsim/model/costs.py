@@ -69,7 +69,7 @@ class FixedCost:
         return self.C
 
     def sample_many(self, K: int, rng: np.random.Generator, n: int, kind: str = "refill"
-              ) -> np.ndarray:
+                    ) -> np.ndarray:
         """``n`` calls of :meth:`sample` at once (the same values; none draws)."""
         return np.full(n, self.C)
 
@@ -103,7 +103,7 @@ class AffineCost:
         return self.mean(K)
 
     def sample_many(self, K: int, rng: np.random.Generator, n: int, kind: str = "refill"
-              ) -> np.ndarray:
+                    ) -> np.ndarray:
         """``n`` calls of :meth:`sample` at once (the same values; none draws)."""
         return np.full(n, self.mean(K))
 
@@ -148,7 +148,7 @@ class LognormalCost:
         return float(rng.lognormal(self._mu, self._sigma)) if self.cv > 0 else self.mean_s
 
     def sample_many(self, K: int, rng: np.random.Generator, n: int, kind: str = "refill"
-              ) -> np.ndarray:
+                    ) -> np.ndarray:
         """``n`` calls of :meth:`sample` at once: the same values, and ``rng`` left where
         they leave it (numpy's array draws fill in order with the scalar draw's method)."""
         if self.cv > 0:

@@ -30,6 +30,7 @@ that do not settle, or a check that fails (the loop then gives back what stalls)
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from itertools import repeat
 
@@ -415,10 +416,11 @@ class _Jobs:
         done_played = self._played(done, ends)
         requested_n = self.requested.sum(axis=1).tolist()
         done_n = done.sum(axis=1).tolist()
-        rows = _Rows(requests, starts, ends, ctrl_start, ends - origins, self.armed,
-                     self.took, done_played)
+        arrays = (requests, starts, ends, ctrl_start, ends - origins, self.armed, self.took,
+                  done_played)
         for i, stream in enumerate(run.streams):
-            self._write_stream(run, stream, rows.at(i), requested_n[i], done_n[i],
+            self._write_stream(run, stream, _Row(*(a[i] for a in arrays)), requested_n[i],
+                               done_n[i],
                                None if tally_seconds is None else
                                BusyTally(tally_seconds[i], started_in_window[i]))
         self._write_tasks(run)
@@ -473,7 +475,7 @@ class _Jobs:
             woken = not np.isnan(row.armed[job - 1])
             # the ticks played when the job was asked for: at its wake-up, else at the
             # end of the job before it (or the start)
-            stream.played = (self._bisect(stream, at) if woken
+            stream.played = (bisect_left(stream.clock, at) if woken
                              else (int(row.played[job - 2]) if job > 1 else 0))
             stream.armed = None
         else:
@@ -482,11 +484,6 @@ class _Jobs:
             stream.played = int(row.played[done - 1]) if done else 0
             stream.armed = (float(row.armed[requested]) if requested < row.armed.size
                             else None)
-
-    @staticmethod
-    def _bisect(stream: _Stream, at: float) -> int:
-        from bisect import bisect_left
-        return bisect_left(stream.clock, at)
 
     def _write_tasks(self, run: _Run) -> None:
         """The tasks: those done, in the order they ended (records or a tally), then those
@@ -657,16 +654,6 @@ class _Row:
     def __init__(self, *rows: np.ndarray) -> None:
         (self.requests, self.starts, self.ends, self.ctrl, self.ready, self.armed,
          self.took, self.played) = rows
-
-
-class _Rows:
-    """The arrays :meth:`_Jobs.write` reads, a :class:`_Row` a stream."""
-
-    def __init__(self, *arrays: np.ndarray) -> None:
-        self.arrays = arrays
-
-    def at(self, index: int) -> _Row:
-        return _Row(*(array[index] for array in self.arrays))
 
 
 def _kept_jobs(done: int, played: np.ndarray, K: int) -> Sequence[int]:
