@@ -323,8 +323,12 @@ def test_a_run_that_stalls_goes_back_to_the_event_path_with_its_streams_untouche
 
 
 @pytest.mark.parametrize(("change", "reason"), [
-    (lambda c, s, i: (c, s, [replace(i[0], trace=replace(i[0].trace, times=(1.0,)))]
-                      + i[1:]), "a condition arrives"),
+    (lambda c, s, i: (replace(c, policy=SPECULATIVE), s,
+                      [replace(i[0], trace=replace(i[0].trace, times=(1.0,)))] + i[1:]),
+     "a condition under a lazy commit"),
+    (lambda c, s, i: (c, replace(s, uplink=FixedCost(0.01)),
+                      [replace(i[0], trace=replace(i[0].trace, times=(1.0,)))] + i[1:]),
+     "an uplink draw"),
     (lambda c, s, i: (replace(c, in_flight=2), s, i), "more than one chunk in flight"),
     (lambda c, s, i: (c, replace(s, schedule="least-slack"), i), "fifo"),
     (lambda c, s, i: (c, replace(s, deliver=FixedCost(0.01)), i), "a delivery draw"),

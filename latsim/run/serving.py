@@ -15,11 +15,13 @@ the serving model has:
 
 from __future__ import annotations
 
+import math
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from latsim.controller.records import JOB_KINDS, Domain, record
+from latsim.controller.records import JOB_KINDS, ConditionRecord, Domain, record
 from latsim.model.serving import DIT_POOL
 from latsim.run.stream import COMPLETE, RunRecords, window_overlap
 
@@ -74,6 +76,25 @@ class ViewerRecord:
         # without an uplink stage the two times differ only by rounding (about 1e-17 s,
         # either sign); a delay is never negative
         return max(0.0, self.t_arrival - self.t_send)
+
+
+def shown_records(stream: int, resolved: Sequence[ConditionRecord], sent: Sequence[float],
+                  shown: float) -> list[ViewerRecord]:
+    """The viewer's records of the conditions a slot shown at ``shown`` resolved (the
+    controller's records of them, ``sent``: each version's send time, in version order)."""
+    return [ViewerRecord(stream, cond.version, sent[cond.version - 1], cond.t_arrival,
+                         cond.t_play, shown, cond.L, shown - sent[cond.version - 1],
+                         cond.superseded, True)
+            for cond in resolved]
+
+
+def censored_records(stream: int, conditions: Sequence[ConditionRecord],
+                     sent: Sequence[float]) -> list[ViewerRecord]:
+    """The viewer's records of the conditions never displayed, at the run's end."""
+    nan = math.nan
+    return [ViewerRecord(stream, c.version, sent[c.version - 1], c.t_arrival, nan, nan, nan,
+                         nan, False, False)
+            for c in conditions if not c.displayed]
 
 
 @record

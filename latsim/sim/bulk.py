@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import count
@@ -78,9 +78,10 @@ def bulk_refusal(configs: Sequence[ControllerConfig], cost: CostModel,
                  serving: ServingConfig, streams: Sequence[StreamInput], duration: float
                  ) -> str | None:
     """Why this serving run is not one :func:`simulate_quiet_serving` plays (a phrase), or
-    None if it is: one chunk in flight with a fixed lead, no condition in any stream's
-    window, the plain chain (DiT, then decode if any; no pipeline or system model) on FIFO
-    pools without batching, no per-slot network draw and no cold start."""
+    None if it is: one chunk in flight with a fixed lead, conditions only under an eager
+    commit without a flush or an uplink draw, the plain chain (DiT, then decode if any; no
+    pipeline or system model) on FIFO pools without batching, no per-slot network draw
+    and no cold start."""
     if not Controller._quiet_cycles:
         return "the controller's table has no quiet refill cycle"
     if any(c.in_flight != 1 or c.adaptive is not None for c in configs):
@@ -91,8 +92,12 @@ def bulk_refusal(configs: Sequence[ControllerConfig], cost: CostModel,
         return "a delivery draw or a cold start"
     if hasattr(cost, "steps") or StagedGenerator(cost).pipelines():
         return "a system model's own chain of steps"
-    if any(t < duration for s in streams for t in s.trace.times):
-        return "a condition arrives"
+    if any(t < duration for s in streams for t in s.trace.times) and (
+            serving.uplink is not None
+            or any(c.policy.commit != "eager" or c.in_flight_policy == "flush"
+                   for c in configs)):
+        return ("a condition under a lazy commit or a flush (it moves the pool's jobs), "
+                "or with an uplink draw")
     if any(type(s.join) is not float for s in streams):
         return "a join time that is not a float (its type would carry into the records)"
     first = configs[0]
@@ -177,6 +182,8 @@ def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
     try:
         run = _Run(configs, cost, serving, streams, windows, records)
         if in_arrays is None or not in_arrays(run):
+            if run.conditions:
+                raise _Giveback  # only the arrays replay a stream's conditions
             run.play()
         return run.finish()
     except _Giveback:
@@ -197,13 +204,22 @@ class _Run:
         self.records = records
         window = max(windows, key=lambda w: w.limit)
         self.window = window
+        self.inputs, self.configs, self.windows = streams, configs, windows
         origins = [s.join for s in streams]  # no cold start: each plays from its join
-        self.end = max(origins) + window.duration
+        # the window's end; the run's end (past it while a condition is still open there)
+        self.window_end = self.end = max(origins) + window.duration
+        # streams with conditions: they are replayed (latsim.sim.bulk_replay), and the
+        # schedule is computed up to the drain's limit
+        self.conditions = any(t < window.duration for s in streams for t in s.trace.times)
+        self.horizon = max(origins) + window.limit if self.conditions else self.end
+        self.replays: dict[int, object] = {}  # by stream index: bulk_replay.StreamReplay
+        self.last_tick = -1  # streams below this index play their ticks at the end's instant
         timing = configs[0].timing  # every stream's (bulk_refusal)
         self.K, self.delta = timing.K, timing.delta
         self.refill_lead = Controller(configs[0]).refill_lead
+        covered = window.limit if self.conditions else window.duration
         self.clock = clock = _tick_columns(
-            np.array(origins), self.delta, _tick_count(origins, window.duration, self.delta))
+            np.array(origins), self.delta, _tick_count(origins, covered, self.delta))
         # a row each, a view of the matrix's C doubles (bisect reads them as floats; a list
         # of float objects took four times the memory)
         self.streams = [_Stream(i, origins[i], s.cost, s.stages[0],
@@ -363,10 +379,12 @@ class _Run:
             stream.tally.add(*stream.ran.pop(job), self.window.duration)
             del stream.starts[job]
 
-    def catch_up(self, stream: _Stream, now: float, consume: bool) -> None:
-        """Play the ticks before ``now``: cached, and in Consume each one quiet by
-        ``_play_quiet``'s test (its decide step would neither start nor re-arm)."""
-        upto = bisect_left(stream.clock, now, stream.played)
+    def catch_up(self, stream: _Stream, now: float, consume: bool, through: bool = False
+                 ) -> None:
+        """Play the ticks before ``now`` (at it too, ``through``): cached, and in Consume
+        each one quiet by ``_play_quiet``'s test (its decide step would neither start nor
+        re-arm)."""
+        upto = (bisect_right if through else bisect_left)(stream.clock, now, stream.played)
         if consume:
             armed, planned_end, delta = stream.armed, stream.planned_end, self.delta
             lead, clock, origin = self.refill_lead, stream.clock, stream.origin
@@ -393,9 +411,21 @@ class _Run:
         for batch in list(self.running):  # engine.close: running tasks end with the run
             stream, pool, device, start, enqueued = self.running.pop(batch)
             self.record(stream, pool, device, batch, enqueued, start, end)
-        runs, starts = [], []
+        runs, starts, viewer = [], [], []
         for stream in self.streams:
-            self.catch_up(stream, end, consume=stream.job == 0)
+            replay = self.replays.get(stream.index)
+            if replay is not None:  # its controller's records
+                done, shown = replay.records(end)  # type: ignore[attr-defined]
+                runs.append(done)
+                viewer.extend(shown)
+                first_display = replay.first_display  # type: ignore[attr-defined]
+                starts.append(StreamStart(
+                    stream.index, stream.origin, stream.origin,
+                    math.nan if first_display is None
+                    else stream.origin - stream.origin + first_display))
+                continue
+            self.catch_up(stream, end, consume=stream.job == 0,
+                          through=stream.index < self.last_tick)
             cache_end = stream.branch if stream.job else stream.planned_end
             if stream.played > cache_end:
                 raise _Giveback  # a stall before the end
@@ -408,9 +438,10 @@ class _Run:
                                       stream.origin - stream.origin + first))
         serving = self.serving
         return ServingRecords(
-            duration=self.window.duration, window_end=end, end_time=end,
+            duration=self.window.duration, window_end=self.window_end, end_time=end,
             streams=tuple(runs), starts=tuple(starts), tasks=tuple(self.tasks),
-            viewer=(), client_stalls=(), pools=serving.pools, playout_delay=self.playout,
+            viewer=tuple(sorted(viewer, key=lambda v: (v.stream, v.version))),
+            client_stalls=(), pools=serving.pools, playout_delay=self.playout,
             dit_degree=serving.degree, records=self.records, task_tally=self.task_tally)
 
     def run_records(self, stream: _Stream, cache_end: int) -> RunRecords:

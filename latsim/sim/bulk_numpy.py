@@ -41,6 +41,7 @@ from latsim.controller.records import JobRecord
 from latsim.run.records import BusyTally
 from latsim.run.serving import TaskRecord, TaskTally
 from latsim.sim.bulk import _Run, _Stream
+from latsim.sim.bulk_replay import Differs, StreamReplay
 from latsim.sim.lindley import (
     event_ranks,
     fifo_one_server,
@@ -70,9 +71,13 @@ def play_in_numpy(run: _Run) -> bool:
         return False
     rngs = [s.rng for s in run.streams] + [s.decode_rng for s in run.streams]
     saved = [rng.bit_generator.state for rng in rngs]
+    run.end = run.horizon  # the schedule as far as a drain may go, where one may
     try:
         jobs = _Jobs(run, draws, decode_draws)
-    except _NotExact:
+        if run.conditions:
+            _replay_conditions(run, jobs)
+    except (_NotExact, Differs):
+        run.end, run.replays, run.last_tick = run.window_end, {}, -1
         for rng, state in zip(rngs, saved, strict=True):
             rng.bit_generator.state = state
         return False
@@ -88,6 +93,54 @@ def play_in_numpy(run: _Run) -> bool:
             decode_draws(run.K, stream.decode_rng, count, "refill")
     jobs.write(run)
     return True
+
+
+def _replay_conditions(run: _Run, jobs: _Jobs) -> None:
+    """Replay each stream that sees a condition through its own controller on the
+    schedule (:mod:`latsim.sim.bulk_replay`), and end the run where the event path ends
+    it: at the window's end, or past it at the tick that shows the last condition still
+    open there (no later than the drain's limit; the streams of a lower index play their
+    ticks of that instant, as the clock orders ticks). The arrays are then cut there."""
+    horizon, window_end = run.horizon, run.window_end
+    counts = (jobs.requests < horizon).sum(axis=1).tolist()
+    replays: dict[int, StreamReplay] = {}
+    for index, (inputs, stream) in enumerate(zip(run.inputs, run.streams, strict=True)):
+        window = run.windows[index]
+        sent = [t for t in inputs.trace.times if t < window.duration]
+        if not sent:
+            continue
+        origin = now = stream.origin  # the serving port's sums, from its start
+        n = counts[index]
+        replays[index] = StreamReplay(
+            index, origin, run.configs[index], window, run.records,
+            [(now + ((t + origin) - now), t) for t in sent],
+            jobs.requests[index, :n].tolist(), (~np.isnan(jobs.armed[index, :n])).tolist(),
+            jobs.starts[index, :n].tolist(), jobs.ends[index, :n].tolist(),
+            jobs.took[index, :n].tolist(), horizon, run.playout)
+    for replay in replays.values():
+        replay.play_until(window_end)
+    end, last = window_end, -1
+    draining = [replay for replay in replays.values() if replay.ctrl.open_conditions]
+    if draining:
+        closes = []
+        for replay in draining:
+            closed = replay.play_until(horizon, through=True, closing=True)
+            if closed is None:
+                raise _NotExact  # open at the drain's limit: the event path's end rule
+            closes.append((closed, replay.index))
+        end, last = max(closes)
+        if any((times == end).any() for stage in jobs.stages
+               for times in (stage.queued, stage.starts, stage.ends)):
+            raise _NotExact  # an event at the end's instant: the clock orders it
+    for replay in replays.values():
+        replay.play_until(end, through=replay.index < last)
+    run.end, run.last_tick, run.replays = end, last, dict(replays)
+    jobs.requested = jobs.requests < end
+    if jobs.ranked:  # the steps dispatched before the end
+        jobs.ranks.dispatched = [
+            tuple(column[keep] for column in dispatched)  # type: ignore[misc]
+            for stage, dispatched in zip(jobs.stages, jobs.ranks.dispatched, strict=True)
+            for keep in [stage.starts.flat[dispatched[0]] < end]]
 
 
 class _Jobs:

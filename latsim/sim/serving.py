@@ -59,6 +59,8 @@ from latsim.run.serving import (
     TaskRecord,
     TaskTally,
     ViewerRecord,
+    censored_records,
+    shown_records,
 )
 from latsim.run.stream import RunRecords, RunWindow, StreamRun
 from latsim.sim import bulk_numpy
@@ -668,17 +670,10 @@ class _StreamPort:
             return
         resolved = conditions[self._conditions_seen:]
         self._conditions_seen = len(conditions)
-        for cond in resolved:
-            sent = self.sent[cond.version - 1]
-            self.viewer.append(ViewerRecord(
-                self.index, cond.version, sent, cond.t_arrival, cond.t_play, shown, cond.L,
-                shown - sent, cond.superseded, True))
+        self.viewer.extend(shown_records(self.index, resolved, self.sent, shown))
 
     def censored(self) -> list[ViewerRecord]:
-        nan = math.nan
-        return [ViewerRecord(self.index, c.version, self.sent[c.version - 1], c.t_arrival,
-                             nan, nan, nan, nan, False, False)
-                for c in self.run.controller.conditions if not c.displayed]
+        return censored_records(self.index, self.run.controller.conditions, self.sent)
 
 
 def _last_stage(generator: StagedGenerator) -> str | None:
