@@ -4,6 +4,7 @@ path gives it back with its random streams as it found them."""
 
 from __future__ import annotations
 
+import math
 import pickle
 from dataclasses import replace
 
@@ -14,13 +15,20 @@ from hypothesis import strategies as st
 
 import latsim.sim.bulk as bulk_module
 import latsim.sim.bulk_numpy as bulk_numpy
-from latsim.controller import ControllerConfig
+from latsim.controller import (
+    ConditionArrived,
+    Controller,
+    ControllerConfig,
+    JobDone,
+    WakeUp,
+)
 from latsim.controller.policies import BASELINE, SPECULATIVE
 from latsim.controller.records import SlotTally
 from latsim.controller.timing import Timing
 from latsim.model.costs import AffineCost, FixedCost, LognormalCost
 from latsim.model.serving import ServingConfig
 from latsim.run.records import RunWindow
+from latsim.run.stream import StreamRun
 from latsim.sim.serving import simulate_serving
 from tests.test_serving import SETTINGS, RecordingCost, inputs
 
@@ -364,3 +372,136 @@ def test_a_slot_tally_pickles_as_its_counts():
     assert pickle.dumps(one_by_one) == pickle.dumps(columns) == pickle.dumps(waiting)
     copy = pickle.loads(pickle.dumps(waiting))
     assert (copy.played, copy.before_end, copy.generated_before_end) == (40, 20, 16)
+
+
+# ---------------------------------------------------------------- conditions in bulk
+
+
+@st.composite
+def conditioned_setups(draw):
+    """A run with conditions the numpy path plays, mostly: the baseline (eager commit: a
+    condition moves no job) on a FIFO DiT pool (devices or USP groups, maybe a decode
+    pool), random, together or staggered joins, conditions at up to one a second a stream
+    (some near the window's end, so that the run drains past it), and the lead from tight
+    (some stall: the event path plays those) to loose; now and then latent commitment
+    (refused: its replans move jobs)."""
+    timing = Timing(draw(st.sampled_from([2, 4, 8])), 4, 16.0)
+    n = draw(st.integers(1, 8))
+    degree = draw(st.sampled_from([1, 1, 2]))
+    devices = degree * draw(st.integers(1, 3))
+    mean_c = draw(st.floats(0.05, 0.9)) * timing.T * devices / degree / n
+    model = draw(st.sampled_from([FixedCost(mean_c), LognormalCost(mean_c, 0.5),
+                                  AffineCost(mean_c, 0.0)]))
+    start = draw(st.sampled_from(["random", "random", "together", "staggered"]))
+    if start == "random":
+        joins = [draw(st.floats(0.0, timing.T)) for _ in range(n)]
+    elif start == "together":
+        joins = [0.0] * n
+    else:
+        joins = [s * timing.T / n for s in range(n)]
+    lead = model.quantile(timing.K, 0.99) + draw(st.floats(0.0, 1.5)) * timing.T
+    policy = draw(st.sampled_from([BASELINE] * 5 + [SPECULATIVE]))
+    config = ControllerConfig(timing, policy, lead)
+    decode = draw(st.sampled_from([None, None, FixedCost(0.02), LognormalCost(0.05, 0.5)]))
+    pools = (("dit", devices),) if decode is None else (
+        ("dit", devices), ("vae", draw(st.integers(1, 3))))
+    serving = ServingConfig(streams=n, pools=pools, dit_degree=degree, decode=decode)
+    duration = timing.T * draw(st.floats(2.0, 30.0))
+    rate = draw(st.sampled_from([0.1, 0.5, 1.0]))
+    traces = [tuple(sorted(draw(st.lists(st.floats(0.0, duration), max_size=int(
+        rate * duration) + 1)))) for _ in range(n)]
+    return config, model, serving, joins, traces, duration
+
+
+def _in_bulk_and_on_clock(config, model, serving, joins, traces, duration, seed, records,
+                          monkeypatch):
+    """The run's pickled records in bulk and on the event path, whether the numpy path
+    kept it, and how many times a replayed stream played its quiet cycles as one step."""
+    kept: list[bool] = []
+    steps: list[int] = []
+    original, cycles = bulk_numpy.play_in_numpy, StreamRun.play_quiet_cycles
+
+    def watching(run):
+        kept.append(original(run))
+        return kept[-1]
+
+    def counting(self, *args):
+        steps.append(1)
+        return cycles(self, *args)
+
+    def run(in_bulk: bool):
+        return pickle.dumps(simulate_serving(
+            config, model, serving, inputs(traces, joins, seed), duration,
+            np.random.default_rng(seed), records=records, quiet_in_bulk=in_bulk))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(bulk_numpy, "play_in_numpy", watching)
+        patch.setattr(StreamRun, "play_quiet_cycles", counting)
+        in_bulk = run(True)
+    return in_bulk, run(False), kept == [True], len(steps)
+
+
+@SETTINGS
+@given(setup=conditioned_setups(), seed=st.integers(0, 1000),
+       records=st.sampled_from(["all", "conditions", "none"]))
+def test_a_run_with_conditions_in_bulk_records_what_the_event_path_records(setup, seed,
+                                                                          records):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        in_bulk, on_clock, kept, _ = _in_bulk_and_on_clock(*setup, seed, records,
+                                                           monkeypatch)
+    event("numpy kept it" if kept else "the event path played it")
+    assert in_bulk == on_clock
+
+
+@pytest.mark.parametrize(("devices", "degree", "vae", "start", "records"), [
+    (1, 1, 0, "random", "all"), (3, 1, 0, "random", "none"), (4, 2, 0, "random", "all"),
+    (2, 1, 1, "random", "conditions"), (2, 1, 0, "staggered", "all"),
+    (3, 1, 2, "random", "none")])
+def test_conditions_under_the_baseline_stay_in_numpy(devices, degree, vae, start, records,
+                                                     monkeypatch):
+    """Eight streams at ρ 0.5 with a condition every 2 s each, 60 s (K = 2: about 120
+    jobs a stream, so ``records="none"`` forgets some): the numpy path keeps the run, the
+    streams' quiet cycles between conditions go as one step each, conditions are shown
+    and the run drains past its window's end, and every record is the event path's."""
+    timing = Timing(2, 4, 16.0)
+    n, duration = 8, 60.0
+    rng = np.random.default_rng(devices + vae)
+    model = LognormalCost(0.5 * timing.T * devices / degree / n, 0.3)
+    joins = ([s * timing.T / n for s in range(n)] if start == "staggered"
+             else rng.uniform(0, timing.T, n).tolist())
+    traces = [tuple(np.sort(rng.uniform(0, duration - 1, 29)).tolist()) + (duration - 0.1,)
+              for _ in range(n)]  # the last one is open at the window's end
+    decode = LognormalCost(0.01 * vae, 0.3) if vae else None
+    config = ControllerConfig(timing, BASELINE, model.quantile(2, 0.99) + 0.5)
+    serving = ServingConfig(streams=n, pools=(("dit", devices),) + ((("vae", vae),) if vae
+                                                                  else ()),
+                            dit_degree=degree, decode=decode)
+    in_bulk, on_clock, kept, steps = _in_bulk_and_on_clock(
+        config, model, serving, joins, traces, duration, 5, records, monkeypatch)
+    assert kept and steps > n
+    assert in_bulk == on_clock
+    ran = pickle.loads(in_bulk)
+    assert sum(v.displayed for v in ran.viewer) > 0.9 * 30 * n
+    assert ran.end_time > ran.window_end  # conditions open at the window's end: a drain
+
+
+def test_a_tick_that_shows_a_condition_is_not_played_as_a_quiet_cycle():
+    """``Controller.play_quiet_cycles`` refuses (changing nothing) ticks that would show
+    an open condition, and a first job that is not the one in flight."""
+    timing = Timing(4, 4, 16.0)  # δ = 1/4 s, T = 1 s
+    ctrl = Controller(ControllerConfig(timing, BASELINE, 1.2))
+    ctrl.start(0.0)  # job 1 (positions 4 to 7) asked for at once
+    ctrl.handle(ConditionArrived(), 0.01)  # version 1 waits for the next job
+    ctrl.handle(JobDone(1), 0.1)  # the refill armed for 0.8
+    assert not ctrl.in_quiet_cycles  # a version pending
+    ctrl.handle(WakeUp(), 0.8)  # job 2 (positions 8 to 11) carries version 1
+    assert ctrl.in_quiet_cycles and ctrl.running_job == 2 and ctrl.next_showing == 8
+    before = pickle.dumps(ctrl.__dict__)
+    job2, job3 = (0.8, 0.8, 1.1, 0.8), (1.1, 1.1, math.inf, math.nan)
+    ticks = [k * timing.delta for k in range(8)]
+    assert ctrl.play_quiet_cycles([*ticks, 2.0], [job2, job3]) == 0  # slot 8 shows it
+    assert ctrl.play_quiet_cycles(ticks, [job3]) == 0  # job 2 is the one in flight
+    assert pickle.dumps(ctrl.__dict__) == before
+    assert ctrl.play_quiet_cycles(ticks, [job2, job3]) == 2
+    assert ctrl.next_position == 8 and ctrl.running_job == 3 and not ctrl.conditions
+    assert [j.version for j in ctrl.jobs] == [0, 0, 1]

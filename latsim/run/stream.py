@@ -17,7 +17,9 @@ method of the core. The run owns what they used to repeat:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from itertools import count
 from typing import Protocol
 
 from latsim.controller import (
@@ -174,6 +176,29 @@ class StreamRun:
         if self._tally is not None:
             self._tally_done()
         return True
+
+    def play_quiet_cycles(self, ticks: Sequence[float],
+                          jobs: Sequence[tuple[float, float, float, float]],
+                          took: Sequence[float]) -> int:
+        """:meth:`Controller.play_quiet_cycles` (many quiet refill cycles as one step), and
+        this run's books of their jobs: each job asked for is noted at its start, and each
+        one a device started has its generator interval (to its end, or to its start plus
+        ``took``, its first step's draw, while it runs). Returns the first job's id, or 0
+        where the controller refused (nothing changed)."""
+        first = self.controller.play_quiet_cycles(ticks, jobs)
+        if not first:
+            return 0
+        starts, ran = self.job_starts, self._ran
+        for job_id, (asked, start, done, _), step in zip(count(first), jobs, took):
+            if math.isinf(asked):
+                break
+            if job_id not in starts:
+                starts[job_id] = asked
+            if not math.isinf(start):
+                ran[job_id] = (start, done) if not math.isinf(done) else (start, start + step)
+        if self._tally is not None:
+            self._tally_done()
+        return first
 
     def _tally_done(self) -> None:
         """Add up the intervals of the oldest jobs that are done, and forget them."""

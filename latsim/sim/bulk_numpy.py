@@ -114,9 +114,9 @@ def _replay_conditions(run: _Run, jobs: _Jobs) -> None:
         replays[index] = StreamReplay(
             index, origin, run.configs[index], window, run.records,
             [(now + ((t + origin) - now), t) for t in sent],
-            jobs.requests[index, :n].tolist(), (~np.isnan(jobs.armed[index, :n])).tolist(),
+            jobs.requests[index, :n].tolist(), jobs.armed[index, :n + 1].tolist(),
             jobs.starts[index, :n].tolist(), jobs.ends[index, :n].tolist(),
-            jobs.took[index, :n].tolist(), horizon, run.playout)
+            jobs.took[index, :n].tolist(), run.clock[index], horizon, run.playout)
     for replay in replays.values():
         replay.play_until(window_end)
     end, last = window_end, -1

@@ -25,7 +25,10 @@ open there, at the tick that shows the last of them (within the drain).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from bisect import bisect_left
+from collections.abc import Sequence
+
+import numpy as np
 
 from latsim.controller import (
     ConditionArrived,
@@ -55,20 +58,22 @@ class StreamReplay:
     times are global, the controller's are global minus ``origin``.
 
     The schedule is the stream's jobs in order (job ``j`` at index ``j - 1``), those asked
-    for before ``horizon``: when each is asked for, whether at an armed wake-up, when a
-    device starts it and when it is done (inf: not within the horizon), and its first
-    step's draw."""
+    for before ``horizon``: when each is asked for, the due time of the wake-up armed for
+    it (nan: asked for at once; one more than the jobs, for the wake-up armed past the
+    horizon), when a device starts it and when it is done (inf: not within the horizon),
+    and its first step's draw; and the stream's tick times (``clock``, a tick a place)."""
 
     def __init__(self, index: int, origin: float, config: ControllerConfig,
                  window: RunWindow, records: str, arrivals: Sequence[tuple[float, float]],
-                 requests: Sequence[float], woken: Sequence[bool], starts: Sequence[float],
-                 ends: Sequence[float], took: Sequence[float], horizon: float,
-                 playout: float) -> None:
+                 requests: Sequence[float], dues: Sequence[float], starts: Sequence[float],
+                 ends: Sequence[float], took: Sequence[float], clock: np.ndarray,
+                 horizon: float, playout: float) -> None:
         self.index = index
         self.origin = origin
         self.K = config.timing.K
-        self.requests, self.woken, self.starts, self.ends, self.took = (
-            requests, woken, starts, ends, took)
+        self.requests, self.dues, self.starts, self.ends, self.took = (
+            requests, dues, starts, ends, took)
+        self.clock = clock
         self.horizon = horizon
         self.arrivals = arrivals  # (arrival, sent), global time, in order
         self.delay = playout
@@ -82,10 +87,11 @@ class StreamReplay:
         self.tick_at = 0.0
         self.asked = 0  # the last job the controller started
         self.armed_for = 0  # the job the last wake-up was armed for
+        # the next event: of job ``job`` (its wake-up, start or end: ``step`` 0, 1, 2)
+        # or the arrival ``arrival``
+        self.job, self.step, self.arrival = 1, 0, 0
         self.run = StreamRun(config, window, self, records=records)
         self.ctrl = self.run.controller
-        self._events = self._in_order()
-        self._next = next(self._events, None)
         self.run.start(origin - origin)  # the event path's start: its clock less the origin
 
     # ------------------------------------------------------------ the port
@@ -98,7 +104,7 @@ class StreamReplay:
             return
         job = self.asked + 1
         if job <= len(self.requests):
-            if not (self.woken[job - 1] and self.requests[job - 1] == when):
+            if math.isnan(self.dues[job - 1]) or self.requests[job - 1] != when:
                 raise Differs
         elif when < self.horizon:
             raise Differs
@@ -137,16 +143,20 @@ class StreamReplay:
         """Deliver the stream's events before ``until`` (global time) in the clock's order
         and play its ticks before it (at it too, ``through``). With ``closing``, stop after
         the tick that shows the last condition open, and return its time (None: none came
-        by ``until``)."""
+        by ``until``). Where the controller is in its quiet cycles, the cycles before the
+        next arrival are played as one step (:meth:`_skip`)."""
         while True:
-            event = self._next
-            last = event is None or event[0] >= until
-            closed = self._ticks(until if last else event[0],  # type: ignore[index]
-                                 through and last, closing)
+            at, kind = self._peek()
+            if kind != _ARRIVAL and at < until and self.ctrl.in_quiet_cycles:
+                arrival = (self.arrivals[self.arrival][0]
+                           if self.arrival < len(self.arrivals) else math.inf)
+                if self._skip(min(arrival, until)):
+                    continue
+            last = at >= until
+            closed = self._ticks(until if last else at, through and last, closing)
             if closed is not None or last:
                 return closed
-            self._next = next(self._events, None)
-            self._deliver(*event)  # type: ignore[misc]
+            self._deliver(at, kind)
 
     def records(self, end: float) -> tuple[RunRecords, list[ViewerRecord]]:
         """The stream's records at the run's end (global time)."""
@@ -154,53 +164,105 @@ class StreamReplay:
         return done, self.viewer + censored_records(self.index, self.ctrl.conditions,
                                                     self.sent)
 
-    def _in_order(self) -> Iterator[tuple[float, int, int | float]]:
-        """The stream's events by time: its conditions' arrivals (time, kind, sent) and its
-        jobs' armed wake-ups, starts after a wait and ends (time, kind, job)."""
-        arrivals = iter(self.arrivals)
-        arrival = next(arrivals, None)
-        for number in range(1, len(self.requests) + 1):
-            asked, start = self.requests[number - 1], self.starts[number - 1]
-            steps = [(asked, _WAKE)] if self.woken[number - 1] else []
-            if start > asked:
-                steps.append((start, _START))
-            steps.append((self.ends[number - 1], _DONE))
-            for at, kind in steps:
-                while arrival is not None and arrival[0] <= at:
-                    if arrival[0] == at:
-                        raise Differs  # an instant of two events: their ids order them
-                    yield arrival[0], _ARRIVAL, arrival[1]
-                    arrival = next(arrivals, None)
-                yield at, kind, number
-        while arrival is not None:
-            yield arrival[0], _ARRIVAL, arrival[1]
-            arrival = next(arrivals, None)
+    def _peek(self) -> tuple[float, int]:
+        """The time and kind of the stream's next event: a condition's arrival, or its
+        next job's armed wake-up, start after a wait or end (inf: none)."""
+        jobs = len(self.requests)
+        at, kind = math.inf, _DONE
+        while self.job <= jobs:
+            index = self.job - 1
+            if self.step == 0 and not math.isnan(self.dues[index]):
+                at, kind = self.requests[index], _WAKE
+            elif self.step <= 1 and self.starts[index] > self.requests[index]:
+                at, kind = self.starts[index], _START
+            else:
+                at, kind = self.ends[index], _DONE
+            break
+        if self.arrival < len(self.arrivals):
+            arrival = self.arrivals[self.arrival][0]
+            if arrival == at:
+                raise Differs  # an instant of two events: their ids order them
+            if arrival < at:
+                return arrival, _ARRIVAL
+        return at, kind
 
-    def _deliver(self, at: float, kind: int, value: int | float) -> None:
-        """One event of the stream, as the serving port delivers it."""
+    def _deliver(self, at: float, kind: int) -> None:
+        """The next event, as the serving port delivers it."""
         self.now = at
         t = at - self.origin
         run = self.run
         if kind == _ARRIVAL:
-            self.sent.append(value)
+            self.sent.append(self.arrivals[self.arrival][1])
+            self.arrival += 1
             run.deliver(ConditionArrived(), t)
             return
-        job = int(value)
+        job = self.job
         if kind == _WAKE:
+            self.step = 1
             if self.armed_for != job:
                 raise Differs
             run.deliver(WakeUp(), t)
             if self.asked != job:
                 raise Differs  # the wake-up did not start its job
         elif kind == _START:
+            self.step = 2
             run.job_ran(job, t, t + self.took[job - 1])
             if not self.ctrl.quiet_job_started(job, t):
                 run.deliver(JobStarted(job), t)
         else:
+            self.job, self.step = job + 1, 0
             run.job_ran(job, self.starts[job - 1] - self.origin, t)
             run.deliver(JobDone(job), t)
             if self.asked != job + 1 and self.armed_for != job + 1:
                 raise Differs  # neither the next job nor its wake-up
+
+    def _skip(self, bound: float) -> bool:
+        """Play the quiet cycles before ``bound`` (global time) as one step
+        (:meth:`~latsim.run.stream.StreamRun.play_quiet_cycles`): the jobs done by then,
+        the one in flight or armed after them, and the ticks. False where no job is done
+        before ``bound`` (the events go one by one) or the controller refuses."""
+        clock = self.clock
+        showing = self.ctrl.next_showing  # the tick that shows a condition goes alone
+        if showing >= 0:
+            if showing >= clock.size:
+                return False
+            bound = min(bound, float(clock[showing]))
+        first = self.job  # in flight (asked), or armed
+        done = bisect_left(self.ends, bound, first - 1)  # jobs 1 .. done are done by then
+        if done < first or self.tick_pos != self.ctrl.next_position:
+            return False
+        last = done + 1
+        if last > len(self.requests) and last > len(self.dues):
+            return False
+        origin, inf = self.origin, math.inf
+        jobs, took = [], []
+        for number in range(first, last + 1):
+            index = number - 1
+            asked = self.requests[index] if index < len(self.requests) else inf
+            start = self.starts[index] if asked < bound else inf
+            end = self.ends[index] if number <= done else inf
+            jobs.append((asked - origin if asked < bound else inf,
+                         start - origin if start < bound else inf, end - origin,
+                         self.dues[index]))
+            took.append(self.took[index] if index < len(self.took) else 0.0)
+        position = self.tick_pos
+        upto = int(np.searchsorted(clock, bound, side="left"))
+        if position < upto and clock[position] != self.tick_at or upto + 1 > clock.size:
+            return False
+        ticks = (clock[position:upto] - origin).tolist()
+        if not self.run.play_quiet_cycles(ticks, jobs, took):
+            return False
+        asked = jobs[-1][0] < inf
+        self.asked = last if asked else done
+        if not asked:
+            self.armed_for = last
+        self.job, self.step = last, (0 if not asked else
+                                     2 if jobs[-1][1] < inf else 1)
+        if upto > position:
+            if self.first_display is None:  # the serving port's, for the first slot
+                self.first_display = self.tick_at - origin + self.delay + self.shift
+            self.tick_pos, self.tick_at = upto, float(clock[upto])
+        return True
 
     def _ticks(self, horizon: float, through: bool, closing: bool) -> float | None:
         """Play the ticks before ``horizon`` (at it, ``through``): the quiet ones in bulk,
