@@ -173,3 +173,16 @@ def test_serving_stall_intervals_take_a_replications_streams_together():
     assert metrics["viewer_stall_pct_lo"] == pytest.approx(max(0.0, viewer.mean() - half))
     assert metrics["viewer_stall_pct_hi"] == pytest.approx(viewer.mean() + half)
     assert {"stall_pct_lo", "client_stall_pct_hi", "L95_lo", "L_server95_hi"} <= set(metrics)
+
+
+def test_fleet_rows_carry_the_pooled_intervals():
+    """A fleet's pooled quantiles carry the interval of the pooled values."""
+    from latsim.analysis.fleet import pooled_quantiles
+
+    rng = np.random.default_rng(9)
+    samples = [{"L": tuple(rng.exponential(size=300)), "ttfc": tuple(rng.uniform(size=300))}
+               for _ in range(3)]
+    row = pooled_quantiles(samples)
+    values = [v for s in samples for v in s["L"]]
+    assert (row["L95_lo"], row["L95_hi"]) == percentile_intervals(values, [95])[0]
+    assert row["ttfc_p99_lo"] <= row["ttfc_p99"] <= row["ttfc_p99_hi"]
