@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -33,7 +33,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from latsim.analysis.latency import replication_percentile_se
+from latsim.analysis.intervals import replication_bootstrap_se
+from latsim.analysis.latency import percentile
 from latsim.experiments.engine import (
     DEFAULT_COST,
     Experiment,
@@ -69,10 +70,11 @@ for label, spec in WORKLOADS.items():
     exp = Experiment(Ks=KS, cost=DEFAULT_COST, updates=spec, seeds=seeds, seed=2)
     result = run_experiment(exp, jobs=2)
     for row in result.rows:
-        # the pooled percentiles' jackknife standard errors over the replications
+        # the pooled percentiles' bootstrap standard errors over the replications
         runs = result.runs[row["K"], row["policy"]]
-        se = {f"L{level}_se": replication_percentile_se(
-            [[c.L for c in run.conditions if c.displayed] for run in runs], level)
+        shown = [[c.L for c in run.conditions if c.displayed] for run in runs]
+        se = {f"L{level}_se": replication_bootstrap_se(
+            shown, lambda values, level=level: percentile(values, level))
             for level in (50, 95)}
         rows.append({"workload": label, "policy": row["policy"], "K": row["K"],
                      "T": row["T"], "C": round(row["C_mean"], 6),

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from latsim.analysis.metrics import paired_jackknife_se, summarize, work_calls, work_ratio
+from latsim.analysis.intervals import paired_jackknife_se
+from latsim.analysis.metrics import summarize, work_calls, work_ratio
 from latsim.experiments.engine import Experiment, run_experiment
 from latsim.experiments.paper import _se_diff
 from latsim.model.costs import FixedCost

@@ -139,7 +139,8 @@ def test_capacity_rows_name_their_errors_and_counts_like_the_simulators():
                                  "--slo-l95", "2.0", "--slo-stall", "1", "--duration", "20",
                                  "--max-streams", "2", "--max-seeds", "5", "--json"])
     row = envelope_of(result.stdout)["rows"][0]
-    assert {"L95_se", "viewer_stall_pct_se", "n_runs"} <= set(row)
+    assert {"L95_se", "viewer_stall_pct_se", "n_runs", "L95_lo", "L95_hi",
+            "viewer_stall_pct_lo", "viewer_stall_pct_hi"} <= set(row)
 
 
 def test_csv_has_one_row_per_result_row_and_flat_columns():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from latsim.analysis import theory
-from latsim.analysis.metrics import paired_jackknife_se, summarize
+from latsim.analysis.intervals import paired_jackknife_se
+from latsim.analysis.metrics import summarize
 from latsim.controller.policies import SPECULATIVE
 from latsim.controller.timing import Timing
 from latsim.errors import LatsimError

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from latsim.analysis.intervals import percentile_intervals
 from latsim.analysis.latency import LEVELS, percentile, pooled
 from latsim.analysis.metrics import stall_pct, summarize
 from latsim.numeric import total
@@ -170,11 +171,16 @@ POOLED_QUANTILES = {**{f"L{level}": ("L", level) for level in LEVELS},
 
 
 def pooled_quantiles(samples: Sequence[Mapping[str, Sequence[float]]]) -> dict:
-    """:data:`POOLED_QUANTILES` over the values of every replication's ``samples``."""
-    out = {}
+    """:data:`POOLED_QUANTILES` over the values of every replication's ``samples``, then
+    each one's 95% interval, ``{key}_lo``/``_hi``
+    (:func:`~latsim.analysis.intervals.percentile_intervals` of the pooled values)."""
+    out: dict[str, float | None] = {}
+    bounds: dict[str, float | None] = {}
     for key, (name, level) in POOLED_QUANTILES.items():
-        out[key] = percentile(pooled(sample[name] for sample in samples), level)
-    return out
+        values = pooled(sample[name] for sample in samples)
+        out[key] = percentile(values, level)
+        ((bounds[f"{key}_lo"], bounds[f"{key}_hi"]),) = percentile_intervals(values, [level])
+    return {**out, **bounds}
 
 
 def blocking_bounds(rejected: int, arrived: int, tail: float = 0.05) -> tuple[float, float]:

@@ -2,16 +2,17 @@
 fleet, measure, serve, client and compare.
 
 - **The set.** The mean, its standard error and the 50th, 95th and 99th percentiles
-  (:data:`LEVELS`), under one prefix: ``L_mean``, ``L_mean_se``, ``L50``, ``L95``, ``L99``.
+  (:data:`LEVELS`), under one prefix: ``L_mean``, ``L_mean_se``, ``L50``, ``L95``, ``L99``,
+  and each percentile's 95% confidence interval, ``L50_lo``/``L50_hi`` and so on
+  (:mod:`latsim.analysis.intervals`).
 - **Pooling.** Over replications the shown conditions are pooled, and the percentiles are
   those of the pooled sample (a replication's own percentile is not averaged): a run of n
   replications then reports what one run n times as long would. ``L_mean_se`` is
   ``s/√n`` over the pooled conditions (conditions of one run are close to independent
   where they are further apart than a chunk; where a summary needs the spread between
-  replications it says so, as the fleet's ``_se`` columns do). A pooled percentile's own
-  standard error is the jackknife over replications (:func:`replication_percentile_se`);
-  one sample's, the bootstrap (:func:`bootstrap_percentile_se`); an empirical CDF's band,
-  Dvoretzky–Kiefer–Wolfowitz's (:func:`dkw_band`).
+  replications it says so, as the fleet's ``_se`` columns do). A percentile's interval
+  is the order-statistic interval of the pooled sample, which takes its values as
+  independent as ``L_mean_se`` does (:mod:`latsim.analysis.intervals`).
 - **The basis** (``L_basis``): what L is measured between, which differs by driver and
   must be said beside the number (:data:`TIMELINE`, :data:`WALL`, :data:`VIEWER`).
 """
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from latsim.analysis.intervals import percentile_intervals
 from latsim.numeric import empirical_quantile
 
 #: The percentiles every latency summary reports.
@@ -49,56 +51,21 @@ def percentile(values: Sequence[float] | np.ndarray, level: float) -> float | No
 
 def latency_stats(values: Sequence[float] | np.ndarray, prefix: str = "L"
                   ) -> dict[str, float | None]:
-    """``{prefix}_mean``, ``{prefix}_mean_se`` and ``{prefix}50/95/99`` of ``values`` (a
-    pooled sample, :func:`pooled`); None where there are too few values."""
+    """``{prefix}_mean``, ``{prefix}_mean_se``, ``{prefix}50/95/99`` of ``values`` (a
+    pooled sample, :func:`pooled`) and then each percentile's confidence interval,
+    ``{prefix}{level}_lo``/``_hi`` (:func:`~latsim.analysis.intervals.percentile_intervals`);
+    None where there are too few values."""
     data = np.asarray(values, dtype=float)
     mean = float(data.mean()) if data.size else None
     se = float(data.std(ddof=1) / math.sqrt(data.size)) if data.size > 1 else None
+    bounds = percentile_intervals(data, LEVELS)
     return {f"{prefix}_mean": mean, f"{prefix}_mean_se": se,
-            **{f"{prefix}{level}": percentile(data, level) for level in LEVELS}}
+            **{f"{prefix}{level}": percentile(data, level) for level in LEVELS},
+            **{f"{prefix}{level}_{side}": bound
+               for level, (lo, hi) in zip(LEVELS, bounds, strict=True)
+               for side, bound in (("lo", lo), ("hi", hi))}}
 
 
 def pooled(samples: Iterable[Sequence[float]]) -> list[float]:
     """The pooling rule across replications: every replication's values, in one sample."""
     return [value for sample in samples for value in sample]
-
-
-def replication_percentile_se(samples: Sequence[Sequence[float]], level: float
-                              ) -> float | None:
-    """Jackknife standard error over replications of the pooled ``level`` percentile:
-    each replication's values (``samples``, one sequence each) left out in turn. None
-    with fewer than two replications, or where leaving one out leaves no value."""
-    groups = [np.asarray(sample, dtype=float) for sample in samples]
-    if len(groups) < 2 or not any(group.size for group in groups):
-        return None
-    leave_one_out = []
-    for index in range(len(groups)):
-        rest = [group for i, group in enumerate(groups) if i != index]
-        kept = np.concatenate(rest) if rest else np.array([])
-        if not kept.size:
-            return None
-        leave_one_out.append(empirical_quantile(kept, level / 100))
-    n = len(groups)
-    values = np.array(leave_one_out)
-    return float(math.sqrt((n - 1) / n * np.sum((values - values.mean()) ** 2)))
-
-
-def bootstrap_percentile_se(values: Sequence[float] | np.ndarray, level: float,
-                            resamples: int = 400, seed: int = 0) -> float:
-    """The bootstrap standard error of the ``level`` percentile of ``values`` (one sample,
-    resampled ``resamples`` times with a fixed ``seed``: the same figure every time); 0
-    with fewer than two values."""
-    data = np.asarray(values, dtype=float)
-    if data.size < 2:
-        return 0.0
-    rng = np.random.default_rng(seed)
-    draws = np.array([empirical_quantile(resample, level / 100)
-                      for resample in rng.choice(data, size=(resamples, data.size))])
-    return float(draws.std(ddof=1))
-
-
-def dkw_band(n: int, confidence: float = 0.95) -> float:
-    """The half-width of the Dvoretzky–Kiefer–Wolfowitz confidence band of an empirical CDF
-    of ``n`` values: sup |F_n − F| <= ε with probability ``confidence``,
-    ε = sqrt(ln(2 / (1 − confidence)) / (2n))."""
-    return math.sqrt(math.log(2 / (1 - confidence)) / (2 * n))

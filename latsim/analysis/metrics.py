@@ -14,11 +14,12 @@ policies play the same number of latents.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from latsim.analysis.intervals import paired_jackknife_se, stall_interval
 from latsim.analysis.latency import TIMELINE, latency_stats
 from latsim.controller.records import count_slots_before
 from latsim.numeric import total
@@ -51,6 +52,17 @@ class Metrics:
     n_censored: int
     n_runs: int
     window_s: float
+    # 95% confidence intervals (latsim.analysis.intervals): of each L percentile, the
+    # order-statistic interval of the pooled conditions; of stall_pct, the t interval over
+    # the runs as replications (None with one run). None: a side the data cannot bound.
+    L50_lo: float | None
+    L50_hi: float | None
+    L95_lo: float | None
+    L95_hi: float | None
+    L99_lo: float | None
+    L99_hi: float | None
+    stall_pct_lo: float | None
+    stall_pct_hi: float | None
     L_basis: str = TIMELINE  # what L is measured between (latsim.analysis.latency)
 
     def as_dict(self) -> dict:
@@ -93,32 +105,6 @@ def work_calls(run: RunRecords) -> float:
     return (_played_generated(run) + _discarded(run)) / K
 
 
-def paired_jackknife_se(
-    per_run_components: np.ndarray, statistic: Callable[[np.ndarray], float]
-) -> float | None:
-    """Jackknife standard error of ``statistic(column totals)`` over replications.
-
-    ``per_run_components`` has one row per replication and one column per additive
-    component (e.g. the sum of L and the count of conditions of each policy); ``statistic``
-    maps a vector of column totals to a number (a pooled mean, a ratio, a difference of
-    pooled means). Leaving a whole row out keeps whatever the columns share within a
-    replication, such as two policies run on the same arrivals: the SE of a paired
-    difference then reflects their covariance instead of treating them as independent.
-    For a plain mean (components ``[x_i, 1]``, statistic ``t[0] / t[1]``) it equals
-    ``s / sqrt(n)``. ``None`` with fewer than two rows, or where a leave-one-out statistic
-    is not finite (say, a zero denominator).
-    """
-    components = np.asarray(per_run_components, dtype=float)
-    n = components.shape[0]
-    if n < 2:
-        return None
-    totals = np.array([column.sum() for column in components.T])
-    leave_one_out = np.array([statistic(totals - row) for row in components], dtype=float)
-    if not np.all(np.isfinite(leave_one_out)):
-        return None
-    return math.sqrt((n - 1) / n * float(np.sum((leave_one_out - leave_one_out.mean()) ** 2)))
-
-
 def _ratio(totals: np.ndarray) -> float:
     return float(totals[0] / totals[1]) if totals[1] > 0 else math.nan
 
@@ -152,7 +138,8 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
     out the overtaken ones would drop the longest waits (under chunk commitment, exactly the
     early arrivals of a chunk window) and bias L low. Censored conditions (never displayed
     before the drain ended) are counted, not averaged. Stall % and busy % are time-weighted
-    over the runs' windows; w counts latents played or discarded in the window.
+    over the runs' windows; w counts latents played or discarded in the window. The
+    intervals (``L95_lo``, ``stall_pct_hi``, ...) take ``runs`` as replications.
     """
     shown = [c for run in runs for c in run.conditions if c.displayed]
     latencies = [c.L for c in shown]
@@ -163,6 +150,8 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
     n_all = sum(len(run.conditions) for run in runs)
     n_superseded = sum(1 for run in runs for c in run.conditions if c.superseded)
     n_censored = sum(1 for run in runs for c in run.conditions if not c.displayed)
+    stall_lo, stall_hi = stall_interval([stall_time_in_window(run) for run in runs],
+                                        [run.duration for run in runs])
     return Metrics(
         **latency_stats(latencies),
         R_mean=_mean([c.R for c in shown]),
@@ -183,4 +172,6 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
         n_censored=n_censored,
         n_runs=len(runs),
         window_s=window,
+        stall_pct_lo=stall_lo,
+        stall_pct_hi=stall_hi,
     )

@@ -9,6 +9,9 @@ waste); this module adds what the viewer and the pools see:
   controller's ``R + C + Q``.
 - ``client_stall_pct``: time the client froze because a slot arrived after its display time;
   ``viewer_stall_pct`` adds the server's stalls (each delays the client's display one for one).
+- ``*_lo``/``*_hi``: 95% confidence intervals (:mod:`latsim.analysis.intervals`): of each
+  L percentile, over the pooled conditions; of each stall %, the t interval over
+  replications (a replication's streams together: they share the devices).
 - ``cpr``: continuous-play ratio, the share of each stream's whole seconds of the window
   (stream time) in which the viewer saw no stall.
 - ``ttff_mean``: time to first frame from joining (with ``cold_start``, the wait for the
@@ -27,19 +30,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from latsim.analysis.latency import (
-    LEVELS,
-    VIEWER,
-    latency_stats,
-    percentile,
-    replication_percentile_se,
-)
-from latsim.analysis.metrics import (
+from latsim.analysis.intervals import (
     paired_jackknife_se,
-    stall_pct,
-    stall_time_in_window,
-    summarize,
+    replication_bootstrap_se,
+    stall_interval,
 )
+from latsim.analysis.latency import LEVELS, VIEWER, latency_stats, percentile
+from latsim.analysis.metrics import stall_pct, stall_time_in_window, summarize
 from latsim.numeric import total
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunRecords, window_overlap
@@ -72,12 +69,15 @@ def _pct(totals: np.ndarray) -> float:
 
 def replication_se(runs: Sequence[ServingRecords]) -> dict[str, float | None]:
     """Standard errors over replications of the pooled metrics a figure draws error bars
-    for: ``L50_se``, ``L95_se`` and ``L99_se`` (the viewer's L, jackknife of the pooled
-    percentile), ``stall_pct_se`` (the server's) and ``viewer_stall_pct_se`` (jackknife of
+    for: ``L50_se``, ``L95_se`` and ``L99_se`` (the viewer's L, bootstrap of the pooled
+    percentile over replications, :func:`~latsim.analysis.intervals.replication_bootstrap_se`),
+    ``stall_pct_se`` (the server's) and ``viewer_stall_pct_se`` (jackknife of
     the pooled stall time over the pooled window). None with fewer than two replications."""
     shown = [[v.L for v in run.viewer if v.displayed] for run in runs]
-    out: dict[str, float | None] = {f"L{level}_se": replication_percentile_se(shown, level)
-                                    for level in LEVELS}
+    out: dict[str, float | None] = {
+        f"L{level}_se": replication_bootstrap_se(
+            shown, lambda values, level=level: percentile(values, level))
+        for level in LEVELS}
     seconds = [_stall_seconds([run]) for run in runs]
     server = np.array([[s, w] for _, s, w in seconds]).reshape(-1, 2)
     viewer = np.array([[c + s, w] for c, s, w in seconds]).reshape(-1, 2)
@@ -103,6 +103,19 @@ def _smooth_seconds(intervals: list[tuple[float, float]], duration: float) -> tu
         if end > start and first <= last:
             stalled[first:last + 1] = True
     return int(seconds - stalled.sum()), seconds
+
+
+def _stall_intervals_by_replication(runs: Sequence[ServingRecords]) -> dict:
+    """``stall_pct``'s, ``client_stall_pct``'s and ``viewer_stall_pct``'s ``_lo``/``_hi``:
+    t intervals over the replications (:func:`~latsim.analysis.intervals.stall_interval`)."""
+    seconds = [_stall_seconds([run]) for run in runs]
+    windows = [w for _, _, w in seconds]
+    out = {}
+    for key, stalled in (("stall_pct", [s for _, s, _ in seconds]),
+                         ("client_stall_pct", [c for c, _, _ in seconds]),
+                         ("viewer_stall_pct", [c + s for c, s, _ in seconds])):
+        out[f"{key}_lo"], out[f"{key}_hi"] = stall_interval(stalled, windows)
+    return out
 
 
 def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
@@ -141,6 +154,7 @@ def serving_metrics(runs: Sequence[ServingRecords]) -> dict:
         "busy_pct": busy_pct_by_pool.get("dit", base["busy_pct"]),
         "client_stall_pct": stall_pct(client_stall, window),
         "viewer_stall_pct": stall_pct(client_stall + server_stall, window),
+        **_stall_intervals_by_replication(runs),
         "cpr": (total(a for a, _ in smooth) / total(b for _, b in smooth)
                 if total(b for _, b in smooth) else None),
         "ttff_mean": float(np.mean(ttff)) if ttff else None,

@@ -36,6 +36,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from latsim.analysis.intervals import replication_bootstrap_se
 from latsim.analysis.latency import percentile
 from latsim.analysis.serving import serving_metrics, viewer_stall_pct
 from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number, check_work
@@ -122,7 +123,10 @@ class Verdict:
             "streams": self.streams, "n_runs": self.replications,
             "verdict": self.verdict, "confidence_meets": self.confidence,
             "L50": m["L50"], "L95": m["L95"], "L95_se": self.l95_se, "L99": m["L99"],
+            "L95_lo": m["L95_lo"], "L95_hi": m["L95_hi"],
             "viewer_stall_pct": m["viewer_stall_pct"], "viewer_stall_pct_se": self.stall_se,
+            "viewer_stall_pct_lo": m["viewer_stall_pct_lo"],
+            "viewer_stall_pct_hi": m["viewer_stall_pct_hi"],
             "stall_pct": m["stall_pct"], "client_stall_pct": m["client_stall_pct"],
             "busy_pct": m["busy_pct"], "busy_pct_by_pool": m["busy_pct_by_pool"],
             "queue_wait_mean_by_stage": m["queue_wait_mean_by_stage"],
@@ -202,19 +206,14 @@ def _probability_within(estimate: float | None, se: float | None, limit: float) 
 
 def _bootstrap_se(runs: list[ServingRecords], rng: np.random.Generator
                   ) -> tuple[float | None, float | None]:
-    """Bootstrap standard errors, over replications, of pooled L95 and viewer stall %."""
-    latencies = [np.array([v.L for v in run.viewer if v.displayed], dtype=float)
-                 for run in runs]
-    stall = np.array([viewer_stall_pct([run]) for run in runs])
-    l95s, stalls = [], []
-    for _ in range(BOOTSTRAP):
-        pick = rng.integers(len(runs), size=len(runs))
-        pooled = np.concatenate([latencies[i] for i in pick])
-        if pooled.size:
-            l95s.append(percentile(pooled, 95))
-        stalls.append(float(stall[pick].mean()))
-    return (float(np.std(l95s, ddof=1)) if len(l95s) > 1 else None,
-            float(np.std(stalls, ddof=1)))
+    """Bootstrap standard errors, over replications, of pooled L95 and of the mean of the
+    replications' viewer stall % (:func:`~latsim.analysis.intervals.replication_bootstrap_se`)."""
+    latencies = [[v.L for v in run.viewer if v.displayed] for run in runs]
+    stalls = [[viewer_stall_pct([run])] for run in runs]
+    return (replication_bootstrap_se(latencies, lambda values: percentile(values, 95), rng,
+                                     BOOTSTRAP),
+            replication_bootstrap_se(stalls, lambda values: float(np.mean(values)), rng,
+                                     BOOTSTRAP))
 
 
 def _judge(query: CapacityQuery, streams: int, runs: list[ServingRecords],

@@ -287,8 +287,11 @@ def pooled_row(fp: FleetPlan, results: list[ReplicationResult]) -> dict:
     replications (``_se``), and how many there were (``n_runs``). The quantiles of L and
     of the time to first chunk are taken over every replication's values pooled, as the
     serving model's summary takes them (:data:`~latsim.analysis.fleet.POOLED_QUANTILES`);
-    their ``_se`` is still the spread of each replication's own."""
+    their ``_se`` is still the spread of each replication's own, and ``_lo``/``_hi`` their
+    95% interval over the pooled values. ``stall_pct_lo``/``_hi``: the t interval of the
+    replications' mean stall % (:func:`~latsim.analysis.intervals.t_interval`)."""
     from latsim.analysis.fleet import pooled_quantiles
+    from latsim.analysis.intervals import t_interval
     from latsim.analysis.latency import VIEWER
 
     run = fp.run
@@ -310,6 +313,9 @@ def pooled_row(fp: FleetPlan, results: list[ReplicationResult]) -> dict:
                             if len(values) > 1 else None)
     if all(r.samples for r in results):
         row.update(pooled_quantiles([r.samples for r in results]))
+    stalls = [r.metrics["stall_pct"] for r in results if r.metrics["stall_pct"] is not None]
+    row["stall_pct_lo"], row["stall_pct_hi"] = t_interval(row.get("stall_pct"),
+                                                          row.get("stall_pct_se"), len(stalls))
     row["n_runs"] = len(results)
     return row
 

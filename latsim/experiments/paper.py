@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from latsim.analysis import theory
-from latsim.analysis.metrics import paired_jackknife_se
+from latsim.analysis.intervals import paired_jackknife_se
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import PRESETS
 from latsim.controller.timing import Timing

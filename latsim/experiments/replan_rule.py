@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from latsim.analysis.metrics import paired_jackknife_se
+from latsim.analysis.intervals import paired_jackknife_se
 from latsim.errors import DEFAULT_MAX_EVENTS, check_work
 from latsim.experiments.engine import Experiment, plan, plan_events, prefetched, run_experiment
 from latsim.experiments.paper_settings import SETTINGS, TRACE_SETS, _trace_root

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from latsim.analysis import theory
-from latsim.analysis.latency import bootstrap_percentile_se, dkw_band
+from latsim.analysis.intervals import cdf_band, percentile_intervals
 from latsim.viz import style
 from latsim.viz.style import FONT, SOURCE_COLORS, STATUS_MARKERS, policy_color, policy_style
 
@@ -17,14 +17,26 @@ plt = style.pyplot()
 
 
 def replication_quantile_se(runs: list, level: float) -> float | None:
-    """Jackknife standard error over replications of the pooled ``level`` percentile of L
-    (:func:`~latsim.analysis.latency.replication_percentile_se`; serving runs count each
+    """Bootstrap standard error over replications of the pooled ``level`` percentile of L
+    (:func:`~latsim.analysis.intervals.replication_bootstrap_se`; serving runs count each
     stream of a replication together). None with fewer than two replications."""
-    from latsim.analysis.latency import replication_percentile_se
+    from latsim.analysis.intervals import replication_bootstrap_se
+    from latsim.analysis.latency import percentile
 
-    return replication_percentile_se(
+    return replication_bootstrap_se(
         [[c.L for s in getattr(run, "streams", (run,)) for c in s.conditions if c.displayed]
-         for run in runs], level)
+         for run in runs], lambda values: percentile(values, level))
+
+
+def _interval_errors(samples: list, points: list[float], level: float) -> np.ndarray:
+    """Error bars (below, above) of each point: to its sample's order-statistic 95%
+    interval of the ``level`` percentile (none on a side the sample cannot bound)."""
+    errors = np.zeros((2, len(points)))
+    for i, (sample, point) in enumerate(zip(samples, points, strict=True)):
+        ((lo, hi),) = percentile_intervals(sample, [level])
+        errors[:, i] = (0.0 if lo is None else max(0.0, point - lo),
+                        0.0 if hi is None else max(0.0, hi - point))
+    return errors
 
 
 def plot_latency_vs_k(rows: list[dict], path: Path, runs: dict | None = None) -> Path:
@@ -123,8 +135,8 @@ def plot_latency(rows: list[dict], folder: Path, runs: dict) -> Path:
 
 def plot_latency_cdf(rows: list[dict], path: Path, runs: dict) -> Path:
     """The empirical CDF of L per policy at one K, pooled over the runs, with its 95 %
-    DKW band, L50 and L95 marked, and the timing model's L50 and L95 beside them where
-    they hold (fixed C)."""
+    Kolmogorov–Smirnov band (:func:`~latsim.analysis.intervals.cdf_band`), L50 and L95
+    marked, and the timing model's L50 and L95 beside them where they hold (fixed C)."""
     fig, ax = plt.subplots(figsize=style.PANEL)
     for row in sorted(rows, key=lambda r: r["policy"]):
         policy = row["policy"]
@@ -134,7 +146,7 @@ def plot_latency_cdf(rows: list[dict], path: Path, runs: dict) -> Path:
         if not values:
             continue
         xs, ys = _ecdf(values)
-        band = dkw_band(len(xs))
+        band = cdf_band(len(xs))
         ax.step(xs, ys, where="post", color=look.color, linestyle=look.linestyle,
                 label=f"{policy}: L50 {row['L50']:.3g} s, L95 {row['L95']:.3g} s "
                       f"(n = {len(xs)})")
@@ -152,7 +164,7 @@ def plot_latency_cdf(rows: list[dict], path: Path, runs: dict) -> Path:
     ax.set_ylim(0, 1.02)
     if rows:
         first = rows[0]
-        ax.set_title(f"K = {first['K']}: the distribution of L; shaded: 95 % DKW band",
+        ax.set_title(f"K = {first['K']}: the distribution of L; shaded: 95 % KS band",
                      fontsize=FONT["title"])
         fig.suptitle(f"{first['fps']:g} fps, r={first['r']}, cost {first['cost']}, updates "
                      f"{first['updates']}, {first['duration']:g} s × {first['n_runs']} runs",
@@ -269,7 +281,7 @@ def compare_cdf_figure(comparison):
             partial = _partial_label(row)
             if run.latencies:
                 xs, ys = _ecdf(run.latencies)
-                band = dkw_band(len(xs))
+                band = cdf_band(len(xs))
                 ax.fill_between(xs, [max(0.0, y - band) for y in ys],
                                 [min(1.0, y + band) for y in ys], step="post", color=color,
                                 alpha=0.15, lw=0)
@@ -288,7 +300,7 @@ def compare_cdf_figure(comparison):
     replications = _joined(row["replications"] for row in rows)
     about = (f"predicted = re-simulated with the run's own measured C (its job times "
              f"resampled per job kind; {replications} replications), same trace, policy, K "
-             f"and lead; shaded: the measured CDF's 95% band (DKW)")
+             f"and lead; shaded: the measured CDF's 95% band (KS)")
     fig.suptitle(f"measured vs predicted latency: {compare_setup_title(comparison)}\n"
                  + textwrap.fill(about, int(fig.get_figwidth() * 15)),
                  fontsize=FONT["suptitle_small"])
@@ -346,11 +358,12 @@ def compare_overlay_figure(comparison):
                     n = sorted({len(measured_of[id(r)]) for r in measured})
                     ax.errorbar([r["K"] for r in measured],
                                 [r[f"{metric}_measured"] for r in measured],
-                                yerr=[bootstrap_percentile_se(measured_of[id(r)], level)
-                                      for r in measured],
+                                yerr=_interval_errors(
+                                    [measured_of[id(r)] for r in measured],
+                                    [r[f"{metric}_measured"] for r in measured], level),
                                 fmt="o", color=color, ms=7, mfc="none", mew=2, capsize=3,
                                 zorder=3, label=_label_once(
-                                    seen, f"{policy} measured ± bootstrap SE (n="
+                                    seen, f"{policy} measured, 95% interval (n="
                                     f"{'/'.join(map(str, n))} per run)"))
                 for r in in_group:
                     if r["policy"] != policy or r["status"] == "complete":

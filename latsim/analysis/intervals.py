@@ -1,0 +1,168 @@
+"""Confidence intervals for the figures a summary reports, computed in one place (scipy).
+
+- **A latency percentile** (``L95_lo``/``L95_hi`` beside ``L95``, and every other
+  ``{prefix}{level}`` of :func:`latsim.analysis.latency.latency_stats`):
+  :func:`percentile_intervals`, the distribution-free order-statistic interval. Of ``n``
+  values sorted, ``[x(l), x(u)]`` covers the true ``p`` quantile with probability
+  ``B(u − 1) − B(l − 1)``, ``B`` the Binomial(n, p) CDF (the count of values below the
+  quantile); ``l`` and ``u`` are the binomial's ``α/2`` and ``1 − α/2`` quantiles
+  (``scipy.stats.binom``), so each side misses with probability at most ``α/2``. No
+  resampling, exact for any continuous distribution, conservative with ties. Where the
+  sample is too small to bound a side (``l < 1`` or ``u > n``), that side is None.
+  Replications are pooled as their percentile is (:func:`latsim.analysis.latency.pooled`:
+  one sample of every replication's values), and the interval takes the pooled values as
+  independent draws, as ``L_mean_se`` does: conditions of one run that wait in the same
+  queue are correlated, so near saturation, or where streams share devices, it is too
+  narrow, and the spread between replications (a fleet's ``_se``, capacity's bootstrap)
+  is the measure of the run-to-run noise.
+- **Stall %** (``stall_pct_lo``/``stall_pct_hi``): :func:`stall_interval`, a Student t
+  interval over replications (``scipy.stats.t``, n − 1 degrees of freedom) around the
+  pooled stall % (stalled seconds over window seconds, pooled), with the jackknife
+  standard error of that ratio over replications (:func:`paired_jackknife_se`; ``s/√n``
+  of the replications' own stall % where their windows are equal), clipped to
+  ``[0, 100]``. With one replication there is no spread to measure, and both ends are
+  None (one window's stalls are too few and too clustered for a within-run interval).
+- **An empirical CDF's band**: :func:`cdf_band`, the exact simultaneous band of the
+  Kolmogorov–Smirnov statistic (``scipy.stats.kstwo``).
+
+The level is :data:`CONFIDENCE`. scipy is imported inside the functions (``latsim --help``
+does not load it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+#: The confidence level of every interval a summary reports.
+CONFIDENCE = 0.95
+
+Interval = tuple[float | None, float | None]
+
+
+def percentile_ranks(n: int, levels: Sequence[float], confidence: float = CONFIDENCE
+                     ) -> list[tuple[int, int]]:
+    """For each ``level`` percentile (0 to 100) of ``n`` values, the 1-based ranks
+    ``(l, u)`` of the order statistics that bound it with ``confidence``: ``l`` the
+    Binomial(n, p) ``α/2`` quantile, ``u`` one more than its ``1 − α/2`` quantile. ``l``
+    may be 0 and ``u`` ``n + 1``: no order statistic bounds that side."""
+    from scipy.stats import binom
+
+    alpha = 1 - confidence
+    p = np.asarray(levels, dtype=float) / 100
+    low = binom.ppf(alpha / 2, n, p)
+    high = binom.ppf(1 - alpha / 2, n, p)
+    return [(int(a), int(b) + 1) for a, b in zip(low, high, strict=True)]
+
+
+def percentile_intervals(values: Sequence[float] | np.ndarray, levels: Sequence[float],
+                         confidence: float = CONFIDENCE) -> list[Interval]:
+    """The order-statistic interval (module docstring) of each ``level`` percentile of
+    ``values``: ``(lo, hi)``, a side None where the sample is too small to bound it, both
+    None for an empty sample."""
+    data = np.sort(np.asarray(values, dtype=float))
+    n = data.size
+    if not n:
+        return [(None, None) for _ in levels]
+    return [(float(data[low - 1]) if low >= 1 else None,
+             float(data[high - 1]) if high <= n else None)
+            for low, high in percentile_ranks(n, levels, confidence)]
+
+
+def paired_jackknife_se(
+    per_run_components: np.ndarray, statistic: Callable[[np.ndarray], float]
+) -> float | None:
+    """Jackknife standard error of ``statistic(column totals)`` over replications.
+
+    ``per_run_components`` has one row per replication and one column per additive
+    component (e.g. the sum of L and the count of conditions of each policy); ``statistic``
+    maps a vector of column totals to a number (a pooled mean, a ratio, a difference of
+    pooled means). Leaving a whole row out keeps whatever the columns share within a
+    replication, such as two policies run on the same arrivals: the SE of a paired
+    difference then reflects their covariance instead of treating them as independent.
+    For a plain mean (components ``[x_i, 1]``, statistic ``t[0] / t[1]``) it equals
+    ``s / sqrt(n)``. ``None`` with fewer than two rows, or where a leave-one-out statistic
+    is not finite (say, a zero denominator).
+    """
+    components = np.asarray(per_run_components, dtype=float)
+    n = components.shape[0]
+    if n < 2:
+        return None
+    totals = np.array([column.sum() for column in components.T])
+    leave_one_out = np.array([statistic(totals - row) for row in components], dtype=float)
+    if not np.all(np.isfinite(leave_one_out)):
+        return None
+    return math.sqrt((n - 1) / n * float(np.sum((leave_one_out - leave_one_out.mean()) ** 2)))
+
+
+def t_interval(estimate: float | None, se: float | None, n: int,
+               confidence: float = CONFIDENCE, bounds: tuple[float, float] = (0.0, 100.0)
+               ) -> Interval:
+    """``estimate ± t(1 − α/2, n − 1) × se``, clipped to ``bounds`` (where the quantity
+    lies: a percentage by default); ``(None, None)`` without an estimate or a standard
+    error, or with fewer than two replications."""
+    if estimate is None or se is None or n < 2:
+        return None, None
+    from scipy.stats import t
+
+    half = float(t.ppf(1 - (1 - confidence) / 2, n - 1)) * se
+    return max(bounds[0], estimate - half), min(bounds[1], estimate + half)
+
+
+def _percent(totals: np.ndarray) -> float:
+    return 100.0 * float(totals[0] / totals[1]) if totals[1] > 0 else math.nan
+
+
+def stall_interval(stalled: Sequence[float], windows: Sequence[float],
+                   confidence: float = CONFIDENCE) -> Interval:
+    """The t interval (module docstring) of the pooled stall % of replications that stalled
+    ``stalled[i]`` seconds of ``windows[i]``; ``(None, None)`` with fewer than two
+    replications or an empty pooled window."""
+    rows = np.column_stack([np.asarray(stalled, dtype=float),
+                            np.asarray(windows, dtype=float)]).reshape(-1, 2)
+    if len(rows) < 2 or rows[:, 1].sum() <= 0:
+        return None, None
+    estimate = _percent(rows.sum(axis=0))
+    return t_interval(estimate, paired_jackknife_se(rows, _percent), len(rows), confidence)
+
+
+#: Bootstrap resamples of the replications behind a standard error over replications.
+RESAMPLES = 400
+
+
+def replication_bootstrap_se(samples: Sequence[Sequence[float] | np.ndarray],
+                             statistic: Callable[[np.ndarray], float | None],
+                             rng: np.random.Generator | None = None,
+                             resamples: int = RESAMPLES) -> float | None:
+    """The bootstrap standard error, over replications, of ``statistic`` of the pooled
+    values of ``samples`` (one sequence per replication): whole replications are resampled
+    (``scipy.stats.bootstrap``), which keeps what the values of one replication share (a
+    queue, the streams of one server). ``rng``: the draws (default: seed 0, the same figure
+    every time). None with fewer than two replications, or where a resample has no value
+    (``statistic`` returns None)."""
+    groups = [np.asarray(sample, dtype=float) for sample in samples]
+    if len(groups) < 2:
+        return None
+    from scipy.stats import bootstrap
+
+    def pooled_statistic(picked: np.ndarray) -> float:
+        value = statistic(np.concatenate([groups[i] for i in picked]))
+        return math.nan if value is None else value
+
+    result = bootstrap((np.arange(len(groups)),), pooled_statistic, vectorized=False,
+                       n_resamples=resamples, method="percentile",
+                       random_state=rng if rng is not None else np.random.default_rng(0))
+    se = float(result.standard_error)
+    return se if math.isfinite(se) else None
+
+
+def cdf_band(n: int, confidence: float = CONFIDENCE) -> float:
+    """The half-width ε of the simultaneous band of an empirical CDF of ``n`` values:
+    ``sup |F_n − F| <= ε`` with probability ``confidence`` (the Kolmogorov–Smirnov
+    statistic's ``confidence`` quantile, ``scipy.stats.kstwo``; exact for a continuous F,
+    and narrower than the Dvoretzky–Kiefer–Wolfowitz bound)."""
+    from scipy.stats import kstwo
+
+    return float(kstwo.ppf(confidence, n))
