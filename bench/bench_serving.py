@@ -11,13 +11,16 @@ process (``time.process_time``), so another process on the machine slows it less
 The workloads load the DiT devices to ρ ≈ 0.5 (the engine issue's definition; an earlier
 version of this file ran at ρ ≈ 2.9, where 70% of the time stalled):
 
-1. **jobs per second against plain SimPy.** N periodic baseline streams (K = 8, T = 2 s, no
-   conditions) send fixed-C jobs to one FIFO device, C = 0.5 T / N, lead = C + ρT; the
-   yardstick is the same workload written in plain SimPy (a process per stream, a
-   ``simpy.Resource`` device, a timeout per job and per period). A run like this one is
-   quiet throughout, so latsim plays it in numpy (:mod:`latsim.sim.bulk_numpy`); the loop
-   it falls back to, its event path and every tick an event are timed beside it. Target
-   (the bulk-engine issue): ≥ 5 without conditions.
+1. **jobs per second against plain SimPy.** N periodic baseline streams (K = 8, T = 2 s)
+   send fixed-C jobs to one FIFO device, C = 0.5 T / N, lead = C + ρT; the yardstick is
+   the same workload written in plain SimPy (a process per stream, a ``simpy.Resource``
+   device, a timeout per job and per period). Without conditions the run is quiet
+   throughout, so latsim plays it in numpy (:mod:`latsim.sim.bulk_numpy`); the loop it
+   falls back to, its event path and every tick an event are timed beside it. With
+   Poisson conditions at 0.1/s a stream (the same jobs: under the baseline a condition
+   moves none) the pools are still computed in numpy and each stream is replayed through
+   its controller (:mod:`latsim.sim.bulk_replay`), timed beside the event path. Targets
+   (the bulk-engine issue): ≥ 5 without conditions, ≥ 1 with them.
 2. **µs per slot as streams grow** (K = 8, ``fixed:0.25``, dit = N/4: ρ = 0.5; Poisson
    conditions at 0.1/s, speculative, random starts): 16, 256, 1,024, 4,096 streams, each as
    a ratio to 16. Target at 4,096: ≤ 1.5.
@@ -105,24 +108,35 @@ def plain_simpy_jobs(streams: int, job: float, duration: float, phases: list[flo
 #: :mod:`latsim.sim.bulk_numpy`), the loop it falls back to (:mod:`latsim.sim.bulk`), the
 #: event path on the clock (the reference both equal) and every tick an event too.
 WAYS = ("in numpy", "in the loop", "event path", "every tick an event")
-#: Where ``--json`` writes the figures of 1., one row a build and stream count
-#: (docs/testing.md quotes them; tests/test_doc_times.py checks the quotes).
+#: Where ``--json`` writes the figures of 1., one row a build, stream count and condition
+#: rate (docs/testing.md quotes them; tests/test_doc_times.py checks the quotes).
 JOBS_JSON = Path(__file__).resolve().parents[1] / "results" / "bench" / "serving_jobs.json"
 
 
-def jobs_per_second(streams: int, duration: float) -> dict:
+#: The condition rates of 1. (a second, each stream).
+RATES = (0.0, 0.1)
+
+
+def jobs_per_second(streams: int, duration: float, rate: float = 0.0) -> dict:
     """The periodic workload each of :data:`WAYS` against plain SimPy, alternated, best of
-    three each: the ratio of jobs per CPU second, and plain SimPy's jobs per CPU second."""
+    three each: the ratio of jobs per CPU second, and plain SimPy's jobs per CPU second.
+    With conditions (``rate`` a second, each stream) only the default and the event path
+    (the loop gives such a run to the event path; a ratio of None)."""
     import latsim.sim.bulk_numpy as bulk_numpy
 
     job = 0.5 * TIMING.T / streams
-    inputs = _inputs(streams, duration, 0.0)
+    inputs = _inputs(streams, duration, rate)
     config = ControllerConfig(TIMING, BASELINE, job + 0.5 * TIMING.T)
     serving = ServingConfig(streams=streams, pools=(("dit", 1),), start="random")
     in_numpy = bulk_numpy.play_in_numpy
+    kept: list[bool] = []
+
+    def watched(run) -> bool:
+        kept.append(in_numpy(run))
+        return kept[-1]
 
     def latsim_run(numpy: bool = True, quiet: bool = True, ticks: bool = True):
-        bulk_numpy.play_in_numpy = in_numpy if numpy else (lambda run: False)
+        bulk_numpy.play_in_numpy = watched if numpy else (lambda run: False)
         try:
             return simulate_serving(config, FixedCost(job), serving, inputs, duration,
                                     np.random.default_rng(1), records="none",
@@ -136,6 +150,8 @@ def jobs_per_second(streams: int, duration: float) -> dict:
     ways = dict(zip(WAYS, (lambda: latsim_run(), lambda: latsim_run(False),
                            lambda: latsim_run(False, False),
                            lambda: latsim_run(False, False, False)), strict=True))
+    if rate:
+        ways = {name: ways[name] for name in ("in numpy", "event path")}
     rates: dict[str, list[float]] = {name: [] for name in (*ways, "plain")}
     for _ in range(3):  # alternated, best of three each
         for name, way in ways.items():
@@ -145,24 +161,31 @@ def jobs_per_second(streams: int, duration: float) -> dict:
         rates["plain"].append(jobs / took)
     stalled = sum(len(s.stalls) for s in run.streams)
     plain = max(rates["plain"])
-    print(f"  {streams} periodic streams on one FIFO device, rho 0.5, {duration:g} s "
-          f"({stalled} stalls); plain SimPy {plain:8.0f} jobs/s")
+    if not all(kept):
+        print("    (not all runs stayed in numpy: the default's figure is the event path's)")
+    print(f"  {streams} periodic streams on one FIFO device, rho 0.5, {duration:g} s, "
+          f"{rate:g} conditions/s ({stalled} stalls); plain SimPy {plain:8.0f} jobs/s")
     for name in ways:
         print(f"    latsim, {name:20s} {max(rates[name]):8.0f} jobs/s: ratio "
               f"{max(rates[name]) / plain:.2f}")
-    return {"streams": streams, "duration_s": duration, "plain_jobs_per_cpu_s": round(plain),
-            "ratio": {name: round(max(rates[name]) / plain, 2) for name in ways}}
+    return {"streams": streams, "duration_s": duration, "conditions_per_s": rate,
+            "plain_jobs_per_cpu_s": round(plain),
+            "ratio": {name: round(max(rates[name]) / plain, 2) if name in ways else None
+                      for name in WAYS}}
 
 
 def markdown_jobs(rows: list[dict]) -> str:
     """The table docs/testing.md shows of ``--json``'s file: each way's jobs per CPU second
     as a ratio to plain SimPy's on the same workload, a row a build and stream count."""
-    lines = ["| build | streams | " + " | ".join(WAYS) + " | plain SimPy, jobs per CPU s |",
-             "|---|---|" + "---|" * len(WAYS) + "---|"]
+    lines = ["| build | streams | conditions /s | " + " | ".join(WAYS)
+             + " | plain SimPy, jobs per CPU s |",
+             "|---|---|---|" + "---|" * len(WAYS) + "---|"]
     for row in rows:
-        ratios = " | ".join(f"{row['ratio'][way]:.2f}" for way in WAYS)
+        ratios = " | ".join("–" if row["ratio"][way] is None else f"{row['ratio'][way]:.2f}"
+                            for way in WAYS)
         lines.append(f"| {row['build']} ({row['date']}, {row['cores']} cores) | "
-                     f"{row['streams']:,} | {ratios} | {row['plain_jobs_per_cpu_s']:,} |")
+                     f"{row['streams']:,} | {row['conditions_per_s']:g} | {ratios} | "
+                     f"{row['plain_jobs_per_cpu_s']:,} |")
     return "\n".join(lines)
 
 
@@ -233,7 +256,8 @@ def main() -> None:
     quick = "--quick" in sys.argv
     big = (1024,) if quick else (1024, 4096)
     print("1. jobs per second against plain SimPy on the same workload")
-    rows = [jobs_per_second(streams, 60.0) for streams in ((256,) if quick else (256, 1024))]
+    rows = [jobs_per_second(streams, 60.0, rate)
+            for rate in RATES for streams in ((256,) if quick else (256, 1024))]
     if "--json" in sys.argv:
         write_jobs(rows)
         print(f"  wrote {JOBS_JSON.relative_to(JOBS_JSON.parents[2])}")

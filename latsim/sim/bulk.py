@@ -25,9 +25,13 @@ Where a run can be told exactly as arrays, :mod:`latsim.sim.bulk_numpy` computes
 numpy and writes the result into this module's books (:class:`_Run`), whose ``finish``
 makes the records; this module's loop plays the rest.
 
-The event path stays the reference and does everything else: conditions, replans,
-stalls, batching, pipelines, other scheduling policies, fleets. A condition is a
-perturbation this module does not yet play.
+Conditions under an eager commit move no job: the numpy path computes such a run's
+schedule as a quiet one's and replays each stream that sees a condition through its own
+controller (:mod:`latsim.sim.bulk_replay`); this module's loop plays no condition (such
+a run goes to the event path where the arrays cannot tell it).
+
+The event path stays the reference and does everything else: replans, stalls, batching,
+pipelines, other scheduling policies, fleets.
 """
 
 from __future__ import annotations

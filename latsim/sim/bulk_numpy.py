@@ -15,7 +15,11 @@ this module computes the same numbers as arrays, a row per stream and a column p
   causes (without a decode stage; with one, such a run goes to the loop);
 - requests depend on ends and ends on requests, so the two are iterated to their fixed
   point, which is the run's (it is causal: a value depends only on earlier ones), and
-  the iteration is stopped where it does not settle.
+  the iteration is stopped where it does not settle;
+- a run with conditions (under an eager commit: they move no job) is computed the same
+  way, up to the drain's limit, and each stream that sees one is replayed through its
+  own controller on that schedule (:mod:`latsim.sim.bulk_replay`), which also says where
+  the run ends; the arrays are cut there.
 
 What the loop checks as it goes (every tick played in Consume quiet by ``_play_quiet``'s
 test, every wake-up on ``quiet_wake``'s fast path, no tick before its chunk) is checked
