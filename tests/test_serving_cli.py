@@ -37,7 +37,8 @@ def invoke(*args: str):
     (("sweep",), "sweep_default.json"),
 ])
 def test_without_serving_flags_the_json_is_byte_identical_to_before(args, golden):
-    """The golden files were written by the code before the serving model existed."""
+    """The golden files were written by the code before the serving model existed (and
+    gained the 95% intervals' keys since, every figure they held unchanged)."""
     result = invoke(*args, "--json")
     assert result.exit_code == 0, result.stderr
     assert dumps(rows_of(result.stdout)) + "\n" == (GOLDEN / golden).read_text()
