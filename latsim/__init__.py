@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 #: The modules the compiled build compiles (setup.py): the controller and the simulators'
 #: per-event paths, where a simulation spends its time.
 COMPILED = ("latsim.controller.machine", "latsim.run.stream", "latsim.sim.simpy_driver",
-            "latsim.sim.serving", "latsim.sim.bulk")
+            "latsim.sim.serving", "latsim.sim.bulk", "latsim.sim.bulk_replay")
 
 
 def build() -> str:

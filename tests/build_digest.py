@@ -33,7 +33,7 @@ from latsim.model.costs import LognormalCost
 from latsim.model.traces import Trace
 from latsim.sim.serving import simulate_serving
 from latsim.sim.simpy_driver import simulate_trace
-from tests.test_bulk import quiet_setups
+from tests.test_bulk import conditioned_setups, quiet_setups
 from tests.test_properties import arrival_times, settings_with_c_below_t
 from tests.test_serving import RecordingCost, inputs, serving_setups
 
@@ -86,20 +86,33 @@ def draw_cases(examples: int) -> list[tuple[str, tuple]]:
     def quiet(setup, seed, records):  # runs without conditions: most in bulk (sim.bulk)
         cases.append(("quiet", (*setup, seed, records)))
 
+    @derandomized
+    @given(setup=conditioned_setups(), seed=st.integers(0, 1000),
+           records=st.sampled_from(["all", "conditions", "none"]))
+    def conditioned(setup, seed, records):  # baseline runs with conditions: many in bulk,
+        cases.append(("conditioned", (*setup, seed, records)))  # replayed (sim.bulk_replay)
+
     single()
     serving()
     quiet()
+    conditioned()
     return cases
 
 
 def run_cases(cases: list[tuple[str, tuple]]) -> dict[str, list[str]]:
     """Each case simulated, as the digest of its pickled records, by generator."""
-    found: dict[str, list[str]] = {"single": [], "serving": [], "quiet": []}
+    found: dict[str, list[str]] = {"single": [], "serving": [], "quiet": [],
+                                   "conditioned": []}
     for kind, args in cases:
         if kind == "single":
             config, cost, trace, duration, seed = args
             records = simulate_trace(config, cost, trace, duration,
                                      np.random.default_rng(seed))[0]
+        elif kind == "conditioned":
+            config, cost, config_of_serving, joins, traces, duration, seed, level = args
+            records = simulate_serving(config, cost, config_of_serving,
+                                       inputs(traces, joins, seed), duration,
+                                       np.random.default_rng(seed), records=level)
         elif kind == "quiet":
             config, cost, config_of_serving, joins, duration, seed, level = args
             records = simulate_serving(config, cost, config_of_serving,

@@ -252,11 +252,11 @@ class StreamReplay:
         ticks = (clock[position:upto] - origin).tolist()
         if not self.run.play_quiet_cycles(ticks, jobs, took):
             return False
-        asked = jobs[-1][0] < inf
-        self.asked = last if asked else done
-        if not asked:
+        in_flight = jobs[-1][0] < inf  # the last job asked for, else armed
+        self.asked = last if in_flight else done
+        if not in_flight:
             self.armed_for = last
-        self.job, self.step = last, (0 if not asked else
+        self.job, self.step = last, (0 if not in_flight else
                                      2 if jobs[-1][1] < inf else 1)
         if upto > position:
             if self.first_display is None:  # the serving port's, for the first slot
