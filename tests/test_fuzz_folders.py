@@ -3,7 +3,8 @@
 A run folder (a complete simulated run) has one of its files damaged the ways files get
 damaged: cut short, overwritten with random or non-UTF-8 bytes, deleted, a JSON field
 given a foreign value, a CSV column dropped, a cell set to NaN, infinity or text, or the
-file replaced by a named pipe or an endless device, or extended by a 64 MiB hole. Then
+file replaced by a named pipe or an endless device, or extended by a 64 MiB hole, or a
+JSON, JSONL or TOML file nested past the parsers' recursion limit. Then
 ``compare``, ``plot timeline`` and ``export perfetto`` read it; a grid file is damaged the
 same ways and ``grid`` runs it. Each must keep the one-line error contract of
 ``tests/test_fuzz_inputs.py`` (exit 0 or 2, one ``latsim: error:`` line, no traceback,
@@ -20,11 +21,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.run_folders import complete_run
-from tests.test_fuzz_inputs import FAST, SLOW, invoke_checked
+from tests.test_fuzz_inputs import DEEP, FAST, SLOW, invoke_checked
 from tests.test_fuzz_inputs import _tier as _fuzz_tier
 
 TIERS = [pytest.param(FAST, id="fast"), pytest.param(SLOW, id="slow", marks=pytest.mark.slow)]
@@ -49,7 +50,7 @@ def damage(draw, names: tuple[str, ...]):
     """(file name, how) for one file of a folder."""
     name = draw(st.sampled_from(names))
     how = draw(st.sampled_from(["truncate", "random", "non-utf8", "delete", "json", "column",
-                                "cell", "fifo", "device", "sparse"]))
+                                "cell", "fifo", "device", "sparse", "deep"]))
     return name, how, draw(st.floats(0.0, 1.0)), draw(st.binary(max_size=64)), draw(
         st.sampled_from(FOREIGN_JSON)), draw(st.sampled_from(CELLS)), draw(st.integers(0, 99))
 
@@ -71,6 +72,8 @@ def apply(path: Path, how: str, cut: float, noise: bytes, foreign, cell: str,
             handle.truncate(len(data) + 64 * 2**20)
     elif how == "random":
         path.write_bytes(noise)
+    elif how == "deep" and path.suffix in (".json", ".jsonl", ".toml"):
+        path.write_text(_nested(path.suffix))
     elif how == "non-utf8":
         path.write_bytes(data[:int(cut * len(data))] + b"\xff\xfe\x80" + noise)
     elif how == "json" and path.suffix == ".json":
@@ -95,6 +98,21 @@ def apply(path: Path, how: str, cut: float, noise: bytes, foreign, cell: str,
         path.write_text(out.getvalue())
     else:
         path.write_bytes(data[:int(cut * len(data))])
+
+
+def _deep(name: str) -> tuple:
+    """:func:`damage`'s draw that nests ``name`` too deeply (an example every tier runs)."""
+    return name, "deep", 0.5, b"", None, "x", 0
+
+
+def _nested(suffix: str) -> str:
+    """A file of ``suffix``'s syntax nested :data:`DEEP` levels deep (a RecursionError in
+    the parser, not a ValueError)."""
+    if suffix == ".toml":
+        return "x = " + "[" * DEEP + "]" * DEEP + "\n"
+    if suffix == ".json":
+        return '{"a": ' * DEEP + "1" + "}" * DEEP
+    return '{"t": 1}\n' + '{"t": ' * DEEP + "1" + "}" * DEEP + "\n"  # a JSONL line
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +147,9 @@ def _nothing_half_written(result, out: Path) -> None:
 @pytest.mark.parametrize("n", TIERS)
 def test_reading_a_damaged_run_folder_keeps_the_error_contract(n, pristine, tmp_path):
     @_tier(n)
+    @example(damaged=_deep("config.json"), command="compare")
+    @example(damaged=_deep("summary.json"), command="timeline")
+    @example(damaged=_deep("trace.jsonl"), command="perfetto")
     @given(damaged=damage(FOLDER_FILES), command=st.sampled_from(["compare", "timeline",
                                                                   "perfetto"]))
     def check(damaged, command):
@@ -165,6 +186,7 @@ def test_a_damaged_grid_file_keeps_the_error_contract_and_writes_nothing(n, tmp_
     source = tmp_path / "grid.toml"
 
     @_tier(n)
+    @example(damaged=_deep("grid.toml"), replace=None)
     @given(damaged=damage(("grid.toml",)),
            replace=st.sampled_from([None, ("K = [4, 8]", "K = [4, -8]"),
                                     ('"stall_pct"', '"no_such_metric"'),
@@ -201,6 +223,8 @@ def finished_grid(tmp_path_factory) -> Path:
 def test_resuming_a_damaged_grid_keeps_the_contract_and_destroys_no_finished_cell(
         n, finished_grid, tmp_path):
     @_tier(n)
+    @example(damaged=_deep("grid.json"))
+    @example(damaged=_deep("cells.jsonl"))
     @given(damaged=damage(("grid.json", "cells.jsonl", "cells.csv")))
     def check(damaged):
         out = tmp_path / "cells"

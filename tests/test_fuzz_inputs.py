@@ -416,6 +416,9 @@ def _deep_inputs(folder: Path) -> dict[str, list[str]]:
     deep_json.write_text("[" * DEEP + "]" * DEEP + "\n")
     deep_line = folder / "deep.jsonl"
     deep_line.write_text('{"t": ' + "[" * DEEP + "]" * DEEP + "}\n")
+    run = folder / "run"  # a run folder's config.json alone (``--records none``'s layout)
+    run.mkdir()
+    (run / "config.json").write_text('{"a": ' * DEEP + "1" + "}" * DEEP)
     fleet = folder / "fleet.toml"
     fleet.write_text(f'[workload]\nlog = "{deep_line}"\nupdates = "poisson:0.1"\n'
                      '[node]\nK = 8\ncost = "fixed:0.5"\npools = "dit=1"\n')
@@ -428,11 +431,13 @@ def _deep_inputs(folder: Path) -> dict[str, list[str]]:
         "session log": ["fleet", str(fleet)],
         "usp table": ["simulate", "--K", "8", "--cost", f"usp:{deep_json}"],
         "cost table": ["simulate", "--K", "8", "--cost", f"table:{deep_json}"],
+        "run folder": ["compare", str(run)],
     }
 
 
 @pytest.mark.parametrize("reader", ["grid", "fleet", "plan", "serving file", "trace",
-                                    "session log", "usp table", "cost table"])
+                                    "session log", "usp table", "cost table",
+                                    "run folder"])
 def test_a_file_nested_too_deeply_is_one_error_line(reader, tmp_path):
     with bounded(hang_bound()):
         result = runner.invoke(app, _deep_inputs(tmp_path)[reader])

@@ -535,8 +535,8 @@ def is_run_folder(path: Path) -> bool:
     if (path / "jobs.csv").is_file():
         return True
     try:
-        return json.loads(read_file_bytes(config, MAX_INPUT_BYTES)).get("records") == "none"
-    except (OSError, ValueError, AttributeError, LatsimError):
+        return read_json(config).get("records") == "none"
+    except (AttributeError, LatsimError):  # read_json: a one-line error for any bad file
         return False
 
 
