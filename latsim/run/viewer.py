@@ -51,14 +51,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from latsim.controller.records import JOB_KINDS, Domain
 from latsim.errors import LatsimError
-from latsim.run.folder import CLIENT_FORMAT_VERSION, write_json
+from latsim.run.folder import CLIENT_FORMAT_VERSION, read_json, write_json
 from latsim.run.record_files import domain_problem, read_csv, read_text, write_csv
 
 KIND = "client"
@@ -230,10 +229,7 @@ def write_viewer_records(run_dir: Path, records: ViewerRecords, config: dict) ->
 
 def _config(run_dir: Path) -> dict:
     path = run_dir / "config.json"
-    try:
-        loaded = json.loads(read_text(path)) if path.is_file() else {}
-    except ValueError:
-        raise LatsimError(f"{path}: not valid JSON") from None
+    loaded = read_json(path) if path.is_file() else {}
     return loaded if isinstance(loaded, dict) else {}
 
 
