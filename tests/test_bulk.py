@@ -20,6 +20,7 @@ from latsim.controller import (
     Controller,
     ControllerConfig,
     JobDone,
+    SlotDue,
     WakeUp,
 )
 from latsim.controller.policies import BASELINE, SPECULATIVE
@@ -485,23 +486,42 @@ def test_conditions_under_the_baseline_stay_in_numpy(devices, degree, vae, start
     assert ran.end_time > ran.window_end  # conditions open at the window's end: a drain
 
 
-def test_a_tick_that_shows_a_condition_is_not_played_as_a_quiet_cycle():
-    """``Controller.play_quiet_cycles`` refuses (changing nothing) ticks that would show
-    an open condition, and a first job that is not the one in flight."""
-    timing = Timing(4, 4, 16.0)  # δ = 1/4 s, T = 1 s
-    ctrl = Controller(ControllerConfig(timing, BASELINE, 1.2))
+def _waiting_for_a_version() -> Controller:
+    """A controller (δ = 1/4 s, T = 1 s, lead 1.2 s) whose version 1 waits for job 2, armed
+    for 0.8 s."""
+    ctrl = Controller(ControllerConfig(Timing(4, 4, 16.0), BASELINE, 1.2))
     ctrl.start(0.0)  # job 1 (positions 4 to 7) asked for at once
     ctrl.handle(ConditionArrived(), 0.01)  # version 1 waits for the next job
     ctrl.handle(JobDone(1), 0.1)  # the refill armed for 0.8
-    assert not ctrl.in_quiet_cycles  # a version pending
-    ctrl.handle(WakeUp(), 0.8)  # job 2 (positions 8 to 11) carries version 1
-    assert ctrl.in_quiet_cycles and ctrl.running_job == 2 and ctrl.next_showing == 8
-    before = pickle.dumps(ctrl.__dict__)
-    job2, job3 = (0.8, 0.8, 1.1, 0.8), (1.1, 1.1, math.inf, math.nan)
-    ticks = [k * timing.delta for k in range(8)]
-    assert ctrl.play_quiet_cycles([*ticks, 2.0], [job2, job3]) == 0  # slot 8 shows it
-    assert ctrl.play_quiet_cycles(ticks, [job3]) == 0  # job 2 is the one in flight
-    assert pickle.dumps(ctrl.__dict__) == before
-    assert ctrl.play_quiet_cycles(ticks, [job2, job3]) == 2
-    assert ctrl.next_position == 8 and ctrl.running_job == 3 and not ctrl.conditions
-    assert [j.version for j in ctrl.jobs] == [0, 0, 1]
+    return ctrl
+
+
+def _books(ctrl: Controller) -> tuple:
+    return (ctrl.conditions, ctrl.jobs, list(ctrl.slots.rows()), ctrl.next_position,
+            ctrl.next_due, ctrl.cached_positions, ctrl.jobs_in_flight, ctrl.state,
+            ctrl._armed_refill, ctrl.latest_version, ctrl.open_conditions)
+
+
+def test_quiet_cycles_as_one_step_leave_the_books_the_events_leave():
+    """``Controller.play_quiet_cycles`` over two refill cycles in which version 1 binds to
+    job 2 and slot 8 shows it leaves the records and books one event at a time leaves;
+    it refuses (changing nothing) a first job that is not the armed one and a tick that
+    plays a chunk not done yet."""
+    jobs = [(0.8, 0.8, 1.1, 0.8), (1.8, 1.8, 2.1, 1.8), (math.inf, math.inf, math.inf, 2.8)]
+    ticks = [k * 0.25 for k in range(9)]  # to 2.0 s: slot 8, job 2's first, at 2.0
+    in_bulk = _waiting_for_a_version()
+    assert in_bulk.in_quiet_cycles
+    before = pickle.dumps(in_bulk.__dict__)
+    assert in_bulk.play_quiet_cycles(ticks, jobs[1:]) == 0  # job 2 is the one armed
+    early = [*ticks[:8], 1.0]
+    assert in_bulk.play_quiet_cycles(early, jobs) == 0  # slot 8 before job 2 is done
+    assert pickle.dumps(in_bulk.__dict__) == before
+    assert in_bulk.play_quiet_cycles(ticks, jobs) == 2
+    events = _waiting_for_a_version()
+    for at, step in sorted([(t, SlotDue(k)) for k, t in enumerate(ticks)]
+                            + [(0.8, WakeUp()), (1.1, JobDone(2)), (1.8, WakeUp()),
+                               (2.1, JobDone(3))], key=lambda pair: pair[0]):
+        events.handle(step, at)
+    assert _books(in_bulk) == _books(events)
+    assert [c.t_play for c in in_bulk.conditions] == [2.0]
+    assert [j.version for j in in_bulk.jobs] == [0, 0, 1, 1]

@@ -506,105 +506,119 @@ class Controller:
     @property
     def in_quiet_cycles(self) -> bool:
         """Whether :meth:`play_quiet_cycles` may take the refill cycles from here: the
-        table's quiet cycles, one chunk in flight under an eager commit, no stall, no
-        version pending (a condition may be open: the ticks stop before the slot that
-        shows it, :attr:`next_showing`), and a refill in flight or armed."""
+        table's quiet cycles, one chunk in flight under an eager commit (a condition then
+        moves no job: it only binds its version to the next job a device starts), no
+        stall, and a refill in flight or armed."""
         return (self._quiet_cycles and self._eager and self._max_in_flight == 1
                 and not self._adaptive and self._on_record is None
                 and self._stalled_since is None
-                and self._latest_version == self._planned_version
                 and (len(self._running) == 1 if self.state is State.PRODUCE
                      else not self._running and self._armed_refill is not None))
 
-    @property
-    def next_showing(self) -> int:
-        """The position of the next slot that shows an open condition: the first one
-        cached or in a job in flight of its version or later (the planned end where none
-        is yet); -1 with no condition open."""
-        if not self._open:
-            return -1
-        version = self._open[0].version
-        cache = self._cache
-        for position in range(self._next_pos, self._cache_end):
-            entry = cache.get(position)
-            if entry is not None and entry[0] >= version:
-                return position
-        for job in self._running:
-            if job.version >= version and job.flushed_by is None:
-                return max(job.branch, self._cache_end)
-        return self._planned_end
-
     def play_quiet_cycles(self, ticks: Sequence[float],
                           jobs: Sequence[tuple[float, float, float, float]]) -> int:
-        """Many quiet refill cycles as one step (a driver that knows their times: the bulk
-        engine's arrays), the books and records as the fast paths would leave them
-        (:meth:`quiet_wake`, :meth:`quiet_job_started`, :meth:`quiet_job_done` and the
-        ticks :meth:`play_quiet_shifted` plays), where :attr:`in_quiet_cycles` holds.
+        """Many refill cycles with no condition arriving as one step (a driver that knows
+        their times: the bulk engine's arrays), the books and records as the events would
+        leave them, where :attr:`in_quiet_cycles` holds: each job's start and end, the
+        wake-ups, and the ticks, their slots and the conditions they show.
 
         ``jobs``: from the refill in flight (or the one armed) on, each job's (asked,
-        start, done, due): when it was asked for, a device started it and it was done
-        (``inf``: not by the end of the stretch) and the due time of the wake-up armed for
-        it (``nan``: asked for at once, as a job ended). Every job but the last is done;
-        the last is in flight, or armed and not asked for. ``ticks``: the times of the
-        ticks played, from :attr:`next_position` on, all quiet (none that shows an open
-        condition). The driver vouches that
-        these are the cycles the rows give (the times follow the due rule); what is
-        checked here is that they fit the books: the first job is the one in flight or
-        armed, and every tick plays a chunk done by then.
+        start, done, due): when it was asked for, a device started it (after a wait where
+        later than asked) and it was done (``inf``: not by the end of the stretch) and the
+        due time of the wake-up armed for it (``nan``: asked for at once, as a job ended).
+        Every job but the last is done; the last is in flight, or armed and not asked for.
+        ``ticks``: the times of the ticks played, from :attr:`next_position` on. A version
+        pending binds to the first job asked for, or to the one in flight where a device
+        starts it here after a wait (binding at the start); a tick that plays a newer
+        version shows the conditions it resolves (:meth:`_resolve_conditions`). The driver
+        vouches that these are the cycles the rows give (the times follow the due rule,
+        as the arrays compute it); what is checked here is that they fit the books: the
+        first job is the one in flight or armed, and every tick plays a chunk done by then.
 
         Returns the first job's id, or 0 with nothing changed where the books do not
         fit."""
         if not self.in_quiet_cycles or not jobs:
             return 0
-        K, running = self._K, self._running
+        K, running, inf = self._K, self._running, math.inf
         first = running[0].job_id if running else self._next_job_id
-        asked0, _, _, due0 = jobs[0]
         if running:
-            if asked0 != running[0].submitted:
+            if jobs[0][0] != running[0].submitted:
                 return 0
-        elif due0 != self._armed_refill:
+        elif jobs[0][3] != self._armed_refill:
             return 0
         last = len(jobs) - 1
-        for index, (asked, _, done, _) in enumerate(jobs):
-            if (index < last) == math.isinf(done) or index < last and math.isinf(asked):
-                return 0  # every job but the last done; the last in flight or armed
-            if not math.isinf(done):  # its chunk's first slot plays after it is done
-                place = (first + index) * K - self._next_pos
-                if 0 <= place < len(ticks) and ticks[place] < done:
-                    return 0
+        position, count = self._next_pos, len(ticks)
+        upto = position + count
+        for index in range(last):  # every job but the last done, its first slot after
+            asked, _, done, _ = jobs[index]
+            place = (first + index) * K - position
+            if done == inf or asked == inf or 0 <= place < count and ticks[place] < done:
+                return 0
+        if jobs[last][2] != inf:
+            return 0  # the last in flight or armed
         cache_end = (first + last) * K
-        position, upto = self._next_pos, self._next_pos + len(ticks)
         if upto > cache_end:
             return 0  # a tick before its chunk
-        if self._open and upto > self.next_showing:
-            return 0  # a tick that shows a condition: the driver plays it
-        # the books, job by job (a record each), then the ticks
-        version = self._latest_version
-        for index, (asked, start, done, due) in enumerate(jobs):
-            job_id = first + index
-            if job_id >= self._next_job_id and not math.isinf(asked):  # asked for here
-                self._next_job_id = job_id + 1
-                self.jobs_started += 1
-                self.events_handled += 0 if math.isnan(due) else 1
-            if math.isinf(done):
-                break
-            began = start if start > asked else asked  # JobStarted moves it
-            self.events_handled += 2 if start > asked else 1
-            self.jobs_done += 1
-            self._emit(JobRecord(job_id, "refill", job_id * K, K, version, job_id * K,
-                                 began, done))
-            if self._forget_jobs and len(self.jobs) >= FORGET_JOBS_AT:
-                # the chunks cached as it was done: from the ticks played by then
-                played = position + bisect_left(ticks, done)  # those after it: later
-                self.jobs[1:] = [j for j in self.jobs[1:] if j.job_id >= played // K]
+        latest = self._latest_version
+        # each job's version: every job asked for here takes the newest; the one in flight
+        # keeps its own, unless a device starts it here after a wait (JobStarted binds it)
+        lowest = 1 if running else 0  # the jobs from here on are asked for here, if at all
+        bound = last > lowest or last == lowest and jobs[last][0] != inf
+        first_version = latest
+        if running:
+            job = running[0]
+            asked, start, _, _ = jobs[0]
+            if self._bind_at_start and asked < start < inf and job.t_start != start:
+                job.version = latest
+                bound = True
+            first_version = job.version
         cache = self._cache
         old_end = self._cache_end
         split = min(upto, old_end)
         entries = [cache.pop(p) for p in range(position, split)]
-        versions = [entry[0] for entry in entries] + [version] * (upto - max(position, split))
+        in_first = max(0, min(upto, (first + 1) * K) - split)  # new slots of the first job
+        versions = [entry[0] for entry in entries] + [first_version] * in_first + [
+            latest] * (upto - split - in_first)
         job_ids = [entry[1] for entry in entries] + [p // K for p in range(split, upto)]
+        # the ticks that play a newer version: where a condition open may show
+        changes = []
+        if self._open:
+            shown = self._played_version
+            for tick, version, job_id in zip(ticks, versions, job_ids, strict=True):
+                if version != shown:
+                    changes.append((tick, version, job_id))
+                    shown = version
+        change, records, next_id = 0, self.jobs, self._next_job_id
+        for index in range(last + 1):
+            asked, start, done, due = jobs[index]
+            job_id = first + index
+            if job_id >= next_id and asked != inf:  # asked for here
+                next_id = job_id + 1
+                self.jobs_started += 1
+                self.events_handled += 1 if due == due else 0  # a wake-up, if armed
+            if index == last:
+                break
+            while change < len(changes) and changes[change][0] < done:  # ticks before it
+                if self._open:
+                    self._resolve_conditions(changes[change][1], changes[change][2],
+                                             changes[change][0])
+                change += 1
+            waited = start > asked  # JobStarted moves its start
+            self.events_handled += 2 if waited else 1
+            records.append(JobRecord(job_id, "refill", job_id * K, K,
+                                     first_version if index == 0 else latest, job_id * K,
+                                     start if waited else asked, done))
+            if self._forget_jobs and len(records) >= FORGET_JOBS_AT:
+                # the chunks cached as it was done: from the ticks played by then
+                played = position + bisect_left(ticks, done)  # those after it: later
+                records[1:] = [j for j in records[1:] if j.job_id >= played // K]
+        self._next_job_id = next_id
+        self.jobs_done += last
+        for tick, version, job_id in changes[change:]:
+            if self._open:
+                self._resolve_conditions(version, job_id, tick)
         for p in range(max(old_end, upto), cache_end):
-            cache[p] = (version, p // K)
+            cache[p] = (first_version if p // K == first else latest, p // K)
         self._cache_end = self._locked_end = cache_end
         columns = self._columns
         for column, values in zip(columns, (range(position, upto), versions, job_ids, ticks),
@@ -618,6 +632,8 @@ class Controller:
             self._next_due = ticks[-1] + self._delta
             self.played += len(ticks)
             self.slots_played_ahead += len(ticks)
+        if bound:
+            self._planned_version = latest
         asked, start, _, due = jobs[last]
         job_id = first + last
         if math.isinf(asked):  # armed, not asked for yet
@@ -629,13 +645,12 @@ class Controller:
         else:
             if not running or running[0].job_id != job_id:
                 self._running = running = [_RunningJob(job_id, "refill", job_id * K,
-                                                       version, asked, job_id * K)]
-            if start > asked and not math.isinf(start):
+                                                       latest, asked, job_id * K)]
+            if asked < start < math.inf:
                 running[0].t_start = start
             self._live = 1
             self._planned_end = cache_end + K
             self._armed_refill = None
-            self._planned_version = version
             self.state = State.PRODUCE
         self._rows = self._dispatch[self.state]
         return first

@@ -115,12 +115,14 @@ def _replay_conditions(run: _Run, jobs: _Jobs) -> None:
             continue
         origin = now = stream.origin  # the serving port's sums, from its start
         n = counts[index]
+        asked, began = jobs.requests[index, :n], jobs.starts[index, :n]
         replays[index] = StreamReplay(
             index, origin, run.configs[index], window, run.records,
             [(now + ((t + origin) - now), t) for t in sent],
-            jobs.requests[index, :n].tolist(), jobs.armed[index, :n + 1].tolist(),
-            jobs.starts[index, :n].tolist(), jobs.ends[index, :n].tolist(),
-            jobs.took[index, :n].tolist(), run.clock[index], horizon, run.playout)
+            asked.tolist(), jobs.armed[index, :n + 1].tolist(), began.tolist(),
+            jobs.ends[index, :n].tolist(), jobs.took[index, :n].tolist(), run.clock[index],
+            horizon, run.playout,
+            skips=not ((began > asked) & (began - origin == asked - origin)).any())
     for replay in replays.values():
         replay.play_until(window_end)
     end, last = window_end, -1

@@ -67,13 +67,18 @@ class StreamReplay:
                  window: RunWindow, records: str, arrivals: Sequence[tuple[float, float]],
                  requests: Sequence[float], dues: Sequence[float], starts: Sequence[float],
                  ends: Sequence[float], took: Sequence[float], clock: np.ndarray,
-                 horizon: float, playout: float) -> None:
+                 horizon: float, playout: float, skips: bool = True) -> None:
         self.index = index
         self.origin = origin
         self.K = config.timing.K
         self.requests, self.dues, self.starts, self.ends, self.took = (
             requests, dues, starts, ends, took)
+        # the same in the controller's time (global less the origin)
+        self.asked_t, self.start_t, self.end_t = (
+            (np.asarray(times, dtype=float) - origin).tolist()
+            for times in (requests, starts, ends))
         self.clock = clock
+        self.ticks = memoryview(clock)  # bisect reads it as floats, at C speed
         self.horizon = horizon
         self.arrivals = arrivals  # (arrival, sent), global time, in order
         self.delay = playout
@@ -90,6 +95,10 @@ class StreamReplay:
         # the next event: of job ``job`` (its wake-up, start or end: ``step`` 0, 1, 2)
         # or the arrival ``arrival``
         self.job, self.step, self.arrival = 1, 0, 0
+        # the quiet cycles go as one step unless a job's wait is lost in the controller's
+        # time (started after its request, at the same time less the origin): the
+        # controller judges a wait by those times, the serving port by the clock's
+        self.skips = skips
         self.run = StreamRun(config, window, self, records=records)
         self.ctrl = self.run.controller
         self.run.start(origin - origin)  # the event path's start: its clock less the origin
@@ -147,7 +156,8 @@ class StreamReplay:
         next arrival are played as one step (:meth:`_skip`)."""
         while True:
             at, kind = self._peek()
-            if kind != _ARRIVAL and at < until and self.ctrl.in_quiet_cycles:
+            if (kind != _ARRIVAL and at < until and self.skips and not closing
+                    and self.ctrl.in_quiet_cycles):  # (closing: the tick that closes)
                 arrival = (self.arrivals[self.arrival][0]
                            if self.arrival < len(self.arrivals) else math.inf)
                 if self._skip(min(arrival, until)):
@@ -219,35 +229,36 @@ class StreamReplay:
     def _skip(self, bound: float) -> bool:
         """Play the quiet cycles before ``bound`` (global time) as one step
         (:meth:`~latsim.run.stream.StreamRun.play_quiet_cycles`): the jobs done by then,
-        the one in flight or armed after them, and the ticks. False where no job is done
-        before ``bound`` (the events go one by one) or the controller refuses."""
+        the one in flight or armed after them, the ticks and the conditions they show.
+        False where no job is done before ``bound`` (the events go one by one) or the
+        controller refuses."""
         clock = self.clock
-        showing = self.ctrl.next_showing  # the tick that shows a condition goes alone
-        if showing >= 0:
-            if showing >= clock.size:
-                return False
-            bound = min(bound, float(clock[showing]))
         first = self.job  # in flight (asked), or armed
         done = bisect_left(self.ends, bound, first - 1)  # jobs 1 .. done are done by then
         if done < first or self.tick_pos != self.ctrl.next_position:
             return False
-        last = done + 1
-        if last > len(self.requests) and last > len(self.dues):
+        last = done + 1  # the job after them: in flight, or armed
+        if last > len(self.dues):
             return False
-        origin, inf = self.origin, math.inf
-        jobs, took = [], []
-        for number in range(first, last + 1):
-            index = number - 1
-            asked = self.requests[index] if index < len(self.requests) else inf
-            start = self.starts[index] if asked < bound else inf
-            end = self.ends[index] if number <= done else inf
-            jobs.append((asked - origin if asked < bound else inf,
-                         start - origin if start < bound else inf, end - origin,
+        inf = math.inf
+        # the jobs done (all their times before the bound), then the last one
+        jobs = list(zip(self.asked_t[first - 1:done], self.start_t[first - 1:done],
+                        self.end_t[first - 1:done], self.dues[first - 1:done], strict=True))
+        took = self.took[first - 1:done]
+        if last <= len(self.requests):
+            index = last - 1
+            asked = self.requests[index] < bound
+            jobs.append((self.asked_t[index] if asked else inf,
+                         self.start_t[index] if self.starts[index] < bound else inf, inf,
                          self.dues[index]))
-            took.append(self.took[index] if index < len(self.took) else 0.0)
+            took.append(self.took[index])
+        else:  # armed past the horizon
+            jobs.append((inf, inf, inf, self.dues[last - 1]))
+            took.append(0.0)
+        origin = self.origin
         position = self.tick_pos
-        upto = int(np.searchsorted(clock, bound, side="left"))
-        if position < upto and clock[position] != self.tick_at or upto + 1 > clock.size:
+        upto = bisect_left(self.ticks, bound, position)  # type: ignore[arg-type]
+        if position < upto and self.ticks[position] != self.tick_at or upto >= clock.size:
             return False
         ticks = (clock[position:upto] - origin).tolist()
         if not self.run.play_quiet_cycles(ticks, jobs, took):
@@ -261,7 +272,12 @@ class StreamReplay:
         if upto > position:
             if self.first_display is None:  # the serving port's, for the first slot
                 self.first_display = self.tick_at - origin + self.delay + self.shift
-            self.tick_pos, self.tick_at = upto, float(clock[upto])
+            self.tick_pos, self.tick_at = upto, self.ticks[upto]
+        conditions = self.ctrl.conditions
+        for cond in conditions[self.seen:]:  # shown by a tick played: as show() has it
+            self.viewer.extend(shown_records(self.index, [cond], self.sent,
+                                             cond.t_play + self.delay + self.shift))
+        self.seen = len(conditions)
         return True
 
     def _ticks(self, horizon: float, through: bool, closing: bool) -> float | None:
