@@ -503,6 +503,23 @@ class Controller:
         first tick not played)."""
         return self._play_quiet(clock - origin, horizon, -1, origin, clock, dry)
 
+    def quiet_condition(self, now: float) -> bool:
+        """The fast path of :class:`ConditionArrived` in the quiet cycles
+        (:attr:`in_quiet_cycles`): the new version is registered, and the decide step
+        after it commands nothing (in Produce it holds; in Consume no branch before the
+        cache end is replaceable under an eager commit, and the refill armed is not due
+        yet and stays armed at the same time). Returns True, the books as :meth:`handle`
+        keeps them, or False with nothing changed: :meth:`handle` it."""
+        if not self.in_quiet_cycles:
+            return False
+        if self.state is State.CONSUME:
+            due = self._refill_due_at(now)
+            if due <= now + EPS or abs(self._armed_refill - due) > EPS:  # type: ignore[operator]
+                return False
+        self.events_handled += 1
+        self._act_register_condition(ConditionArrived(), now, [])
+        return True
+
     @property
     def in_quiet_cycles(self) -> bool:
         """Whether :meth:`play_quiet_cycles` may take the refill cycles from here: the
@@ -510,7 +527,7 @@ class Controller:
         moves no job: it only binds its version to the next job a device starts), no
         stall, and a refill in flight or armed."""
         return (self._quiet_cycles and self._eager and self._max_in_flight == 1
-                and not self._adaptive and self._on_record is None
+                and not self._flush and not self._adaptive and self._on_record is None
                 and self._stalled_since is None
                 and (len(self._running) == 1 if self.state is State.PRODUCE
                      else not self._running and self._armed_refill is not None))
@@ -1217,7 +1234,8 @@ def _compile(table: Sequence[Transition], cls: type[Controller]) -> _Dispatch:
 
 Controller._dispatch = _compile(TRANSITIONS, Controller)
 #: Whether the table has the rows :meth:`Controller.quiet_wake`,
-#: :meth:`Controller.quiet_job_started` and :meth:`Controller.quiet_job_done` stand in for
+#: :meth:`Controller.quiet_job_started`, :meth:`Controller.quiet_job_done`,
+#: :meth:`Controller.quiet_condition` and :meth:`Controller.play_quiet_cycles` stand in for
 #: (else those never take the fast path).
 Controller._quiet_cycles = (
     tuple((r[0].guard, r[0].action) for r in Controller._dispatch[State.CONSUME][WakeUp])
@@ -1232,7 +1250,10 @@ Controller._quiet_cycles = (
     and tuple((r[0].guard, r[0].action) for r in Controller._dispatch[State.PRODUCE][JobStarted])
     == ((None, "note_job_start"),)
     and tuple(r[0].action for r in Controller._dispatch[State.PRODUCE][Decide])
-    == ("start_flush_replan", "start_refill", "arm_refill", "hold"))
+    == ("start_flush_replan", "start_refill", "arm_refill", "hold")
+    and all(tuple((r[0].guard, r[0].action, r[3]) for r in rows[ConditionArrived])
+            == ((None, "register_condition", state),)
+            for state, rows in Controller._dispatch.items()))
 Controller._quiet_decide = {
     state: "none" if Decide not in rows else _QUIET_DECIDE_ACTIONS.get(
         tuple(r[0].action for r in rows[Decide]))

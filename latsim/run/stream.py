@@ -24,6 +24,7 @@ from typing import Protocol
 
 from latsim.controller import (
     Command,
+    ConditionArrived,
     Controller,
     ControllerConfig,
     Event,
@@ -151,11 +152,17 @@ class StreamRun:
             self._tally_done()
 
     def _quick(self, event: Event, now: float) -> bool:
-        """A refill cycle's wake-up or job end through the controller's fast paths, where
-        those hold (:meth:`Controller.quiet_wake`, :meth:`Controller.quiet_job_done`): the
-        same commands, carried out the same, without the table's dispatch. False: the
-        event is still to be handled."""
+        """A refill cycle's wake-up or job end, or a condition's arrival, through the
+        controller's fast paths, where those hold (:meth:`Controller.quiet_wake`,
+        :meth:`Controller.quiet_job_done`, :meth:`Controller.quiet_condition`): the same
+        commands, carried out the same, without the table's dispatch. False: the event is
+        still to be handled."""
         kind = type(event)
+        if kind is ConditionArrived:
+            if not self.controller.quiet_condition(now):
+                return False
+            self._execute((), now)
+            return True
         if kind is WakeUp:
             job = self.controller.quiet_wake(now)
             if job is None:
