@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -78,7 +79,8 @@ class StreamReplay:
             (np.asarray(times, dtype=float) - origin).tolist()
             for times in (requests, starts, ends))
         self.clock = clock
-        self.ticks = memoryview(clock)  # bisect reads it as floats, at C speed
+        # the same as floats bisect reads at C speed (a memoryview of the row's doubles)
+        self.ticks = cast(Sequence[float], memoryview(cast(Any, clock)))
         self.horizon = horizon
         self.arrivals = arrivals  # (arrival, sent), global time, in order
         self.delay = playout
@@ -244,7 +246,7 @@ class StreamReplay:
         # the jobs done (all their times before the bound), then the last one
         jobs = list(zip(self.asked_t[first - 1:done], self.start_t[first - 1:done],
                         self.end_t[first - 1:done], self.dues[first - 1:done], strict=True))
-        took = self.took[first - 1:done]
+        took = list(self.took[first - 1:done])
         if last <= len(self.requests):
             index = last - 1
             asked = self.requests[index] < bound
@@ -257,7 +259,7 @@ class StreamReplay:
             took.append(0.0)
         origin = self.origin
         position = self.tick_pos
-        upto = bisect_left(self.ticks, bound, position)  # type: ignore[arg-type]
+        upto = bisect_left(self.ticks, bound, position)
         if position < upto and self.ticks[position] != self.tick_at or upto >= clock.size:
             return False
         ticks = (clock[position:upto] - origin).tolist()
