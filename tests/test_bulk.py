@@ -525,3 +525,28 @@ def test_quiet_cycles_as_one_step_leave_the_books_the_events_leave():
     assert _books(in_bulk) == _books(events)
     assert [c.t_play for c in in_bulk.conditions] == [2.0]
     assert [j.version for j in in_bulk.jobs] == [0, 0, 1, 1]
+
+
+def test_a_drain_that_ends_at_an_instant_of_other_events_stays_in_numpy(monkeypatch):
+    """Staggered joins (the serving model's default), a fixed C and a lead of whole slots
+    put other streams' events on the instant of the tick that shows the last condition
+    open past the window: the clock runs those events before that tick (ticks run last),
+    so the run holds them. The numpy path keeps such a run, and its records are the event
+    path's."""
+    timing = Timing(8, 4, 16.0)
+    n, duration = 16, 60.0
+    rng = np.random.default_rng(7)
+    joins = [s * timing.T / n for s in range(n)]
+    traces = [tuple(np.sort(rng.uniform(0, duration - 1, 6)).tolist()) + (duration - 0.2,)
+              for _ in range(n)]
+    config = ControllerConfig(timing, BASELINE, 1.5)
+    serving = ServingConfig(streams=n, pools=(("dit", 4),))
+    in_bulk, on_clock, kept, _ = _in_bulk_and_on_clock(
+        config, FixedCost(0.3), serving, joins, traces, duration, 3, "all", monkeypatch)
+    assert kept
+    assert in_bulk == on_clock
+    ran = pickle.loads(in_bulk)
+    end = ran.end_time
+    assert end > ran.window_end
+    assert any(end in (t.t_enqueue, t.t_start) or t.t_end == end and t.t_end - t.t_start
+               >= 0.3 for t in ran.tasks)  # a step asked for, started or done then

@@ -107,21 +107,23 @@ def test_the_hostile_input_corpus_figures_are_the_benchmarks():
 
 def test_the_serving_engines_jobs_table_is_the_benchmarks():
     """docs/testing.md's table of jobs per CPU second against plain SimPy is what
-    bench/bench_serving.py --json wrote, for both builds and both stream counts, and the
-    engine table's row quotes the same figures."""
-    from bench_serving import WAYS, markdown_jobs
+    bench/bench_serving.py --json wrote, for both builds, both stream counts and both
+    condition rates, and the engine table's rows quote the same figures."""
+    from bench_serving import RATES, WAYS, markdown_jobs
 
     rows = _target_rows("serving_jobs.json")
-    assert {(row["build"], row["streams"]) for row in rows} == {
-        (build, streams) for build in ("pure Python", "compiled with mypyc")
-        for streams in (256, 1024)}
+    assert {(row["build"], row["streams"], row["conditions_per_s"]) for row in rows} == {
+        (build, streams, rate) for build in ("pure Python", "compiled with mypyc")
+        for streams in (256, 1024) for rate in RATES}
     assert all(set(row["ratio"]) == set(WAYS) for row in rows)
     testing = (ROOT / "docs" / "testing.md").read_text()
     assert markdown_jobs(rows) in testing
-    ratio = {(row["build"], row["streams"]): row["ratio"]["in numpy"] for row in rows}
-    (engine_row,) = [line for line in testing.splitlines()
-                     if line.startswith("| the same workload (no conditions)")]
-    assert (f"{ratio['pure Python', 256]:.2f} at 256 streams, "
-            f"{ratio['pure Python', 1024]:.2f} at 1,024") in engine_row
-    assert (f"{ratio['compiled with mypyc', 256]:.2f} / "
-            f"{ratio['compiled with mypyc', 1024]:.2f}") in engine_row
+    ratio = {(row["build"], row["streams"], row["conditions_per_s"]): row["ratio"]["in numpy"]
+             for row in rows}
+    for rate, start in ((0.0, "| the same workload (no conditions)"),
+                        (0.1, "| the same workload with conditions")):
+        (engine_row,) = [line for line in testing.splitlines() if line.startswith(start)]
+        assert (f"{ratio['pure Python', 256, rate]:.2f} at 256 streams, "
+                f"{ratio['pure Python', 1024, rate]:.2f} at 1,024") in engine_row
+        assert (f"{ratio['compiled with mypyc', 256, rate]:.2f} / "
+                f"{ratio['compiled with mypyc', 1024, rate]:.2f}") in engine_row

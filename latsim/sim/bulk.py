@@ -212,6 +212,9 @@ class _Run:
         origins = [s.join for s in streams]  # no cold start: each plays from its join
         # the window's end; the run's end (past it while a condition is still open there)
         self.window_end = self.end = max(origins) + window.duration
+        # the events the run holds are those before this (past the end's instant where a
+        # drain ends the run: its events ran before the tick that closed it)
+        self.cut = self.end
         # streams with conditions: they are replayed (latsim.sim.bulk_replay), and the
         # schedule is computed up to the drain's limit
         self.conditions = any(t < window.duration for s in streams for t in s.trace.times)

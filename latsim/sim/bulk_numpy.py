@@ -33,6 +33,7 @@ that do not settle, or a check that fails (the loop then gives back what stalls)
 
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
@@ -75,13 +76,14 @@ def play_in_numpy(run: _Run) -> bool:
         return False
     rngs = [s.rng for s in run.streams] + [s.decode_rng for s in run.streams]
     saved = [rng.bit_generator.state for rng in rngs]
-    run.end = run.horizon  # the schedule as far as a drain may go, where one may
+    run.cut = run.horizon  # the schedule as far as a drain may go, where one may
     try:
         jobs = _Jobs(run, draws, decode_draws)
         if run.conditions:
             _replay_conditions(run, jobs)
     except (_NotExact, Differs):
-        run.end, run.replays, run.last_tick = run.window_end, {}, -1
+        run.end = run.cut = run.window_end
+        run.replays, run.last_tick = {}, -1
         for rng, state in zip(rngs, saved, strict=True):
             rng.bit_generator.state = state
         return False
@@ -92,7 +94,7 @@ def play_in_numpy(run: _Run) -> bool:
     for stream, count in zip(run.streams, jobs.requested.sum(axis=1).tolist(), strict=True):
         draws(run.K, stream.rng, count, "refill")
     if decode_draws is not None:
-        for stream, count in zip(run.streams, (jobs.dit_ends < run.end).sum(axis=1).tolist(),
+        for stream, count in zip(run.streams, (jobs.dit_ends < run.cut).sum(axis=1).tolist(),
                                  strict=True):
             decode_draws(run.K, stream.decode_rng, count, "refill")
     jobs.write(run)
@@ -135,18 +137,18 @@ def _replay_conditions(run: _Run, jobs: _Jobs) -> None:
                 raise _NotExact  # open at the drain's limit: the event path's end rule
             closes.append((closed, replay.index))
         end, last = max(closes)
-        if any((times == end).any() for stage in jobs.stages
-               for times in (stage.queued, stage.starts, stage.ends)):
-            raise _NotExact  # an event at the end's instant: the clock orders it
     for replay in replays.values():
-        replay.play_until(end, through=replay.index < last)
-    run.end, run.last_tick, run.replays = end, last, dict(replays)
-    jobs.requested = jobs.requests < end
+        replay.play_until(end, through=replay.index < last, at_end=last >= 0)
+    # past the window the drain stops after the tick that closes it: the events of that
+    # instant ran before it (ticks run last), those of the window's end did not
+    cut = math.nextafter(end, math.inf) if last >= 0 else end
+    run.end, run.cut, run.last_tick, run.replays = end, cut, last, dict(replays)
+    jobs.requested = jobs.requests < cut
     if jobs.ranked:  # the steps dispatched before the end
         jobs.ranks.dispatched = [
             tuple(column[keep] for column in dispatched)  # type: ignore[misc]
             for stage, dispatched in zip(jobs.stages, jobs.ranks.dispatched, strict=True)
-            for keep in [stage.starts.flat[dispatched[0]] < end]]
+            for keep in [stage.starts.flat[dispatched[0]] < cut]]
 
 
 class _Jobs:
@@ -156,7 +158,7 @@ class _Jobs:
     def __init__(self, run: _Run, draws: Callable[..., np.ndarray],
                  decode_draws: Callable[..., np.ndarray] | None) -> None:
         self.run = run
-        K, delta, lead, end = run.K, run.delta, run.refill_lead, run.end
+        K, delta, lead, end = run.K, run.delta, run.refill_lead, run.cut
         self.clock = run.clock
         self.origins = origins = np.array([s.origin for s in run.streams])
         streams = len(run.streams)
@@ -233,7 +235,7 @@ class _Jobs:
         run's own numbers, which :meth:`__init__` checks once they settle."""
         run = self.run
         first = 0 if column is None else column
-        rows, places = np.nonzero(ends < run.end)
+        rows, places = np.nonzero(ends < run.cut)
         if not rows.size:
             return
         done = ends[rows, places]
@@ -265,7 +267,7 @@ class _Jobs:
         """The DiT pool's FIFO over every request made within the run, in time order, then
         the decode pool's over the DiT steps that end within it (each queued as it ends)."""
         run = self.run
-        self.requested = requested = self.requests < run.end
+        self.requested = requested = self.requests < run.cut
         ranks = self.ranks if self.ranked else None
         dit = _served(self.requests, requested, self.took, len(run.dit_pool.free),
                       ranks and (ranks.queued[0], ranks.ended[0]))
@@ -274,7 +276,7 @@ class _Jobs:
         self.ends = dit.ends
         if self.decode_took is not None:
             assert run.decode_pool is not None
-            queued = dit.ends < run.end
+            queued = dit.ends < run.cut
             decode = _served(dit.ends, queued, self.decode_took, len(run.decode_pool.free),
                              ranks and (ranks.queued[1], ranks.ended[1]))
             self.stages.append(decode)
@@ -283,7 +285,7 @@ class _Jobs:
     def _ties(self) -> bool:
         """Whether two events fall at one instant: a start that asks at once, a wake-up
         or a step's end (a request made at once at an end is that end's event)."""
-        end = self.run.end
+        end = self.run.cut
         ends = [stage.ends[stage.ends < end] for stage in self.stages]
         asked = self.requests[self.requested & (~np.isnan(self.armed)
                                                 | (np.arange(self.width) == 0))]
@@ -313,7 +315,7 @@ class _Jobs:
         once) in its start or in the end of the stream's job before it; its decode is
         queued in its DiT step's end. An end dispatches the next step waiting for its
         device first (place 0), then what its own stream asks for (place 1)."""
-        end = self.run.end
+        end = self.run.cut
         streams, width = self.requests.shape
         total = streams * width
         armed = np.flatnonzero(self.requested & ~np.isnan(self.armed))
@@ -457,7 +459,7 @@ class _Jobs:
     def write(self, run: _Run) -> None:
         """The loop's books as the run's end finds them: each stream's state and records,
         the tasks done (or their tally) and those still running."""
-        end = run.end
+        end = run.cut
         requests, starts, ends = self.requests, self.starts, self.ends
         started = starts < end
         done = ends < end
@@ -499,7 +501,7 @@ class _Jobs:
                       done: int, tally: BusyTally | None) -> None:
         """One stream's books, read from its row of each array (only the places a
         record or the state at the end needs are made Python numbers)."""
-        K, end, origin = run.K, run.end, stream.origin
+        K, end, origin = run.K, run.cut, stream.origin
         stream.jobs.append(JobRecord(0, "prebuffer", 0, K, 0, 0, 0.0, 0.0))
         kept = range(1, done + 1) if not run.forget else _kept_jobs(done, row.played, K)
         if isinstance(kept, range):  # the columns as slices (map makes them fastest)
@@ -549,7 +551,7 @@ class _Jobs:
         still running, in batch order, for ``finish`` to close. Batches are numbered in
         dispatch order across the pools: by time, and within one event a device's next
         waiting step before the step the event itself queued."""
-        end = run.end
+        end = run.cut
         pools = [run.dit_pool] + ([run.decode_pool] if len(self.stages) > 1 else [])
         names = ("dit", "decode")
         parts = []

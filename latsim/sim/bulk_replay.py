@@ -149,13 +149,15 @@ class StreamReplay:
 
     # ------------------------------------------------------------ the replay
 
-    def play_until(self, until: float, through: bool = False, closing: bool = False
-                   ) -> float | None:
-        """Deliver the stream's events before ``until`` (global time) in the clock's order
-        and play its ticks before it (at it too, ``through``). With ``closing``, stop after
-        the tick that shows the last condition open, and return its time (None: none came
-        by ``until``). Where the controller is in its quiet cycles, the cycles before the
-        next arrival are played as one step (:meth:`_skip`)."""
+    def play_until(self, until: float, through: bool = False, closing: bool = False,
+                   at_end: bool = False) -> float | None:
+        """Deliver the stream's events before ``until`` (global time; at it too,
+        ``at_end``: a drain's last instant, whose events run before its ticks) in the
+        clock's order and play its ticks before it (at it too, ``through``). With
+        ``closing``, stop after the tick that shows the last condition open, and return
+        its time (None: none came by ``until``). Where the controller is in its quiet
+        cycles, the cycles before the next arrival are played as one step
+        (:meth:`_skip`)."""
         while True:
             at, kind = self._peek()
             if (kind != _ARRIVAL and at < until and self.skips and not closing
@@ -164,7 +166,7 @@ class StreamReplay:
                            if self.arrival < len(self.arrivals) else math.inf)
                 if self._skip(min(arrival, until)):
                     continue
-            last = at >= until
+            last = at > until if at_end else at >= until
             closed = self._ticks(until if last else at, through and last, closing)
             if closed is not None or last:
                 return closed
