@@ -38,6 +38,13 @@ def _quiet_inputs(n: int, joins: list[float], seed: int):
     return inputs([()] * n, joins, seed)
 
 
+def _joins(draw, start: str, n: int, timing: Timing) -> list[float]:
+    """``n`` streams' join times: drawn within a chunk's time, all at 0, or evenly apart."""
+    if start == "random":
+        return [draw(st.floats(0.0, timing.T)) for _ in range(n)]
+    return [0.0] * n if start == "together" else [s * timing.T / n for s in range(n)]
+
+
 @st.composite
 def quiet_setups(draw):
     """A run :func:`latsim.sim.bulk.bulk_refusal` accepts: no condition, a FIFO DiT pool
@@ -52,13 +59,8 @@ def quiet_setups(draw):
     mean_c = draw(st.floats(0.05, 1.0)) * timing.T * devices / degree / n * 2
     model = {"fixed": FixedCost(mean_c), "lognormal": LognormalCost(mean_c, 0.5),
              "recording": RecordingCost(mean_c, 0.3)}[cost]
-    start = draw(st.sampled_from(["random", "together", "staggered"]))
-    if start == "random":
-        joins = [draw(st.floats(0.0, timing.T)) for _ in range(n)]
-    elif start == "together":
-        joins = [0.0] * n
-    else:
-        joins = [s * timing.T / n for s in range(n)]
+    joins = _joins(draw, draw(st.sampled_from(["random", "together", "staggered"])), n,
+                   timing)
     lead = model.quantile(timing.K, 0.99) + draw(st.floats(0.0, 2.0)) * timing.T
     config = ControllerConfig(timing, draw(st.sampled_from([BASELINE, SPECULATIVE])), lead,
                               run_ahead=draw(st.sampled_from([0.0, 0.0, 0.25])))
@@ -393,13 +395,8 @@ def conditioned_setups(draw):
     mean_c = draw(st.floats(0.05, 0.9)) * timing.T * devices / degree / n
     model = draw(st.sampled_from([FixedCost(mean_c), LognormalCost(mean_c, 0.5),
                                   AffineCost(mean_c, 0.0)]))
-    start = draw(st.sampled_from(["random", "random", "together", "staggered"]))
-    if start == "random":
-        joins = [draw(st.floats(0.0, timing.T)) for _ in range(n)]
-    elif start == "together":
-        joins = [0.0] * n
-    else:
-        joins = [s * timing.T / n for s in range(n)]
+    joins = _joins(draw, draw(st.sampled_from(["random", "random", "together",
+                                               "staggered"])), n, timing)
     lead = model.quantile(timing.K, 0.99) + draw(st.floats(0.0, 1.5)) * timing.T
     policy = draw(st.sampled_from([BASELINE] * 5 + [SPECULATIVE]))
     config = ControllerConfig(timing, policy, lead)
