@@ -32,6 +32,7 @@ does not load it).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -145,15 +146,18 @@ def replication_bootstrap_se(samples: Sequence[Sequence[float] | np.ndarray],
     groups = [np.asarray(sample, dtype=float) for sample in samples]
     if len(groups) < 2:
         return None
-    from scipy.stats import bootstrap
+    from scipy.stats import DegenerateDataWarning, bootstrap
 
     def pooled_statistic(picked: np.ndarray) -> float:
         value = statistic(np.concatenate([groups[i] for i in picked]))
         return math.nan if value is None else value
 
-    result = bootstrap((np.arange(len(groups)),), pooled_statistic, vectorized=False,
-                       n_resamples=resamples, method="percentile",
-                       random_state=rng if rng is not None else np.random.default_rng(0))
+    with warnings.catch_warnings():  # only the standard error is read: scipy's warning
+        # that the interval is undefined (a resample with no value) is not the user's
+        warnings.simplefilter("ignore", DegenerateDataWarning)
+        result = bootstrap((np.arange(len(groups)),), pooled_statistic, vectorized=False,
+                           n_resamples=resamples, method="percentile",
+                           random_state=rng if rng is not None else np.random.default_rng(0))
     se = float(result.standard_error)
     return se if math.isfinite(se) else None
 
