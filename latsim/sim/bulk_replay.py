@@ -10,7 +10,10 @@ controller (a :class:`~latsim.run.stream.StreamRun`: its fast paths where they h
 table where they do not) on that schedule: the conditions' arrivals, the armed wake-ups,
 the starts of jobs that waited and the jobs' ends, in the clock's order, its quiet ticks
 played in bulk between them (``play_quiet_shifted``) and the others one at a time, as the
-serving port plays them. The stream's records are then its controller's own.
+serving port plays them. Where the controller is in its quiet cycles, those up to the
+next arrival go as one step (``play_quiet_cycles``: the jobs, the ticks, the version a
+job binds and the conditions a tick shows). The stream's records are then its
+controller's own.
 
 The replay trusts the schedule only where the controller agrees with it: each job the
 controller starts must be the schedule's next one (a refill at its branch), asked for at
@@ -19,7 +22,8 @@ stall, a replan, another wake-up, or a condition arriving at the instant of anot
 the stream's events ends the replay (:class:`Differs`), and the event path plays the run.
 
 The run ends as the event path's does: at the window's end, or, while a condition is still
-open there, at the tick that shows the last of them (within the drain).
+open there, at the tick that shows the last of them (within the drain; the events of that
+instant run before it, ticks running last).
 """
 
 from __future__ import annotations
