@@ -57,6 +57,7 @@ from latsim.model.traces import Trace
 from latsim.run.records import COMPLETE, BusyTally, RunRecords, RunWindow
 from latsim.run.serving import ServingRecords, StreamStart, TaskRecord, TaskTally
 from latsim.run.stream import busy_at_end
+from latsim.sim.bulk_replay import StreamReplay
 
 
 class StreamInput(Protocol):
@@ -219,7 +220,7 @@ class _Run:
         # schedule is computed up to the drain's limit
         self.conditions = any(t < window.duration for s in streams for t in s.trace.times)
         self.horizon = max(origins) + window.limit if self.conditions else self.end
-        self.replays: dict[int, object] = {}  # by stream index: bulk_replay.StreamReplay
+        self.replays: dict[int, StreamReplay] = {}  # by stream index
         self.last_tick = -1  # streams below this index play their ticks at the end's instant
         timing = configs[0].timing  # every stream's (bulk_refusal)
         self.K, self.delta = timing.K, timing.delta
@@ -422,10 +423,10 @@ class _Run:
         for stream in self.streams:
             replay = self.replays.get(stream.index)
             if replay is not None:  # its controller's records
-                done, shown = replay.records(end)  # type: ignore[attr-defined]
+                done, shown = replay.records(end)
                 runs.append(done)
                 viewer.extend(shown)
-                first_display = replay.first_display  # type: ignore[attr-defined]
+                first_display = replay.first_display
                 starts.append(StreamStart(
                     stream.index, stream.origin, stream.origin,
                     math.nan if first_display is None
