@@ -142,7 +142,7 @@ def _replay_conditions(run: _Run, jobs: _Jobs) -> None:
     # past the window the drain stops after the tick that closes it: the events of that
     # instant ran before it (ticks run last), those of the window's end did not
     cut = math.nextafter(end, math.inf) if last >= 0 else end
-    run.end, run.cut, run.last_tick, run.replays = end, cut, last, dict(replays)
+    run.end, run.cut, run.last_tick, run.replays = end, cut, last, replays
     jobs.requested = jobs.requests < cut
     if jobs.ranked:  # the steps dispatched before the end
         jobs.ranks.dispatched = [
@@ -483,7 +483,8 @@ class _Jobs:
             self._write_stream(run, stream, _Row(*(a[i] for a in arrays)), requested_n[i],
                                done_n[i],
                                None if tally_seconds is None else
-                               BusyTally(tally_seconds[i], started_in_window[i]))
+                               BusyTally(tally_seconds[i], started_in_window[i]),
+                               records=i not in run.replays)
         self._write_tasks(run)
 
     def _played(self, done: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -498,33 +499,36 @@ class _Jobs:
         return played
 
     def _write_stream(self, run: _Run, stream: _Stream, row: _Row, requested: int,
-                      done: int, tally: BusyTally | None) -> None:
+                      done: int, tally: BusyTally | None, records: bool = True) -> None:
         """One stream's books, read from its row of each array (only the places a
-        record or the state at the end needs are made Python numbers)."""
+        record or the state at the end needs are made Python numbers); without
+        ``records`` (a replayed stream, whose controller made them) only its state at
+        the end, which the tasks still running read."""
         K, end, origin = run.K, run.cut, stream.origin
-        stream.jobs.append(JobRecord(0, "prebuffer", 0, K, 0, 0, 0.0, 0.0))
-        kept = range(1, done + 1) if not run.forget else _kept_jobs(done, row.played, K)
-        if isinstance(kept, range):  # the columns as slices (map makes them fastest)
-            places: slice | list[int] = slice(kept.start - 1, done)
-        else:
-            places = [j - 1 for j in kept]
-        branches = [j * K for j in kept]
-        stream.jobs.extend(map(JobRecord, kept, repeat("refill"), branches, repeat(K),
-                               repeat(0), branches, row.ctrl[places].tolist(),
-                               row.ready[places].tolist()))
-        stream.jobs_done = done
-        stream.next_job = requested + 1
-        stream.planned_end = (requested + 1) * K
-        stream.tally = tally
-        first = 1 if tally is None else done + 1  # the tally holds the jobs done
-        asked, began, ended, took = (column[first - 1:requested].tolist() for column in (
-            row.requests, row.starts, row.ends, row.took))
-        for j, r, s, e, t in zip(range(first, requested + 1), asked, began, ended, took,
-                                 strict=True):
-            stream.starts[j] = r - origin
-            if s < end:
-                stream.ran[j] = ((s - origin, e - origin) if j <= done else
-                                 (s - origin, s - origin + t))
+        if records:
+            stream.jobs.append(JobRecord(0, "prebuffer", 0, K, 0, 0, 0.0, 0.0))
+            kept = range(1, done + 1) if not run.forget else _kept_jobs(done, row.played, K)
+            if isinstance(kept, range):  # the columns as slices (map makes them fastest)
+                places: slice | list[int] = slice(kept.start - 1, done)
+            else:
+                places = [j - 1 for j in kept]
+            branches = [j * K for j in kept]
+            stream.jobs.extend(map(JobRecord, kept, repeat("refill"), branches, repeat(K),
+                                   repeat(0), branches, row.ctrl[places].tolist(),
+                                   row.ready[places].tolist()))
+            stream.jobs_done = done
+            stream.next_job = requested + 1
+            stream.planned_end = (requested + 1) * K
+            stream.tally = tally
+            first = 1 if tally is None else done + 1  # the tally holds the jobs done
+            asked, began, ended, took = (column[first - 1:requested].tolist() for column in (
+                row.requests, row.starts, row.ends, row.took))
+            for j, r, s, e, t in zip(range(first, requested + 1), asked, began, ended, took,
+                                     strict=True):
+                stream.starts[j] = r - origin
+                if s < end:
+                    stream.ran[j] = ((s - origin, e - origin) if j <= done else
+                                     (s - origin, s - origin + t))
         if done < requested:  # a job requested and not done: in flight or waiting
             job = requested
             stream.job = job

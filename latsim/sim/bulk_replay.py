@@ -185,9 +185,8 @@ class StreamReplay:
     def _peek(self) -> tuple[float, int]:
         """The time and kind of the stream's next event: a condition's arrival, or its
         next job's armed wake-up, start after a wait or end (inf: none)."""
-        jobs = len(self.requests)
         at, kind = math.inf, _DONE
-        while self.job <= jobs:
+        if self.job <= len(self.requests):
             index = self.job - 1
             if self.step == 0 and not math.isnan(self.dues[index]):
                 at, kind = self.requests[index], _WAKE
@@ -195,7 +194,6 @@ class StreamReplay:
                 at, kind = self.starts[index], _START
             else:
                 at, kind = self.ends[index], _DONE
-            break
         if self.arrival < len(self.arrivals):
             arrival = self.arrivals[self.arrival][0]
             if arrival == at:
