@@ -5,13 +5,16 @@ carry them."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from scipy.stats import binom, t
+from scipy.stats import beta, binom, t
 
 from latsim.analysis.intervals import (
     CONFIDENCE,
+    binomial_quantile,
     cdf_band,
     percentile_intervals,
     percentile_ranks,
@@ -74,6 +77,48 @@ def test_percentile_interval_edge_cases():
     assert (lo, hi) == (9.0, None)
     ((lo, hi),) = percentile_intervals(ten, [50])
     assert (lo, hi) == (2.0, 9.0)  # binomial(10, 1/2): P(<= 1) = 0.011 <= α/2 < P(<= 2)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 19, 20, 64, 101, 1000, 4567, 10**6 + 7])
+def test_the_binomial_quantile_is_scipy_stats_own(n):
+    """binomial_quantile computes binom.ppf from scipy.special (scipy.stats is slow to
+    import): the same ranks at every level a summary reports, and at the ends, for the
+    tails an interval uses. (Where the CDF equals q exactly, as at q = 0.5 for an odd n
+    and p = 1/2, the last bit of either CDF decides, and scipy's own versions differ.)"""
+    p = np.array([0.0, 1e-6, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999,
+                  1.0, *(np.asarray(LEVELS, dtype=float) / 100)])
+    for q in (0.025, 0.975, 0.005, 0.995, 0.05, 0.95):
+        assert binomial_quantile(q, n, p).tolist() == binom.ppf(q, n, p).tolist(), q
+
+
+def test_the_other_quantiles_are_scipy_stats_own():
+    """t_interval and the blocking bounds use scipy.stats.t's and beta's ppf functions
+    from scipy.special: the same numbers."""
+    from latsim.analysis.fleet import blocking_bounds
+
+    for n in (2, 3, 5, 30, 200):
+        half = float(t.ppf(0.975, n - 1)) * 2.0
+        assert t_interval(50.0, 2.0, n, bounds=(-math.inf, math.inf)) == (50.0 - half,
+                                                                             50.0 + half)
+    for rejected, arrived in ((1, 10), (3, 1000), (999, 1000), (50, 100_000)):
+        assert blocking_bounds(rejected, arrived) == (
+            beta.ppf(0.05, rejected, arrived - rejected + 1),
+            beta.ppf(0.95, rejected + 1, arrived - rejected))
+
+
+def test_a_summary_with_its_intervals_does_not_import_scipy_stats():
+    """Every summarising command reaches the intervals: scipy.stats would cost each run
+    about 0.9 s of CPU to import (scipy.special, which they use, about 0.4)."""
+    code = ("import sys; sys.argv = ['latsim', 'simulate', '--K', '8', '--duration', '20',"
+            " '--seeds', '2', '--streams', '2', '--pools', 'dit=1']\n"
+            "from latsim.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('scipy.stats' in sys.modules, 'scipy.special' in sys.modules,"
+            " file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=300)
+    assert "L95_lo" in done.stdout or "L95" in done.stdout
+    assert done.stderr.strip().splitlines()[-1] == "False True"
 
 
 def test_stall_interval_is_the_t_interval_over_replications():

@@ -190,13 +190,13 @@ def blocking_bounds(rejected: int, arrived: int, tail: float = 0.05) -> tuple[fl
     P(Bin(arrived, p) <= rejected) = ``tail`` (1 − tail^(1/arrived) with none); the beta
     quantiles those equal (scipy). Sessions are taken as independent trials, as
     Erlang-B's arrivals are."""
-    from scipy.stats import beta
+    from scipy.special import betaincinv  # scipy.stats.beta.ppf's own function
 
     if not 0 <= rejected <= arrived or arrived < 1:
         raise ValueError(f"need 0 <= rejected <= arrived >= 1, got {rejected}, {arrived}")
-    lower = 0.0 if rejected == 0 else float(beta.ppf(tail, rejected, arrived - rejected + 1))
+    lower = 0.0 if rejected == 0 else float(betaincinv(rejected, arrived - rejected + 1, tail))
     upper = (1.0 if rejected == arrived
-             else float(beta.ppf(1 - tail, rejected + 1, arrived - rejected)))
+             else float(betaincinv(rejected + 1, arrived - rejected, 1 - tail)))
     return lower, upper
 
 
