@@ -1,8 +1,11 @@
 """Test configuration: hypothesis is derandomized in CI so a run is reproducible."""
 
+import json
 import os
 import signal
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
@@ -29,3 +32,56 @@ def pytest_xdist_auto_num_workers(config):
     during which one worker per core leaves a core idle; every test is written to pass on
     a loaded machine (README, "Tests and benchmarks", gives the measured times)."""
     return (os.cpu_count() or 1) + 2
+
+
+#: The tests that take long, with the wall seconds each took in a run of the whole suite
+#: as CI runs it (``--store-durations``). They start first, longest first, and each worker
+#: takes its next test when it is done with the last (below): a long test that started
+#: last would hold the run open while the other workers idle (a 36 s test of sleeps did,
+#: by about a minute). A test missing from the file keeps its place; the order changes no
+#: result.
+DURATIONS = Path(__file__).with_name("durations.json")
+#: The shortest test the file keeps (wall seconds).
+LONG_TEST_S = 4.0
+
+
+def pytest_configure(config):
+    """Under ``-n``, a worker asks for one test at a time (``--maxschedchunk 1``, unless
+    given): xdist otherwise hands out runs of consecutive tests, and the first run would
+    hold every long test of :data:`DURATIONS`."""
+    if getattr(config.option, "maxschedchunk", 0) is None:
+        config.option.maxschedchunk = 1
+
+
+def pytest_addoption(parser):
+    parser.addoption("--store-durations", metavar="PATH", default=None,
+                     help=f"write the wall seconds of every test of at least {LONG_TEST_S:g} s "
+                          f"(setup, call and teardown) to PATH as JSON (tests/durations.json)")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own grouping by fixture
+def pytest_collection_modifyitems(config, items):
+    try:
+        long = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    first = sorted((item for item in items if item.nodeid in long),
+                   key=lambda item: -long[item.nodeid])
+    if first:
+        items[:] = first + [item for item in items if item.nodeid not in long]
+
+
+_took: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.when in ("setup", "call", "teardown"):
+        _took[report.nodeid] = _took.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--store-durations")
+    if path and not hasattr(session.config, "workerinput"):  # the controller's reports
+        long = {nodeid: round(took, 1) for nodeid, took in sorted(_took.items())
+                if took >= LONG_TEST_S}
+        Path(path).write_text(json.dumps(long, indent=1) + "\n")
