@@ -593,18 +593,23 @@ class Controller:
         old_end = self._cache_end
         split = min(upto, old_end)
         entries = [cache.pop(p) for p in range(position, split)]
-        in_first = max(0, min(upto, (first + 1) * K) - split)  # new slots of the first job
-        versions = [entry[0] for entry in entries] + [first_version] * in_first + [
-            latest] * (upto - split - in_first)
-        job_ids = [entry[1] for entry in entries] + [p // K for p in range(split, upto)]
-        # the ticks that play a newer version: where a condition open may show
+        # the slots not cached before: the first job's (its version), then later ones'
+        in_first = max(0, min(upto, (first + 1) * K) - split)
+        later = split + in_first  # the first slot of a later job (latest), if before upto
+        # the ticks that play a newer version: where a condition open may show (the new
+        # slots change version only where a job's run of them begins)
         changes = []
         if self._open:
             shown = self._played_version
-            for tick, version, job_id in zip(ticks, versions, job_ids, strict=True):
+            for tick, (version, job_id) in zip(ticks, entries, strict=False):
                 if version != shown:
                     changes.append((tick, version, job_id))
                     shown = version
+            if split < later and first_version != shown:
+                changes.append((ticks[split - position], first_version, split // K))
+                shown = first_version
+            if later < upto and latest != shown:
+                changes.append((ticks[later - position], latest, later // K))
         change, records, next_id = 0, self.jobs, self._next_job_id
         for index in range(last + 1):
             asked, start, done, due = jobs[index]
@@ -637,14 +642,11 @@ class Controller:
         for p in range(max(old_end, upto), cache_end):
             cache[p] = (first_version if p // K == first else latest, p // K)
         self._cache_end = self._locked_end = cache_end
-        columns = self._columns
-        for column, values in zip(columns, (range(position, upto), versions, job_ids, ticks),
-                                  strict=True):
-            column.extend(values)  # type: ignore[attr-defined]
         if ticks:
-            if self._fold_slots and len(columns[3]) >= FOLD_AT:
-                self.slots.fold()  # type: ignore[attr-defined]
-            self._played_version = versions[-1]
+            self._log_quiet_slots(position, upto, ticks, entries, split, later,
+                                  first_version, latest)
+            self._played_version = (latest if later < upto else first_version if split < upto
+                                    else entries[-1][0])
             self._next_pos = upto
             self._next_due = ticks[-1] + self._delta
             self.played += len(ticks)
@@ -671,6 +673,28 @@ class Controller:
             self.state = State.PRODUCE
         self._rows = self._dispatch[self.state]
         return first
+
+    def _log_quiet_slots(self, position: int, upto: int, ticks: Sequence[float],
+                         entries: list[tuple[int, int]], split: int, later: int,
+                         first_version: int, latest: int) -> None:
+        """The slot log of :meth:`play_quiet_cycles`'s ticks: positions ``position`` to
+        ``upto``, those before ``split`` as ``entries`` cached them, the new ones the
+        first job's (``first_version``) until ``later``, then ``latest``. A tally counts
+        them in one step: only the prebuffer's slots have job id 0, and they are cached
+        from the start (never new here)."""
+        K = self._K
+        if self._fold_slots:
+            tally = self.slots
+            before = bisect_left(ticks, tally.end)  # type: ignore[attr-defined]
+            zeros = [job_id for _, job_id in entries[:before]].count(0)
+            tally.add_counts(len(ticks), before, before - zeros)  # type: ignore[attr-defined]
+            return
+        versions = [entry[0] for entry in entries] + [first_version] * (later - split) + [
+            latest] * (upto - later)
+        job_ids = [entry[1] for entry in entries] + [p // K for p in range(split, upto)]
+        for column, values in zip(self._columns,
+                                  (range(position, upto), versions, job_ids, ticks), strict=True):
+            column.extend(values)  # type: ignore[attr-defined]
 
     def _play_quiet(self, t: float, horizon: float, most: int, origin: float | None = None,
                     clock: float = 0.0, dry: bool = False) -> tuple[int, float]:

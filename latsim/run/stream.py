@@ -195,15 +195,24 @@ class StreamRun:
         first = self.controller.play_quiet_cycles(ticks, jobs)
         if not first:
             return 0
-        starts, ran = self.job_starts, self._ran
+        starts, ran, tally = self.job_starts, self._ran, self._tally
+        # counted, not kept, and no older job waits to be: the jobs done here are added up
+        # as they come (job id order, as _tally_done adds them), without the books
+        direct = tally is not None and (not starts or next(iter(starts)) >= first)
+        duration = self.window.duration
         for job_id, (asked, start, done, _), step in zip(count(first), jobs, took):
             if math.isinf(asked):
                 break
+            if direct and not math.isinf(done):
+                starts.pop(job_id, None)
+                ran.pop(job_id, None)
+                tally.add(start, done, duration)  # type: ignore[union-attr]
+                continue
             if job_id not in starts:
                 starts[job_id] = asked
             if not math.isinf(start):
                 ran[job_id] = (start, done) if not math.isinf(done) else (start, start + step)
-        if self._tally is not None:
+        if tally is not None and not direct:
             self._tally_done()
         return first
 
