@@ -1,8 +1,9 @@
 """Serving-model benchmark: the engine issue's figures, each beside a yardstick from the same run.
 
 Run: ``.venv/bin/python bench/bench_serving.py [--quick] [--json]``. Reports numbers;
-asserts nothing. ``--json`` runs 1. only and keeps its figures for this build in
-``results/bench/serving_jobs.json``, which docs/testing.md quotes. Every run has the
+asserts nothing. ``--json`` runs 1. to 3. and keeps their figures for this build in
+``results/bench/serving_jobs.json`` and ``serving_growth.json``, which docs/testing.md
+quotes. Every run has the
 garbage collector paused, as the experiment engine's work units do
 (:func:`latsim.experiments.executors.gc_paused`), keeps no slot or task rows (``records =
 "none"``, what capacity searches and fleets keep) and is timed as CPU seconds of this
@@ -189,17 +190,6 @@ def markdown_jobs(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_jobs(rows: list[dict], path: Path = JOBS_JSON) -> None:
-    """Keep this build's rows in ``path`` beside the other build's."""
-    from latsim import build
-
-    kept = json.loads(path.read_text())["rows"] if path.exists() else []
-    kept = [row for row in kept if row["build"] != build()]
-    stamp = {"build": build(), "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count()}
-    path.write_text(json.dumps({"rows": kept + [stamp | row for row in rows]}, indent=1)
-                    + "\n")
-
-
 # ---------------------------------------------------------------- 2, 3. growth
 
 
@@ -227,9 +217,19 @@ def per_slot(streams: int, duration: float, cost: str, decode: str | None
     return took, took / slots * 1e6
 
 
-def growth(label: str, counts: tuple[int, ...], cost: str, decode: str | None) -> None:
+#: Where ``--json`` writes the figures of 2. and 3., one row a build, workload and stream
+#: count (docs/testing.md's engine table quotes them; tests/test_doc_times.py checks).
+GROWTH_JSON = JOBS_JSON.with_name("serving_growth.json")
+#: The workloads of 2. and 3.: (label, cost, decode, stream counts; the first is the base).
+GROWTH = (("DiT only", "fixed:0.25", None, (16, 256, 1024, 4096)),
+          ("DiT + VAE", "fixed:0.3", "fixed:0.02", (64, 1024, 4096)))
+
+
+def growth(label: str, counts: tuple[int, ...], cost: str, decode: str | None) -> list[dict]:
+    """µs per played slot of each stream count, and as a ratio to the first count's."""
     print(f"  {label}")
     base = None
+    rows = []
     for streams in counts:
         tries = [per_slot(streams, 60.0, cost, decode)
                  for _ in range(3 if streams <= 256 else 1)]  # the short ones: best of 3
@@ -237,6 +237,21 @@ def growth(label: str, counts: tuple[int, ...], cost: str, decode: str | None) -
         base = base or micro
         print(f"    {streams:5d} streams x 60 s: {took:7.2f} s CPU, {micro:6.2f} us per slot "
               f"({micro / base:.2f} of {counts[0]} streams)")
+        rows.append({"workload": label, "streams": streams, "duration_s": 60.0,
+                     "cpu_s": round(took, 2), "us_per_slot": round(micro, 2),
+                     "ratio_to_first": round(micro / base, 2)})
+    return rows
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    """Keep this build's rows in ``path`` beside the other build's."""
+    from latsim import build
+
+    kept = json.loads(path.read_text())["rows"] if path.exists() else []
+    kept = [row for row in kept if row["build"] != build()]
+    stamp = {"build": build(), "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count()}
+    path.write_text(json.dumps({"rows": kept + [stamp | row for row in rows]}, indent=1)
+                    + "\n")
 
 
 def bulk_against_each(streams: int) -> None:
@@ -254,20 +269,24 @@ def bulk_against_each(streams: int) -> None:
 
 def main() -> None:
     quick = "--quick" in sys.argv
-    big = (1024,) if quick else (1024, 4096)
     print("1. jobs per second against plain SimPy on the same workload")
     rows = [jobs_per_second(streams, 60.0, rate)
             for rate in RATES for streams in ((256,) if quick else (256, 1024))]
     if "--json" in sys.argv:
-        write_jobs(rows)
+        write_rows(rows, JOBS_JSON)
         print(f"  wrote {JOBS_JSON.relative_to(JOBS_JSON.parents[2])}")
+    headings = ("2. us per slot as streams grow (K=8, fixed:0.25, dit=N/4: rho 0.5; target "
+                "<= 1.5 at 4096 / 16)",
+                "3. with a VAE stage (C=0.3, decode fixed:0.02, dit=N/4, vae=N/16; targets: "
+                "<= 1.5 at 4096 / 64, 4096 x 60 s under 10 s)")
+    grown = []
+    for heading, (label, cost, decode, counts) in zip(headings, GROWTH, strict=True):
+        print(heading)
+        grown += growth(label, counts[:-1] if quick else counts, cost, decode)
+    if "--json" in sys.argv:
+        write_rows(grown, GROWTH_JSON)
+        print(f"  wrote {GROWTH_JSON.relative_to(GROWTH_JSON.parents[2])}")
         return
-    print("2. us per slot as streams grow (K=8, fixed:0.25, dit=N/4: rho 0.5; target <= 1.5 "
-          "at 4096 / 16)")
-    growth("DiT only", (16, 256, *big), "fixed:0.25", None)
-    print("3. with a VAE stage (C=0.3, decode fixed:0.02, dit=N/4, vae=N/16; targets: <= 1.5 "
-          "at 4096 / 64, 4096 x 60 s under 10 s)")
-    growth("DiT + VAE", (64, *big), "fixed:0.3", "fixed:0.02")
     print("4. quiet ticks in bulk against every tick an event on the clock")
     bulk_against_each(256)
 

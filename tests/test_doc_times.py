@@ -128,3 +128,24 @@ def test_the_serving_engines_jobs_table_is_the_benchmarks():
                 f"{ratio['pure Python', 1024, rate]:.2f} at 1,024") in engine_row
         assert (f"{ratio['compiled with mypyc', 256, rate]:.2f} / "
                 f"{ratio['compiled with mypyc', 1024, rate]:.2f}") in engine_row
+
+
+def test_the_serving_engines_growth_rows_are_the_benchmarks():
+    """The engine table's µs-per-slot rows (4,096 streams against the smallest count, with
+    and without the VAE stage) and the 4,096-stream VAE run's CPU seconds are what
+    bench/bench_serving.py --json wrote to serving_growth.json, for both builds."""
+    from bench_serving import GROWTH
+
+    rows = _target_rows("serving_growth.json")
+    assert {(row["build"], row["workload"], row["streams"]) for row in rows} == {
+        (build, label, streams) for build in ("pure Python", "compiled with mypyc")
+        for label, _, _, counts in GROWTH for streams in counts}
+    grown = {(row["build"], row["workload"], row["streams"]): row for row in rows}
+    testing = (ROOT / "docs" / "testing.md").read_text().splitlines()
+    for start, key, figure in (("| µs per slot, 4,096 ÷ 16", "DiT only", "ratio_to_first"),
+                               ("| the same with the VAE stage", "DiT + VAE", "ratio_to_first"),
+                               ("| 4,096 streams × 60 s with the VAE", "DiT + VAE", "cpu_s")):
+        (row,) = [line for line in testing if line.startswith(start)]
+        cells = row.split(" | ")
+        for build, cell in (("pure Python", cells[2]), ("compiled with mypyc", cells[3])):
+            assert cell.startswith(f"{grown[build, key, 4096][figure]:.2f}"), (start, build)
