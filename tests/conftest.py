@@ -1,4 +1,5 @@
-"""Test configuration: hypothesis is derandomized in CI so a run is reproducible."""
+"""Test configuration: hypothesis is derandomized in CI so a run is reproducible, and the
+longest tests start first (tests/durations.json) so that the workers end together."""
 
 import json
 import os
