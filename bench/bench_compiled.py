@@ -1,8 +1,10 @@
 """The compiled build against the pure one: the engine issue's per-event figures in both.
 
-Run: ``.venv/bin/python bench/bench_compiled.py [PYTHON]`` after making the compiled build
-(``.venv-compiled``, as .ci/run does; or give its interpreter). Reports numbers; asserts
-nothing. Each build runs the same workloads in its own process, alternated three times,
+Run: ``.venv/bin/python bench/bench_compiled.py [PYTHON] [--json]`` after making the
+compiled build (``.venv-compiled``, as .ci/run does; or give its interpreter). Reports
+numbers; asserts nothing; ``--json`` keeps each build's best figures in
+``results/bench/compiled.json``, which docs/testing.md quotes. Each build runs the same
+workloads in its own process, alternated three times,
 best of each, every figure beside its yardstick from the same process (bare or plain
 SimPy), so the ratios compare like with like:
 
@@ -20,8 +22,10 @@ SimPy), so the ratios compare like with like:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Runs in each build's interpreter (the bench folder last on the path, so the installed
 #: latsim of that interpreter is the one measured).
 MEASURE = r"""
-import json, sys, time
+import json, os, sys, time
 sys.path.append(sys.argv[1])
 import numpy as np
 import latsim
@@ -76,8 +80,13 @@ def measure(python: str) -> dict:
     return json.loads(result.stdout)
 
 
+#: Where ``--json`` keeps the figures: one row a build, each figure the best of its runs.
+COMPILED_JSON = ROOT / "results" / "bench" / "compiled.json"
+
+
 def main() -> None:
-    compiled = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / ".venv-compiled/bin/python")
+    arguments = [a for a in sys.argv[1:] if a != "--json"]
+    compiled = arguments[0] if arguments else str(ROOT / ".venv-compiled/bin/python")
     if not Path(compiled).exists():
         sys.exit(f"no compiled build at {compiled}: make one as .ci/run does")
     runs: dict[str, list[dict]] = {"pure": [], "compiled": []}
@@ -86,12 +95,19 @@ def main() -> None:
         runs["compiled"].append(measure(compiled))
     print(f"pure: {runs['pure'][0]['build']}; compiled: {runs['compiled'][0]['build']}")
     print(f"{'figure':48} {'pure':>8} {'compiled':>9} {'ratio':>6}")
+    best: dict[str, dict] = {name: {"build": runs[name][0]["build"]} for name in runs}
     for key in (k for k in runs["pure"][0] if k != "build"):
         pick = min if key.startswith(("serving us", "serving CPU s")) else max  # the best
-        pure = pick(r[key] for r in runs["pure"])
-        fast = pick(r[key] for r in runs["compiled"])
+        for name in runs:
+            best[name][key] = round(pick(r[key] for r in runs[name]), 3)
+        pure, fast = best["pure"][key], best["compiled"][key]
         ratio = pure / fast if pick is min else fast / pure
         print(f"{key:48} {pure:8.3f} {fast:9.3f} {ratio:5.2f}x")
+    if "--json" in sys.argv:
+        stamp = {"date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "runs": 3}
+        COMPILED_JSON.write_text(json.dumps(
+            {"rows": [row | stamp for row in best.values()]}, indent=1) + "\n")
+        print(f"wrote {COMPILED_JSON.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The engine's floor in pure Python: what a job costs the controller alone, beside what
 the engine issue's targets allow, and how one heap of N timers grows.
 
-Run: ``.venv/bin/python bench/bench_floor.py``. Reports numbers; asserts nothing. CPU
-seconds of this process, the garbage collector paused (as the experiment engine's work
-units run), best of 3 alternated runs.
+Run: ``.venv/bin/python bench/bench_floor.py [--json]``. Reports numbers; asserts nothing.
+CPU seconds of this process, the garbage collector paused (as the experiment engine's work
+units run), best of 3 alternated runs. ``--json`` keeps this build's figures in
+``results/bench/floor.json``, which docs/testing.md quotes.
 
 1. **A job's floor.** One stream, baseline, no conditions, no device shared: the
    single-stream driver plays whole refill cycles with no timer each
@@ -30,10 +31,17 @@ units run), best of 3 alternated runs.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import simpy
-from bench_serving import TIMING, cpu_seconds, plain_simpy_jobs  # this script's folder
+from bench_serving import (  # this script's folder
+    TIMING,
+    cpu_seconds,
+    plain_simpy_jobs,
+    write_rows,
+)
 
 from latsim.controller import ControllerConfig
 from latsim.controller.policies import BASELINE
@@ -83,13 +91,19 @@ def heap_per_event(timers: int, events: int = 400_000) -> float:
     return took / (until * timers) * 1e6
 
 
+#: Where ``--json`` keeps the figures, one row a build.
+FLOOR_JSON = Path(__file__).resolve().parents[1] / "results" / "bench" / "floor.json"
+
+
 def main() -> None:
+    row: dict[str, float] = {}
     plain = min(plain_per_job() for _ in range(3))
     print(f"1. plain SimPy, 1,024 periodic streams on one device: {plain:.1f} us per job; "
           f"the serving target (0.5 of its jobs/s) leaves {2 * plain:.1f} us per job")
     for K in (4, 8):
         runs = [controller_per_job(K) for _ in range(3)]
         micro, ahead = min(runs)
+        row[f"controller_us_per_job_K{K}"] = round(micro, 1)
         print(f"   the controller alone, one quiet stream, K = {K}: {micro:.1f} us per job "
               f"({micro / K:.2f} us per slot; {ahead:.0%} of slots played ahead): "
               f"{micro / (2 * plain):.2f} of the serving target's budget")
@@ -101,6 +115,14 @@ def main() -> None:
     large = min(heap_per_event(4096) for _ in range(3))
     print(f"2. bare SimPy, N periodic timers: {small:.2f} us per event at 16, {large:.2f} at "
           f"4,096: {large / small:.2f}x")
+    if "--json" in sys.argv:
+        row |= {"plain_us_per_job": round(plain, 1),
+                "most_of_plain_jobs_per_s": round(plain / (plain + micro), 2),
+                "heap_us_per_event_16": round(small, 2),
+                "heap_us_per_event_4096": round(large, 2),
+                "heap_growth": round(large / small, 2)}
+        write_rows([row], FLOOR_JSON)
+        print(f"   wrote {FLOOR_JSON.relative_to(FLOOR_JSON.parents[2])}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Every such time comes from a committed benchmark file: ``results/bench/commands.
 (bench/bench_commands.py) for the commands, ``results/bench/fleet_target.json``
 (bench/bench_fleet.py) for the 10,000-viewer fleet, ``results/bench/plan_target.json``
 (bench/bench_plan.py --target) for the Wan plan, ``results/bench/serving_jobs.json``
-(bench/bench_serving.py --json) for the serving engine's jobs per CPU second. A document
+(bench/bench_serving.py --json) for the serving engine's jobs per CPU second and per-slot
+growth, ``compiled.json``, ``memory.json`` and ``floor.json`` (bench/bench_compiled.py,
+bench_memory.py and bench_floor.py with ``--json``) for the rest of the engine table. A document
 quotes a row in the form ``bench_commands.quote`` writes; this test checks every quote
 against its file, and that no document quotes the file with a time no row holds.
 """
@@ -149,3 +151,53 @@ def test_the_serving_engines_growth_rows_are_the_benchmarks():
         cells = row.split(" | ")
         for build, cell in (("pure Python", cells[2]), ("compiled with mypyc", cells[3])):
             assert cell.startswith(f"{grown[build, key, 4096][figure]:.2f}"), (start, build)
+
+
+def _engine_row(start: str) -> list[str]:
+    """The cells of docs/testing.md's engine table row that starts with ``start``."""
+    (row,) = [line for line in (ROOT / "docs" / "testing.md").read_text().splitlines()
+              if line.startswith(start)]
+    return row.split(" | ")
+
+
+def test_the_engine_tables_other_rows_are_the_benchmarks():
+    """The engine table's rows for one stream (bench/bench_compiled.py --json), peak memory
+    (bench/bench_memory.py --json, each build), ``latsim --help`` (bench_commands.py) and
+    what bounds the event path (bench/bench_floor.py --json) quote their files."""
+    compiled = {row["build"]: row for row in _target_rows("compiled.json")}
+    memory = {(row["build"], row["workload"]): row for row in _target_rows("memory.json")}
+    (floor,) = [row for row in _target_rows("floor.json") if row["build"] == "pure Python"]
+    builds = ("pure Python", "compiled with mypyc")
+    assert set(compiled) == set(builds)
+    assert set(memory) == {(build, workload) for build in builds
+                           for workload in ("dit", "dit+vae")}
+    assert all((row["streams"], row["duration"], row["records"]) == (4096, 600.0, "none")
+               for row in memory.values())
+    one = _engine_row("| one stream, K = 4")
+    peak = _engine_row("| peak memory, 4,096 streams")
+    for build, column in zip(builds, (2, 3), strict=True):
+        figures = [compiled[build][f"one stream K=4 every {every} s / bare SimPy"]
+                   for every in (1000, 10)]
+        assert one[column].startswith("{:.2f} / {:.2f}".format(*figures)), (build, one)
+        assert peak[column].startswith(
+            f"{memory[build, 'dit']['peak_mib']:.0f} / "
+            f"{memory[build, 'dit+vae']['peak_mib']:.0f} MiB"), (build, peak)
+    # the same runs in both builds give the same numbers (the row says so)
+    assert all(memory[builds[0], workload]["L95"] == memory[builds[1], workload]["L95"]
+               for workload in ("dit", "dit+vae"))
+    assert "L95s are equal to the last digit" in peak[4]
+    (help_row,) = [row for row in _rows() if row["command"] == "latsim --help"]
+    assert _engine_row("| `latsim --help`")[2].startswith(f"{help_row['cpu_s_median']:.2f} s")
+    bound = _engine_row("| serving jobs/s, periodic")[4]
+    assert (f"plain SimPy's {floor['plain_us_per_job']:.1f} µs a job plus the controller's "
+            f"own {floor['controller_us_per_job_K8']:.1f} µs") in bound, bound
+    assert f"at most {floor['most_of_plain_jobs_per_s']:.2f} pure" in bound, bound
+    growth = _engine_row("| µs per slot, 4,096 ÷ 16")[4]
+    assert f"SimPy's heap of N timers alone grows {floor['heap_growth']:.2f}×" in growth
+    fleet = _engine_row("| 10,000 viewers × 1 h")
+    walls = {build: [row["wall_s"] / 60 for row in _target_rows("fleet_target.json")
+                     if row["build"] == build and row["mode"] == "sharded"
+                     and row["viewers"] == 10_000 and row["jobs"] == 2] for build in builds}
+    assert fleet[2].startswith(" and ".join(f"{m:.1f}" for m in walls["pure Python"]) + " min")
+    assert fleet[3].startswith(" and ".join(f"{m:.1f}" for m in walls["compiled with mypyc"])
+                               + " min")
