@@ -46,7 +46,7 @@ def _grid(tmp_path: Path, duration: float = 60, rates: str = "[0.05, 0.2]") -> P
 def cluster():
     """Two single-threaded Dask worker processes, started inside the test run."""
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as local:
+                                  dashboard_address=":0") as local:
         yield local
 
 
@@ -107,6 +107,29 @@ def test_every_scheduler_gives_the_same_bytes(tmp_path, cluster):
     local = run_experiment(experiment, jobs=1).rows
     with using(cluster.scheduler_address):
         remote = run_experiment(experiment, jobs=1).rows
+    assert json.dumps(local, default=str) == json.dumps(remote, default=str)
+
+
+def test_dask_local_beside_a_busy_http_port_says_nothing_and_gives_the_local_rows():
+    """Another cluster (here a socket) holds Dask's default HTTP port, 8787: a
+    ``--scheduler dask-local`` run takes a free port without a warning (four lines on
+    stderr, one past 80 columns) and gives the rows of a run in process."""
+    import socket
+    import warnings
+
+    experiment = Experiment(Ks=(4,), seeds=2, duration=20.0)
+    local = run_experiment(experiment, jobs=1).rows
+    with socket.socket() as held:
+        try:
+            held.bind(("", 8787))
+            held.listen()
+        except OSError:
+            pass  # something holds it already
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with using("dask-local", 2):
+                remote = run_experiment(experiment, jobs=2).rows
+    assert not [w for w in caught if "already in use" in str(w.message)], caught
     assert json.dumps(local, default=str) == json.dumps(remote, default=str)
 
 

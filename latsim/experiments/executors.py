@@ -354,8 +354,12 @@ def work_pool(scheduler: str = LOCAL, jobs: int = 1) -> Iterator[WorkPool]:
 
     logging.getLogger("distributed").setLevel(logging.ERROR)
     if scheduler == DASK_LOCAL:
+        # no dashboard, and the scheduler's HTTP server on a free port: with
+        # dashboard_address=None it still takes 8787, and another cluster there makes
+        # Distributed warn on stderr
         with LocalCluster(n_workers=max(1, jobs), threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
+                          dashboard_address=":0", scheduler_kwargs={"dashboard": False}
+                          ) as cluster, Client(cluster) as client:
             yield DaskPool(client)
         return
     try:
