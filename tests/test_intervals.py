@@ -10,6 +10,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import beta, binom, t
 
 from latsim.analysis.intervals import (
@@ -19,10 +21,11 @@ from latsim.analysis.intervals import (
     percentile_intervals,
     percentile_ranks,
     replication_bootstrap_se,
+    replication_percentile_se,
     stall_interval,
     t_interval,
 )
-from latsim.analysis.latency import LEVELS
+from latsim.analysis.latency import LEVELS, percentile
 
 #: trials of the coverage test, and the chance a correct interval fails one of its checks
 TRIALS, MISS = 2000, 1e-4
@@ -170,6 +173,42 @@ def test_replication_bootstrap_se_of_a_mean_is_near_s_over_root_n():
     assert se == pytest.approx(means.std(ddof=1) / math.sqrt(20), rel=0.15)
     assert se == replication_bootstrap_se(groups, lambda v: float(v.mean()))  # seeded
     assert replication_bootstrap_se(groups[:1], lambda v: float(v.mean())) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(0, 25), min_size=2, max_size=9),
+       level=st.sampled_from([*LEVELS, 0, 12.5, 100]), seed=st.integers(0, 2**32 - 1),
+       ties=st.booleans(), nan=st.booleans(), resamples=st.integers(2, 60))
+def test_the_percentiles_bootstrap_all_at_once_gives_the_general_ways_floats(
+        sizes, level, seed, ties, nan, resamples):
+    """``replication_percentile_se`` is ``replication_bootstrap_se`` of the pooled
+    percentile to the last bit: the same resamples, and numpy's own interpolation between
+    the same order statistics (empty replications, ties, NaN, every level and a bootstrap
+    whose resamples may pool nothing included)."""
+    rng = np.random.default_rng(seed)
+    groups = [rng.integers(0, 5, size).astype(float) if ties else rng.lognormal(0, 1, size)
+              for size in sizes]
+    if nan and sizes[0]:
+        groups[0][0] = math.nan
+
+    def pooled(values):
+        return percentile(values, level)
+
+    fast = replication_percentile_se(groups, level, np.random.default_rng(seed), resamples)
+    general = replication_bootstrap_se(groups, pooled, np.random.default_rng(seed), resamples)
+    assert (fast is None and general is None) or fast == general, (fast, general)
+
+
+def test_the_percentiles_bootstrap_counts_in_chunks(monkeypatch):
+    """Resamples counted a few at a time (the memory bound) give the same figure."""
+    import latsim.analysis.intervals as intervals
+
+    rng = np.random.default_rng(3)
+    groups = [rng.lognormal(0, 1, int(rng.integers(10, 40))) for _ in range(12)]
+    whole = replication_percentile_se(groups, 95)
+    monkeypatch.setattr(intervals, "CELLS_AT_ONCE", 3 * sum(g.size for g in groups))
+    assert replication_percentile_se(groups, 95) == whole
+    assert whole == replication_bootstrap_se(groups, lambda v: percentile(v, 95))
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ import numpy as np
 
 from latsim.analysis.intervals import (
     paired_jackknife_se,
-    replication_bootstrap_se,
+    replication_percentile_se,
     stall_interval,
 )
 from latsim.analysis.latency import LEVELS, VIEWER, latency_stats, percentile
@@ -70,14 +70,12 @@ def _pct(totals: np.ndarray) -> float:
 def replication_se(runs: Sequence[ServingRecords]) -> dict[str, float | None]:
     """Standard errors over replications of the pooled metrics a figure draws error bars
     for: ``L50_se``, ``L95_se`` and ``L99_se`` (the viewer's L, bootstrap of the pooled
-    percentile over replications, :func:`~latsim.analysis.intervals.replication_bootstrap_se`),
+    percentile over replications, :func:`~latsim.analysis.intervals.replication_percentile_se`),
     ``stall_pct_se`` (the server's) and ``viewer_stall_pct_se`` (jackknife of
     the pooled stall time over the pooled window). None with fewer than two replications."""
     shown = [[v.L for v in run.viewer if v.displayed] for run in runs]
     out: dict[str, float | None] = {
-        f"L{level}_se": replication_bootstrap_se(
-            shown, lambda values, level=level: percentile(values, level))
-        for level in LEVELS}
+        f"L{level}_se": replication_percentile_se(shown, level) for level in LEVELS}
     seconds = [_stall_seconds([run]) for run in runs]
     server = np.array([[s, w] for _, s, w in seconds]).reshape(-1, 2)
     viewer = np.array([[c + s, w] for c, s, w in seconds]).reshape(-1, 2)

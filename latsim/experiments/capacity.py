@@ -36,8 +36,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from latsim.analysis.intervals import replication_bootstrap_se
-from latsim.analysis.latency import percentile
+from latsim.analysis.intervals import replication_bootstrap_se, replication_percentile_se
 from latsim.analysis.serving import serving_metrics, viewer_stall_pct
 from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number, check_work
 from latsim.experiments.engine import (
@@ -206,12 +205,13 @@ def _probability_within(estimate: float | None, se: float | None, limit: float) 
 
 def _bootstrap_se(runs: list[ServingRecords], rng: np.random.Generator
                   ) -> tuple[float | None, float | None]:
-    """Bootstrap standard errors, over replications, of pooled L95 and of the mean of the
-    replications' viewer stall % (:func:`~latsim.analysis.intervals.replication_bootstrap_se`)."""
+    """Bootstrap standard errors, over replications, of pooled L95
+    (:func:`~latsim.analysis.intervals.replication_percentile_se`) and of the mean of the
+    replications' viewer stall % (:func:`~latsim.analysis.intervals.replication_bootstrap_se`),
+    from one generator: the L95 resamples first."""
     latencies = [[v.L for v in run.viewer if v.displayed] for run in runs]
     stalls = [[viewer_stall_pct([run])] for run in runs]
-    return (replication_bootstrap_se(latencies, lambda values: percentile(values, 95), rng,
-                                     BOOTSTRAP),
+    return (replication_percentile_se(latencies, 95, rng, BOOTSTRAP),
             replication_bootstrap_se(stalls, lambda values: float(np.mean(values)), rng,
                                      BOOTSTRAP))
 

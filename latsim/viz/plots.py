@@ -18,14 +18,13 @@ plt = style.pyplot()
 
 def replication_quantile_se(runs: list, level: float) -> float | None:
     """Bootstrap standard error over replications of the pooled ``level`` percentile of L
-    (:func:`~latsim.analysis.intervals.replication_bootstrap_se`; serving runs count each
+    (:func:`~latsim.analysis.intervals.replication_percentile_se`; serving runs count each
     stream of a replication together). None with fewer than two replications."""
-    from latsim.analysis.intervals import replication_bootstrap_se
-    from latsim.analysis.latency import percentile
+    from latsim.analysis.intervals import replication_percentile_se
 
-    return replication_bootstrap_se(
+    return replication_percentile_se(
         [[c.L for s in getattr(run, "streams", (run,)) for c in s.conditions if c.displayed]
-         for run in runs], lambda values: percentile(values, level))
+         for run in runs], level)
 
 
 def _interval_errors(samples: list, points: list[float], level: float) -> np.ndarray:
