@@ -86,8 +86,7 @@ def main() -> None:
                   f"(interpreter and imports {row['import_peak_mib']:.0f} MiB; target under "
                   f"1024 MiB with none); L95 {row['L95']}")
     if options.json:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from bench_serving import write_rows
+        from bench_serving import write_rows  # this script's folder
 
         write_rows(rows, MEMORY_JSON)
         print(f"  wrote {MEMORY_JSON.relative_to(MEMORY_JSON.parents[2])}")

@@ -107,6 +107,17 @@ def test_the_hostile_input_corpus_figures_are_the_benchmarks():
     assert quote(report) in " ".join((ROOT / "docs" / "testing.md").read_text().split())
 
 
+def _engine_row(start: str) -> list[str]:
+    """The cells of docs/testing.md's engine table row that starts with ``start``."""
+    (row,) = [line for line in (ROOT / "docs" / "testing.md").read_text().splitlines()
+              if line.startswith(start)]
+    return row.split(" | ")
+
+
+#: The builds a bench file holds a row of each.
+BUILDS = ("pure Python", "compiled with mypyc")
+
+
 def test_the_serving_engines_jobs_table_is_the_benchmarks():
     """docs/testing.md's table of jobs per CPU second against plain SimPy is what
     bench/bench_serving.py --json wrote, for both builds, both stream counts and both
@@ -115,8 +126,7 @@ def test_the_serving_engines_jobs_table_is_the_benchmarks():
 
     rows = _target_rows("serving_jobs.json")
     assert {(row["build"], row["streams"], row["conditions_per_s"]) for row in rows} == {
-        (build, streams, rate) for build in ("pure Python", "compiled with mypyc")
-        for streams in (256, 1024) for rate in RATES}
+        (build, streams, rate) for build in BUILDS for streams in (256, 1024) for rate in RATES}
     assert all(set(row["ratio"]) == set(WAYS) for row in rows)
     testing = (ROOT / "docs" / "testing.md").read_text()
     assert markdown_jobs(rows) in testing
@@ -125,11 +135,11 @@ def test_the_serving_engines_jobs_table_is_the_benchmarks():
                              (0.1, "| the same workload with conditions", "in numpy")):
         ratio = {(row["build"], row["streams"], row["conditions_per_s"]): row["ratio"][way]
                  for row in rows}
-        (engine_row,) = [line for line in testing.splitlines() if line.startswith(start)]
+        cells = _engine_row(start)
         assert (f"{ratio['pure Python', 256, rate]:.2f} at 256 streams, "
-                f"{ratio['pure Python', 1024, rate]:.2f} at 1,024") in engine_row
+                f"{ratio['pure Python', 1024, rate]:.2f} at 1,024") in cells[2]
         assert (f"{ratio['compiled with mypyc', 256, rate]:.2f} / "
-                f"{ratio['compiled with mypyc', 1024, rate]:.2f}") in engine_row
+                f"{ratio['compiled with mypyc', 1024, rate]:.2f}") in cells[3]
 
 
 def test_the_serving_engines_growth_rows_are_the_benchmarks():
@@ -140,24 +150,15 @@ def test_the_serving_engines_growth_rows_are_the_benchmarks():
 
     rows = _target_rows("serving_growth.json")
     assert {(row["build"], row["workload"], row["streams"]) for row in rows} == {
-        (build, label, streams) for build in ("pure Python", "compiled with mypyc")
+        (build, label, streams) for build in BUILDS
         for label, _, _, counts in GROWTH for streams in counts}
     grown = {(row["build"], row["workload"], row["streams"]): row for row in rows}
-    testing = (ROOT / "docs" / "testing.md").read_text().splitlines()
     for start, key, figure in (("| µs per slot, 4,096 ÷ 16", "DiT only", "ratio_to_first"),
                                ("| the same with the VAE stage", "DiT + VAE", "ratio_to_first"),
                                ("| 4,096 streams × 60 s with the VAE", "DiT + VAE", "cpu_s")):
-        (row,) = [line for line in testing if line.startswith(start)]
-        cells = row.split(" | ")
-        for build, cell in (("pure Python", cells[2]), ("compiled with mypyc", cells[3])):
+        cells = _engine_row(start)
+        for build, cell in zip(BUILDS, cells[2:4], strict=True):
             assert cell.startswith(f"{grown[build, key, 4096][figure]:.2f}"), (start, build)
-
-
-def _engine_row(start: str) -> list[str]:
-    """The cells of docs/testing.md's engine table row that starts with ``start``."""
-    (row,) = [line for line in (ROOT / "docs" / "testing.md").read_text().splitlines()
-              if line.startswith(start)]
-    return row.split(" | ")
 
 
 def test_the_engine_tables_other_rows_are_the_benchmarks():
@@ -167,15 +168,14 @@ def test_the_engine_tables_other_rows_are_the_benchmarks():
     compiled = {row["build"]: row for row in _target_rows("compiled.json")}
     memory = {(row["build"], row["workload"]): row for row in _target_rows("memory.json")}
     (floor,) = [row for row in _target_rows("floor.json") if row["build"] == "pure Python"]
-    builds = ("pure Python", "compiled with mypyc")
-    assert set(compiled) == set(builds)
-    assert set(memory) == {(build, workload) for build in builds
+    assert set(compiled) == set(BUILDS)
+    assert set(memory) == {(build, workload) for build in BUILDS
                            for workload in ("dit", "dit+vae")}
     assert all((row["streams"], row["duration"], row["records"]) == (4096, 600.0, "none")
                for row in memory.values())
     one = _engine_row("| one stream, K = 4")
     peak = _engine_row("| peak memory, 4,096 streams")
-    for build, column in zip(builds, (2, 3), strict=True):
+    for build, column in zip(BUILDS, (2, 3), strict=True):
         figures = [compiled[build][f"one stream K=4 every {every} s / bare SimPy"]
                    for every in (1000, 10)]
         assert one[column].startswith("{:.2f} / {:.2f}".format(*figures)), (build, one)
@@ -183,7 +183,7 @@ def test_the_engine_tables_other_rows_are_the_benchmarks():
             f"{memory[build, 'dit']['peak_mib']:.0f} / "
             f"{memory[build, 'dit+vae']['peak_mib']:.0f} MiB"), (build, peak)
     # the same runs in both builds give the same numbers (the row says so)
-    assert all(memory[builds[0], workload]["L95"] == memory[builds[1], workload]["L95"]
+    assert all(memory[BUILDS[0], workload]["L95"] == memory[BUILDS[1], workload]["L95"]
                for workload in ("dit", "dit+vae"))
     assert "L95s are equal to the last digit" in peak[4]
     (help_row,) = [row for row in _rows() if row["command"] == "latsim --help"]
@@ -197,7 +197,7 @@ def test_the_engine_tables_other_rows_are_the_benchmarks():
     fleet = _engine_row("| 10,000 viewers × 1 h")
     walls = {build: [row["wall_s"] / 60 for row in _target_rows("fleet_target.json")
                      if row["build"] == build and row["mode"] == "sharded"
-                     and row["viewers"] == 10_000 and row["jobs"] == 2] for build in builds}
+                     and row["viewers"] == 10_000 and row["jobs"] == 2] for build in BUILDS}
     assert fleet[2].startswith(" and ".join(f"{m:.1f}" for m in walls["pure Python"]) + " min")
     assert fleet[3].startswith(" and ".join(f"{m:.1f}" for m in walls["compiled with mypyc"])
                                + " min")

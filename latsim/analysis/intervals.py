@@ -162,16 +162,25 @@ def replication_bootstrap_se(samples: Sequence[Sequence[float] | np.ndarray],
     groups = [np.asarray(sample, dtype=float) for sample in samples]
     if len(groups) < 2:
         return None
-    from scipy.stats import DegenerateDataWarning, bootstrap
 
     def pooled_statistic(picked: np.ndarray) -> float:
         value = statistic(np.concatenate([groups[i] for i in picked]))
         return math.nan if value is None else value
 
+    return _resampled_se(len(groups), pooled_statistic, False, rng, resamples)
+
+
+def _resampled_se(count: int, statistic: Callable[..., object], vectorized: bool,
+                  rng: np.random.Generator | None, resamples: int) -> float | None:
+    """``scipy.stats.bootstrap``'s standard error of ``statistic`` over resamples of the
+    replication indices ``0 .. count - 1`` (``rng``: default seed 0), or None where it is
+    not finite."""
+    from scipy.stats import DegenerateDataWarning, bootstrap
+
     with warnings.catch_warnings():  # only the standard error is read: scipy's warning
         # that the interval is undefined (a resample with no value) is not the user's
         warnings.simplefilter("ignore", DegenerateDataWarning)
-        result = bootstrap((np.arange(len(groups)),), pooled_statistic, vectorized=False,
+        result = bootstrap((np.arange(count),), statistic, vectorized=vectorized,
                            n_resamples=resamples, method="percentile",
                            random_state=rng if rng is not None else np.random.default_rng(0))
     se = float(result.standard_error)
@@ -204,8 +213,6 @@ def replication_percentile_se(samples: Sequence[Sequence[float] | np.ndarray], l
         return replication_bootstrap_se(
             groups, lambda values: empirical_quantile(values, q) if values.size else None,
             rng, resamples)
-    from scipy.stats import DegenerateDataWarning, bootstrap
-
     count = len(groups)
     sizes = np.array([group.size for group in groups])
     owners = np.repeat(np.arange(count), sizes)
@@ -240,13 +247,7 @@ def replication_percentile_se(samples: Sequence[Sequence[float] | np.ndarray], l
             out[start:start + len(chunk)] = result
         return out if picked.ndim > 1 else out[0]
 
-    with warnings.catch_warnings():  # as replication_bootstrap_se
-        warnings.simplefilter("ignore", DegenerateDataWarning)
-        result = bootstrap((np.arange(count),), pooled_percentiles, vectorized=True,
-                           n_resamples=resamples, method="percentile",
-                           random_state=rng if rng is not None else np.random.default_rng(0))
-    se = float(result.standard_error)
-    return se if math.isfinite(se) else None
+    return _resampled_se(count, pooled_percentiles, True, rng, resamples)
 
 
 def cdf_band(n: int, confidence: float = CONFIDENCE) -> float:
