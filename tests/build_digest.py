@@ -33,7 +33,7 @@ from latsim.model.costs import LognormalCost
 from latsim.model.traces import Trace
 from latsim.sim.serving import simulate_serving
 from latsim.sim.simpy_driver import simulate_trace
-from tests.test_bulk import conditioned_setups, quiet_setups
+from tests.test_bulk import conditioned_setups, quiet_setups, replanning_setups
 from tests.test_properties import arrival_times, settings_with_c_below_t
 from tests.test_serving import RecordingCost, inputs, serving_setups
 
@@ -92,23 +92,30 @@ def draw_cases(examples: int) -> list[tuple[str, tuple]]:
     def conditioned(setup, seed, records):  # baseline runs with conditions: many in bulk,
         cases.append(("conditioned", (*setup, seed, records)))  # replayed (sim.bulk_replay)
 
+    @derandomized
+    @given(setup=replanning_setups(), seed=st.integers(0, 1000),
+           records=st.sampled_from(["all", "conditions", "none"]))
+    def replanning(setup, seed, records):  # lazy-commit runs with conditions: most in the
+        cases.append(("replanning", (*setup, seed, records)))  # bulk loop (OnlineStream)
+
     single()
     serving()
     quiet()
     conditioned()
+    replanning()
     return cases
 
 
 def run_cases(cases: list[tuple[str, tuple]]) -> dict[str, list[str]]:
     """Each case simulated, as the digest of its pickled records, by generator."""
     found: dict[str, list[str]] = {"single": [], "serving": [], "quiet": [],
-                                   "conditioned": []}
+                                   "conditioned": [], "replanning": []}
     for kind, args in cases:
         if kind == "single":
             config, cost, trace, duration, seed = args
             records = simulate_trace(config, cost, trace, duration,
                                      np.random.default_rng(seed))[0]
-        elif kind == "conditioned":
+        elif kind in ("conditioned", "replanning"):
             config, cost, config_of_serving, joins, traces, duration, seed, level = args
             records = simulate_serving(config, cost, config_of_serving,
                                        inputs(traces, joins, seed), duration,

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import latsim.sim.bulk as bulk_module
 import latsim.sim.bulk_numpy as bulk_numpy
+import latsim.sim.serving as serving_module
 from latsim.controller import (
     ConditionArrived,
     Controller,
@@ -23,7 +24,7 @@ from latsim.controller import (
     SlotDue,
     WakeUp,
 )
-from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
 from latsim.controller.records import SlotTally
 from latsim.controller.timing import Timing
 from latsim.model.costs import AffineCost, FixedCost, LognormalCost
@@ -334,9 +335,9 @@ def test_a_run_that_stalls_goes_back_to_the_event_path_with_its_streams_untouche
 
 
 @pytest.mark.parametrize(("change", "reason"), [
-    (lambda c, s, i: (replace(c, policy=SPECULATIVE), s,
+    (lambda c, s, i: (replace(c, policy=SPECULATIVE, in_flight_policy="flush"), s,
                       [replace(i[0], trace=replace(i[0].trace, times=(1.0,)))] + i[1:]),
-     "a condition under a lazy commit"),
+     "a condition under a flush"),
     (lambda c, s, i: (c, replace(s, uplink=FixedCost(0.01)),
                       [replace(i[0], trace=replace(i[0].trace, times=(1.0,)))] + i[1:]),
      "an uplink draw"),
@@ -449,6 +450,136 @@ def test_a_run_with_conditions_in_bulk_records_what_the_event_path_records(setup
                                                            monkeypatch)
     event("numpy kept it" if kept else "the event path played it")
     assert in_bulk == on_clock
+
+
+@st.composite
+def replanning_setups(draw):
+    """A run whose conditions move jobs: latent commitment (a lazy commit, replans at
+    q = 1 or a coarser unit), the table's options that change what a replan does
+    (discard on start or when ready, a replan at the cache end deferred or started,
+    binding at the start or the enqueue), a replan overhead drawn from its own stream or
+    none, and the rest as :func:`conditioned_setups` draws it. The bulk loop drives each
+    stream that sees a condition through its controller; a tick that would start a job,
+    or a stall of a stream that sees none, gives the run back."""
+    config, model, serving, joins, traces, duration = draw(conditioned_setups())
+    K = config.timing.K
+    policy = draw(st.sampled_from([SPECULATIVE, SPECULATIVE, Policy("chunked", K // 2 or 1,
+                                                                    "lazy")]))
+    config = replace(config, policy=policy,
+                     discard=draw(st.sampled_from(["on-start", "on-ready"])),
+                     replan_at_cache_end=draw(st.sampled_from(["defer", "start"])),
+                     bind=draw(st.sampled_from(["start", "enqueue"])),
+                     run_ahead=draw(st.sampled_from([0.0, 0.0, 0.25])))
+    overhead = draw(st.sampled_from([None, None, FixedCost(0.01), LognormalCost(0.02, 0.5)]))
+    return config, model, replace(serving, replan_cost=overhead), joins, traces, duration
+
+
+def _loop_kept(monkeypatch) -> list[bool]:
+    """Whether each bulk run was kept (True) or given back (False), as they finish."""
+    kept: list[bool] = []
+    original = bulk_module.simulate_quiet_serving
+
+    def watching(*args, **kwargs):
+        result = original(*args, **kwargs)
+        kept.append(result is not None)
+        return result
+
+    monkeypatch.setattr(serving_module, "simulate_quiet_serving", watching)
+    return kept
+
+
+@SETTINGS
+@given(setup=replanning_setups(), seed=st.integers(0, 1000),
+       records=st.sampled_from(["all", "conditions", "none"]))
+def test_replans_in_the_bulk_loop_record_what_the_event_path_records(setup, seed, records):
+    config, model, serving, joins, traces, duration = setup
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        kept = _loop_kept(monkeypatch)
+        in_bulk = pickle.dumps(simulate_serving(
+            config, model, serving, inputs(traces, joins, seed), duration,
+            np.random.default_rng(seed), records=records))
+    event("the loop kept it" if kept == [True] else "given back" if kept else "refused")
+    on_clock = pickle.dumps(simulate_serving(
+        config, model, serving, inputs(traces, joins, seed), duration,
+        np.random.default_rng(seed), records=records, quiet_in_bulk=False))
+    assert in_bulk == on_clock
+
+
+@pytest.mark.parametrize(("vae", "records"), [(0, "all"), (2, "none"), (1, "conditions")])
+def test_replans_stay_in_the_loop_and_the_run_drains_at_a_tick(vae, records, monkeypatch):
+    """Sixteen speculative streams at ρ 0.5, random joins, a condition every 3 s each
+    and one 0.1 s before the window's end (open there): the loop keeps the run (its
+    replans are jobs on the pools, a replan overhead drawn for each), and ends it past
+    the window at the tick that shows the last condition; every record is the event
+    path's."""
+    timing = Timing(8, 4, 16.0)
+    n, duration = 16, 40.0
+    rng = np.random.default_rng(vae)
+    model = LognormalCost(0.5 * timing.T * 4 / n, 0.3)
+    joins = rng.uniform(0, timing.T, n).tolist()
+    traces = [tuple(np.sort(rng.uniform(0, duration - 1, 13)).tolist()) + (duration - 0.1,)
+              for _ in range(n)]
+    config = ControllerConfig(timing, SPECULATIVE, model.quantile(8, 0.99) + 0.6)
+    serving = ServingConfig(streams=n, pools=(("dit", 4),) + ((("vae", vae),) if vae else ()),
+                            decode=LognormalCost(0.02, 0.3) if vae else None,
+                            replan_cost=FixedCost(0.01))
+    kept = _loop_kept(monkeypatch)
+
+    def run(in_bulk: bool):
+        return simulate_serving(config, model, serving, inputs(traces, joins, 2), duration,
+                                np.random.default_rng(2), records=records,
+                                quiet_in_bulk=in_bulk)
+
+    ran = run(True)
+    assert kept == [True]
+    assert pickle.dumps(ran) == pickle.dumps(run(False))
+    assert sum(s.jobs_started for s in ran.streams) > 0
+    assert ran.end_time > ran.window_end
+    shown = max(start.t_origin + c.t_play for run, start in zip(ran.streams, ran.starts,
+                                                              strict=True)
+                for c in run.conditions if c.displayed)
+    assert ran.end_time == pytest.approx(shown, abs=1e-9)  # the last one shown then
+    if records == "all":
+        assert sum(t.kind == "replan" for t in ran.tasks) > n
+
+
+def test_an_arrival_at_the_instant_of_the_first_wake_up_comes_first(monkeypatch):
+    """Each arrival takes its place in the clock's order when its stream starts, before
+    the controller arms its first refill: a condition that arrives at the very instant
+    of that wake-up (1 s) is registered first, so the refill carries it, in the loop as
+    on the clock (the other way round, the refill would start with version 0 and the
+    condition wait for a replan)."""
+    config = ControllerConfig(Timing(8, 4, 16.0), SPECULATIVE, 1.0)
+    serving = ServingConfig(streams=2, pools=(("dit", 1),))
+    kept = _loop_kept(monkeypatch)
+
+    def run(in_bulk: bool):
+        return simulate_serving(config, FixedCost(0.4), serving,
+                                inputs([(1.0, 5.3), ()], [0.0, 0.7]), 8.0,
+                                np.random.default_rng(0), quiet_in_bulk=in_bulk)
+
+    ran = run(True)
+    assert kept == [True]
+    assert ran.streams[0].jobs[1].version == 1  # the first refill carries version 1
+    assert pickle.dumps(ran) == pickle.dumps(run(False))
+
+
+def test_a_drain_can_end_at_the_job_end_that_ends_a_stall(monkeypatch):
+    """One stream whose condition is shown by the slot a job's end plays as it ends a
+    stall, past the window's end: the run ends at that event (1.5 s), not at a tick
+    after it, in the loop as on the clock."""
+    config = ControllerConfig(Timing(2, 4, 16.0), SPECULATIVE, 0.75)
+    serving = ServingConfig(streams=1, pools=(("dit", 3),), dit_degree=1)
+    kept = _loop_kept(monkeypatch)
+
+    def run(in_bulk: bool):
+        return simulate_serving(config, FixedCost(0.75), serving, inputs([(0.0,)], [0.0]),
+                                1.0, np.random.default_rng(0), quiet_in_bulk=in_bulk)
+
+    ran = run(True)
+    assert kept == [True]
+    assert ran.end_time == 1.5 and ran.streams[0].stalls[-1].t_end == 1.5
+    assert pickle.dumps(ran) == pickle.dumps(run(False))
 
 
 @pytest.mark.parametrize(("devices", "degree", "vae", "start", "records"), [

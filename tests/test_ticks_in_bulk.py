@@ -56,11 +56,11 @@ def test_the_serving_model_records_the_same_with_ticks_in_bulk(
                               in_flight_policy=in_flight[1], bind=bind,
                               adaptive=AdaptiveLead(lead, 0.8, 2.0) if adaptive else None)
 
-    def run(bulk: bool):
+    def run(bulk: bool):  # on the clock (tests/test_bulk.py compares the bulk engine)
         return simulate_serving(config, RecordingCost(mean_c, 0.3), serving,
                                 inputs(traces, joins, seed), duration,
                                 np.random.default_rng(seed), records=records,
-                                ticks_in_bulk=bulk)
+                                ticks_in_bulk=bulk, quiet_in_bulk=False)
 
     bulk, each = _both(run)
     assert bulk == each
@@ -151,7 +151,8 @@ def _queued_ticks(monkeypatch) -> list[int]:
 @pytest.mark.parametrize("schedule", ["fifo", "least-slack"])
 def test_streams_play_most_ticks_in_bulk(schedule, monkeypatch):
     """Not only the same records: at K = 8 with rare conditions, most ticks never reach
-    the clock."""
+    the clock (the event path's: a fifo run like this one the bulk loop plays without
+    it)."""
     timing = Timing(8, 4, 16.0)
     streams = 8
     serving = ServingConfig(streams=streams, pools=(("dit", 2),), schedule=schedule)
@@ -160,7 +161,7 @@ def test_streams_play_most_ticks_in_bulk(schedule, monkeypatch):
     config = ControllerConfig(timing, SPECULATIVE, 1.0)
     queued = _queued_ticks(monkeypatch)
     run = simulate_serving(config, FixedCost(0.4), serving, inputs(traces, joins), 40.0,
-                           np.random.default_rng(0))
+                           np.random.default_rng(0), quiet_in_bulk=False)
     played = sum(len(s.slots) for s in run.streams)
     assert played > 1000
     assert queued[0] < played / 3
@@ -181,7 +182,8 @@ def test_a_job_with_a_decode_step_queues_no_tick_its_steps_end_before(monkeypatc
     queued = _queued_ticks(monkeypatch)
     bulk, each = (simulate_serving(config, FixedCost(0.3), serving, inputs(traces, joins),
                                    60.0, np.random.default_rng(0), records="all",
-                                   ticks_in_bulk=in_bulk) for in_bulk in (True, False))
+                                   ticks_in_bulk=in_bulk, quiet_in_bulk=False)
+                  for in_bulk in (True, False))
     assert pickle.dumps(bulk) == pickle.dumps(each)
     jobs = sum(len(s.jobs) for s in bulk.streams)
     assert jobs > 400 and queued[0] < jobs / 3, (queued[0], jobs)

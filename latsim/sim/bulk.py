@@ -27,11 +27,15 @@ makes the records; this module's loop plays the rest.
 
 Conditions under an eager commit move no job: the numpy path computes such a run's
 schedule as a quiet one's and replays each stream that sees a condition through its own
-controller (:mod:`latsim.sim.bulk_replay`); this module's loop plays no condition (such
-a run goes to the event path where the arrays cannot tell it).
+controller (:mod:`latsim.sim.bulk_replay`). Under a lazy commit they do (a replan is a
+job of its own), and where the arrays cannot tell a run with conditions, this module's
+loop drives each stream that sees one through its controller as the events come
+(:class:`~latsim.sim.bulk_replay.OnlineStream`), beside the quiet streams' arithmetic,
+and past the window's end while a condition is open (:meth:`_Run._drain`).
 
-The event path stays the reference and does everything else: replans, stalls, batching,
-pipelines, other scheduling policies, fleets.
+The event path stays the reference and does everything else: a stall of a stream that
+sees no condition, a tick that starts a job, flushes, batching, pipelines, other
+scheduling policies, fleets.
 """
 
 from __future__ import annotations
@@ -40,24 +44,24 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import count
 from typing import Protocol, cast
 
 import numpy as np
 
-from latsim.controller import Controller, ControllerConfig
+from latsim.controller import Controller, ControllerConfig, StartJob
 from latsim.controller.machine import EPS, FORGET_JOBS_AT
 from latsim.controller.playout import ClientPlayout
 from latsim.controller.records import JobRecord, SlotLog, SlotTally
 from latsim.model.costs import CostModel
-from latsim.model.generators import StagedGenerator
+from latsim.model.generators import StagedGenerator, Step, StepStreams
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
 from latsim.run.records import COMPLETE, BusyTally, RunRecords, RunWindow
 from latsim.run.serving import ServingRecords, StreamStart, TaskRecord, TaskTally
 from latsim.run.stream import busy_at_end
-from latsim.sim.bulk_replay import StreamReplay
+from latsim.sim.bulk_replay import Differs, OnlineStream, StreamReplay
 
 
 class StreamInput(Protocol):
@@ -83,10 +87,9 @@ def bulk_refusal(configs: Sequence[ControllerConfig], cost: CostModel,
                  serving: ServingConfig, streams: Sequence[StreamInput], duration: float
                  ) -> str | None:
     """Why this serving run is not one :func:`simulate_quiet_serving` plays (a phrase), or
-    None if it is: one chunk in flight with a fixed lead, conditions only under an eager
-    commit without a flush or an uplink draw, the plain chain (DiT, then decode if any; no
-    pipeline or system model) on FIFO pools without batching, no per-slot network draw
-    and no cold start."""
+    None if it is: one chunk in flight with a fixed lead, conditions without a flush or an
+    uplink draw, the plain chain (DiT, then decode if any; no pipeline or system model) on
+    FIFO pools without batching, no per-slot network draw and no cold start."""
     if not Controller._quiet_cycles:
         return "the controller's table has no quiet refill cycle"
     if any(c.in_flight != 1 or c.adaptive is not None for c in configs):
@@ -99,10 +102,8 @@ def bulk_refusal(configs: Sequence[ControllerConfig], cost: CostModel,
         return "a system model's own chain of steps"
     if any(t < duration for s in streams for t in s.trace.times) and (
             serving.uplink is not None
-            or any(c.policy.commit != "eager" or c.in_flight_policy == "flush"
-                   for c in configs)):
-        return ("a condition under a lazy commit or a flush (it moves the pool's jobs), "
-                "or with an uplink draw")
+            or any(c.in_flight_policy == "flush" for c in configs)):
+        return "a condition under a flush, or with an uplink draw"
     if any(type(s.join) is not float for s in streams):
         return "a join time that is not a float (its type would carry into the records)"
     first = configs[0]
@@ -144,7 +145,8 @@ class _Stream:
     __slots__ = ("index", "origin", "rng", "decode_rng", "clock", "played", "stage",
                  "dit_start",
                  "planned_end", "armed", "next_job", "job", "branch", "t_enqueue",
-                 "ctrl_start", "jobs", "jobs_done", "starts", "ran", "tally", "took")
+                 "ctrl_start", "jobs", "jobs_done", "starts", "ran", "tally", "took",
+                 "kind", "steps", "driven")
 
     def __init__(self, index: int, origin: float, rng: np.random.Generator,
                  decode_rng: np.random.Generator, clock: Sequence[float]) -> None:
@@ -169,6 +171,11 @@ class _Stream:
         self.tally: BusyTally | None = None
         self.took = math.inf  # the draw of the step in flight
         self.t_enqueue = 0.0  # when that step was queued
+        self.kind = "refill"  # the job's kind
+        # a stream driven by its controller (it sees conditions): that, and the steps of
+        # its job in flight still to run (the generator draws each as it is queued)
+        self.driven: OnlineStream | None = None
+        self.steps: Iterator[Step] = iter(())
 
 
 def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
@@ -178,20 +185,21 @@ def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
                            ) -> ServingRecords | None:
     """The records :func:`latsim.sim.serving.simulate_serving` gives for a run
     :func:`bulk_refusal` accepts, or None (its random streams restored) where the run is
-    not quiet throughout: a tick that is not, or a stall. ``in_arrays`` (the serving
+    not quiet throughout: a tick that is not, or a stall (of a stream that sees no
+    condition), or a tick of a stream that does which starts a job. ``in_arrays`` (the serving
     model passes :func:`latsim.sim.bulk_numpy.play_in_numpy`, which builds on this
     module) fills the run's books where it can tell the run exactly, else says False and
     this module's loop plays it."""
-    drawn = [rng for s in streams for rng in (s.cost, s.stages[0])]  # DiT, decode
+    # DiT, decode and replan overhead
+    drawn = [rng for s in streams for rng in (s.cost, *s.stages[:1], *s.stages[3:4])]
     saved = [rng.bit_generator.state for rng in drawn]
     try:
         run = _Run(configs, cost, serving, streams, windows, records)
-        if in_arrays is None or not in_arrays(run):
-            if run.conditions:
-                raise _Giveback  # only the arrays replay a stream's conditions
+        # the arrays replay conditions only where they move no job (an eager commit)
+        if in_arrays is None or run.online_only or not in_arrays(run):
             run.play()
         return run.finish()
-    except _Giveback:
+    except (_Giveback, Differs):
         for rng, state in zip(drawn, saved, strict=True):
             rng.bit_generator.state = state
         return None
@@ -220,7 +228,16 @@ class _Run:
         # schedule is computed up to the drain's limit
         self.conditions = any(t < window.duration for s in streams for t in s.trace.times)
         self.horizon = max(origins) + window.limit if self.conditions else self.end
-        self.replays: dict[int, StreamReplay] = {}  # by stream index
+        self.replays: dict[int, StreamReplay | OnlineStream] = {}  # by stream index
+        # what each stream that sees a condition sends (those in its window), by index:
+        # the loop drives those through their controllers (OnlineStream)
+        self.sends = {i: sent for i, (s, w) in enumerate(zip(streams, windows, strict=True))
+                      for sent in [[t for t in s.trace.times if t < w.duration]] if sent}
+        # conditions that move jobs (a lazy commit): only the loop plays the run
+        self.online_only = any(configs[i].policy.commit != "eager" for i in self.sends)
+        self.generator = StagedGenerator(cost, serving.replan_cost, serving.decode,
+                                         serving.decode_pool)
+        self.step_streams: dict[int, StepStreams] = {}  # a driven stream's, by index
         self.last_tick = -1  # streams below this index play their ticks at the end's instant
         timing = configs[0].timing  # every stream's (bulk_refusal)
         self.K, self.delta = timing.K, timing.delta
@@ -236,7 +253,8 @@ class _Run:
         self.keep = records == "all"
         self.forget = records == "none"
         # the clock's order: (time, event id, what, whom); what: 0 a stream's start, 1 its
-        # wake-up (whom: its index), 2 a device's task ending (whom: the batch id)
+        # wake-up, 3 a condition's arrival (whom: its index), 2 a device's task ending
+        # (whom: the batch id)
         self.heap: list[tuple[float, int, int, int]] = []
         self.ids = count()
         self.decode = serving.decode
@@ -258,7 +276,8 @@ class _Run:
     # ------------------------------------------------------------ the loop
 
     def play(self) -> None:
-        """Every event before the run's end, in the clock's order."""
+        """Every event before the run's end, in the clock's order, and past the window's
+        end while a condition is still open (:meth:`_drain`)."""
         heap, ids = self.heap, self.ids
         for stream in self.streams:
             if stream.origin > 0.0:
@@ -266,19 +285,80 @@ class _Run:
             else:
                 self.start(stream, 0.0)
         end = self.end
-        streams = self.streams
         while heap and heap[0][0] < end:
-            at, _, kind, whom = heapq.heappop(heap)
-            if kind == 2:
-                self.done(whom, at)
-            elif kind == 1:
-                self.wake(streams[whom], at)
+            self._step()
+        if self.sends:
+            self._drain()
+
+    def _step(self) -> None:
+        """The next event."""
+        at, _, kind, whom = heapq.heappop(self.heap)
+        if kind == 2:
+            self.done(whom, at)
+            return
+        stream = self.streams[whom]
+        if kind == 1:
+            if stream.driven is None:
+                self.wake(stream, at)
             else:
-                self.start(streams[whom], at)
+                stream.driven.wake(at)
+        elif kind == 3:
+            stream.driven.arrive(at)  # type: ignore[union-attr]
+        else:
+            self.start(stream, at)
+
+    def _drain(self) -> None:
+        """``run_drain``: past the window's end, the events in the clock's order while a
+        stream has a condition open, up to the drain's limit. The run ends after what
+        shows the last of them: a tick (the events of its instant ran before it, and the
+        ticks of lower streams: :attr:`last_tick`), or an event (a job's end that ends a
+        stall plays its slot then). One open at the limit gives the run back (the event
+        path then ends it at its last quiet tick)."""
+        driven = [self.replays[index] for index in sorted(self.replays)]
+        for stream in driven:  # the ticks the clock ran before the window's end
+            stream.play_to(self.window_end, False)  # type: ignore[union-attr]
+        draining = [stream for stream in driven if stream.ctrl.open_conditions]
+        closes: list[tuple[float, int]] = []
+        heap, limit = self.heap, self.horizon
+        while draining:
+            at = heap[0][0] if heap else math.inf
+            past = at > limit  # the ticks to the limit, then no more events
+            still = []
+            for stream in draining:
+                closed = stream.close_by(limit if past else at, past)  # type: ignore[union-attr]
+                if closed is None:
+                    still.append(stream)
+                else:
+                    closes.append((closed, stream.index))
+            if not still:
+                self.end, self.last_tick = max(closes)
+                return
+            if past:
+                raise _Giveback
+            self._step()
+            draining = [stream for stream in still if stream.ctrl.open_conditions]
+            if not draining:  # the event showed the last one
+                self.end = at
+                return
+
+    # ------------------------------------------------------------ the streams
 
     def start(self, stream: _Stream, now: float) -> None:
         """``start_playback``: the controller starts (the prebuffer cached, the first tick
-        at ``now``), then its decide step starts the first refill or arms it."""
+        at ``now``), then its decide step starts the first refill or arms it. A stream that
+        sees conditions is driven by its own controller (:class:`OnlineStream`)."""
+        index = stream.index
+        sent = self.sends.get(index)
+        if sent is not None:
+            inputs = self.inputs[index]
+            self.step_streams[index] = StepStreams(inputs.cost, inputs.stages[0],
+                                                   inputs.stages[3])
+            driven = stream.driven = OnlineStream(
+                index, stream.origin, self.configs[index], self.windows[index],
+                self.records, sent, self.playout, self)
+            self.replays[index] = driven
+            driven.start(now)
+            return
         stream.jobs.append(JobRecord(0, "prebuffer", 0, self.K, 0, 0, 0.0, 0.0))
         stream.planned_end = self.K
         if not self.keep:
@@ -288,6 +368,26 @@ class _Run:
             self.request(stream, now)
         else:
             self.arm(stream, due, now)
+
+    def wake_at(self, index: int, at: float) -> None:
+        heapq.heappush(self.heap, (at, next(self.ids), 1, index))
+
+    def arrive_at(self, index: int, at: float) -> None:
+        heapq.heappush(self.heap, (at, next(self.ids), 3, index))
+
+    def submit(self, index: int, job: StartJob, now: float) -> None:
+        """A driven stream's job: its first step (DiT) queued on the pool, drawn as it is
+        queued, as the generator draws it (a replan's overhead too)."""
+        stream = self.streams[index]
+        stream.job = job.job_id
+        stream.kind = job.kind
+        stream.stage = "dit"
+        stream.t_enqueue = now
+        stream.steps = steps = self.generator.steps(self.K, job.kind,
+                                                    self.step_streams[index])
+        stream.took = next(steps).duration
+        self.dit_pool.waiting.append(stream)
+        self.dispatch(self.dit_pool, now)
 
     def arm(self, stream: _Stream, due: float, now: float) -> None:
         stream.armed = due
@@ -339,6 +439,10 @@ class _Run:
             self.running[batch] = (stream, pool, device, now, stream.t_enqueue)
             if stream.stage == "dit":  # the job's first step: the job starts
                 stream.dit_start = now
+                if stream.driven is not None:
+                    stream.driven.job_started(stream.job, now, took, now > stream.t_enqueue)
+                    heapq.heappush(self.heap, (now + took, next(self.ids), 2, batch))
+                    continue
                 stream.ran[stream.job] = (now - stream.origin, now - stream.origin + took)
                 if now > stream.t_enqueue:  # JobStarted, through quiet_job_started
                     stream.ctrl_start = now - stream.origin
@@ -355,6 +459,19 @@ class _Run:
         heapq.heappush(pool.free, device)
         self.dispatch(pool, now)
         decode = self.decode_pool
+        driven = stream.driven
+        if driven is not None:  # its job's next step, drawn as it is queued, or its end
+            step = next(stream.steps, None)
+            if step is not None:
+                stream.stage = step.stage
+                stream.t_enqueue = now
+                stream.took = step.duration
+                decode.waiting.append(stream)  # type: ignore[union-attr]
+                self.dispatch(decode, now)  # type: ignore[arg-type]
+                return
+            job, stream.job = stream.job, 0
+            driven.job_done(job, stream.dit_start, now)
+            return
         if stream.stage == "dit" and decode is not None:
             stream.stage = "decode"
             stream.t_enqueue = now
@@ -406,10 +523,10 @@ class _Run:
     def record(self, stream: _Stream, pool: _Pool, device: int, batch: int,
                enqueued: float, start: float, end: float) -> None:
         if self.task_tally is None:
-            self.tasks.append(TaskRecord(stream.index, stream.job, stream.stage, "refill",
+            self.tasks.append(TaskRecord(stream.index, stream.job, stream.stage, stream.kind,
                                          pool.name, device, batch, enqueued, start, end))
         else:
-            self.task_tally.add_values(stream.stage, "refill", pool.name, device, batch,
+            self.task_tally.add_values(stream.stage, stream.kind, pool.name, device, batch,
                                        enqueued, start, end)
 
     # ------------------------------------------------------------ the end
@@ -423,6 +540,8 @@ class _Run:
         for stream in self.streams:
             replay = self.replays.get(stream.index)
             if replay is not None:  # its controller's records
+                if stream.driven is not None:
+                    stream.driven.play_to(end, stream.index < self.last_tick)
                 done, shown = replay.records(end)
                 runs.append(done)
                 viewer.extend(shown)

@@ -24,6 +24,16 @@ the stream's events ends the replay (:class:`Differs`), and the event path plays
 The run ends as the event path's does: at the window's end, or, while a condition is still
 open there, at the tick that shows the last of them (within the drain; the events of that
 instant run before it, ticks running last).
+
+Under a lazy commit (latent commitment) a condition does move jobs: its replan is a job
+of its own, asked for where the table says, and every refill after it follows from there.
+No schedule can be computed first, so such a stream is an :class:`OnlineStream`: its
+controller is driven by the bulk loop's events as they come (:mod:`latsim.sim.bulk`, whose
+pools serve its jobs beside the quiet streams'), its ticks played as the replay plays
+them, before each event that touches it. A tick is an event only for the stream it plays
+(it shows a slot, resolves a condition, or stalls and ends the stall's wait), so playing
+it late, just before the stream's next event, changes nothing another stream sees; one
+that would start a job or arm a wake-up would, and ends the bulk run (:class:`Differs`).
 """
 
 from __future__ import annotations
@@ -31,12 +41,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
 from latsim.controller import (
     ConditionArrived,
+    Controller,
     ControllerConfig,
     JobDone,
     JobStarted,
@@ -57,7 +68,91 @@ class Differs(Exception):
 _ARRIVAL, _WAKE, _START, _DONE = range(4)
 
 
-class StreamReplay:
+class _Driven:
+    """A stream driven through its own controller in a bulk run (its
+    :class:`~latsim.run.stream.ClockPort`: times are global, the controller's are global
+    minus ``origin``), and the client's side of it: what it showed. Its ticks are played
+    in bulk where quiet, each other one as the serving port's queued tick
+    (:meth:`_ticks`)."""
+
+    index: int
+    origin: float
+    delay: float  # the client's playout delay
+    shift: float  # ... and its shift from stalls: none without delivery draws
+    run: StreamRun
+    ctrl: Controller  # the run's controller
+    now: float  # the global time of what the stream is doing
+    tick_pos: int  # the pending tick (-1: none) and its time
+    tick_at: float
+
+    def _client(self, index: int, origin: float, playout: float) -> None:
+        self.index = index
+        self.origin = origin
+        self.delay = playout
+        self.shift = 0.0
+        self.sent: list[float] = []  # each version's send time, in version order
+        self.viewer: list[ViewerRecord] = []
+        self.seen = 0  # the controller's condition records already shown
+        self.first_display: float | None = None
+        self.now = origin
+        self.tick_pos = -1
+        self.tick_at = 0.0
+
+    def play(self, slot: PlaySlot) -> None:
+        self.show(slot.at)
+
+    def show(self, t: float) -> None:
+        """A slot played at ``t`` reaches the client, which shows it after the playout
+        delay, and the viewer's records of the conditions it resolved."""
+        shown = t + self.delay + self.shift
+        if self.first_display is None:
+            self.first_display = shown
+        conditions = self.ctrl.conditions
+        if len(conditions) > self.seen:
+            self.viewer.extend(shown_records(self.index, conditions[self.seen:], self.sent,
+                                             shown))
+            self.seen = len(conditions)
+
+    def records(self, end: float) -> tuple[RunRecords, list[ViewerRecord]]:
+        """The stream's records at the run's end (global time)."""
+        done = self.run.finish(end - self.origin)
+        return done, self.viewer + censored_records(self.index, self.ctrl.conditions,
+                                                    self.sent)
+
+    def _ticks(self, horizon: float, through: bool, closing: bool) -> float | None:
+        """Play the ticks before ``horizon`` (at it, ``through``): the quiet ones in bulk,
+        each other one as the serving port's queued tick. With ``closing``, the time of
+        the tick that closed the last condition open, once one has."""
+        ctrl, origin = self.ctrl, self.origin
+        bound = math.nextafter(horizon, math.inf) if through else horizon
+        while self.tick_pos >= 0 and self.tick_at < bound:
+            played, at = ctrl.play_quiet_shifted(self.tick_at, origin, bound)
+            if played:
+                if self.first_display is None:  # the serving port's, for the first slot
+                    self.first_display = self.tick_at - origin + self.delay + self.shift
+                self.tick_pos += played
+                self.tick_at = at
+            if at >= bound:
+                return None
+            position, t = self.tick_pos, at - origin
+            self.now = at
+            self.tick_pos = -1
+            if ctrl.play_tick(position, t):
+                self.show(t)
+                self.tick_pos, self.tick_at = (position + 1,
+                                               at + max(0.0, ctrl.next_due + origin - at))
+            else:
+                self._slot_due(position, t)
+            if closing and not ctrl.open_conditions:
+                return at
+        return None
+
+    def _slot_due(self, position: int, t: float) -> None:
+        """A tick that is not quiet, as the table plays it."""
+        self.run.deliver(SlotDue(position), t)
+
+
+class StreamReplay(_Driven):
     """One stream's controller driven through its events on a given schedule, and the
     client's side of it (what it showed). Its own :class:`~latsim.run.stream.ClockPort`:
     times are global, the controller's are global minus ``origin``.
@@ -73,8 +168,7 @@ class StreamReplay:
                  requests: Sequence[float], dues: Sequence[float], starts: Sequence[float],
                  ends: Sequence[float], took: Sequence[float], clock: np.ndarray,
                  horizon: float, playout: float, skips: bool = True) -> None:
-        self.index = index
-        self.origin = origin
+        self._client(index, origin, playout)
         self.K = config.timing.K
         self.requests, self.dues, self.starts, self.ends, self.took = (
             requests, dues, starts, ends, took)
@@ -87,15 +181,6 @@ class StreamReplay:
         self.ticks = cast(Sequence[float], memoryview(cast(Any, clock)))
         self.horizon = horizon
         self.arrivals = arrivals  # (arrival, sent), global time, in order
-        self.delay = playout
-        self.shift = 0.0  # the client's shift from stalls: none without delivery draws
-        self.sent: list[float] = []  # each version's send time, in version order
-        self.viewer: list[ViewerRecord] = []
-        self.seen = 0  # the controller's condition records already shown
-        self.first_display: float | None = None
-        self.now = origin
-        self.tick_pos = -1  # the pending tick (-1: none) and its time
-        self.tick_at = 0.0
         self.asked = 0  # the last job the controller started
         self.armed_for = 0  # the job the last wake-up was armed for
         # the next event: of job ``job`` (its wake-up, start or end: ``step`` 0, 1, 2)
@@ -136,21 +221,6 @@ class StreamReplay:
             self.run.job_ran(number, start - self.origin,
                              start - self.origin + self.took[number - 1])
 
-    def play(self, slot: PlaySlot) -> None:
-        self.show(slot.at)
-
-    def show(self, t: float) -> None:
-        """A slot played at ``t`` reaches the client, which shows it after the playout
-        delay, and the viewer's records of the conditions it resolved."""
-        shown = t + self.delay + self.shift
-        if self.first_display is None:
-            self.first_display = shown
-        conditions = self.ctrl.conditions
-        if len(conditions) > self.seen:
-            self.viewer.extend(shown_records(self.index, conditions[self.seen:], self.sent,
-                                             shown))
-            self.seen = len(conditions)
-
     # ------------------------------------------------------------ the replay
 
     def play_until(self, until: float, through: bool = False, closing: bool = False,
@@ -175,12 +245,6 @@ class StreamReplay:
             if closed is not None or last:
                 return closed
             self._deliver(at, kind)
-
-    def records(self, end: float) -> tuple[RunRecords, list[ViewerRecord]]:
-        """The stream's records at the run's end (global time)."""
-        done = self.run.finish(end - self.origin)
-        return done, self.viewer + censored_records(self.index, self.ctrl.conditions,
-                                                    self.sent)
 
     def _peek(self) -> tuple[float, int]:
         """The time and kind of the stream's next event: a condition's arrival, or its
@@ -286,33 +350,110 @@ class StreamReplay:
         self.seen = len(conditions)
         return True
 
-    def _ticks(self, horizon: float, through: bool, closing: bool) -> float | None:
-        """Play the ticks before ``horizon`` (at it, ``through``): the quiet ones in bulk,
-        each other one as the serving port's queued tick. With ``closing``, the time of
-        the tick that closed the last condition open, once one has."""
-        ctrl, origin = self.ctrl, self.origin
-        bound = math.nextafter(horizon, math.inf) if through else horizon
-        while self.tick_pos >= 0 and self.tick_at < bound:
-            played, at = ctrl.play_quiet_shifted(self.tick_at, origin, bound)
-            if played:
-                if self.first_display is None:  # the serving port's, for the first slot
-                    self.first_display = self.tick_at - origin + self.delay + self.shift
-                self.tick_pos += played
-                self.tick_at = at
-            if at >= bound:
-                return None
-            position, t = self.tick_pos, at - origin
-            self.now = at
-            self.tick_pos = -1
-            if ctrl.play_tick(position, t):
-                self.show(t)
-                self.tick_pos, self.tick_at = (position + 1,
-                                               at + max(0.0, ctrl.next_due + origin - at))
-            else:
-                self.run.deliver(SlotDue(position), t)
-                if ctrl.stalled or self.tick_pos < 0:
-                    raise Differs  # a stall: the arrays hold none
-            if closing and not ctrl.open_conditions:
-                return at
-        return None
+    def _slot_due(self, position: int, t: float) -> None:
+        self.run.deliver(SlotDue(position), t)
+        if self.ctrl.stalled or self.tick_pos < 0:
+            raise Differs  # a stall: the arrays hold none
 
+
+class Loop(Protocol):
+    """What an :class:`OnlineStream` asks of the bulk loop that drives it."""
+
+    def wake_at(self, index: int, at: float) -> None:
+        """Deliver stream ``index`` a wake-up at ``at`` (global time), ordered after
+        everything scheduled so far."""
+
+    def arrive_at(self, index: int, at: float) -> None:
+        """Deliver stream ``index`` its next condition's arrival at ``at``, the same."""
+
+    def submit(self, index: int, job: StartJob, now: float) -> None:
+        """Queue ``job``'s first step on its pool at ``now``."""
+
+
+class OnlineStream(_Driven):
+    """One stream's controller driven by the bulk loop's events as they come (the module
+    docstring): the conditions' arrivals, the wake-ups it arms, the starts of jobs that
+    waited and the jobs' ends, each after the stream's ticks before it, as the serving
+    port delivers them. ``sent``: the conditions' send times (those in the window)."""
+
+    def __init__(self, index: int, origin: float, config: ControllerConfig,
+                 window: RunWindow, records: str, sent: Sequence[float], playout: float,
+                 loop: Loop) -> None:
+        self._client(index, origin, playout)
+        self.loop = loop
+        self.to_send = list(sent)  # the conditions still to arrive, in order
+        self.ticking = False  # a tick that is not quiet is being played
+        self.run = StreamRun(config, window, self, records=records)
+        self.ctrl = self.run.controller
+
+    def start(self, now: float) -> None:
+        """``start_playback`` at ``now``: each arrival takes its place in the clock's order
+        first, then the controller starts."""
+        self.now = now
+        origin, loop = self.origin, self.loop
+        for t in self.to_send:
+            loop.arrive_at(self.index, now + ((t + origin) - now))  # the port's sums
+        self.to_send.reverse()  # the next to arrive last
+        self.run.start(now - origin)
+
+    # ------------------------------------------------------------ the port
+
+    def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
+        now = self.now
+        when = now + max(0.0, at + self.origin - now)  # the serving port's sum
+        if type(event) is SlotDue:
+            self.tick_pos, self.tick_at = event.position, when
+            return
+        if self.ticking:
+            raise Differs  # armed by a tick: behind the loop's clock
+        self.loop.wake_at(self.index, when)
+
+    def start_job(self, job: StartJob, now: float) -> None:
+        if self.ticking:
+            raise Differs  # started by a tick: behind the loop's clock
+        self.loop.submit(self.index, job, self.now)
+
+    def _slot_due(self, position: int, t: float) -> None:
+        self.ticking = True
+        self.run.deliver(SlotDue(position), t)
+        self.ticking = False
+
+    # ------------------------------------------------------------ the events
+
+    def arrive(self, at: float) -> None:
+        self.sent.append(self.to_send.pop())
+        self._ticks(at, False, False)
+        self.now = at
+        self.run.deliver(ConditionArrived(), at - self.origin)
+
+    def wake(self, at: float) -> None:
+        self._ticks(at, False, False)
+        self.now = at
+        self.run.deliver(WakeUp(), at - self.origin)
+
+    def job_started(self, job_id: int, at: float, took: float, waited: bool) -> None:
+        """A device took the job's first step at ``at`` (``took``: its draw), after a wait
+        or not, as the serving port notes it."""
+        t = at - self.origin
+        self.run.job_ran(job_id, t, t + took)
+        if waited and not self.ctrl.quiet_job_started(job_id, t):
+            self._ticks(at, False, False)
+            self.now = at
+            self.run.deliver(JobStarted(job_id), t)
+
+    def job_done(self, job_id: int, started: float, at: float) -> None:
+        """The job's last step ended at ``at``; its first started at ``started``."""
+        origin = self.origin
+        self.run.job_ran(job_id, started - origin, at - origin)
+        self._ticks(at, False, False)
+        self.now = at
+        self.run.deliver(JobDone(job_id), at - origin)
+
+    def close_by(self, horizon: float, through: bool) -> float | None:
+        """Play the ticks before ``horizon`` (at it too, ``through``) until the one that
+        shows the last condition open; its time, or None if none did."""
+        return self._ticks(horizon, through, closing=True)
+
+    def play_to(self, end: float, through: bool) -> None:
+        """Play the ticks before the run's ``end`` (at it too, ``through``)."""
+        self._ticks(end, through, closing=False)
