@@ -43,15 +43,26 @@ from latsim.run.stream import RunRecords, window_overlap
 from latsim.run.viewer import ViewerRecords
 
 
-def _client_stall_in_window(run: ServingRecords, stream: int) -> float:
-    return total(window_overlap(s.t_start, s.t_end, run.duration)
-               for s in run.client_stalls if s.stream == stream)
+def _client_stall_by_stream(run: ServingRecords) -> list[float]:
+    """Each stream's client stall seconds in the window, its stalls added in order."""
+    stalls: list[list[float]] = [[] for _ in run.streams]
+    for s in run.client_stalls:
+        stalls[s.stream].append(window_overlap(s.t_start, s.t_end, run.duration))
+    return [total(own) for own in stalls]
+
+
+def _by_stream(run: ServingRecords) -> list[list[float]]:
+    """Each stream's displayed conditions' L, in the viewer records' order."""
+    latencies: list[list[float]] = [[] for _ in run.streams]
+    for v in run.viewer:
+        if v.displayed:
+            latencies[v.stream].append(v.L)
+    return latencies
 
 
 def _stall_seconds(runs: Sequence[ServingRecords]) -> tuple[float, float, float]:
     """(client stall, server stall, window) seconds over every stream of ``runs``."""
-    client = total(_client_stall_in_window(run, i)
-                 for run in runs for i in range(len(run.streams)))
+    client = total(seconds for run in runs for seconds in _client_stall_by_stream(run))
     server = total(stall_time_in_window(s) for run in runs for s in run.streams)
     return client, server, total(s.duration for run in runs for s in run.streams)
 
@@ -170,13 +181,16 @@ def per_stream_rows(runs: Sequence[ServingRecords]) -> list[dict]:
     if not runs:
         return []
     rows = []
+    # grouped once (a scan of every record for each stream was quadratic in streams)
+    latencies = [_by_stream(run) for run in runs]
+    client_stalls = [_client_stall_by_stream(run) for run in runs]
     for index in range(len(runs[0].streams)):
         own = [run.streams[index] for run in runs]
-        latency = latency_stats([v.L for run in runs for v in run.viewer
-                                 if v.stream == index and v.displayed])
+        latency = latency_stats([value for by_stream in latencies
+                                 for value in by_stream[index]])
         base = summarize(own)
         window = total(r.duration for r in own)
-        client = total(_client_stall_in_window(run, index) for run in runs)
+        client = total(by_stream[index] for by_stream in client_stalls)
         ttff = [run.starts[index].ttff for run in runs if math.isfinite(run.starts[index].ttff)]
         rows.append({
             "stream": index, "n_conditions": base.n_conditions,
