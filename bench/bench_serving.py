@@ -24,11 +24,13 @@ version of this file ran at ρ ≈ 2.9, where 70% of the time stalled):
    (the bulk-engine issue): ≥ 5 without conditions, ≥ 1 with them.
 2. **µs per slot as streams grow** (K = 8, ``fixed:0.25``, dit = N/4: ρ = 0.5; Poisson
    conditions at 0.1/s, speculative, random starts): 16, 256, 1,024, 4,096 streams, each as
-   a ratio to 16. Target at 4,096: ≤ 1.5.
+   a ratio to 16. Target at 4,096: ≤ 1.5. Their replans move jobs, so the bulk loop plays
+   them (:class:`latsim.sim.bulk_replay.OnlineStream`); the event path is timed beside it.
 3. **with a VAE stage** (dit = N/4, vae = N/16, decode ``fixed:0.02``, C = 0.3 s): 64 and
    4,096 streams per slot (target ≤ 1.5) and 4,096 streams × 60 s (target under 10 s).
-4. **quiet ticks in bulk** (the default) against every tick an event on the clock (the
-   reference path, the same records), on the workloads of 2. and 3. at 256 streams.
+4. **quiet ticks in bulk** (the event path's default) against every tick an event on the
+   clock (the reference path, the same records), on the workloads of 2. and 3. at 256
+   streams.
 """
 
 from __future__ import annotations
@@ -194,9 +196,11 @@ def markdown_jobs(rows: list[dict]) -> str:
 
 
 def run_workload(streams: int, duration: float, cost: str, decode: str | None,
-                 records: str = "none", ticks_in_bulk: bool = True) -> tuple[float, object]:
+                 records: str = "none", ticks_in_bulk: bool = True, in_bulk: bool = True
+                 ) -> tuple[float, object]:
     """(CPU seconds, serving records) of ``streams`` speculative streams on dit = N/4 (and
-    vae = N/16 with ``decode``), Poisson conditions at 0.1/s, random starts."""
+    vae = N/16 with ``decode``), Poisson conditions at 0.1/s, random starts: in the bulk
+    loop (the default), or (``in_bulk=False``) on the event path."""
     pools = (("dit", max(1, streams // 4)),) + ((("vae", max(1, streams // 16)),)
                                                 if decode else ())
     serving = ServingConfig(streams=streams, pools=pools, start="random",
@@ -206,13 +210,14 @@ def run_workload(streams: int, duration: float, cost: str, decode: str | None,
     inputs = _inputs(streams, duration, 0.1)
     return cpu_seconds(lambda: simulate_serving(
         ControllerConfig(TIMING, SPECULATIVE, lead), model, serving, inputs, duration,
-        np.random.default_rng(1), records=records, ticks_in_bulk=ticks_in_bulk))
+        np.random.default_rng(1), records=records, ticks_in_bulk=ticks_in_bulk,
+        quiet_in_bulk=in_bulk))
 
 
-def per_slot(streams: int, duration: float, cost: str, decode: str | None
-             ) -> tuple[float, float]:
+def per_slot(streams: int, duration: float, cost: str, decode: str | None,
+             in_bulk: bool = True) -> tuple[float, float]:
     """(CPU seconds, µs per played slot) of :func:`run_workload`."""
-    took, run = run_workload(streams, duration, cost, decode)
+    took, run = run_workload(streams, duration, cost, decode, in_bulk=in_bulk)
     slots = sum(s.slots.played for s in run.streams)  # type: ignore[attr-defined]
     return took, took / slots * 1e6
 
@@ -226,20 +231,27 @@ GROWTH = (("DiT only", "fixed:0.25", None, (16, 256, 1024, 4096)),
 
 
 def growth(label: str, counts: tuple[int, ...], cost: str, decode: str | None) -> list[dict]:
-    """µs per played slot of each stream count, and as a ratio to the first count's."""
+    """µs per played slot of each stream count in the bulk loop, and as a ratio to the
+    first count's; the same on the event path beside it (alternated)."""
     print(f"  {label}")
-    base = None
+    base = event_base = None
     rows = []
     for streams in counts:
-        tries = [per_slot(streams, 60.0, cost, decode)
-                 for _ in range(3 if streams <= 256 else 1)]  # the short ones: best of 3
-        took, micro = min(tries)
-        base = base or micro
+        tries, event_tries = [], []
+        for _ in range(3 if streams <= 256 else 1):  # the short ones: best of 3
+            tries.append(per_slot(streams, 60.0, cost, decode))
+            event_tries.append(per_slot(streams, 60.0, cost, decode, in_bulk=False))
+        (took, micro), (event_took, event_micro) = min(tries), min(event_tries)
+        base, event_base = base or micro, event_base or event_micro
         print(f"    {streams:5d} streams x 60 s: {took:7.2f} s CPU, {micro:6.2f} us per slot "
-              f"({micro / base:.2f} of {counts[0]} streams)")
+              f"({micro / base:.2f} of {counts[0]} streams); event path {event_took:.2f} s, "
+              f"{event_micro:.2f} us ({event_micro / event_base:.2f})")
         rows.append({"workload": label, "streams": streams, "duration_s": 60.0,
                      "cpu_s": round(took, 2), "us_per_slot": round(micro, 2),
-                     "ratio_to_first": round(micro / base, 2)})
+                     "ratio_to_first": round(micro / base, 2),
+                     "event_path_cpu_s": round(event_took, 2),
+                     "event_path_us_per_slot": round(event_micro, 2),
+                     "event_path_ratio_to_first": round(event_micro / event_base, 2)})
     return rows
 
 
@@ -255,13 +267,13 @@ def write_rows(rows: list[dict], path: Path) -> None:
 
 
 def bulk_against_each(streams: int) -> None:
-    """Quiet ticks played in bulk (the default) against every tick an event on the clock
-    (the reference path, same records), on the workload of 2. and 3."""
+    """The event path's quiet ticks played in bulk (its default) against every tick an
+    event on the clock (the reference path, same records), on the workload of 2. and 3."""
     for label, cost, decode in (("DiT only", "fixed:0.25", None),
                                 ("DiT + VAE", "fixed:0.3", "fixed:0.02")):
         bulk, each = [], []
         for _ in range(3):  # alternated, best of three each
-            bulk.append(run_workload(streams, 60.0, cost, decode)[0])
+            bulk.append(run_workload(streams, 60.0, cost, decode, in_bulk=False)[0])
             each.append(run_workload(streams, 60.0, cost, decode, ticks_in_bulk=False)[0])
         print(f"  {label}, {streams} streams x 60 s: in bulk {min(bulk):.2f} s CPU, each tick "
               f"an event {min(each):.2f} s: {min(each) / min(bulk):.2f}x faster")

@@ -372,8 +372,11 @@ class _Run:
     def wake_at(self, index: int, at: float) -> None:
         heapq.heappush(self.heap, (at, next(self.ids), 1, index))
 
-    def arrive_at(self, index: int, at: float) -> None:
-        heapq.heappush(self.heap, (at, next(self.ids), 3, index))
+    def take_id(self) -> int:
+        return next(self.ids)
+
+    def arrive_at(self, index: int, at: float, event_id: int) -> None:
+        heapq.heappush(self.heap, (at, event_id, 3, index))
 
     def submit(self, index: int, job: StartJob, now: float) -> None:
         """A driven stream's job: its first step (DiT) queued on the pool, drawn as it is

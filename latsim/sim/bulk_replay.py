@@ -363,8 +363,12 @@ class Loop(Protocol):
         """Deliver stream ``index`` a wake-up at ``at`` (global time), ordered after
         everything scheduled so far."""
 
-    def arrive_at(self, index: int, at: float) -> None:
-        """Deliver stream ``index`` its next condition's arrival at ``at``, the same."""
+    def take_id(self) -> int:
+        """The next event id: an event's place among those of its instant."""
+
+    def arrive_at(self, index: int, at: float, event_id: int) -> None:
+        """Deliver stream ``index`` its next condition's arrival at ``at``, ordered by the
+        id it took."""
 
     def submit(self, index: int, job: StartJob, now: float) -> None:
         """Queue ``job``'s first step on its pool at ``now``."""
@@ -381,20 +385,29 @@ class OnlineStream(_Driven):
                  loop: Loop) -> None:
         self._client(index, origin, playout)
         self.loop = loop
-        self.to_send = list(sent)  # the conditions still to arrive, in order
+        self.sends = sent  # the conditions' send times
+        # the arrivals still to come (time, id, send time), the next one last
+        self.coming: list[tuple[float, int, float]] = []
         self.ticking = False  # a tick that is not quiet is being played
         self.run = StreamRun(config, window, self, records=records)
         self.ctrl = self.run.controller
 
     def start(self, now: float) -> None:
         """``start_playback`` at ``now``: each arrival takes its place in the clock's order
-        first, then the controller starts."""
+        first (only the next one waits in the loop's heap, as on the clock), then the
+        controller starts."""
         self.now = now
         origin, loop = self.origin, self.loop
-        for t in self.to_send:
-            loop.arrive_at(self.index, now + ((t + origin) - now))  # the port's sums
-        self.to_send.reverse()  # the next to arrive last
+        self.coming = [(now + ((t + origin) - now), loop.take_id(), t)  # the port's sums
+                         for t in self.sends]
+        self.coming.reverse()
+        self._queue_arrival()
         self.run.start(now - origin)
+
+    def _queue_arrival(self) -> None:
+        if self.coming:
+            at, event_id, _ = self.coming[-1]
+            self.loop.arrive_at(self.index, at, event_id)
 
     # ------------------------------------------------------------ the port
 
@@ -421,7 +434,8 @@ class OnlineStream(_Driven):
     # ------------------------------------------------------------ the events
 
     def arrive(self, at: float) -> None:
-        self.sent.append(self.to_send.pop())
+        self.sent.append(self.coming.pop()[2])
+        self._queue_arrival()
         self._ticks(at, False, False)
         self.now = at
         self.run.deliver(ConditionArrived(), at - self.origin)
