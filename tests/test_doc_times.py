@@ -144,8 +144,9 @@ def test_the_serving_engines_jobs_table_is_the_benchmarks():
 
 def test_the_serving_engines_growth_rows_are_the_benchmarks():
     """The engine table's µs-per-slot rows (4,096 streams against the smallest count, with
-    and without the VAE stage) and the 4,096-stream VAE run's CPU seconds are what
-    bench/bench_serving.py --json wrote to serving_growth.json, for both builds."""
+    and without the VAE stage) and the 4,096-stream VAE run's CPU seconds, in the bulk
+    loop and on the event path, are what bench/bench_serving.py --json wrote to
+    serving_growth.json, for both builds."""
     from bench_serving import GROWTH
 
     rows = _target_rows("serving_growth.json")
@@ -158,7 +159,10 @@ def test_the_serving_engines_growth_rows_are_the_benchmarks():
                                ("| 4,096 streams × 60 s with the VAE", "DiT + VAE", "cpu_s")):
         cells = _engine_row(start)
         for build, cell in zip(BUILDS, cells[2:4], strict=True):
-            assert cell.startswith(f"{grown[build, key, 4096][figure]:.2f}"), (start, build)
+            row = grown[build, key, 4096]
+            assert cell.startswith(f"{row[figure]:.2f}"), (start, build)
+            # and the event path's, timed beside it
+            assert f"the event path {row['event_path_' + figure]:.2f}" in cell, (start, build)
 
 
 def test_the_engine_tables_other_rows_are_the_benchmarks():

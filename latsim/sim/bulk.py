@@ -243,12 +243,18 @@ class _Run:
         self.K, self.delta = timing.K, timing.delta
         self.refill_lead = Controller(configs[0]).refill_lead
         covered = window.limit if self.conditions else window.duration
+        # a row of tick times for each stream the loop plays as arithmetic (where only the
+        # loop plays the run, not those its controllers drive: they keep their own clock)
+        rowed = [i for i in range(len(origins)) if not (self.online_only and i in self.sends)]
         self.clock = clock = _tick_columns(
-            np.array(origins), self.delta, _tick_count(origins, covered, self.delta))
+            np.array([origins[i] for i in rowed]), self.delta,
+            _tick_count(origins, covered, self.delta))
+        rows = dict(zip(rowed, clock, strict=True))
+        none = np.empty(0)
         # a row each, a view of the matrix's C doubles (bisect reads them as floats; a list
         # of float objects took four times the memory)
         self.streams = [_Stream(i, origins[i], s.cost, s.stages[0],
-                                cast(Sequence[float], memoryview(clock[i])))
+                                cast(Sequence[float], memoryview(rows.get(i, none))))
                         for i, s in enumerate(streams)]
         self.keep = records == "all"
         self.forget = records == "none"
@@ -579,7 +585,7 @@ class _Run:
         played, end_time = stream.played, self.end - stream.origin
         origin = stream.origin
         # slot p: version 0, job p // K (0: the prebuffer), at its tick's controller time
-        t_starts = self.clock[stream.index, :played] - origin
+        t_starts = np.asarray(stream.clock)[:played] - origin
         if self.keep:
             slots = SlotLog()
             slots.extend(range(played), [0] * played, (np.arange(played) // K).tolist(),
