@@ -610,6 +610,9 @@ def _tick_columns(origins: np.ndarray, delta: float, ticks: int) -> np.ndarray:
     :meth:`Controller.play_quiet_shifted` (``t = clock - origin``, ``after = t + δ``, the
     clock moved by ``after + origin - clock`` where that is positive), which numpy's float64
     operations do bit for bit as Python's do."""
+    if len(origins) <= _ROWS_IN_PYTHON:  # a few rows: a numpy call a column costs more
+        return np.array([_tick_row(origin, delta, ticks) for origin in origins.tolist()],
+                        dtype=float).reshape(len(origins), ticks)
     clock = np.empty((len(origins), ticks))
     at = origins + np.maximum(0.0, (0.0 + origins) - origins)  # port.schedule's sum
     for n in range(ticks):
@@ -617,3 +620,21 @@ def _tick_columns(origins: np.ndarray, delta: float, ticks: int) -> np.ndarray:
         ahead = ((at - origins) + delta + origins) - at
         at = np.where(ahead > 0.0, at + ahead, at)
     return clock
+
+
+#: Up to this many streams, :func:`_tick_columns` computes each row in Python (about
+#: 0.15 µs a tick) rather than each column in numpy (about 6 µs a column, whatever the
+#: streams).
+_ROWS_IN_PYTHON = 32
+
+
+def _tick_row(origin: float, delta: float, ticks: int) -> list[float]:
+    """One stream's row of :func:`_tick_columns`, with the same float sums."""
+    row = []
+    at = origin + max(0.0, (0.0 + origin) - origin)
+    for _ in range(ticks):
+        row.append(at)
+        ahead = ((at - origin) + delta + origin) - at
+        if ahead > 0.0:
+            at = at + ahead
+    return row
