@@ -399,7 +399,7 @@ class OnlineStream(_Driven):
         self.now = now
         origin, loop = self.origin, self.loop
         self.coming = [(now + ((t + origin) - now), loop.take_id(), t)  # the port's sums
-                         for t in self.sends]
+                       for t in self.sends]
         self.coming.reverse()
         self._queue_arrival()
         self.run.start(now - origin)
