@@ -388,7 +388,7 @@ def conditioned_setups(draw):
     pool), random, together or staggered joins, conditions at up to one a second a stream
     (some near the window's end, so that the run drains past it), and the lead from tight
     (some stall: the event path plays those) to loose; now and then latent commitment
-    (refused: its replans move jobs)."""
+    (its replans move jobs: the loop plays those, :func:`replanning_setups` more of them)."""
     timing = Timing(draw(st.sampled_from([2, 4, 8])), 4, 16.0)
     n = draw(st.integers(1, 8))
     degree = draw(st.sampled_from([1, 1, 2]))
@@ -448,7 +448,7 @@ def test_a_run_with_conditions_in_bulk_records_what_the_event_path_records(setup
     with pytest.MonkeyPatch.context() as monkeypatch:
         in_bulk, on_clock, kept, _ = _in_bulk_and_on_clock(*setup, seed, records,
                                                            monkeypatch)
-    event("numpy kept it" if kept else "the event path played it")
+    event("numpy kept it" if kept else "the loop or the event path played it")
     assert in_bulk == on_clock
 
 

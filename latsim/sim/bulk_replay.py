@@ -1,5 +1,6 @@
-"""Streams that see conditions in a bulk run, each replayed through its own controller on
-the schedule the arrays computed (DESIGN §6, the bulk engine).
+"""Streams that see conditions in a bulk run, each driven through its own controller:
+replayed on the schedule the arrays computed, or (a lazy commit) online, by the bulk
+loop's events as they come (DESIGN §6, the bulk engine).
 
 Under an eager commit (the baseline's chunk-boundary commitment) a condition moves no job:
 the next job a device starts carries it, and nothing before the cache end can be
