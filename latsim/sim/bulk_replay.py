@@ -99,6 +99,18 @@ class _Driven:
         self.tick_pos = -1
         self.tick_at = 0.0
 
+    def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
+        now = self.now
+        when = now + max(0.0, at + self.origin - now)  # the serving port's sum
+        if type(event) is SlotDue:
+            self.tick_pos, self.tick_at = event.position, when
+        else:
+            self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        """A wake-up armed for ``when`` (global time)."""
+        raise NotImplementedError
+
     def play(self, slot: PlaySlot) -> None:
         self.show(slot.at)
 
@@ -197,12 +209,7 @@ class StreamReplay(_Driven):
 
     # ------------------------------------------------------------ the port
 
-    def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
-        now = self.now
-        when = now + max(0.0, at + self.origin - now)  # the serving port's sum
-        if type(event) is SlotDue:
-            self.tick_pos, self.tick_at = event.position, when
-            return
+    def _arm(self, when: float) -> None:
         job = self.asked + 1
         if job <= len(self.requests):
             if math.isnan(self.dues[job - 1]) or self.requests[job - 1] != when:
@@ -412,12 +419,7 @@ class OnlineStream(_Driven):
 
     # ------------------------------------------------------------ the port
 
-    def schedule(self, at: float, event: SlotDue | WakeUp) -> None:
-        now = self.now
-        when = now + max(0.0, at + self.origin - now)  # the serving port's sum
-        if type(event) is SlotDue:
-            self.tick_pos, self.tick_at = event.position, when
-            return
+    def _arm(self, when: float) -> None:
         if self.ticking:
             raise Differs  # armed by a tick: behind the loop's clock
         self.loop.wake_at(self.index, when)
