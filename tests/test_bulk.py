@@ -459,8 +459,8 @@ def replanning_setups(draw):
     (discard on start or when ready, a replan at the cache end deferred or started,
     binding at the start or the enqueue), a replan overhead drawn from its own stream or
     none, and the rest as :func:`conditioned_setups` draws it. The bulk loop drives each
-    stream that sees a condition through its controller; a tick that would start a job,
-    or a stall of a stream that sees none, gives the run back."""
+    stream through its controller; a tick that would start a job gives the run back, and
+    so does a stall where no stream sees a condition (the run is quiet: arithmetic)."""
     config, model, serving, joins, traces, duration = draw(conditioned_setups())
     K = config.timing.K
     policy = draw(st.sampled_from([SPECULATIVE, SPECULATIVE, Policy("chunked", K // 2 or 1,
@@ -561,6 +561,25 @@ def test_an_arrival_at_the_instant_of_the_first_wake_up_comes_first(monkeypatch)
     ran = run(True)
     assert kept == [True]
     assert ran.streams[0].jobs[1].version == 1  # the first refill carries version 1
+    assert pickle.dumps(ran) == pickle.dumps(run(False))
+
+
+def test_under_a_lazy_commit_a_stream_without_conditions_may_stall_in_bulk(monkeypatch):
+    """Two speculative streams overloading one device (ρ 1.2): both stall, stream 1 sees no
+    condition. The loop drives it through its controller too, so its stalls stay in bulk
+    (the arithmetic of a quiet stream cannot play a stall: it gave such runs back)."""
+    config = ControllerConfig(Timing(4, 4, 16.0), SPECULATIVE, 0.8)
+    serving = ServingConfig(streams=2, pools=(("dit", 1),))
+    kept = _loop_kept(monkeypatch)
+
+    def run(in_bulk: bool):
+        return simulate_serving(config, FixedCost(0.6), serving,
+                                inputs([(1.0, 3.0), ()], [0.0, 0.3]), 6.0,
+                                np.random.default_rng(0), quiet_in_bulk=in_bulk)
+
+    ran = run(True)
+    assert kept == [True]
+    assert ran.streams[1].stalls and not ran.streams[1].conditions
     assert pickle.dumps(ran) == pickle.dumps(run(False))
 
 

@@ -30,12 +30,14 @@ schedule as a quiet one's and replays each stream that sees a condition through 
 controller (:mod:`latsim.sim.bulk_replay`). Under a lazy commit they do (a replan is a
 job of its own), and where the arrays cannot tell a run with conditions, this module's
 loop drives each stream that sees one through its controller as the events come
-(:class:`~latsim.sim.bulk_replay.OnlineStream`), beside the quiet streams' arithmetic,
-and past the window's end while a condition is open (:meth:`_Run._drain`).
+(:class:`~latsim.sim.bulk_replay.OnlineStream`), beside the quiet streams' arithmetic (under
+a lazy commit it drives every stream: a stall, which the arithmetic cannot play, then
+gives nothing back), and past the window's end while a condition is open
+(:meth:`_Run._drain`).
 
-The event path stays the reference and does everything else: a stall of a stream that
-sees no condition, a tick that starts a job, flushes, batching, pipelines, other
-scheduling policies, fleets.
+The event path stays the reference and does everything else: a stall the arithmetic
+meets, a tick that starts a job, flushes, batching, pipelines, other scheduling policies,
+fleets.
 """
 
 from __future__ import annotations
@@ -185,11 +187,11 @@ def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
                            ) -> ServingRecords | None:
     """The records :func:`latsim.sim.serving.simulate_serving` gives for a run
     :func:`bulk_refusal` accepts, or None (its random streams restored) where the run is
-    not quiet throughout: a tick that is not, or a stall (of a stream that sees no
-    condition), or a tick of a stream that does which starts a job. ``in_arrays`` (the serving
-    model passes :func:`latsim.sim.bulk_numpy.play_in_numpy`, which builds on this
-    module) fills the run's books where it can tell the run exactly, else says False and
-    this module's loop plays it."""
+    not quiet throughout: a tick that is not, or a stall (of a stream it plays as
+    arithmetic), or a tick of a stream its controller drives which starts a job.
+    ``in_arrays`` (the serving model passes :func:`latsim.sim.bulk_numpy.play_in_numpy`,
+    which builds on this module) fills the run's books where it can tell the run
+    exactly, else says False and this module's loop plays it."""
     # DiT, decode and replan overhead
     drawn = [rng for s in streams for rng in (s.cost, *s.stages[:1], *s.stages[3:4])]
     saved = [rng.bit_generator.state for rng in drawn]
@@ -233,8 +235,12 @@ class _Run:
         # the loop drives those through their controllers (OnlineStream)
         self.sends = {i: sent for i, (s, w) in enumerate(zip(streams, windows, strict=True))
                       for sent in [[t for t in s.trace.times if t < w.duration]] if sent}
-        # conditions that move jobs (a lazy commit): only the loop plays the run
+        # conditions that move jobs (a lazy commit): only the loop plays the run, and it
+        # drives every stream through its controller (one that sees no condition too, so
+        # that its stall, which the arithmetic cannot play, does not give the run back)
         self.online_only = any(configs[i].policy.commit != "eager" for i in self.sends)
+        if self.online_only:
+            self.sends = {i: self.sends.get(i, []) for i in range(len(streams))}
         self.generator = StagedGenerator(cost, serving.replan_cost, serving.decode,
                                          serving.decode_pool)
         self.step_streams: dict[int, StepStreams] = {}  # a driven stream's, by index
