@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 import latsim.sim.bulk as bulk_module
 import latsim.sim.bulk_numpy as bulk_numpy
-import latsim.sim.serving as serving_module
 from latsim.controller import (
     ConditionArrived,
     Controller,
@@ -89,7 +88,8 @@ def test_a_quiet_run_in_bulk_records_what_the_event_path_records(setup, seed, re
 
 
 def _played_in_bulk(monkeypatch) -> list[bool]:
-    """From now on, whether each quiet run the serving model tried in bulk stayed there."""
+    """From now on, whether each run the serving model tried in bulk stayed there (True)
+    or was given back (False), as they finish."""
     outcomes: list[bool] = []
     original = bulk_module.simulate_quiet_serving
 
@@ -474,27 +474,13 @@ def replanning_setups(draw):
     return config, model, replace(serving, replan_cost=overhead), joins, traces, duration
 
 
-def _loop_kept(monkeypatch) -> list[bool]:
-    """Whether each bulk run was kept (True) or given back (False), as they finish."""
-    kept: list[bool] = []
-    original = bulk_module.simulate_quiet_serving
-
-    def watching(*args, **kwargs):
-        result = original(*args, **kwargs)
-        kept.append(result is not None)
-        return result
-
-    monkeypatch.setattr(serving_module, "simulate_quiet_serving", watching)
-    return kept
-
-
 @SETTINGS
 @given(setup=replanning_setups(), seed=st.integers(0, 1000),
        records=st.sampled_from(["all", "conditions", "none"]))
 def test_replans_in_the_bulk_loop_record_what_the_event_path_records(setup, seed, records):
     config, model, serving, joins, traces, duration = setup
     with pytest.MonkeyPatch.context() as monkeypatch:
-        kept = _loop_kept(monkeypatch)
+        kept = _played_in_bulk(monkeypatch)
         in_bulk = pickle.dumps(simulate_serving(
             config, model, serving, inputs(traces, joins, seed), duration,
             np.random.default_rng(seed), records=records))
@@ -503,6 +489,23 @@ def test_replans_in_the_bulk_loop_record_what_the_event_path_records(setup, seed
         config, model, serving, inputs(traces, joins, seed), duration,
         np.random.default_rng(seed), records=records, quiet_in_bulk=False))
     assert in_bulk == on_clock
+
+
+def _kept_in_the_loop(monkeypatch, config, cost, serving, traces, joins, duration, seed=0,
+                      records="all"):
+    """The run's records in bulk, after checking that the loop kept it and that they are
+    the event path's, byte for byte."""
+    kept = _played_in_bulk(monkeypatch)
+
+    def run(in_bulk: bool):
+        return simulate_serving(config, cost, serving, inputs(traces, joins, seed), duration,
+                                np.random.default_rng(seed), records=records,
+                                quiet_in_bulk=in_bulk)
+
+    ran = run(True)
+    assert kept == [True]
+    assert pickle.dumps(ran) == pickle.dumps(run(False))
+    return ran
 
 
 @pytest.mark.parametrize(("vae", "records"), [(0, "all"), (2, "none"), (1, "conditions")])
@@ -523,16 +526,8 @@ def test_replans_stay_in_the_loop_and_the_run_drains_at_a_tick(vae, records, mon
     serving = ServingConfig(streams=n, pools=(("dit", 4),) + ((("vae", vae),) if vae else ()),
                             decode=LognormalCost(0.02, 0.3) if vae else None,
                             replan_cost=FixedCost(0.01))
-    kept = _loop_kept(monkeypatch)
-
-    def run(in_bulk: bool):
-        return simulate_serving(config, model, serving, inputs(traces, joins, 2), duration,
-                                np.random.default_rng(2), records=records,
-                                quiet_in_bulk=in_bulk)
-
-    ran = run(True)
-    assert kept == [True]
-    assert pickle.dumps(ran) == pickle.dumps(run(False))
+    ran = _kept_in_the_loop(monkeypatch, config, model, serving, traces, joins, duration,
+                            seed=2, records=records)
     assert sum(s.jobs_started for s in ran.streams) > 0
     assert ran.end_time > ran.window_end
     shown = max(start.t_origin + c.t_play for run, start in zip(ran.streams, ran.starts,
@@ -551,17 +546,9 @@ def test_an_arrival_at_the_instant_of_the_first_wake_up_comes_first(monkeypatch)
     condition wait for a replan)."""
     config = ControllerConfig(Timing(8, 4, 16.0), SPECULATIVE, 1.0)
     serving = ServingConfig(streams=2, pools=(("dit", 1),))
-    kept = _loop_kept(monkeypatch)
-
-    def run(in_bulk: bool):
-        return simulate_serving(config, FixedCost(0.4), serving,
-                                inputs([(1.0, 5.3), ()], [0.0, 0.7]), 8.0,
-                                np.random.default_rng(0), quiet_in_bulk=in_bulk)
-
-    ran = run(True)
-    assert kept == [True]
+    ran = _kept_in_the_loop(monkeypatch, config, FixedCost(0.4), serving, [(1.0, 5.3), ()],
+                            [0.0, 0.7], 8.0)
     assert ran.streams[0].jobs[1].version == 1  # the first refill carries version 1
-    assert pickle.dumps(ran) == pickle.dumps(run(False))
 
 
 def test_under_a_lazy_commit_a_stream_without_conditions_may_stall_in_bulk(monkeypatch):
@@ -570,17 +557,9 @@ def test_under_a_lazy_commit_a_stream_without_conditions_may_stall_in_bulk(monke
     (the arithmetic of a quiet stream cannot play a stall: it gave such runs back)."""
     config = ControllerConfig(Timing(4, 4, 16.0), SPECULATIVE, 0.8)
     serving = ServingConfig(streams=2, pools=(("dit", 1),))
-    kept = _loop_kept(monkeypatch)
-
-    def run(in_bulk: bool):
-        return simulate_serving(config, FixedCost(0.6), serving,
-                                inputs([(1.0, 3.0), ()], [0.0, 0.3]), 6.0,
-                                np.random.default_rng(0), quiet_in_bulk=in_bulk)
-
-    ran = run(True)
-    assert kept == [True]
+    ran = _kept_in_the_loop(monkeypatch, config, FixedCost(0.6), serving, [(1.0, 3.0), ()],
+                            [0.0, 0.3], 6.0)
     assert ran.streams[1].stalls and not ran.streams[1].conditions
-    assert pickle.dumps(ran) == pickle.dumps(run(False))
 
 
 def test_a_drain_can_end_at_the_job_end_that_ends_a_stall(monkeypatch):
@@ -589,16 +568,9 @@ def test_a_drain_can_end_at_the_job_end_that_ends_a_stall(monkeypatch):
     after it, in the loop as on the clock."""
     config = ControllerConfig(Timing(2, 4, 16.0), SPECULATIVE, 0.75)
     serving = ServingConfig(streams=1, pools=(("dit", 3),), dit_degree=1)
-    kept = _loop_kept(monkeypatch)
-
-    def run(in_bulk: bool):
-        return simulate_serving(config, FixedCost(0.75), serving, inputs([(0.0,)], [0.0]),
-                                1.0, np.random.default_rng(0), quiet_in_bulk=in_bulk)
-
-    ran = run(True)
-    assert kept == [True]
+    ran = _kept_in_the_loop(monkeypatch, config, FixedCost(0.75), serving, [(0.0,)], [0.0],
+                            1.0)
     assert ran.end_time == 1.5 and ran.streams[0].stalls[-1].t_end == 1.5
-    assert pickle.dumps(ran) == pickle.dumps(run(False))
 
 
 @pytest.mark.parametrize(("devices", "degree", "vae", "start", "records"), [

@@ -249,9 +249,9 @@ class _Run:
         self.K, self.delta = timing.K, timing.delta
         self.refill_lead = Controller(configs[0]).refill_lead
         covered = window.limit if self.conditions else window.duration
-        # a row of tick times for each stream the loop plays as arithmetic (where only the
-        # loop plays the run, not those its controllers drive: they keep their own clock)
-        rowed = [i for i in range(len(origins)) if not (self.online_only and i in self.sends)]
+        # a row of tick times for each stream the loop plays as arithmetic: none where its
+        # controllers drive them all (they keep their own clock)
+        rowed = [] if self.online_only else list(range(len(origins)))
         self.clock = clock = _tick_columns(
             np.array([origins[i] for i in rowed]), self.delta,
             _tick_count(origins, covered, self.delta))
