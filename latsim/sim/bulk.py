@@ -47,8 +47,9 @@ import math
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import count
-from typing import Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -61,7 +62,13 @@ from latsim.model.generators import StagedGenerator, Step, StepStreams
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
 from latsim.run.records import COMPLETE, BusyTally, RunRecords, RunWindow
-from latsim.run.serving import ServingRecords, StreamStart, TaskRecord, TaskTally
+from latsim.run.serving import (
+    ServingRecords,
+    StreamStart,
+    TaskRecord,
+    TaskTally,
+    ViewerRecord,
+)
 from latsim.run.stream import busy_at_end
 from latsim.sim.bulk_replay import Differs, OnlineStream, StreamReplay
 
@@ -80,25 +87,37 @@ class StreamInput(Protocol):
     def stages(self) -> tuple[np.random.Generator, ...]: ...
 
 
+@dataclass(frozen=True)
+class NodeRun:
+    """A sharded fleet node's run (:func:`latsim.sim.fleet.simulate_node_plan`): stream
+    ``i`` leaves ``lengths[i]`` seconds after it starts (``ServingNode.close``), and the
+    run ends at ``horizon`` (global time) with no drain, the window of its records and
+    its task tally too."""
+
+    lengths: tuple[float, ...]
+    horizon: float
+
+
 #: The most ticks (streams × ticks each) a bulk run computes at once; a longer run goes
 #: to the event path.
 MAX_TICKS = 20_000_000
 
 
 def bulk_refusal(configs: Sequence[ControllerConfig], cost: CostModel,
-                 serving: ServingConfig, streams: Sequence[StreamInput], duration: float
-                 ) -> str | None:
+                 serving: ServingConfig, streams: Sequence[StreamInput], duration: float,
+                 fleet_node: bool = False) -> str | None:
     """Why this serving run is not one :func:`simulate_quiet_serving` plays (a phrase), or
     None if it is: one chunk in flight with a fixed lead, conditions without a flush or an
     uplink draw, the plain chain (DiT, then decode if any; no pipeline or system model) on
-    FIFO pools without batching, no per-slot network draw and no cold start."""
+    FIFO pools without batching, no per-slot network draw and no cold start (but in a
+    ``fleet_node``'s run: :func:`simulate_node_in_bulk`)."""
     if not Controller._quiet_cycles:
         return "the controller's table has no quiet refill cycle"
     if any(c.in_flight != 1 or c.adaptive is not None for c in configs):
         return "more than one chunk in flight, or an adaptive lead"
     if serving.schedule != "fifo" or serving.batch is not None:
         return "a scheduling policy other than fifo, or batching"
-    if serving.deliver is not None or serving.cold_start:
+    if serving.deliver is not None or serving.cold_start and not fleet_node:
         return "a delivery draw or a cold start"
     if hasattr(cost, "steps") or StagedGenerator(cost).pipelines():
         return "a system model's own chain of steps"
@@ -136,6 +155,9 @@ class _Pool:
         self.waiting: deque[_Stream] = deque()
 
 
+_Played = TypeVar("_Played")
+
+
 class _Giveback(Exception):
     """The run is not quiet after all: the event path plays it."""
 
@@ -148,7 +170,7 @@ class _Stream:
                  "dit_start",
                  "planned_end", "armed", "next_job", "job", "branch", "t_enqueue",
                  "ctrl_start", "jobs", "jobs_done", "starts", "ran", "tally", "took",
-                 "kind", "steps", "driven")
+                 "kind", "steps", "driven", "closed", "left", "cold")
 
     def __init__(self, index: int, origin: float, rng: np.random.Generator,
                  decode_rng: np.random.Generator, clock: Sequence[float]) -> None:
@@ -178,6 +200,11 @@ class _Stream:
         # its job in flight still to run (the generator draws each as it is queued)
         self.driven: OnlineStream | None = None
         self.steps: Iterator[Step] = iter(())
+        # a fleet node's stream whose first chunk is still on the pools (a cold start)
+        self.cold = False
+        # a fleet node's stream that left (:meth:`_Run.close`), and its records then
+        self.closed = False
+        self.left: tuple[RunRecords, list[ViewerRecord]] | None = None
 
 
 def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
@@ -192,15 +219,49 @@ def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
     ``in_arrays`` (the serving model passes :func:`latsim.sim.bulk_numpy.play_in_numpy`,
     which builds on this module) fills the run's books where it can tell the run
     exactly, else says False and this module's loop plays it."""
-    # DiT, decode and replan overhead
-    drawn = [rng for s in streams for rng in (s.cost, *s.stages[:1], *s.stages[3:4])]
-    saved = [rng.bit_generator.state for rng in drawn]
-    try:
+
+    def play() -> ServingRecords:
         run = _Run(configs, cost, serving, streams, windows, records)
         # the arrays replay conditions only where they move no job (an eager commit)
         if in_arrays is None or run.online_only or not in_arrays(run):
             run.play()
         return run.finish()
+
+    return _restoring(streams, play)
+
+
+def simulate_node_in_bulk(configs: Sequence[ControllerConfig], cost: CostModel,
+                          serving: ServingConfig, streams: Sequence[StreamInput],
+                          windows: Sequence[RunWindow], records: str, node: NodeRun
+                          ) -> tuple[ServingRecords, list[float], list[float]] | None:
+    """A sharded fleet node's run (:func:`latsim.sim.fleet.simulate_node_plan`) in the
+    bulk loop, every stream driven through its controller (each joins at its join time,
+    with a cold start where the serving model has one, and leaves as :class:`NodeRun`
+    says): its records, and each stream's start and first frame's display (global time;
+    nan: its first chunk was not ready by the horizon, or none showed), or None (its
+    random streams restored) where the loop gives it back."""
+
+    def play() -> tuple[ServingRecords, list[float], list[float]]:
+        run = _Run(configs, cost, serving, streams, windows, records, node)
+        run.play()
+        done = run.finish()  # (which plays the ticks before the end)
+        shown = [None if stream.driven is None else stream.driven.first_display
+                 for stream in run.streams]
+        return done, [math.nan if stream.cold else stream.origin for stream in run.streams], [
+            math.nan if first is None else stream.origin + first
+            for stream, first in zip(run.streams, shown, strict=True)]
+
+    return _restoring(streams, play)
+
+
+def _restoring(streams: Sequence[StreamInput], play: Callable[[], _Played]
+               ) -> _Played | None:
+    """What ``play`` gives, or None where it gives the run back, the streams' random
+    streams (DiT, decode and replan overhead) then as they were."""
+    drawn = [rng for s in streams for rng in (s.cost, *s.stages[:1], *s.stages[3:4])]
+    saved = [rng.bit_generator.state for rng in drawn]
+    try:
+        return play()
     except (_Giveback, Differs):
         for rng, state in zip(drawn, saved, strict=True):
             rng.bit_generator.state = state
@@ -213,7 +274,8 @@ class _Run:
 
     def __init__(self, configs: Sequence[ControllerConfig], cost: CostModel,
                  serving: ServingConfig, streams: Sequence[StreamInput],
-                 windows: Sequence[RunWindow], records: str) -> None:
+                 windows: Sequence[RunWindow], records: str, node: NodeRun | None = None
+                 ) -> None:
         self.cost = cost
         self.serving = serving
         self.records = records
@@ -237,8 +299,13 @@ class _Run:
                       for sent in [[t for t in s.trace.times if t < w.duration]] if sent}
         # conditions that move jobs (a lazy commit): only the loop plays the run, and it
         # drives every stream through its controller (one that sees no condition too, so
-        # that its stall, which the arithmetic cannot play, does not give the run back)
-        self.online_only = any(configs[i].policy.commit != "eager" for i in self.sends)
+        # that its stall, which the arithmetic cannot play, does not give the run back);
+        # a fleet node's streams too: they leave, and the node's run ends at its horizon
+        self.node = node
+        self.online_only = (node is not None
+                            or any(configs[i].policy.commit != "eager" for i in self.sends))
+        if node is not None:
+            self.window_end = self.end = self.cut = self.horizon = node.horizon
         if self.online_only:
             self.sends = {i: self.sends.get(i, []) for i in range(len(streams))}
         self.generator = StagedGenerator(cost, serving.replan_cost, serving.decode,
@@ -279,8 +346,9 @@ class _Run:
         self.running: dict[int, tuple[_Stream, _Pool, int, float, float]] = {}
         self.batches = 0
         self.tasks: list[TaskRecord] = []
-        self.task_tally = None if self.keep else TaskTally(serving.pools, serving.degree,
-                                                           self.end)
+        # a fleet node tallies its tasks whatever it keeps (``ServingNode``'s node plan)
+        self.task_tally = (None if self.keep and node is None
+                           else TaskTally(serving.pools, serving.degree, self.end))
         self.playout = serving.playout()
         # the client's shift from earlier stalls: none here (no delivery draws, no stall)
         self.playout_shift = ClientPlayout(self.playout).shift
@@ -299,7 +367,7 @@ class _Run:
         end = self.end
         while heap and heap[0][0] < end:
             self._step()
-        if self.sends:
+        if self.sends and self.node is None:  # a node's run ends at its horizon
             self._drain()
 
     def _step(self) -> None:
@@ -309,6 +377,8 @@ class _Run:
             self.done(whom, at)
             return
         stream = self.streams[whom]
+        if stream.closed:
+            return  # a stream that left: its timers and arrivals do nothing
         if kind == 1:
             if stream.driven is None:
                 self.wake(stream, at)
@@ -316,6 +386,8 @@ class _Run:
                 stream.driven.wake(at)
         elif kind == 3:
             stream.driven.arrive(at)  # type: ignore[union-attr]
+        elif kind == 4:
+            self.close(stream, at)
         else:
             self.start(stream, at)
 
@@ -363,13 +435,20 @@ class _Run:
         sent = self.sends.get(index)
         if sent is not None:
             inputs = self.inputs[index]
-            self.step_streams[index] = StepStreams(inputs.cost, inputs.stages[0],
-                                                   inputs.stages[3])
+            if index not in self.step_streams:
+                self.step_streams[index] = StepStreams(inputs.cost, inputs.stages[0],
+                                                       inputs.stages[3])
+                if self.serving.cold_start:  # its first chunk first, then start here
+                    self.cold_start(stream, now)
+                    return
             driven = stream.driven = OnlineStream(
                 index, stream.origin, self.configs[index], self.windows[index],
                 self.records, sent, self.playout, self)
             self.replays[index] = driven
             driven.start(now)
+            if self.node is not None:  # it leaves its length after it starts
+                heapq.heappush(self.heap, (now + self.node.lengths[index], next(self.ids), 4,
+                                           index))
             return
         stream.jobs.append(JobRecord(0, "prebuffer", 0, self.K, 0, 0, 0.0, 0.0))
         stream.planned_end = self.K
@@ -380,6 +459,33 @@ class _Run:
             self.request(stream, now)
         else:
             self.arm(stream, due, now)
+
+    def cold_start(self, stream: _Stream, now: float) -> None:
+        """``ServingNode.begin`` with a cold start: the stream's first chunk (job 0, a
+        prebuffer) goes to the pools, and its playback starts when that is ready
+        (:meth:`done`)."""
+        stream.cold = True
+        stream.job = 0
+        stream.kind = "prebuffer"
+        stream.stage = "dit"
+        stream.t_enqueue = now
+        stream.steps = steps = self.generator.steps(self.K, "prebuffer",
+                                                    self.step_streams[stream.index])
+        stream.took = next(steps).duration
+        self.dit_pool.waiting.append(stream)
+        self.dispatch(self.dit_pool, now)
+
+    def close(self, stream: _Stream, now: float) -> None:
+        """``ServingNode.close``: a fleet node's stream leaves at ``now``. Its ticks before
+        then play, its steps still waiting are dropped (one running finishes, and nothing
+        follows it), its timers and arrivals do nothing, and its records end now."""
+        stream.closed = True
+        for pool in self.pools.values():
+            if stream in pool.waiting:
+                pool.waiting = deque(s for s in pool.waiting if s is not stream)
+        driven = cast(OnlineStream, stream.driven)
+        driven.play_to(now, False)
+        stream.left = driven.records(now)
 
     def wake_at(self, index: int, at: float) -> None:
         heapq.heappush(self.heap, (at, next(self.ids), 1, index))
@@ -454,8 +560,10 @@ class _Run:
             self.running[batch] = (stream, pool, device, now, stream.t_enqueue)
             if stream.stage == "dit":  # the job's first step: the job starts
                 stream.dit_start = now
-                if stream.driven is not None:
-                    stream.driven.job_started(stream.job, now, took, now > stream.t_enqueue)
+                driven = stream.driven
+                if driven is not None or stream.cold:
+                    if driven is not None:
+                        driven.job_started(stream.job, now, took, now > stream.t_enqueue)
                     heapq.heappush(self.heap, (now + took, next(self.ids), 2, batch))
                     continue
                 stream.ran[stream.job] = (now - stream.origin, now - stream.origin + took)
@@ -473,10 +581,12 @@ class _Run:
         self.record(stream, pool, device, batch, enqueued, start, now)
         heapq.heappush(pool.free, device)
         self.dispatch(pool, now)
+        if stream.closed:
+            return  # it left while this step ran: nothing follows it
         decode = self.decode_pool
         driven = stream.driven
-        if driven is not None:  # its job's next step, drawn as it is queued, or its end
-            step = next(stream.steps, None)
+        if driven is not None or stream.cold:  # its job's next step (drawn as it is
+            step = next(stream.steps, None)  # queued), or its end
             if step is not None:
                 stream.stage = step.stage
                 stream.t_enqueue = now
@@ -485,7 +595,12 @@ class _Run:
                 self.dispatch(decode, now)  # type: ignore[arg-type]
                 return
             job, stream.job = stream.job, 0
-            driven.job_done(job, stream.dit_start, now)
+            if stream.cold:  # its first chunk is ready: its playback starts
+                stream.cold = False
+                stream.origin = now
+                self.start(stream, now)
+                return
+            driven.job_done(job, stream.dit_start, now)  # type: ignore[union-attr]
             return
         if stream.stage == "dit" and decode is not None:
             stream.stage = "decode"
@@ -554,17 +669,25 @@ class _Run:
         runs, starts, viewer = [], [], []
         for stream in self.streams:
             replay = self.replays.get(stream.index)
-            if replay is not None:  # its controller's records
+            if stream.cold:  # its first chunk was not ready by the end: never started
+                replay = OnlineStream(stream.index, stream.origin, self.configs[stream.index],
+                                      self.windows[stream.index], self.records, [],
+                                      self.playout, self)
+            if stream.left is not None:  # it left: its records then
+                done, shown = stream.left
+            elif replay is not None:  # its controller's records
                 if stream.driven is not None:
                     stream.driven.play_to(end, stream.index < self.last_tick)
                 done, shown = replay.records(end)
+            if replay is not None:
                 runs.append(done)
                 viewer.extend(shown)
                 first_display = replay.first_display
+                join = self.inputs[stream.index].join
                 starts.append(StreamStart(
-                    stream.index, stream.origin, stream.origin,
+                    stream.index, join, stream.origin,
                     math.nan if first_display is None
-                    else stream.origin - stream.origin + first_display))
+                    else stream.origin - join + first_display))
                 continue
             self.catch_up(stream, end, consume=stream.job == 0,
                           through=stream.index < self.last_tick)
@@ -580,7 +703,8 @@ class _Run:
                                       stream.origin - stream.origin + first))
         serving = self.serving
         return ServingRecords(
-            duration=self.window.duration, window_end=self.window_end, end_time=end,
+            duration=self.window.duration if self.node is None else self.node.horizon,
+            window_end=self.window_end, end_time=end,
             streams=tuple(runs), starts=tuple(starts), tasks=tuple(self.tasks),
             viewer=tuple(sorted(viewer, key=lambda v: (v.stream, v.version))),
             client_stalls=(), pools=serving.pools, playout_delay=self.playout,

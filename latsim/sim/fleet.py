@@ -56,6 +56,7 @@ from latsim.run.fleet import (
 )
 from latsim.run.serving import ServingRecords
 from latsim.run.stream import RunWindow
+from latsim.sim.bulk import NodeRun, bulk_refusal, simulate_node_in_bulk
 from latsim.sim.clock import Clock
 from latsim.sim.serving import ServingNode, StreamInput, _StreamPort, run_drain
 
@@ -670,6 +671,9 @@ def simulate_node_plan(setup: FleetSetup, node: int, plan: Sequence[PlannedSegme
     """Run one node of a sharded fleet on its own clock: each planned segment joins at its
     request time (its first chunk generated there with a cold start) and plays its length;
     the node's records end at the horizon."""
+    played = _node_in_bulk(setup, plan, inputs)
+    if played is not None:
+        return played
     env = Clock()
     serving = ServingNode(env, setup.cost, setup.node.serving, batch_rng, setup.records)
     serving.engine.tally_tasks(setup.horizon)
@@ -706,6 +710,47 @@ def simulate_node_plan(setup: FleetSetup, node: int, plan: Sequence[PlannedSegme
                     tuple(setup.horizon if math.isnan(e) else e for e in ends),
                     tuple(math.nan if p is None or p.first_display is None
                           else p.origin + p.first_display for p in ports))
+
+
+#: Whether :func:`simulate_node_plan` plays a node plan in bulk where it can
+#: (:func:`latsim.sim.bulk.simulate_quiet_serving`); False: on the clock, the reference.
+NODES_IN_BULK = True
+
+
+def _node_in_bulk(setup: FleetSetup, plan: Sequence[PlannedSegment], inputs: InputsFor
+                  ) -> NodePlay | None:
+    """:func:`simulate_node_plan`'s play by the bulk loop
+    (:func:`latsim.sim.bulk.simulate_node_in_bulk`), or None where the loop does not play
+    it or gives it back (the clock then does). The segments that join before the horizon
+    are the plan's first ones (it is in request order), each at its request time as the
+    clock's sum gives it (``0 + t_request``: a float; one at time 0 would join at the
+    clock's integer 0, which is left to the clock)."""
+    horizon = setup.horizon
+    requests = [p.t_request for p in plan]
+    if not NODES_IN_BULK or requests != sorted(requests) or any(not t > 0 for t in requests):
+        return None
+    joined = [p for p in plan if p.t_request < horizon]
+    if not joined:
+        return None
+    streams = [inputs(p.segment_id, 0 + p.t_request, p.length, p.conditions)
+               for p in joined]
+    configs = [setup.config] * len(joined)
+    windows = [RunWindow(p.length, 0.0) for p in joined]
+    serving = setup.node.serving
+    if bulk_refusal(configs, setup.cost, serving, streams, max(w.duration for w in windows),
+                    fleet_node=True) is not None:
+        return None
+    played = simulate_node_in_bulk(configs, setup.cost, serving, streams, windows,
+                                   setup.records,
+                                   NodeRun(tuple(p.length for p in joined), horizon))
+    if played is None:
+        return None
+    records, starts, first_displays = played
+    left = (math.nan,) * (len(plan) - len(joined))
+    ends = [min(horizon, start + p.length) if start == start else horizon
+            for start, p in zip(starts, joined, strict=True)]
+    return NodePlay(records, tuple(starts) + left, tuple(ends) + (horizon,) * len(left),
+                    tuple(first_displays) + left)
 
 
 def simulate_fleet(setup: FleetSetup, sessions: Sequence[Session], inputs: InputsFor,

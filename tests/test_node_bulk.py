@@ -1,0 +1,130 @@
+"""A sharded fleet node's plan played by the bulk loop (:func:`latsim.sim.bulk.
+simulate_node_in_bulk`) gives what the clock gives (:func:`latsim.sim.fleet.
+simulate_node_plan` with ``NODES_IN_BULK`` off, the reference), byte for byte, over
+generated plans: segments that join at their request times, with or without a cold start,
+leave after their length (their steps still waiting dropped, one running finished), and a
+node's run that ends at its horizon with no drain."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+import latsim.sim.bulk as bulk_module
+import latsim.sim.fleet as fleet_module
+from latsim.controller import ControllerConfig
+from latsim.controller.policies import BASELINE, SPECULATIVE
+from latsim.controller.timing import Timing
+from latsim.model.costs import FixedCost, LognormalCost
+from latsim.model.fleet import FleetSpec, NodeSpec
+from latsim.model.serving import ServingConfig
+from latsim.model.traces import Trace
+from latsim.sim.fleet import FleetSetup, PlannedSegment, simulate_node_plan
+from latsim.sim.serving import StreamInput
+from tests.test_serving import SETTINGS
+
+
+def _inputs(seed: int, rate: float):
+    """``InputsFor``: each segment's own random streams; its arrivals from its log, else
+    Poisson at ``rate`` a second over its length."""
+
+    def inputs(segment: int, join: float, length: float,
+               conditions: tuple[float, ...] | None = None) -> StreamInput:
+        root = np.random.SeedSequence(seed, spawn_key=(segment,))
+        arrivals, cost, *stages = root.spawn(6)
+        if conditions is None and not rate:
+            conditions = ()
+        elif conditions is None:
+            draw = np.random.default_rng(arrivals)
+            times = np.cumsum(draw.exponential(1 / rate, int(2 * rate * length) + 8))
+            conditions = tuple(float(t) for t in times if t < length)
+        return StreamInput(Trace("log", conditions, length), join,
+                           np.random.default_rng(cost),
+                           tuple(np.random.default_rng(s) for s in stages))
+
+    return inputs
+
+
+@st.composite
+def node_plans(draw):
+    """A node (its policy, lead, pools, decode stage, cold start) and a plan of segments in
+    request order, some of them leaving before the horizon and some joining after it."""
+    timing = Timing(draw(st.sampled_from([4, 8])), 4, 16.0)  # δ = 0.25 s
+    mean_c = draw(st.floats(0.2, 0.9)) * timing.T
+    cost = draw(st.sampled_from([FixedCost(mean_c), LognormalCost(mean_c, 0.4)]))
+    policy = draw(st.sampled_from([BASELINE, SPECULATIVE]))
+    lead = cost.quantile(timing.K, 0.99) + draw(st.floats(0.0, 1.5)) * timing.T
+    config = ControllerConfig(timing, policy, lead)
+    devices = draw(st.integers(1, 3))
+    degree = draw(st.sampled_from([1, devices]))
+    decode = draw(st.sampled_from([None, FixedCost(0.05), LognormalCost(0.05, 0.5)]))
+    pools = (("dit", devices),) if decode is None else (("dit", devices), ("vae", 1))
+    serving = ServingConfig(streams=1, pools=pools, dit_degree=degree, decode=decode,
+                            cold_start=draw(st.booleans()))
+    count = draw(st.integers(1, 7))
+    spread = draw(st.sampled_from([3.0, 4.0 * timing.T]))  # crowded, or a period or more
+    gaps = draw(st.lists(st.floats(0.01, spread), min_size=count, max_size=count))
+    requests = np.cumsum(gaps).tolist()
+    horizon = requests[-1] * draw(st.floats(0.6, 1.5)) + draw(st.floats(1.0, 30.0))
+    plan = [PlannedSegment(index, at, draw(st.floats(0.5, 40.0)),
+                           draw(st.sampled_from([None, None, (), (0.3, 2.0, 2.1)])))
+            for index, at in enumerate(requests)]
+    node = NodeSpec(timing.K, None, policy.name, lead, timing.r, timing.fps, serving, 4)
+    setup = FleetSetup(config, cost, node, FleetSpec(), horizon, False,
+                       records=draw(st.sampled_from(["all", "conditions", "none"])),
+                       mode="sharded")
+    return setup, plan, draw(st.sampled_from([0.0, 0.1, 0.5]))
+
+
+def _plays(setup, plan, rate, seed, monkeypatch):
+    """The plan's play in bulk and on the clock (pickled), and whether the loop kept it."""
+    kept: list[bool] = []
+    original = bulk_module.simulate_node_in_bulk
+
+    def watching(*args, **kwargs):
+        out = original(*args, **kwargs)
+        kept.append(out is not None)
+        return out
+
+    def play(in_bulk: bool) -> bytes:
+        monkeypatch.setattr(fleet_module, "NODES_IN_BULK", in_bulk)
+        return pickle.dumps(simulate_node_plan(setup, 0, plan, _inputs(seed, rate),
+                                               np.random.default_rng(seed)))
+
+    monkeypatch.setattr(fleet_module, "simulate_node_in_bulk", watching)
+    return play(True), play(False), kept == [True]
+
+
+@SETTINGS
+@given(setup=node_plans(), seed=st.integers(0, 1000))
+def test_a_node_plan_in_bulk_plays_what_the_clock_plays(setup, seed):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        in_bulk, on_clock, kept = _plays(*setup, seed, monkeypatch)
+    event("the loop kept it" if kept else "the clock played it")
+    assert in_bulk == on_clock
+
+
+def test_a_node_whose_sessions_come_and_go_stays_in_the_loop(monkeypatch):
+    """Latent commitment on one device with a cold start: a segment leaves while another's
+    step waits behind its job, one joins too late to start by the horizon, and one after
+    it; the loop keeps the whole plan, with the clock's records."""
+    timing = Timing(8, 4, 16.0)
+    cost = FixedCost(0.6)
+    config = ControllerConfig(timing, SPECULATIVE, 1.5)
+    serving = ServingConfig(streams=1, pools=(("dit", 1),), cold_start=True)
+    node = NodeSpec(8, None, "speculative", 1.5, 4, 16.0, serving, 4)
+    setup = FleetSetup(config, cost, node, FleetSpec(), 40.0, False, mode="sharded")
+    plan = [PlannedSegment(0, 0.5, 12.3), PlannedSegment(1, 0.7, 30.0),
+            PlannedSegment(2, 2.0, 9.0), PlannedSegment(3, 39.9, 5.0),
+            PlannedSegment(4, 41.0, 5.0)]
+    in_bulk, on_clock, kept = _plays(setup, plan, 0.5, 3, monkeypatch)
+    assert kept
+    assert in_bulk == on_clock
+    play = pickle.loads(in_bulk)
+    assert play.ends[0] == 0.5 + 0.6 + 12.3 < 40.0  # left before the horizon
+    assert np.isnan(play.starts[3]) and np.isnan(play.starts[4])  # never started
+    assert len(play.records.streams) == 4  # the last never joined
