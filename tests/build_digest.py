@@ -2,7 +2,7 @@
 the pure-Python and the compiled build.
 
 ``python tests/build_digest.py draw EXAMPLES CASES`` draws EXAMPLES cases from each of the
-single-stream, serving and quiet-serving property generators and pickles them to the file CASES;
+single-stream, serving, quiet-serving and fleet-node property generators and pickles them to the file CASES;
 ``python tests/build_digest.py run CASES`` simulates each case with the latsim the
 interpreter imports (the repository is put last on the import path, so an installed
 compiled build wins over the source tree) and prints JSON: the build
@@ -31,9 +31,11 @@ from latsim.controller import ControllerConfig
 from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
 from latsim.model.costs import LognormalCost
 from latsim.model.traces import Trace
+from latsim.sim.fleet import simulate_node_plan
 from latsim.sim.serving import simulate_serving
 from latsim.sim.simpy_driver import simulate_trace
 from tests.test_bulk import conditioned_setups, quiet_setups, replanning_setups
+from tests.test_node_bulk import _inputs, node_plans
 from tests.test_properties import arrival_times, settings_with_c_below_t
 from tests.test_serving import RecordingCost, inputs, serving_setups
 
@@ -98,20 +100,30 @@ def draw_cases(examples: int) -> list[tuple[str, tuple]]:
     def replanning(setup, seed, records):  # lazy-commit runs with conditions: most in the
         cases.append(("replanning", (*setup, seed, records)))  # bulk loop (OnlineStream)
 
+    @derandomized
+    @given(setup=node_plans(), seed=st.integers(0, 1000))
+    def node(setup, seed):  # a sharded fleet node's plan: most in the bulk loop
+        cases.append(("node", (*setup, seed)))
+
     single()
     serving()
     quiet()
     conditioned()
     replanning()
+    node()
     return cases
 
 
 def run_cases(cases: list[tuple[str, tuple]]) -> dict[str, list[str]]:
     """Each case simulated, as the digest of its pickled records, by generator."""
     found: dict[str, list[str]] = {"single": [], "serving": [], "quiet": [],
-                                   "conditioned": [], "replanning": []}
+                                   "conditioned": [], "replanning": [], "node": []}
     for kind, args in cases:
-        if kind == "single":
+        if kind == "node":
+            setup, plan, rate, seed = args
+            records = simulate_node_plan(setup, 0, plan, _inputs(seed, rate),
+                                         np.random.default_rng(seed))
+        elif kind == "single":
             config, cost, trace, duration, seed = args
             records = simulate_trace(config, cost, trace, duration,
                                      np.random.default_rng(seed))[0]

@@ -78,6 +78,8 @@ def test_the_compiled_build_gives_the_pure_builds_records_byte_for_byte(compiled
     assert compiled["conditioned"] == pure["conditioned"]  # many replayed in bulk
     assert len(pure["replanning"]) == EXAMPLES
     assert compiled["replanning"] == pure["replanning"]  # most driven in the bulk loop
+    assert len(pure["node"]) == EXAMPLES
+    assert compiled["node"] == pure["node"]  # fleet nodes' plans, most in the bulk loop
 
 
 def test_a_compiled_sweep_across_processes_writes_the_pure_sweeps_files(compiled_python,

@@ -35,9 +35,16 @@ a lazy commit it drives every stream: a stall, which the arithmetic cannot play,
 gives nothing back), and past the window's end while a condition is open
 (:meth:`_Run._drain`).
 
+A sharded fleet node's plan (:func:`simulate_node_in_bulk`) is played by the same loop,
+every stream driven through its controller: streams join at their request times (with a
+cold start, their first chunk goes to the pools first, and playback starts when it is
+ready), leave after their length (:meth:`_Run.close`: their steps still waiting dropped,
+one running finished with nothing after it, their records ending then), and the run ends
+at the node's horizon with no drain.
+
 The event path stays the reference and does everything else: a stall the arithmetic
 meets, a tick that starts a job, flushes, batching, pipelines, other scheduling policies,
-fleets.
+a fleet's exact mode (one clock for every node, sessions that move).
 """
 
 from __future__ import annotations
