@@ -2,7 +2,8 @@
 the pure-Python and the compiled build.
 
 ``python tests/build_digest.py draw EXAMPLES CASES`` draws EXAMPLES cases from each of the
-single-stream, serving, quiet-serving and fleet-node property generators and pickles them to the file CASES;
+single-stream, serving, quiet-serving and fleet-node property generators and pickles them
+to the file CASES;
 ``python tests/build_digest.py run CASES`` simulates each case with the latsim the
 interpreter imports (the repository is put last on the import path, so an installed
 compiled build wins over the source tree) and prints JSON: the build
