@@ -67,7 +67,11 @@ def node_plans(draw):
                             cold_start=draw(st.booleans()))
     count = draw(st.integers(1, 7))
     spread = draw(st.sampled_from([3.0, 4.0 * timing.T]))  # crowded, or a period or more
-    gaps = draw(st.lists(st.floats(0.01, spread), min_size=count, max_size=count))
+    # a gap of 0: segments that join at one instant (now and then the first, at time 0:
+    # the clock plays that plan)
+    first = 0.0 if draw(st.integers(0, 9)) == 0 else draw(st.floats(0.01, spread))
+    gaps = [first] + draw(st.lists(st.just(0.0) | st.floats(0.01, spread),
+                                   min_size=count - 1, max_size=count - 1))
     requests = np.cumsum(gaps).tolist()
     horizon = requests[-1] * draw(st.floats(0.6, 1.5)) + draw(st.floats(1.0, 30.0))
     plan = [PlannedSegment(index, at, draw(st.floats(0.5, 40.0)),
