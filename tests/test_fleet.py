@@ -950,3 +950,40 @@ def test_paths_in_a_file_are_read_from_its_own_folder(tmp_path, monkeypatch):
         '[workload]\narrivals = "poisson:0.1"\n[node]\ncost = "table:files/costs.json"\n')
     with pytest.raises(LatsimError, match="read from the file's own folder"):
         load_fleet(folder / "old.toml")
+
+
+@settings(max_examples=25, deadline=None)
+@given(rate=st.floats(0.05, 2.0), mean_s=st.floats(5.0, 120.0),
+       sessions=st.integers(1, 6), nodes=st.integers(1, 8), autoscale=st.booleans(),
+       admission=st.sampled_from(["reject", "queue"]), seed=st.integers(0, 100))
+def test_a_plans_least_loaded_choice_from_its_index_is_the_placements_own(
+        rate, mean_s, sessions, nodes, autoscale, admission, seed):
+    """A sharded plan answers ``least-loaded`` from its nodes with room indexed by sessions
+    (``_Fleet._fewest``), not by offering every node: the control plane's records and
+    every node's plan are the plug-in's own choice's, with nodes provisioned, drained and
+    filled."""
+    import pickle
+
+    import latsim.sim.fleet as fleet_module
+    from latsim.experiments.fleet import _parts
+    from latsim.sim.fleet import plan_fleet_run
+
+    scaling = ({"nodes_initial": 1, "nodes_min": 1, "nodes_max": nodes, "autoscale": True,
+                "target_util": 0.6, "hysteresis": 0.2, "cooldown_s": 15,
+                "provision_delay_s": 20, "autoscale_interval_s": 5} if autoscale else
+               {"nodes_initial": nodes, "nodes_max": nodes})
+    run = fleet({"arrivals": f"poisson:{rate}", "duration": f"exponential:{mean_s}",
+                 "updates": "poisson:0.1"}, {"max_sessions": sessions},
+                {**scaling, "placement": "least-loaded", "admission": admission},
+                {"duration": 600, "mode": "sharded", "seed": seed})
+    fp = plan_fleet(run)
+
+    def control() -> bytes:
+        setup, sessions_, inputs, _, placement = _parts(fp, 0)
+        return pickle.dumps(plan_fleet_run(setup, sessions_, inputs, placement))
+
+    indexed = control()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(fleet_module, "FEWEST_SESSIONS", "not a chooser's attribute")
+        offered = control()
+    assert indexed == offered

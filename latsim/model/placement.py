@@ -42,10 +42,18 @@ def round_robin() -> Placement:
     return choose
 
 
+#: A chooser with this attribute set to True picks the node of fewest sessions, ties to the
+#: lowest index, and draws nothing: a control plane that keeps its nodes with room indexed
+#: by sessions may answer it from that index instead of offering every node (a sharded
+#: plan's does, :class:`latsim.sim.fleet._Fleet`).
+FEWEST_SESSIONS = "fewest_sessions"
+
+
 def least_loaded() -> Placement:
     def choose(nodes: Sequence[NodeLoad], rng: np.random.Generator) -> NodeLoad:
         return min(nodes, key=_BY_SESSIONS)
 
+    setattr(choose, FEWEST_SESSIONS, True)
     return choose
 
 

@@ -32,6 +32,7 @@ N`` does, with the same events in the same order, so one node reproduces it exac
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -42,6 +43,7 @@ import numpy as np
 from latsim.controller import ControllerConfig
 from latsim.model.costs import CostModel
 from latsim.model.fleet import FleetSpec, NodeSpec
+from latsim.model.placement import FEWEST_SESSIONS
 from latsim.model.workload import Session
 from latsim.plugins import NodeLoad, load_placement
 from latsim.run.fleet import (
@@ -183,6 +185,11 @@ class _Fleet:
         #: for every session (a plan has no slack to read, so a load changes only with its
         #: node's sessions)
         self._room_loads: list[NodeLoad | None] = []
+        #: where placement takes the fewest sessions (``least-loaded``), a plan's nodes with
+        #: room by their sessions: a heap of node indices a count, entries checked as they
+        #: are read (one whose node's sessions or room changed since is dropped then)
+        self._fewest: list[list[int]] | None = (
+            [] if self.planned and getattr(self.choose, FEWEST_SESSIONS, False) else None)
         self.recount()
 
     def recount(self) -> None:
@@ -191,6 +198,8 @@ class _Fleet:
         self._taking = [n for n in self.nodes if self._takes(n)]
         if self.planned:
             self._room_loads = [None] * len(self.nodes)
+            if self._fewest is not None:
+                self._fewest = [[] for _ in range(self.setup.node.max_sessions)]
             for node in self._taking:
                 self._refresh(node)
 
@@ -199,6 +208,8 @@ class _Fleet:
         if self.planned:
             room = self._takes(node) and len(node.held) < self.setup.node.max_sessions
             self._room_loads[node.index] = self._load(node) if room else None
+            if room and self._fewest is not None:
+                heapq.heappush(self._fewest[len(node.held)], node.index)
 
     # ---------------------------------------------------------------- levels
 
@@ -236,13 +247,31 @@ class _Fleet:
                         self.devices, self.c_mean * math.ceil((len(node.held) + 1)
                                                               / self.devices), slack)
 
+    def _fewest_sessions(self) -> NodeLoad | None:
+        """The load of the node with room of fewest sessions, ties to the lowest index (what
+        ``least-loaded`` chooses among :meth:`_offers`), from :attr:`_fewest`; None if no
+        node has room."""
+        loads = self._room_loads
+        for sessions, heap in enumerate(self._fewest):  # type: ignore[arg-type]
+            while heap:
+                load = loads[heap[0]]
+                if load is not None and load.sessions == sessions:
+                    return load
+                heapq.heappop(heap)  # its node filled, emptied or stopped taking sessions
+        return None
+
     def place(self, state: _SessionState) -> bool:
         """Put ``state`` on a node with room (the placement plug-in chooses); False if
         none has room."""
-        loads = self._offers()
-        if not loads:
-            return False
-        chosen = self.choose(loads, self.placement_rng)
+        if self._fewest is not None:  # least-loaded, from the index
+            chosen = self._fewest_sessions()
+            if chosen is None:
+                return False
+        else:
+            loads = self._offers()
+            if not loads:
+                return False
+            chosen = self.choose(loads, self.placement_rng)
         offered = isinstance(chosen, NodeLoad) and (
             0 <= chosen.index < len(self.nodes)
             and self._room_loads[chosen.index] is chosen if self.planned
