@@ -445,7 +445,8 @@ class _Run:
             if index not in self.step_streams:
                 self.step_streams[index] = StepStreams(inputs.cost, inputs.stages[0],
                                                        inputs.stages[3])
-                if self.serving.cold_start:  # its first chunk first, then start here
+                # a fleet node's cold start: its first chunk on the pools, then here
+                if self.node is not None and self.serving.cold_start:
                     self.cold_start(stream, now)
                     return
             driven = stream.driven = OnlineStream(

@@ -742,7 +742,7 @@ def simulate_node_plan(setup: FleetSetup, node: int, plan: Sequence[PlannedSegme
 
 
 #: Whether :func:`simulate_node_plan` plays a node plan in bulk where it can
-#: (:func:`latsim.sim.bulk.simulate_quiet_serving`); False: on the clock, the reference.
+#: (:func:`latsim.sim.bulk.simulate_node_in_bulk`); False: on the clock, the reference.
 NODES_IN_BULK = True
 
 
