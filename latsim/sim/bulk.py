@@ -96,12 +96,11 @@ class StreamInput(Protocol):
 
 @dataclass(frozen=True)
 class NodeRun:
-    """A sharded fleet node's run (:func:`latsim.sim.fleet.simulate_node_plan`): stream
-    ``i`` leaves ``lengths[i]`` seconds after it starts (``ServingNode.close``), and the
-    run ends at ``horizon`` (global time) with no drain, the window of its records and
-    its task tally too."""
+    """A sharded fleet node's run (:func:`latsim.sim.fleet.simulate_node_plan`): each
+    stream leaves its window's duration (its segment's length) after it starts
+    (``ServingNode.close``), and the run ends at ``horizon`` (global time) with no drain,
+    the window of its records and its task tally too."""
 
-    lengths: tuple[float, ...]
     horizon: float
 
 
@@ -455,8 +454,8 @@ class _Run:
             self.replays[index] = driven
             driven.start(now)
             if self.node is not None:  # it leaves its length after it starts
-                heapq.heappush(self.heap, (now + self.node.lengths[index], next(self.ids), 4,
-                                           index))
+                heapq.heappush(self.heap, (now + self.windows[index].duration,
+                                           next(self.ids), 4, index))
             return
         stream.jobs.append(JobRecord(0, "prebuffer", 0, self.K, 0, 0, 0.0, 0.0))
         stream.planned_end = self.K

@@ -771,7 +771,7 @@ def _node_in_bulk(setup: FleetSetup, plan: Sequence[PlannedSegment], inputs: Inp
         return None
     played = simulate_node_in_bulk(configs, setup.cost, serving, streams, windows,
                                    setup.records,
-                                   NodeRun(tuple(p.length for p in joined), horizon))
+                                   NodeRun(horizon))
     if played is None:
         return None
     records, starts, first_displays = played
