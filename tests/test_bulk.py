@@ -4,9 +4,12 @@ path gives it back with its random streams as it found them."""
 
 from __future__ import annotations
 
+import copy
+import heapq
 import math
 import pickle
 from dataclasses import replace
+from itertools import count
 
 import numpy as np
 import pytest
@@ -20,7 +23,9 @@ from latsim.controller import (
     Controller,
     ControllerConfig,
     JobDone,
+    ScheduleWakeUp,
     SlotDue,
+    StartJob,
     WakeUp,
 )
 from latsim.controller.policies import BASELINE, SPECULATIVE, Policy
@@ -618,7 +623,8 @@ def _waiting_for_a_version() -> Controller:
 def _books(ctrl: Controller) -> tuple:
     return (ctrl.conditions, ctrl.jobs, list(ctrl.slots.rows()), ctrl.next_position,
             ctrl.next_due, ctrl.cached_positions, ctrl.jobs_in_flight, ctrl.state,
-            ctrl._armed_refill, ctrl.latest_version, ctrl.open_conditions)
+            ctrl._armed_refill, ctrl.latest_version, ctrl.open_conditions, ctrl.locked_end,
+            ctrl.cache_end)
 
 
 def test_quiet_cycles_as_one_step_leave_the_books_the_events_leave():
@@ -644,6 +650,61 @@ def test_quiet_cycles_as_one_step_leave_the_books_the_events_leave():
     assert _books(in_bulk) == _books(events)
     assert [c.t_play for c in in_bulk.conditions] == [2.0]
     assert [j.version for j in in_bulk.jobs] == [0, 0, 1, 1]
+
+
+def _one_stream(config: ControllerConfig, arrival: float, cost: float, start: float,
+                end: float) -> tuple[Controller, Controller, list, list]:
+    """One controller played event by event on a device of its own (each job takes
+    ``cost``), a condition arriving at ``arrival``: the controller at ``end``, a copy of
+    it as it was at ``start`` (in its quiet cycles there), and the quiet cycles between:
+    the ticks and the jobs (asked, start, done, due), as ``play_quiet_cycles`` takes them."""
+    ctrl, heap, order = Controller(config), [], count()
+    then, ticks, jobs = None, [], []
+
+    def carry(commands, now: float, cause) -> None:
+        for command in commands:
+            if type(command) is ScheduleWakeUp:
+                heapq.heappush(heap, (command.at, next(order), command.event))
+                if then is not None and type(command.event) is WakeUp:  # a refill armed
+                    jobs.append([math.inf, math.inf, math.inf, command.at])
+            elif type(command) is StartJob:
+                heapq.heappush(heap, (now + cost, next(order), JobDone(command.job_id)))
+                if then is not None and type(cause) is WakeUp:
+                    jobs[-1][:2] = [now, now]
+                elif then is not None:  # asked for at once as a job ended
+                    jobs.append([now, now, math.inf, math.nan])
+
+    carry(ctrl.start(0.0), 0.0, None)
+    heapq.heappush(heap, (arrival, next(order), ConditionArrived()))
+    while heap[0][0] < end:
+        at, _, step = heapq.heappop(heap)
+        if then is None and at >= start:
+            first, asked, armed = ctrl.quiet_cycle_books()
+            then = copy.deepcopy(ctrl)
+            jobs.append([math.inf, math.inf, math.inf, armed] if armed == armed
+                        else [asked, asked, math.inf, math.nan])
+        if then is not None and type(step) is SlotDue:
+            ticks.append(at)
+        elif then is not None and type(step) is JobDone:
+            jobs[-2 if jobs[-1][0] == math.inf else -1][2] = at
+        carry(ctrl.handle(step, at), at, step)
+    return ctrl, then, ticks, [tuple(job) for job in jobs]
+
+
+def test_quiet_cycles_after_a_replan_under_a_lazy_commit_as_one_step():
+    """Latent commitment by half chunks (K = 4, q = 2): a condition at 0.85 s is replanned
+    from slot 10 (job 3), so job j's chunk begins at 4j − 2. The quiet cycles from 1.6 s
+    to 4.1 s as one step (``quiet_cycle_books`` where they begin) leave the books the
+    events leave: the jobs' branches, the cache, the slot that shows the condition, and
+    the lock of the half chunk the last tick plays into (slot 16 locks to 18)."""
+    config = ControllerConfig(Timing(4, 4, 16.0), Policy("chunked", 2, "lazy"), 1.2)
+    events, in_one_step, ticks, jobs = _one_stream(config, 0.85, 0.3, 1.6, 4.1)
+    assert in_one_step.play_quiet_cycles(ticks, jobs) == 4
+    assert _books(in_one_step) == _books(events)
+    assert [(j.job_id, j.kind, j.branch) for j in events.jobs[-3:]] == [
+        (3, "replan", 10), (4, "refill", 14), (5, "refill", 18)]
+    assert (events.next_position, events.locked_end) == (17, 18)
+    assert [c.t_play for c in events.conditions] == [2.5]
 
 
 def test_a_drain_that_ends_at_an_instant_of_other_events_stays_in_numpy(monkeypatch):

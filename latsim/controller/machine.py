@@ -510,7 +510,7 @@ class Controller:
         cache end is replaceable under an eager commit, and the refill armed is not due
         yet and stays armed at the same time). Returns True, the books as :meth:`handle`
         keeps them, or False with nothing changed: :meth:`handle` it."""
-        if not self.in_quiet_cycles:
+        if not self.in_quiet_cycles or not self._eager:
             return False
         if self.state is State.CONSUME:
             due = self._refill_due_at(now)
@@ -524,13 +524,35 @@ class Controller:
     def in_quiet_cycles(self) -> bool:
         """Whether :meth:`play_quiet_cycles` may take the refill cycles from here: the
         table's quiet cycles, one chunk in flight under an eager commit (a condition then
-        moves no job: it only binds its version to the next job a device starts), no
-        stall, and a refill in flight or armed."""
-        return (self._quiet_cycles and self._eager and self._max_in_flight == 1
+        moves no job: it only binds its version to the next job a device starts) or under
+        a lazy one with no version pending (the decide step would replan), no stall, and a
+        refill in flight or armed."""
+        return (self._quiet_cycles and self._max_in_flight == 1
+                and (self._eager or self._latest_version == self._planned_version)
                 and not self._flush and not self._adaptive and self._on_record is None
                 and self._stalled_since is None
                 and (len(self._running) == 1 if self.state is State.PRODUCE
                      else not self._running and self._armed_refill is not None))
+
+    def quiet_cycle_books(self) -> tuple[int, float, float] | None:
+        """What a driver that plays the quiet cycles itself, to hand them over in one
+        :meth:`play_quiet_cycles`, starts from: where :attr:`in_quiet_cycles` holds with no
+        version pending and the refill in flight or armed is job ``first``, a refill of
+        slots ``[first·K, (first + 1)·K)``, (``first``, when it was asked for (``inf``:
+        armed, not asked for), the armed refill's due time (``nan``: in flight)); else
+        None. Its chunk is the slots from the cache end on (:attr:`cache_end`; each next
+        job's the K after); the playhead is at :attr:`next_position`, due at
+        :attr:`next_due`."""
+        if not self.in_quiet_cycles or self._latest_version > self._planned_version:
+            return None
+        if self._running:
+            job = self._running[0]
+            if job.kind != "refill" or self._cache_end != job.branch:
+                return None
+            return job.job_id, job.submitted, math.nan
+        if self._cache_end != self._planned_end:
+            return None
+        return self._next_job_id, math.inf, self._armed_refill  # type: ignore[return-value]
 
     def play_quiet_cycles(self, ticks: Sequence[float],
                           jobs: Sequence[tuple[float, float, float, float]]) -> int:
@@ -550,7 +572,10 @@ class Controller:
         version shows the conditions it resolves (:meth:`_resolve_conditions`). The driver
         vouches that these are the cycles the rows give (the times follow the due rule,
         as the arrays compute it); what is checked here is that they fit the books: the
-        first job is the one in flight or armed, and every tick plays a chunk done by then.
+        first job is the one in flight or armed, its chunk the next after the cache end
+        (each next job's the K slots after it: job ``j``'s chunk begins at ``j·K + d``,
+        ``d`` the offset a replan left), and every tick plays a chunk done by then. Under a
+        lazy commit the ticks lock what they play, as ``_play_slot`` locks it.
 
         Returns the first job's id, or 0 with nothing changed where the books do not
         fit."""
@@ -559,21 +584,23 @@ class Controller:
         K, running, inf = self._K, self._running, math.inf
         first = running[0].job_id if running else self._next_job_id
         if running:
-            if jobs[0][0] != running[0].submitted:
+            if (jobs[0][0] != running[0].submitted or running[0].kind != "refill"
+                    or running[0].branch != self._cache_end):
                 return 0
-        elif jobs[0][3] != self._armed_refill:
+        elif jobs[0][3] != self._armed_refill or self._planned_end != self._cache_end:
             return 0
+        offset = self._cache_end - first * K  # a replan's: job j's chunk from j·K + offset
         last = len(jobs) - 1
         position, count = self._next_pos, len(ticks)
         upto = position + count
         for index in range(last):  # every job but the last done, its first slot after
             asked, _, done, _ = jobs[index]
-            place = (first + index) * K - position
+            place = (first + index) * K + offset - position
             if done == inf or asked == inf or 0 <= place < count and ticks[place] < done:
                 return 0
         if jobs[last][2] != inf:
             return 0  # the last in flight or armed
-        cache_end = (first + last) * K
+        cache_end = (first + last) * K + offset
         if upto > cache_end:
             return 0  # a tick before its chunk
         latest = self._latest_version
@@ -594,7 +621,7 @@ class Controller:
         split = min(upto, old_end)
         entries = [cache.pop(p) for p in range(position, split)]
         # the slots not cached before: the first job's (its version), then later ones'
-        in_first = max(0, min(upto, (first + 1) * K) - split)
+        in_first = max(0, min(upto, (first + 1) * K + offset) - split)
         later = split + in_first  # the first slot of a later job (latest), if before upto
         # the ticks that play a newer version: where a condition open may show (the new
         # slots change version only where a job's run of them begins)
@@ -606,10 +633,10 @@ class Controller:
                     changes.append((tick, version, job_id))
                     shown = version
             if split < later and first_version != shown:
-                changes.append((ticks[split - position], first_version, split // K))
+                changes.append((ticks[split - position], first_version, first))
                 shown = first_version
             if later < upto and latest != shown:
-                changes.append((ticks[later - position], latest, later // K))
+                changes.append((ticks[later - position], latest, (later - offset) // K))
         change, records, next_id = 0, self.jobs, self._next_job_id
         for index in range(last + 1):
             asked, start, done, due = jobs[index]
@@ -627,24 +654,33 @@ class Controller:
                 change += 1
             waited = start > asked  # JobStarted moves its start
             self.events_handled += 2 if waited else 1
-            records.append(JobRecord(job_id, "refill", job_id * K, K,
-                                     first_version if index == 0 else latest, job_id * K,
+            branch = job_id * K + offset
+            records.append(JobRecord(job_id, "refill", branch, K,
+                                     first_version if index == 0 else latest, branch,
                                      start if waited else asked, done))
             if self._forget_jobs and len(records) >= FORGET_JOBS_AT:
-                # the chunks cached as it was done: from the ticks played by then
-                played = position + bisect_left(ticks, done)  # those after it: later
-                records[1:] = [j for j in records[1:] if j.job_id >= played // K]
+                # the chunks cached as it was done: from the ticks played by then (those
+                # after it: later), whose first slot's job is the oldest kept
+                played = position + bisect_left(ticks, done)
+                oldest = (entries[played - position][1] if played < split
+                          else (played - offset) // K)
+                records[1:] = [j for j in records[1:] if j.job_id >= oldest]
         self._next_job_id = next_id
         self.jobs_done += last
         for tick, version, job_id in changes[change:]:
             if self._open:
                 self._resolve_conditions(version, job_id, tick)
         for p in range(max(old_end, upto), cache_end):
-            cache[p] = (first_version if p // K == first else latest, p // K)
-        self._cache_end = self._locked_end = cache_end
+            job_id = (p - offset) // K
+            cache[p] = (first_version if job_id == first else latest, job_id)
+        self._cache_end = cache_end
+        if self._eager:
+            self._locked_end = cache_end
+        elif ticks:  # what the last tick played locks (_play_slot's rule)
+            self._locked_end = max(self._locked_end, ((upto - 1) // self._q + 1) * self._q)
         if ticks:
             self._log_quiet_slots(position, upto, ticks, entries, split, later,
-                                  first_version, latest)
+                                  first_version, latest, offset)
             self._played_version = (latest if later < upto else first_version if split < upto
                                     else entries[-1][0])
             self._next_pos = upto
@@ -663,8 +699,9 @@ class Controller:
             self.state = State.CONSUME
         else:
             if not running or running[0].job_id != job_id:
-                self._running = running = [_RunningJob(job_id, "refill", job_id * K,
-                                                       latest, asked, job_id * K)]
+                branch = job_id * K + offset
+                self._running = running = [_RunningJob(job_id, "refill", branch, latest,
+                                                       asked, branch)]
             if asked < start < math.inf:
                 running[0].t_start = start
             self._live = 1
@@ -676,22 +713,24 @@ class Controller:
 
     def _log_quiet_slots(self, position: int, upto: int, ticks: Sequence[float],
                          entries: list[tuple[int, int]], split: int, later: int,
-                         first_version: int, latest: int) -> None:
+                         first_version: int, latest: int, offset: int) -> None:
         """The slot log of :meth:`play_quiet_cycles`'s ticks: positions ``position`` to
         ``upto``, those before ``split`` as ``entries`` cached them, the new ones the
-        first job's (``first_version``) until ``later``, then ``latest``. A tally counts
-        them in one step: only the prebuffer's slots have job id 0, and they are cached
-        from the start (never new here)."""
+        first job's (``first_version``) until ``later``, then ``latest`` (slot ``p`` of
+        job ``(p - offset) // K``). A tally counts them in one step: only the prebuffer's
+        slots (those before K) have job id 0, and they are cached from the start (never
+        new here)."""
         K = self._K
         if self._fold_slots:
             tally = self.slots
             before = bisect_left(ticks, tally.end)  # type: ignore[attr-defined]
-            zeros = [job_id for _, job_id in entries[:before]].count(0)
+            zeros = 0 if position >= K else [job_id for _, job_id in entries[:before]].count(0)
             tally.add_counts(len(ticks), before, before - zeros)  # type: ignore[attr-defined]
             return
         versions = [entry[0] for entry in entries] + [first_version] * (later - split) + [
             latest] * (upto - later)
-        job_ids = [entry[1] for entry in entries] + [p // K for p in range(split, upto)]
+        job_ids = [entry[1] for entry in entries] + [(p - offset) // K
+                                                     for p in range(split, upto)]
         for column, values in zip(self._columns,
                                   (range(position, upto), versions, job_ids, ticks), strict=True):
             column.extend(values)  # type: ignore[attr-defined]

@@ -60,7 +60,7 @@ from typing import Protocol, TypeVar, cast
 
 import numpy as np
 
-from latsim.controller import Controller, ControllerConfig, StartJob
+from latsim.controller import Controller, ControllerConfig
 from latsim.controller.machine import EPS, FORGET_JOBS_AT
 from latsim.controller.playout import ClientPlayout
 from latsim.controller.records import JobRecord, SlotLog, SlotTally
@@ -503,15 +503,15 @@ class _Run:
     def arrive_at(self, index: int, at: float, event_id: int) -> None:
         heapq.heappush(self.heap, (at, event_id, 3, index))
 
-    def submit(self, index: int, job: StartJob, now: float) -> None:
+    def submit(self, index: int, job: int, kind: str, now: float) -> None:
         """A driven stream's job: its first step (DiT) queued on the pool, drawn as it is
         queued, as the generator draws it (a replan's overhead too)."""
         stream = self.streams[index]
-        stream.job = job.job_id
-        stream.kind = job.kind
+        stream.job = job
+        stream.kind = kind
         stream.stage = "dit"
         stream.t_enqueue = now
-        stream.steps = steps = self.generator.steps(self.K, job.kind,
+        stream.steps = steps = self.generator.steps(self.K, kind,
                                                     self.step_streams[index])
         stream.took = next(steps).duration
         self.dit_pool.waiting.append(stream)

@@ -57,6 +57,7 @@ from latsim.controller import (
     StartJob,
     WakeUp,
 )
+from latsim.controller.machine import EPS
 from latsim.run.records import RunRecords, RunWindow
 from latsim.run.serving import ViewerRecord, censored_records, shown_records
 from latsim.run.stream import StreamRun
@@ -378,8 +379,8 @@ class Loop(Protocol):
         """Deliver stream ``index`` its next condition's arrival at ``at``, ordered by the
         id it took."""
 
-    def submit(self, index: int, job: StartJob, now: float) -> None:
-        """Queue ``job``'s first step on its pool at ``now``."""
+    def submit(self, index: int, job: int, kind: str, now: float) -> None:
+        """Queue the first step of job ``job`` (of ``kind``) on its pool at ``now``."""
 
 
 class OnlineStream(_Driven):
@@ -399,6 +400,23 @@ class OnlineStream(_Driven):
         self.ticking = False  # a tick that is not quiet is being played
         self.run = StreamRun(config, window, self, records=records)
         self.ctrl = self.run.controller
+        self.K, self.delta = config.timing.K, config.timing.delta
+        self.lead = self.ctrl.refill_lead
+        # the job in flight's first step: when a device started it (the controller's time;
+        # inf: not yet) and its draw
+        self.job_start, self.job_took = math.inf, 0.0
+        # coasting (:meth:`_coast`): the quiet cycles played here, handed to the controller
+        # in one step; the stretch's jobs (asked, start, done, due; the first is the one in
+        # flight or armed as it began), their first steps' draws and the ticks played
+        self.coasting = False
+        self.jobs: list[list[float]] = []
+        self.took: list[float] = []
+        self.ticks: list[float] = []
+        self.first = 0  # the id of the stretch's first job
+        self.ready = 0  # the slots cached (those before it): a tick at or past it stalls
+        self.planned = 0  # the planned end
+        self.armed = math.nan  # the armed refill's due time (nan: one in flight)
+        self.due_next = 0.0  # the controller's next due time, as the ticks played leave it
 
     def start(self, now: float) -> None:
         """``start_playback`` at ``now``: each arrival takes its place in the clock's order
@@ -427,7 +445,8 @@ class OnlineStream(_Driven):
     def start_job(self, job: StartJob, now: float) -> None:
         if self.ticking:
             raise Differs  # started by a tick: behind the loop's clock
-        self.loop.submit(self.index, job, self.now)
+        self.job_start = math.inf
+        self.loop.submit(self.index, job.job_id, job.kind, self.now)
 
     def _slot_due(self, position: int, t: float) -> None:
         self.ticking = True
@@ -439,38 +458,195 @@ class OnlineStream(_Driven):
     def arrive(self, at: float) -> None:
         self.sent.append(self.coming.pop()[2])
         self._queue_arrival()
+        if self.coasting:
+            self._coast_ticks(at)
+            self._hand_back()
         self._ticks(at, False, False)
         self.now = at
         self.run.deliver(ConditionArrived(), at - self.origin)
+        self._coast()
 
     def wake(self, at: float) -> None:
+        if self.coasting:
+            if self._coast_ticks(at) and self._coast_wake(at):
+                return
+            self._hand_back()
         self._ticks(at, False, False)
         self.now = at
         self.run.deliver(WakeUp(), at - self.origin)
+        self._coast()
 
     def job_started(self, job_id: int, at: float, took: float, waited: bool) -> None:
         """A device took the job's first step at ``at`` (``took``: its draw), after a wait
         or not, as the serving port notes it."""
         t = at - self.origin
+        self.job_start, self.job_took = t, took
+        if self.coasting:
+            job = self.jobs[-1]
+            if not waited or t != job[0]:  # (a wait lost in the controller's time: the
+                job[1] = t  # controller would judge it no wait; it takes it)
+                self.took[-1] = took
+                return
+            self._hand_back()
         self.run.job_ran(job_id, t, t + took)
         if waited and not self.ctrl.quiet_job_started(job_id, t):
             self._ticks(at, False, False)
             self.now = at
             self.run.deliver(JobStarted(job_id), t)
+            self._coast()
 
     def job_done(self, job_id: int, started: float, at: float) -> None:
         """The job's last step ended at ``at``; its first started at ``started``."""
+        if self.coasting:
+            if self._coast_ticks(at):
+                self._coast_done(at)
+                return
+            self._hand_back()
         origin = self.origin
         self.run.job_ran(job_id, started - origin, at - origin)
         self._ticks(at, False, False)
         self.now = at
         self.run.deliver(JobDone(job_id), at - origin)
+        self._coast()
+
+    # ------------------------------------------------------------ coasting
+
+    def _coast(self) -> None:
+        """Coast from here where the controller is in its quiet cycles with no version
+        pending (:meth:`Controller.quiet_cycle_books`): its wake-ups, its jobs' starts and
+        ends and its ticks are then played here, by the sums of its fast paths
+        (``quiet_wake``, ``quiet_job_done``, ``_play_quiet``), and handed to it as one
+        :meth:`~latsim.run.stream.StreamRun.play_quiet_cycles` at the next event they do
+        not cover: a condition's arrival, a stall, a wake-up or tick off the fast path,
+        the stream's leaving or the run's end (:meth:`_hand_back`)."""
+        ctrl = self.ctrl
+        if self.tick_pos < 0 or self.tick_pos != ctrl.next_position:
+            return
+        books = ctrl.quiet_cycle_books()
+        if books is None:
+            return
+        first, asked, armed = books
+        self.coasting = True
+        self.first = first
+        self.ready = ctrl.cache_end
+        self.armed = armed
+        if armed == armed:  # armed, not asked for
+            self.planned = self.ready
+            self.jobs = [[math.inf, math.inf, math.inf, armed]]
+            self.took = [0.0]
+        else:
+            self.planned = self.ready + self.K
+            self.jobs = [[asked, self.job_start, math.inf, math.nan]]
+            self.took = [self.job_took]
+        self.ticks = []
+        self.due_next = ctrl.next_due
+
+    def _coast_ticks(self, bound: float) -> bool:
+        """Play the ticks before ``bound`` (global time) as ``_play_quiet`` would (in
+        Consume, each one's decide step must keep the armed refill as it is). False where
+        one cannot be: it stalls, or its decide step would act; the ticks before it are
+        played."""
+        at = self.tick_at
+        if at >= bound:
+            return True
+        origin, delta, ticks = self.origin, self.delta, self.ticks
+        position, ready, armed = self.tick_pos, self.ready, self.armed
+        quiet = True
+        if armed != armed:  # a job in flight: no decide step
+            while at < bound:
+                if position >= ready:
+                    quiet = False
+                    break
+                t = at - origin
+                ticks.append(t)
+                position += 1
+                ahead = (t + delta) + origin - at
+                if ahead > 0.0:
+                    at += ahead
+        else:  # the decide step after each tick: the refill stays armed, not yet due
+            planned, lead = self.planned, self.lead
+            while at < bound:
+                t = at - origin
+                after = t + delta
+                due = after + (planned - (position + 1)) * delta - lead
+                if position >= ready or due <= t + EPS or abs(armed - due) > EPS:
+                    quiet = False
+                    break
+                ticks.append(t)
+                position += 1
+                ahead = after + origin - at
+                if ahead > 0.0:
+                    at += ahead
+        if position != self.tick_pos:
+            self.tick_pos, self.tick_at = position, at
+            self.due_next = ticks[-1] + delta
+        return quiet
+
+    def _refill_due(self) -> float:
+        """``_refill_due_from(next_pos, next_due)`` as the ticks played leave them."""
+        return (self.due_next + (self.planned - self.tick_pos) * self.delta) - self.lead
+
+    def _coast_wake(self, at: float) -> bool:
+        """``quiet_wake``: the armed refill starts, where it and the refill's due time by
+        the ticks played are due by ``at``. False (nothing changed) where not."""
+        t = at - self.origin
+        if self.armed > t + EPS or self._refill_due() > t + EPS:
+            return False
+        self.jobs[-1][0] = t
+        self._ask(at)
+        return True
+
+    def _coast_done(self, at: float) -> None:
+        """``quiet_job_done``: the chunk is cached, and the next refill starts at once or
+        is armed for its due time."""
+        t = at - self.origin
+        self.jobs[-1][2] = t
+        self.ready += self.K
+        due = self._refill_due()
+        if due <= t + EPS:
+            self.jobs.append([t, math.inf, math.inf, math.nan])
+            self.took.append(0.0)
+            self._ask(at)
+            return
+        self.armed = due
+        self.jobs.append([math.inf, math.inf, math.inf, due])
+        self.took.append(0.0)
+        self.loop.wake_at(self.index, at + max(0.0, due + self.origin - at))
+
+    def _ask(self, at: float) -> None:
+        """The refill asked for at ``at`` (the stretch's last job): its first step queued
+        on the pool."""
+        self.armed = math.nan
+        self.planned += self.K
+        self.job_start = math.inf
+        self.loop.submit(self.index, self.first + len(self.jobs) - 1, "refill", at)
+
+    def _hand_back(self) -> None:
+        """End the coasting: the stretch to the controller in one step, and what the
+        viewer saw of it."""
+        self.coasting = False
+        ticks = self.ticks
+        if not self.run.play_quiet_cycles(ticks, [tuple(job) for job in self.jobs],
+                                          self.took):
+            raise Differs  # its books do not take what was played here
+        if ticks and self.first_display is None:  # the serving port's, for the first slot
+            self.first_display = ticks[0] + self.delay + self.shift
+        conditions = self.ctrl.conditions
+        for cond in conditions[self.seen:]:  # shown by a tick played: as show() has it
+            self.viewer.extend(shown_records(self.index, [cond], self.sent,
+                                             cond.t_play + self.delay + self.shift))
+        self.seen = len(conditions)
 
     def close_by(self, horizon: float, through: bool) -> float | None:
         """Play the ticks before ``horizon`` (at it too, ``through``) until the one that
         shows the last condition open; its time, or None if none did."""
+        if self.coasting:
+            self._hand_back()
         return self._ticks(horizon, through, closing=True)
 
     def play_to(self, end: float, through: bool) -> None:
         """Play the ticks before the run's ``end`` (at it too, ``through``)."""
+        if self.coasting:
+            self._coast_ticks(math.nextafter(end, math.inf) if through else end)
+            self._hand_back()
         self._ticks(end, through, closing=False)
