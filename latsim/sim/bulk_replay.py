@@ -626,8 +626,8 @@ class OnlineStream(_Driven):
         viewer saw of it."""
         self.coasting = False
         ticks = self.ticks
-        if not self.run.play_quiet_cycles(ticks, [tuple(job) for job in self.jobs],
-                                          self.took):
+        jobs = [(asked, start, done, due) for asked, start, done, due in self.jobs]
+        if not self.run.play_quiet_cycles(ticks, jobs, self.took):
             raise Differs  # its books do not take what was played here
         if ticks and self.first_display is None:  # the serving port's, for the first slot
             self.first_display = ticks[0] + self.delay + self.shift
