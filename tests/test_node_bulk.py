@@ -23,6 +23,7 @@ from latsim.model.costs import FixedCost, LognormalCost
 from latsim.model.fleet import FleetSpec, NodeSpec
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
+from latsim.run.stream import StreamRun
 from latsim.sim.fleet import FleetSetup, PlannedSegment, simulate_node_plan
 from latsim.sim.serving import StreamInput
 from tests.test_serving import SETTINGS
@@ -132,3 +133,49 @@ def test_a_node_whose_sessions_come_and_go_stays_in_the_loop(monkeypatch):
     assert play.ends[0] == 0.5 + 0.6 + 12.3 < 40.0  # left before the horizon
     assert np.isnan(play.starts[3]) and np.isnan(play.starts[4])  # never started
     assert len(play.records.streams) == 4  # the last never joined
+
+
+def _a_full_node(records: str = "none"):
+    """Latent commitment on one device shared by 4 sessions over 10 minutes (ρ ≈ 0.8, one
+    condition every 10 s a session, a cold start): the fleet bench's node, shorter."""
+    timing = Timing(8, 4, 16.0)
+    config = ControllerConfig(timing, SPECULATIVE, 1.5)
+    serving = ServingConfig(streams=1, pools=(("dit", 1),), cold_start=True)
+    node = NodeSpec(8, None, "speculative", 1.5, 4, 16.0, serving, 4)
+    setup = FleetSetup(config, FixedCost(0.4), node, FleetSpec(), 600.0, False,
+                       records=records, mode="sharded")
+    plan = [PlannedSegment(index, 0.3 + 0.7 * index, 599.0) for index in range(4)]
+    return setup, plan
+
+
+def test_between_conditions_a_nodes_streams_coast(monkeypatch):
+    """Most of a full node's jobs are played by the loop's arithmetic and handed to their
+    controllers in whole stretches (``play_quiet_cycles``), not event by event; the records
+    are the clock's."""
+    handed: list[int] = []
+    original = StreamRun.play_quiet_cycles
+
+    def counting(self, ticks, jobs, took):
+        first = original(self, ticks, jobs, took)
+        handed.append(len(jobs) - 1)  # the jobs done in the stretch
+        return first
+
+    monkeypatch.setattr(StreamRun, "play_quiet_cycles", counting)
+    setup, plan = _a_full_node()
+    in_bulk, on_clock, kept = _plays(setup, plan, 0.1, 7, monkeypatch)
+    assert kept
+    assert in_bulk == on_clock
+    done = sum(run.jobs_done for run in pickle.loads(in_bulk).records.streams)
+    assert done > 4 * 599 / 2 * 0.9  # a refill every chunk period (2 s), about
+    assert sum(handed) > 0.6 * done
+
+
+def test_a_hand_back_the_controller_refuses_gives_the_run_to_the_clock(monkeypatch):
+    """Where a controller does not take a coasting stretch (``play_quiet_cycles`` says 0),
+    the loop gives the node's run back: the clock plays it, from the random streams as they
+    were."""
+    monkeypatch.setattr(StreamRun, "play_quiet_cycles", lambda self, ticks, jobs, took: 0)
+    setup, plan = _a_full_node("all")
+    in_bulk, on_clock, kept = _plays(setup, plan, 0.1, 7, monkeypatch)
+    assert not kept
+    assert in_bulk == on_clock

@@ -35,6 +35,10 @@ them, before each event that touches it. A tick is an event only for the stream 
 (it shows a slot, resolves a condition, or stalls and ends the stall's wait), so playing
 it late, just before the stream's next event, changes nothing another stream sees; one
 that would start a job or arm a wake-up would, and ends the bulk run (:class:`Differs`).
+Between conditions such a stream coasts (:meth:`OnlineStream._coast`): where its
+controller is in its quiet cycles with no version pending, its wake-ups, jobs and ticks
+are played here by the fast paths' sums, and handed to the controller in one
+``play_quiet_cycles`` at the next event they do not cover.
 """
 
 from __future__ import annotations
