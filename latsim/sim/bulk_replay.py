@@ -131,6 +131,18 @@ class _Driven:
                                              shown))
             self.seen = len(conditions)
 
+    def _shown_in_one_step(self, ticks: Sequence[float]) -> None:
+        """What the viewer saw of quiet cycles played in one step (``ticks``: the times of
+        their ticks, the controller's): the first slot's display, if it is the stream's
+        first, and the conditions those ticks showed, as :meth:`show` has them."""
+        if ticks and self.first_display is None:  # the serving port's, for the first slot
+            self.first_display = ticks[0] + self.delay + self.shift
+        conditions = self.ctrl.conditions
+        for cond in conditions[self.seen:]:
+            self.viewer.extend(shown_records(self.index, [cond], self.sent,
+                                             cond.t_play + self.delay + self.shift))
+        self.seen = len(conditions)
+
     def records(self, end: float) -> tuple[RunRecords, list[ViewerRecord]]:
         """The stream's records at the run's end (global time)."""
         done = self.run.finish(end - self.origin)
@@ -352,15 +364,9 @@ class StreamReplay(_Driven):
             self.armed_for = last
         self.job, self.step = last, (0 if not in_flight else
                                      2 if jobs[-1][1] < inf else 1)
+        self._shown_in_one_step(ticks)
         if upto > position:
-            if self.first_display is None:  # the serving port's, for the first slot
-                self.first_display = self.tick_at - origin + self.delay + self.shift
             self.tick_pos, self.tick_at = upto, self.ticks[upto]
-        conditions = self.ctrl.conditions
-        for cond in conditions[self.seen:]:  # shown by a tick played: as show() has it
-            self.viewer.extend(shown_records(self.index, [cond], self.sent,
-                                             cond.t_play + self.delay + self.shift))
-        self.seen = len(conditions)
         return True
 
     def _slot_due(self, position: int, t: float) -> None:
@@ -486,12 +492,10 @@ class OnlineStream(_Driven):
         t = at - self.origin
         self.job_start, self.job_took = t, took
         if self.coasting:
-            job = self.jobs[-1]
-            if not waited or t != job[0]:  # (a wait lost in the controller's time: the
-                job[1] = t  # controller would judge it no wait; it takes it)
-                self.took[-1] = took
+            if not waited or t != self.jobs[-1][0]:
+                self.jobs[-1][1], self.took[-1] = t, took
                 return
-            self._hand_back()
+            self._hand_back()  # a wait the controller's time loses: it judges that itself
         self.run.job_ran(job_id, t, t + took)
         if waited and not self.ctrl.quiet_job_started(job_id, t):
             self._ticks(at, False, False)
@@ -633,13 +637,7 @@ class OnlineStream(_Driven):
         jobs = [(asked, start, done, due) for asked, start, done, due in self.jobs]
         if not self.run.play_quiet_cycles(ticks, jobs, self.took):
             raise Differs  # its books do not take what was played here
-        if ticks and self.first_display is None:  # the serving port's, for the first slot
-            self.first_display = ticks[0] + self.delay + self.shift
-        conditions = self.ctrl.conditions
-        for cond in conditions[self.seen:]:  # shown by a tick played: as show() has it
-            self.viewer.extend(shown_records(self.index, [cond], self.sent,
-                                             cond.t_play + self.delay + self.shift))
-        self.seen = len(conditions)
+        self._shown_in_one_step(ticks)
 
     def close_by(self, horizon: float, through: bool) -> float | None:
         """Play the ticks before ``horizon`` (at it too, ``through``) until the one that
