@@ -37,7 +37,7 @@ from latsim.experiments.engine import (
     plan,
     refill_load,
 )
-from latsim.experiments.executors import LocalPool, active_pool
+from latsim.experiments.executors import LocalPool, active_pool, gc_paused
 from latsim.experiments.stream_models import BATCH_KEY
 from latsim.model.fleet import FleetRun
 from latsim.model.traces import Trace
@@ -222,10 +222,13 @@ def simulate_replication(fp: FleetPlan, replication: int) -> FleetRecords:
 
 
 def _play(fp: FleetPlan, replication: int, node: int, plan: list):
+    """One node's plan played, the cyclic garbage collector off meanwhile (as for every
+    other simulation: :func:`~latsim.experiments.executors.gc_paused` says why)."""
     from latsim.sim.fleet import simulate_node_plan
 
     setup, _, inputs, batch_rng, _ = _parts(fp, replication, with_sessions=False)
-    return simulate_node_plan(setup, node, plan, inputs, batch_rng(node))
+    with gc_paused():
+        return simulate_node_plan(setup, node, plan, inputs, batch_rng(node))
 
 
 def run_node_unit(args: tuple) -> tuple:
