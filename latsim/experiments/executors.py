@@ -84,6 +84,10 @@ def _start_worker(parent: int, environ: dict[str, str] | None = None) -> None:
     parent (:func:`_die_with`), whose pid is ``parent``. ``environ``: the parent's
     environment, for a fork server's worker (the server's is the one it started with)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the cyclic collector on, whatever it was in the parent as it forked (pools fork at
+    # their first map, which may come inside a gc_paused block): each unit pauses it
+    # itself, and the cycles a unit leaves are collected after it
+    gc.enable()
     if _CAN_BLOCK:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if environ is not None:
