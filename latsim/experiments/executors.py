@@ -86,7 +86,10 @@ def _start_worker(parent: int, environ: dict[str, str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # the cyclic collector on, whatever it was in the parent as it forked (pools fork at
     # their first map, which may come inside a gc_paused block): each unit pauses it
-    # itself, and the cycles a unit leaves are collected after it
+    # itself, and the cycles a unit leaves are collected after it. What the parent held
+    # as it forked is frozen first: the worker never frees it, and a collection that
+    # walked it would copy the parent's pages into the worker
+    gc.freeze()
     gc.enable()
     if _CAN_BLOCK:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

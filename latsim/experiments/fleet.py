@@ -410,11 +410,6 @@ FLEET_FILES = ("fleet.json", "summary.json", "runs.csv", "timeseries.csv", "node
 def _run_sharded(fp: FleetPlan, pool, progress, done) -> list[ReplicationResult]:
     """Every replication's control plane here, then every node of every replication as
     one work unit on the pool, then each replication's merge as its nodes come back."""
-    with gc_paused():  # the plans and the plays that come back hold no cycles
-        return _sharded(fp, pool, progress, done)
-
-
-def _sharded(fp: FleetPlan, pool, progress, done) -> list[ReplicationResult]:
     from latsim.sim.fleet import merge_plays, plan_fleet_run
 
     planned = {}
