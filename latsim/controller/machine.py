@@ -537,11 +537,10 @@ class Controller:
     def quiet_cycle_books(self) -> tuple[int, float, float] | None:
         """What a driver that plays the quiet cycles itself, to hand them over in one
         :meth:`play_quiet_cycles`, starts from: where :attr:`in_quiet_cycles` holds with no
-        version pending and the refill in flight or armed is job ``first``, a refill of
-        slots ``[first·K, (first + 1)·K)``, (``first``, when it was asked for (``inf``:
-        armed, not asked for), the armed refill's due time (``nan``: in flight)); else
-        None. Its chunk is the slots from the cache end on (:attr:`cache_end`; each next
-        job's the K after); the playhead is at :attr:`next_position`, due at
+        version pending and the job in flight or armed is a refill of the K slots from the
+        cache end (:attr:`cache_end`; each next job's the K after), (its id, when it was
+        asked for (``inf``: armed, not asked for), the armed refill's due time (``nan``: in
+        flight)); else None. The playhead is at :attr:`next_position`, due at
         :attr:`next_due`."""
         if not self.in_quiet_cycles or self._latest_version > self._planned_version:
             return None
