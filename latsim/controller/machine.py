@@ -542,7 +542,13 @@ class Controller:
         asked for (``inf``: armed, not asked for), the armed refill's due time (``nan``: in
         flight)); else None. The playhead is at :attr:`next_position`, due at
         :attr:`next_due`."""
-        if not self.in_quiet_cycles or self._latest_version > self._planned_version:
+        return None if self._latest_version > self._planned_version else self._quiet_head()
+
+    def _quiet_head(self) -> tuple[int, float, float] | None:
+        """:meth:`quiet_cycle_books` with a version pending too (under an eager commit,
+        :attr:`in_quiet_cycles` allows one): the first job of the cycles
+        :meth:`play_quiet_cycles` may take from here, or None."""
+        if not self.in_quiet_cycles:
             return None
         if self._running:
             job = self._running[0]
@@ -578,15 +584,12 @@ class Controller:
 
         Returns the first job's id, or 0 with nothing changed where the books do not
         fit."""
-        if not self.in_quiet_cycles or not jobs:
+        head = self._quiet_head() if jobs else None
+        if head is None:
             return 0
         K, running, inf = self._K, self._running, math.inf
-        first = running[0].job_id if running else self._next_job_id
-        if running:
-            if (jobs[0][0] != running[0].submitted or running[0].kind != "refill"
-                    or running[0].branch != self._cache_end):
-                return 0
-        elif jobs[0][3] != self._armed_refill or self._planned_end != self._cache_end:
+        first, asked_first, armed = head
+        if jobs[0][0] != asked_first if running else jobs[0][3] != armed:
             return 0
         offset = self._cache_end - first * K  # a replan's: job j's chunk from j·K + offset
         last = len(jobs) - 1

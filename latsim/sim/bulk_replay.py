@@ -423,8 +423,9 @@ class OnlineStream(_Driven):
         self.took: list[float] = []
         self.ticks: list[float] = []
         self.first = 0  # the id of the stretch's first job
-        self.ready = 0  # the slots cached (those before it): a tick at or past it stalls
-        self.planned = 0  # the planned end
+        # the slots cached (those before it: a tick at or past it stalls), which is the
+        # planned end wherever that is read (no job in flight then)
+        self.ready = 0
         self.armed = math.nan  # the armed refill's due time (nan: one in flight)
         self.due_next = 0.0  # the controller's next due time, as the ticks played leave it
 
@@ -539,11 +540,9 @@ class OnlineStream(_Driven):
         self.ready = ctrl.cache_end
         self.armed = armed
         if armed == armed:  # armed, not asked for
-            self.planned = self.ready
             self.jobs = [[math.inf, math.inf, math.inf, armed]]
             self.took = [0.0]
         else:
-            self.planned = self.ready + self.K
             self.jobs = [[asked, self.job_start, math.inf, math.nan]]
             self.took = [self.job_took]
         self.ticks = []
@@ -572,11 +571,11 @@ class OnlineStream(_Driven):
                 if ahead > 0.0:
                     at += ahead
         else:  # the decide step after each tick: the refill stays armed, not yet due
-            planned, lead = self.planned, self.lead
+            lead = self.lead
             while at < bound:
                 t = at - origin
                 after = t + delta
-                due = after + (planned - (position + 1)) * delta - lead
+                due = after + (ready - (position + 1)) * delta - lead
                 if position >= ready or due <= t + EPS or abs(armed - due) > EPS:
                     quiet = False
                     break
@@ -591,14 +590,18 @@ class OnlineStream(_Driven):
         return quiet
 
     def _refill_due(self) -> float:
-        """``_refill_due_from(next_pos, next_due)`` as the ticks played leave them."""
-        return (self.due_next + (self.planned - self.tick_pos) * self.delta) - self.lead
+        """``_refill_due_from(next_pos, next_due)`` as the ticks played leave them, with no
+        job in flight (the planned end is the cache's)."""
+        return (self.due_next + (self.ready - self.tick_pos) * self.delta) - self.lead
 
     def _coast_wake(self, at: float) -> bool:
-        """``quiet_wake``: the armed refill starts, where it and the refill's due time by
-        the ticks played are due by ``at``. False (nothing changed) where not."""
+        """``quiet_wake``: the armed refill starts, where one is armed and it and the
+        refill's due time by the ticks played are due by ``at``. False (nothing changed)
+        where not: a wake-up still comes with a job in flight where a condition's arrival
+        started the job its refill was armed for (the table then does nothing)."""
         t = at - self.origin
-        if self.armed > t + EPS or self._refill_due() > t + EPS:
+        armed = self.armed
+        if armed != armed or armed > t + EPS or self._refill_due() > t + EPS:
             return False
         self.jobs[-1][0] = t
         self._ask(at)
@@ -625,7 +628,6 @@ class OnlineStream(_Driven):
         """The refill asked for at ``at`` (the stretch's last job): its first step queued
         on the pool."""
         self.armed = math.nan
-        self.planned += self.K
         self.job_start = math.inf
         self.loop.submit(self.index, self.first + len(self.jobs) - 1, "refill", at)
 
