@@ -1,7 +1,7 @@
 """Does ``--lead auto`` keep its stall promise? The viewer stall % it gives across regimes.
 
 Run: ``.venv/bin/python bench/lead_regimes.py [--quick] [--duration S] [--seeds N]
-[--scale M] [--rule auto|adaptive]``.
+[--scale M] [--rule auto|adaptive] [--parts K ...]``.
 Prints one line per regime and policy: the load ρ (N·mean C / (T·groups), before
 replans), the lead the rule chose and its model, the measured device busy fraction, L50,
 and the viewer stall % with its standard error over the seeds, against the target (0.1 %).
@@ -24,6 +24,13 @@ runs them with 16 times the groups (64 and 128 streams), ``--scale 64`` with 256
 kept every regime under the target, but the worst (speculative, updates at 0.5/s, ρ 0.85,
 256 streams) stalled 0.076 % ± 0.011 where a 120 s pilot gives 0.036 % ± 0.006: the pilot
 stays 120 s.
+
+``--parts 1 4 16`` instead pilots each regime on 1/K of its pool (``auto``'s rule for a run
+a pilot of the whole pool would cost more than a tenth of) and runs the whole pool at the
+lead that gives. On 2026-12-06 ``--quick --scale 16 --parts 1 4 16 --seeds 4 --duration
+300``: the whole pool's pilots stalled 0–0.071 %, a quarter's at most 0.006 % and a
+sixteenth's 0; L50 rose by up to 0.35 s (median 0.18) on a quarter, up to 1.01 s (median
+0.59) on a sixteenth (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from latsim.analysis.serving import viewer_stall_pct
 from latsim.experiments.engine import (
     Experiment,
     ExperimentResult,
+    auto_lead_waits,
     clear_auto_leads,
     pilot_wait_budget,
     plan,
@@ -139,6 +147,36 @@ def pilots_at_their_answer(quick: bool, replications: int, scale: int) -> None:
                   + ", ".join(f"{a:.3f}->{b:.3f}" for a, b in pairs), flush=True)
 
 
+def pilots_on_parts(quick: bool, scale: int, parts: list[int], duration: float,
+                    seeds: int) -> None:
+    """Per regime, policy and part k of the pool: the wait budget auto answers from its
+    pilots on 1/k of the pool (streams and every pool divided by k,
+    :meth:`ServingConfig.part`), and the L50 and stall of a run of the whole pool at the
+    lead it gives; the CPU of those pilots beside the whole pool's."""
+    for regime in regimes(quick, scale):
+        setting = experiment(regime, duration, seeds)
+        base = plan(replace(setting, lead="cost"))
+        cells = [(8, cell.lead, cell.policy.name) for cell in base.cells]
+        divisors = setting.serving.part_divisors(base.cost)  # type: ignore[union-attr]
+        for part in (k for k in parts if k in divisors):
+            clear_auto_leads()
+            started = time.process_time()
+            answers = auto_lead_waits(setting, cells, part=part)
+            pilots = time.process_time() - started
+            for (_, lead, name), (wait, _) in zip(cells, answers, strict=True):
+                result = run_experiment(replace(setting, policies=(name,), lead=lead + wait),
+                                        jobs=1)
+                (row,) = result.rows
+                stalls = np.array([viewer_stall_pct([run]) for run in result.runs[8, name]])
+                se = float(stalls.std(ddof=1) / math.sqrt(len(stalls))) if seeds > 1 else 0
+                print(f"rho {regime['rho']:.2f} G {regime['groups']}x{regime['degree']} "
+                      f"{regime['start']:9s} {regime['schedule']:11s} rate "
+                      f"{regime['rate']:<5g} {regime['cost']:9s} {name:11s} part 1/{part:<3d}"
+                      f" wait {wait:.3f} L50 {row['L50']:.2f} stall "
+                      f"{row['viewer_stall_pct']:.3f} ± {se:.3f} % (pilots {pilots:.1f} s "
+                      "CPU)", flush=True)
+
+
 def _closed_form(setting: Experiment) -> float:
     from latsim.controller.timing import Timing
     from latsim.experiments.engine import _sources, closed_form_wait
@@ -160,11 +198,20 @@ def main() -> None:
                         help="instead of the runs: for N pilot replications of each "
                         "regime, the lead auto answers and the lead a second pilot, run at "
                         "that answer, gives (the waits depend on the lead the pilot runs at)")
+    parser.add_argument("--parts", type=int, nargs="+", metavar="K",
+                        help="instead of the runs: auto's answer from pilots on 1/K of the "
+                        "pool, for each K that divides it, and the stall and L50 of a run "
+                        "at that lead (with --scale: how a pilot on part of a large pool "
+                        "serves the whole)")
     parser.add_argument("--rule", choices=("auto", "adaptive"), default="auto",
                         help="the --lead rule to run (default auto)")
     options = parser.parse_args()
     if options.pilots:
         pilots_at_their_answer(options.quick, options.pilots, options.scale)
+        return
+    if options.parts:
+        pilots_on_parts(options.quick, options.scale, options.parts, options.duration,
+                        options.seeds)
         return
     print(f"target: viewer stall <= {TARGET_PCT}% ({options.seeds} seeds x "
           f"{options.duration:g} s each), --lead {options.rule}")

@@ -11,9 +11,10 @@ process, the garbage collector paused, of :func:`~latsim.experiments.engine.plan
 the run does not pay them again), and their ratio. On 2026-12-04 (2 cores, medians of 3):
 0.95 at 4 streams (0.80–1.19 in four runs: a fraction of a second each), 0.15 at 16, 0.07
 at 64 and 0.07 at 256. Each pilot is ``4800/N`` s of N streams (at least 120 s, at most
-1,200 s): with few streams it costs about what the default 30 × 60 s run does; with many,
-the 120 s floor weighs on a short run (1,024 streams, 1 × 30 s: about 2.7 times the run;
-docs/serving.md).
+1,200 s): with few streams it costs about what the default 30 × 60 s run does. With many,
+the 120 s floor weighed on a short run (1,024 streams, 1 × 30 s: about 2.7 times the run);
+such a run now pilots part of its pool (docs/serving.md): ``--streams 1024 --seeds 1
+--duration 30`` gave 0.11 on 2026-12-06 (medians of 3).
 """
 
 from __future__ import annotations

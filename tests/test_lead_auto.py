@@ -18,7 +18,12 @@ import pytest
 from latsim.analysis.queueing import periodic_wait_quantile, periodic_wait_survival
 from latsim.errors import LatsimError
 from latsim.experiments.engine import Experiment, plan, run_experiment
-from latsim.model.lead import confident_wait_budget, pilot_seconds, stall_targeted_wait
+from latsim.model.lead import (
+    confident_wait_budget,
+    pilot_divisor,
+    pilot_seconds,
+    stall_targeted_wait,
+)
 from latsim.model.serving import ServingConfig
 
 
@@ -136,6 +141,75 @@ def _no_pool_in_worker(_: object) -> bool:
     return active_pool() is None
 
 
+def test_a_pilot_costs_a_tenth_of_its_run_on_the_largest_part_of_the_pool_that_does():
+    """The issue's example, 4,096 streams x 60 s on 1,024 + 256 devices: a 120 s pilot of
+    the whole pool is twice the run; 1/32 of it (128 streams) costs 15,360 stream-seconds,
+    under a tenth (24,576), where 1/16 would not. The pilot's minimum, 4,800
+    stream-seconds, is always allowed; where no part gets down to the allowance, the
+    cheapest does the work."""
+    powers = [2**i for i in range(9)]  # the divisors of 256
+    assert pilot_divisor(4096, powers, 4096 * 60.0) == 32
+    assert pilot_divisor(4096, powers, 16 * 4096 * 60.0) == 2
+    assert pilot_divisor(4096, powers, None) == 1  # not told the run's cost: the whole
+    assert pilot_divisor(4096, powers, 10.0) == 128  # 32 streams x 150 s = the minimum
+    assert pilot_divisor(4096, [1, 2], 10.0) == 2  # the cheapest there is
+    assert pilot_divisor(40, [1, 2, 4], 10.0) == 1  # 40 x 120 s: the minimum already
+    assert pilot_divisor(4096, [1], 60.0) == 1
+
+    whole = ServingConfig(streams=4096, pools=(("dit", 1024), ("vae", 256)))
+    assert whole.part_divisors(_fixed(0.3)) == tuple(powers)
+    assert whole.part(32) == replace(whole, streams=128, pools=(("dit", 32), ("vae", 8)))
+    usp = ServingConfig(streams=16, pools=(("dit", 8),), dit_degree=2)
+    assert usp.part_divisors(_fixed(0.3)) == (1, 2, 4)  # 4 groups of 2 devices
+    with pytest.raises(LatsimError, match="do not divide into 8 equal parts"):
+        usp.part(8)
+    wave = ServingConfig(streams=8, pools=(("dit", 5), ("vae", 5)))
+    assert wave.part_divisors(_cost("waveforcing:0.08,4,0.2")) == (1,)  # one device a rank
+
+
+def _fixed(C: float):
+    return _cost(f"fixed:{C}")
+
+
+def _cost(spec: str):
+    from latsim.plugins import load_cost
+
+    return load_cost(spec)
+
+
+def test_a_pilot_on_part_of_the_pool_is_that_parts_own_pilot_and_the_rows_say_so():
+    """64 streams on 16 devices for 30 s: the whole pool's pilot (64 x 120 s) would cost
+    four times the run, so it runs on half (32 streams on 8 devices, 150 s), exactly the
+    pilot a run of that half long enough to pilot all of itself gets, and kept on disk
+    apart from the whole pool's answer. A long run, or ``--pilot whole``, pilots the
+    whole pool."""
+    from latsim.experiments.engine import _pilot_key, clear_auto_leads
+
+    short = Experiment(Ks=(8,), cost="fixed:0.425", updates="poisson:0.1", lead="auto",
+                       duration=30.0, seeds=1, records="none",
+                       serving=ServingConfig(streams=64, pools=(("dit", 16),),
+                                             start="random"))
+    half = replace(short, duration=600.0, seeds=2,
+                   serving=replace(short.serving, streams=32, pools=(("dit", 8),)))
+    clear_auto_leads()
+    parted, alone = dict(plan(short).auto_leads), dict(plan(half).auto_leads)
+    for policy in ("baseline", "speculative"):
+        assert parted[8, policy][1] == ("pilot run of 150 s on 1/2 of the pool (32 streams), "
+                                        "stall-targeted")
+        assert alone[8, policy][1] == "pilot run of 150 s, stall-targeted"
+        assert parted[8, policy][0] == alone[8, policy][0]
+    assert any(wait > 0 for wait, _ in parted.values())  # at ρ 0.85 the pilots found waits
+    whole = "pilot run of 120 s, stall-targeted"
+    long = replace(short, duration=1200.0, seeds=4)  # 64 x 120 s is under a tenth of it
+    assert {model for _, (_, model) in plan(long).auto_leads} == {whole}
+    asked = replace(short, pilot="whole")  # --pilot whole, whatever it costs
+    assert {model for _, (_, model) in plan(asked).auto_leads} == {whole}
+    with pytest.raises(LatsimError, match="--pilot must be part or whole"):
+        replace(short, pilot="half")
+    cell = (8, 0.425, "speculative")
+    assert _pilot_key(short, cell, 2) != _pilot_key(short, cell, 1)
+
+
 def test_a_worker_plans_its_pilots_in_process_not_on_the_pool_it_was_forked_from():
     """A forked worker inherits the parent's active pool; an experiment it plans must not
     hand its pilots to that pool's copy (a fleet or grid worker plans its cells)."""
@@ -222,21 +296,27 @@ def test_auto_lead_keeps_its_promise_where_replans_add_load(K, C, streams, devic
 
 @pytest.mark.slow
 def test_a_pool_of_many_streams_keeps_the_promise():
-    """256 streams on 64 devices at ρ 0.85: the pilot's 120 s hold the stall to the target
-    as above (pilots of 59 s answered shorter leads and doubled the stall in a regime of
-    ``bench/lead_regimes.py --scale 64``)."""
+    """256 streams on 64 devices at ρ 0.85 for 4 x 120 s: the whole pool's 120 s pilot
+    would cost a quarter of the run, so it runs on a quarter of the pool (64 streams on
+    16 devices), whose queue waits longer than the whole's. Its budget holds the stall to
+    the target as above (pilots of 59 s answered shorter leads and doubled the stall in a
+    regime of ``bench/lead_regimes.py --scale 64``), and is longer than the whole pool's
+    own: the part costs lead, not stall."""
     from latsim.analysis.serving import viewer_stall_pct
+    from latsim.experiments.engine import auto_lead_waits
 
     experiment = Experiment(
         Ks=(8,), cost="fixed:0.425", updates="poisson:0.128", policies=("speculative",),
         duration=120.0, seeds=4, records="none",
         serving=ServingConfig(streams=256, pools=(("dit", 64),), start="random"))
     result = run_experiment(experiment, jobs=1)
-    assert result.rows[0]["lead_model"] == "pilot run of 120 s, stall-targeted"
+    assert result.rows[0]["lead_model"] == ("pilot run of 120 s on 1/4 of the pool "
+                                            "(64 streams), stall-targeted")
     stalls = np.array([viewer_stall_pct([run]) for run in result.runs[8, "speculative"]])
     se = stalls.std(ddof=1) / np.sqrt(len(stalls))
     assert stalls.mean() - 2 * se <= 0.1, (stalls.mean(), se)
-    assert result.rows[0]["lead"] > 0.425  # the pilot found waits to budget for
+    (whole, _), = auto_lead_waits(experiment, [(8, 0.425, "speculative")], part=1)
+    assert 0 < whole < result.rows[0]["lead"] - 0.425  # the pilot found waits to budget for
 
 
 def test_lead_auto_is_for_the_serving_model_and_other_words_are_refused():

@@ -31,9 +31,9 @@ def pilots(monkeypatch, tmp_path):
     runs: list[list] = []
     answers = engine._auto_lead_answers
 
-    def counted(experiment, cells):
+    def counted(experiment, cells, **options):
         runs.append(list(cells))
-        return answers(experiment, cells)
+        return answers(experiment, cells, **options)
 
     monkeypatch.setattr(engine, "_auto_lead_answers", counted)
     clear_auto_leads()

@@ -42,6 +42,15 @@ LeadOpt = Annotated[
 ]
 
 
+PilotOpt = Annotated[
+    str, typer.Option(
+        help="where --lead auto's pilots run: part (the largest part of the pool, streams "
+        "and devices divided alike, that costs at most a tenth of the run: a longer lead "
+        "for a short run of a large pool) or whole (the whole pool, whatever it costs)",
+        metavar="part|whole", autocompletion=choices("part", "whole"))
+]
+
+
 def parse_lead(text: str | None) -> float | str | None:
     """``--lead``: None (the default), ``auto``, ``adaptive``, ``cost``, or a number of
     seconds (range-checked later)."""

@@ -41,6 +41,7 @@ from latsim.cli.options import (
     LeadOpt,
     MaxSimEventsOpt,
     OutOpt,
+    PilotOpt,
     PlayoutOpt,
     PolicyOpt,
     PoolsOpt,
@@ -442,6 +443,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
         C: COpt = None,
         cost: CostOpt = None,
         lead: LeadOpt = None,
+        pilot: PilotOpt = "part",
         q: QOpt = None,
         updates: UpdatesOpt = "poisson:0.1",
         duration: DurationOpt = None,
@@ -507,7 +509,7 @@ def _experiment_command(name: str, default_Ks: list[int] | None, summary: str) -
             seeds=seeds, seed=seed, commit=commit, commit_lead=commit_lead,
             run_ahead=run_ahead, replan_at_cache_end=replan_at_cache_end,
             max_events=max_events, serving=serving_config,
-            records=records or ("all" if out is not None else "none"),
+            records=records or ("all" if out is not None else "none"), pilot=pilot,
         )
         with scheduler_context(scheduler, jobs):
             _run(experiment, output, out, jobs)

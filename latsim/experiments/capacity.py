@@ -15,7 +15,9 @@ the same arrivals and costs whatever N is), and the verdict is statistical:
   meeting the SLO (``uncertain``: the conservative reading) and the row says so.
 
 Under ``--lead auto`` the search plans each N with one pilot's lead, as ``simulate``
-does; then the answer N and N + 1 are judged again with every replication planning with
+does with ``--pilot whole`` (a search's run is many evaluations, so no pilot moves to part
+of the pool to cost a tenth of one); then the answer N and N + 1 are judged again with
+every replication planning with
 the lead of pilots of its own (:func:`~latsim.experiments.engine.auto_lead_per_replication`,
 on random streams no run uses), so the pilot's answer, one more random input of the
 verdict, varies across the replications the bootstrap resamples: the answer holds for the
@@ -40,6 +42,7 @@ from latsim.analysis.intervals import replication_bootstrap_se, replication_perc
 from latsim.analysis.serving import serving_metrics, viewer_stall_pct
 from latsim.errors import MAX_SECONDS, LatsimError, check_int, check_number, check_work
 from latsim.experiments.engine import (
+    PILOT_WHOLE,
     Experiment,
     auto_lead_per_replication,
     cell_slots,
@@ -279,7 +282,7 @@ def search_capacity(query: CapacityQuery,
         # the search keeps its own account of the work (``spent``), run by run; a verdict
         # reads summaries only, so the runs count their slots and tasks instead of keeping
         trial = replace(experiment, serving=replace(serving, streams=streams),
-                        max_events=10**15, records="none")
+                        max_events=10**15, records="none", pilot=PILOT_WHOLE)
         piloted = own_pilots and streams > 1 and lead_mode(trial) == AUTO_LEAD
         if piloted:  # the base lead the pilots add their wait budgets to
             base_cell = plan(replace(trial, lead=COST_LEAD)).cells[cell_index]

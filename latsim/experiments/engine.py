@@ -91,6 +91,12 @@ DEFAULT_COST = "affine:0.14725,0.16275"
 DEFAULT_UPDATES = "poisson:0.1"
 DEFAULT_DURATION = 60.0
 DEFAULT_SEED = 0
+#: where ``--lead auto``'s pilots run (``--pilot``): on the largest part of the pool that
+#: costs at most a tenth of the run (:func:`latsim.model.lead.pilot_divisor`), or on the
+#: whole pool whatever it costs
+PILOT_PART = "part"
+PILOT_WHOLE = "whole"
+PILOT_POOLS = (PILOT_PART, PILOT_WHOLE)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,9 @@ class Experiment:
     #: only to measure A (its rows are not shown; its records go to TWIN_FOLDER). Without
     #: it, A is null where the baseline is not among ``policies`` (:data:`A_NOTE`)
     twin: bool = False
+    #: where ``--lead auto``'s pilots run (:data:`PILOT_POOLS`): "part", the largest part
+    #: of the pool that costs at most a tenth of the run, or "whole", the whole pool
+    pilot: str = "part"
 
     def __post_init__(self) -> None:
         """Range-check every number (:mod:`latsim.errors`); what depends on several (q
@@ -155,6 +164,8 @@ class Experiment:
         if self.replan_at_cache_end not in REPLAN_AT_CACHE_END:
             raise LatsimError(f"--replan-at-cache-end must be defer or start, got "
                               f"{self.replan_at_cache_end!r}")
+        if self.pilot not in PILOT_POOLS:
+            raise LatsimError(f"--pilot must be part or whole, got {self.pilot[:40]!r}")
         if self.records not in RECORD_LEVELS:
             raise LatsimError(f"--records must be one of {', '.join(RECORD_LEVELS)}, got "
                               f"{self.records!r}")
@@ -332,10 +343,13 @@ def plan(experiment: Experiment) -> Plan:
         return planned({})
     # the bound first at the base leads (a wait budget only lengthens the drain), so a run
     # over it is refused before its pilots; then every cell's pilots at once, side by side
-    planned({})
+    base = planned({})
     asked = [(K, lead, name) for K, (_, lead) in leads.items() for name in names]
+    run_stream_s = (base.duration * base.replications * devices.streams
+                    if experiment.pilot == PILOT_PART else None)
     return planned({(K, name): answer for (K, _, name), answer
-                    in zip(asked, auto_lead_waits(experiment, asked), strict=True)})
+                    in zip(asked, auto_lead_waits(experiment, asked, run_stream_s),
+                           strict=True)})
 
 
 #: the words ``--lead`` takes besides seconds (:mod:`latsim.experiments.stream_models`)
@@ -404,7 +418,10 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,
       a longer lead there only costs L).
     - Else the stall-targeted wait budget (:func:`latsim.model.lead.confident_wait_budget`)
       of a pilot run of the policy's own cell: replication 0, for
-      :func:`~latsim.model.lead.pilot_seconds`, at ``base_lead`` plus the nD/D/1 quantile
+      :func:`~latsim.model.lead.pilot_seconds`, on the whole pool or, where
+      :func:`auto_lead_waits` is told what the run costs, on the largest part of it
+      (:meth:`~latsim.model.serving.ServingConfig.part`) that costs at most a tenth of the
+      run (:func:`~latsim.model.lead.pilot_divisor`), at ``base_lead`` plus the nD/D/1 quantile
       (:func:`closed_form_wait`; the waits a least-slack schedule gives depend on the
       lead, so the pilot runs near the answer). Each job's wait is summed over its stages
       (a stage's first record: a pipeline records one per rank, each later rank starting
@@ -423,46 +440,66 @@ def auto_lead_wait(experiment: Experiment, K: int, base_lead: float,
 
 #: How many :func:`auto_lead_wait` answers a process keeps.
 AUTO_LEADS_KEPT = 64
-_AUTO_LEADS: dict[tuple[Experiment, int, float, str], tuple[float, str]] = {}
+_AUTO_LEADS: dict[tuple[Experiment, int, float, str, int], tuple[float, str]] = {}
 
 
-def auto_lead_waits(experiment: Experiment, cells: Sequence[tuple[int, float, str]]
+def auto_lead_waits(experiment: Experiment, cells: Sequence[tuple[int, float, str]],
+                    run_stream_s: float | None = None, part: int | None = None
                     ) -> list[tuple[float, str]]:
     """:func:`auto_lead_wait` of several cells, as (K, base lead, policy): the pilots not
     run before run side by side on the active work pool (the first pilots together, then
-    the second ones)."""
+    the second ones). ``run_stream_s``: what one cell's run costs (streams × duration ×
+    replications), which sets the part of the pool the pilots run on (None: the whole);
+    ``part``: that part's k, given instead (``bench/lead_regimes.py --parts``)."""
     from latsim.experiments import lead_cache
 
-    missing = [cell for cell in dict.fromkeys(cells) if (experiment, *cell) not in _AUTO_LEADS]
-    keys = {cell: _pilot_key(experiment, cell) for cell in missing}
+    if part is None:
+        part = pilot_part(experiment, run_stream_s)
+    missing = [cell for cell in dict.fromkeys(cells)
+               if (experiment, *cell, part) not in _AUTO_LEADS]
+    keys = {cell: _pilot_key(experiment, cell, part) for cell in missing}
     kept = {cell: answer for cell, key in keys.items()
             if key is not None and (answer := lead_cache.read_answer(key)) is not None}
     to_run = [cell for cell in missing if cell not in kept]
-    for cell, answer in zip(to_run, _auto_lead_answers(experiment, to_run), strict=True):
+    for cell, answer in zip(to_run, _auto_lead_answers(experiment, to_run, part=part),
+                            strict=True):
         kept[cell] = answer
         if (key := keys[cell]) is not None:
             lead_cache.write_answer(key, answer)
     for cell in missing:
         if len(_AUTO_LEADS) >= AUTO_LEADS_KEPT:
             del _AUTO_LEADS[next(iter(_AUTO_LEADS))]  # the oldest
-        _AUTO_LEADS[(experiment, *cell)] = kept[cell]
-    return [_AUTO_LEADS[(experiment, *cell)] for cell in cells]
+        _AUTO_LEADS[(experiment, *cell, part)] = kept[cell]
+    return [_AUTO_LEADS[(experiment, *cell, part)] for cell in cells]
 
 
-def _pilot_key(experiment: Experiment, cell: tuple[int, float, str]) -> str | None:
+def pilot_part(experiment: Experiment, run_stream_s: float | None) -> int:
+    """The k whose 1/k of ``experiment``'s pool (:meth:`ServingConfig.part`) its auto
+    pilots run on, for a run of ``run_stream_s`` stream-seconds a cell
+    (:func:`latsim.model.lead.pilot_divisor`)."""
+    from latsim.model.lead import pilot_divisor
+
+    cost, _ = _sources(experiment)
+    serving, cost = experiment.serving.resolve(cost)  # type: ignore[union-attr]
+    return pilot_divisor(serving.streams, serving.part_divisors(cost), run_stream_s)
+
+
+def _pilot_key(experiment: Experiment, cell: tuple[int, float, str], part: int = 1
+               ) -> str | None:
     """The on-disk key of a cell's pilot answer (:mod:`latsim.experiments.lead_cache`):
     the experiment with its specs resolved to what they load (a file's contents, not its
     path) and the settings a pilot sets itself (length, replications, records, bound, lead)
-    left out, the cell (K, base lead, policy), and the pilot's length."""
+    left out, the cell (K, base lead, policy), the part of the pool, and the pilot's
+    length."""
     from latsim.experiments import lead_cache
     from latsim.model.lead import pilot_seconds
 
     cost, arrivals = _sources(experiment)
     inputs = replace(experiment, Ks=(cell[0],), cost=cost, updates=arrivals, lead=None,
                      duration=None, seeds=None, records="all",
-                     max_events=DEFAULT_MAX_EVENTS, twin=False)
-    streams = experiment.serving.streams  # type: ignore[union-attr]
-    return lead_cache.answer_key((inputs, cell, pilot_seconds(streams)))
+                     max_events=DEFAULT_MAX_EVENTS, twin=False, pilot=PILOT_PART)
+    streams = experiment.serving.streams // part  # type: ignore[union-attr]
+    return lead_cache.answer_key((inputs, cell, part, pilot_seconds(streams)))
 
 
 def clear_auto_leads() -> None:
@@ -489,9 +526,10 @@ def auto_lead_per_replication(experiment: Experiment, K: int, base_lead: float,
 
 
 def _auto_lead_answers(experiment: Experiment, cells: Sequence[tuple[int, float, str]],
-                       replications: Sequence[int] | None = None
+                       replications: Sequence[int] | None = None, part: int = 1
                        ) -> list[tuple[float, str]]:
-    """The pilots' answers for ``cells``, each at its pilot replication (default 0)."""
+    """The pilots' answers for ``cells``, each at its pilot replication (default 0), on
+    1/``part`` of the pool."""
     from latsim.model.lead import pilot_seconds
 
     if not cells:
@@ -503,24 +541,29 @@ def _auto_lead_answers(experiment: Experiment, cells: Sequence[tuple[int, float,
     at = [0] * len(cells) if replications is None else list(replications)
     timings = [Timing(K, experiment.r, experiment.fps) for K, _, _ in cells]
     quantiles = [closed_form_wait(serving, cost, timing) for timing in timings]
-    waits = _pilots(experiment, [(K, base + (quantile or 0.0), policy, r) for (K, base, policy),
-                                 quantile, r in zip(cells, quantiles, at, strict=True)])
+    waits = _pilots(experiment, [(K, base + (quantile or 0.0), policy, r, part)
+                                 for (K, base, policy), quantile, r
+                                 in zip(cells, quantiles, at, strict=True)])
     # a second pilot where the answer is longer than the quantile (not where overloaded,
     # and not within the budget's resolution)
     again = [i for i, (wait, quantile) in enumerate(zip(waits, quantiles, strict=True))
              if quantile is not None and wait > quantile + 1e-6]
-    second = _pilots(experiment, [(cells[i][0], cells[i][1] + waits[i], cells[i][2], at[i])
-                                  for i in again])
-    seconds = pilot_seconds(serving.streams)
-    answers = [(wait, f"pilot run of {seconds:g} s, stall-targeted") for wait in waits]
+    second = _pilots(experiment, [(cells[i][0], cells[i][1] + waits[i], cells[i][2], at[i],
+                                   part) for i in again])
+    streams = serving.streams // part
+    seconds = pilot_seconds(streams)
+    on = "" if part == 1 else f" on 1/{part} of the pool ({streams} streams)"
+    answers = [(wait, f"pilot run of {seconds:g} s{on}, stall-targeted") for wait in waits]
     for i, wait in zip(again, second, strict=True):
-        answers[i] = (max(waits[i], wait), f"2 pilot runs of {seconds:g} s, stall-targeted")
+        answers[i] = (max(waits[i], wait),
+                      f"2 pilot runs of {seconds:g} s{on}, stall-targeted")
     return answers
 
 
-def _pilots(experiment: Experiment, runs: Sequence[tuple[int, float, str, int]]
+def _pilots(experiment: Experiment, runs: Sequence[tuple[int, float, str, int, int]]
             ) -> list[float]:
-    """:func:`pilot_wait_budget` of each (K, pilot lead, policy, replication), on the active
+    """:func:`pilot_wait_budget` of each (K, pilot lead, policy, replication, part), on the
+    active
     pool (reporting to :func:`reporting_progress`'s callback, if any, as each ends)."""
     pool = active_pool() or LocalPool(1)
     progress = _PROGRESS.get()
@@ -533,15 +576,16 @@ def _pilots(experiment: Experiment, runs: Sequence[tuple[int, float, str, int]]
     return budgets
 
 
-def _pilot(run: tuple[Experiment, int, float, str, int]) -> float:
+def _pilot(run: tuple[Experiment, int, float, str, int, int]) -> float:
     with gc_paused():
         return pilot_wait_budget(*run)
 
 
 def pilot_wait_budget(experiment: Experiment, K: int, pilot_lead: float, policy: str,
-                      replication: int = 0) -> float:
+                      replication: int = 0, part: int = 1) -> float:
     """The stall-targeted wait budget (s) of one pilot run of ``policy``'s cell at chunk
-    size ``K`` with the lead ``pilot_lead`` (replication ``replication``): the body of
+    size ``K`` with the lead ``pilot_lead`` (replication ``replication``), on 1/``part`` of
+    the pool (:meth:`~latsim.model.serving.ServingConfig.part`): the body of
     :func:`auto_lead_wait`, which runs it at the nD/D/1 quantile and, where the answer is
     longer, again at the answer."""
     from latsim.model.lead import (
@@ -551,6 +595,9 @@ def pilot_wait_budget(experiment: Experiment, K: int, pilot_lead: float, policy:
         pilot_seconds,
     )
 
+    if part != 1:
+        experiment = replace(experiment,
+                             serving=experiment.serving.part(part))  # type: ignore[union-attr]
     cost, _ = _sources(experiment)
     serving, cost = experiment.serving.resolve(cost)  # type: ignore[union-attr]
     seconds = pilot_seconds(serving.streams)
@@ -867,6 +914,7 @@ def experiment_config(result: ExperimentResult) -> dict:
            if experiment.replan_at_cache_end != "defer" else {}),
         **({} if p.serving is None else {"serving": p.serving.describe()}),
         **({"twin": True} if experiment.twin else {}),
+        **({"pilot": experiment.pilot} if experiment.pilot != PILOT_PART else {}),
     }
 
 

@@ -31,6 +31,7 @@ from latsim.experiments.engine import (
     AUTO_LEAD,
     COST_LEAD,
     DEFAULT_COST,
+    PILOT_WHOLE,
     Cell,
     Experiment,
     Plan,
@@ -85,9 +86,10 @@ def fleet_experiment(run: FleetRun) -> Experiment:
 
 def node_auto_lead(experiment: Experiment, sessions: int) -> float:
     """``--lead auto``'s lead for ``experiment``'s policy with ``sessions`` streams joining
-    at random phases on one node."""
+    at random phases on one node, from pilots of the whole node: the run they serve is
+    the fleet's, many nodes long, not one node's."""
     serving = replace(experiment.serving, streams=sessions, start="random")
-    full = plan(replace(experiment, serving=serving, seeds=1))
+    full = plan(replace(experiment, serving=serving, seeds=1, pilot=PILOT_WHOLE))
     (cell,) = full.cells
     return cell.lead
 

@@ -17,7 +17,7 @@ A grid file names axes (each a list of values), fixed settings, replications and
     rate = [0.05, 0.1, 0.2]
 
 Settings (:data:`SETTINGS`) are those of ``latsim simulate``: ``K``, ``policy``, ``cost`` or
-``C`` (``fixed:C``), ``updates`` or ``rate`` (``poisson:RATE``), ``lead``, ``q``,
+``C`` (``fixed:C``), ``updates`` or ``rate`` (``poisson:RATE``), ``lead``, ``pilot``, ``q``,
 ``duration``, ``r``, ``fps``, ``commit``, ``commit_lead``, and the serving model's
 ``streams``, ``pools``, ``schedule``, ``discard``, ``bind``, ``playout_delay``, ``decode``,
 ``deliver``, ``uplink``, ``replan_cost``, ``batch``, ``start``, ``dit_degree``, ``in_flight``,
@@ -75,7 +75,7 @@ SETTINGS: dict[str, type | tuple[type, ...]] = {
     "playout_delay": (int, float), "decode": str, "deliver": str, "uplink": str,
     "replan_cost": str, "batch": str, "start": str, "dit_degree": int,
     "in_flight": int, "in_flight_policy": str, "cold_start": bool, "run_ahead": (int, float),
-    "replan_at_cache_end": str,
+    "replan_at_cache_end": str, "pilot": str,
 }
 SERVING = ("streams", "pools", "schedule", "discard", "bind", "playout_delay", "decode", "deliver",
            "uplink", "replan_cost", "batch", "start", "dit_degree", "in_flight",

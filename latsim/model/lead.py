@@ -138,9 +138,41 @@ PILOT_BATCHES = 10
 PILOT_Z = 1.645
 
 
+#: A run pays for its auto pilot at most this share of its own stream-seconds, where its
+#: pool can be divided that far (:func:`pilot_divisor`).
+PILOT_SHARE = 0.1
+
+
 def pilot_seconds(streams: int) -> float:
     """How long the auto pilot run of ``streams`` streams lasts (s)."""
     return min(PILOT_MAX_S, max(PILOT_MIN_S, PILOT_STREAM_S / streams))
+
+
+def pilot_stream_seconds(streams: int) -> float:
+    """What an auto pilot run of ``streams`` streams costs, in stream-seconds."""
+    return streams * pilot_seconds(streams)
+
+
+def pilot_divisor(streams: int, divisors: Sequence[int], run_stream_s: float | None) -> int:
+    """The k (one of ``divisors``, each dividing ``streams``) for which a pilot on 1/k of
+    the pool, ``streams/k`` streams on 1/k of every pool's devices, costs at most
+    :data:`PILOT_SHARE` of a run of ``run_stream_s`` stream-seconds: the least such k, as
+    the whole pool's waits are the pilot's aim. None of them costs less than the pilot's
+    minimum, :data:`PILOT_STREAM_S` (or ``streams`` × :data:`PILOT_MAX_S` below 4 streams),
+    which is always allowed; where no divisor gets down to the allowance, the cheapest.
+    ``run_stream_s`` None: the whole pool (1).
+
+    Fewer devices sharing a queue at the same load wait longer, not shorter (the sharing
+    gain grows with the pool), so a part's budget covers the whole pool's stall target at
+    the price of a longer lead."""
+    if run_stream_s is None:
+        return 1
+    allowed = max(PILOT_SHARE * run_stream_s, PILOT_STREAM_S)
+    ordered = sorted(set(divisors) | {1})
+    fitting = [k for k in ordered if pilot_stream_seconds(streams // k) <= allowed]
+    if fitting:
+        return fitting[0]
+    return min(ordered, key=lambda k: (pilot_stream_seconds(streams // k), k))
 
 
 def confident_wait_budget(batches: Sequence[Sequence[float]], budget: float,

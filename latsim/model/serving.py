@@ -50,6 +50,7 @@ A TOML file holds the same settings (every key optional; flags override it)::
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -159,6 +160,29 @@ class ServingConfig:
 
     def pool_size(self, name: str) -> int:
         return dict(self.pools)[name]
+
+    def part_divisors(self, cost: CostModel) -> tuple[int, ...]:
+        """Every k >= 1 for which :meth:`part` is a configuration of ``cost``'s model: k
+        divides the streams, every pool's devices and the DiT pool's USP groups, and no
+        pool holds a pipeline (one device per rank, whatever the load)."""
+        if isinstance(cost, Pipelined) and cost.pipelines():
+            return (1,)
+        return self._divisors()
+
+    def _divisors(self) -> tuple[int, ...]:
+        groups = self.pool_size(self.dit_pool) // self.degree
+        common = math.gcd(self.streams, groups, *(size for _, size in self.pools))
+        return tuple(k for k in range(1, common + 1) if common % k == 0)
+
+    def part(self, k: int) -> ServingConfig:
+        """1/k of this configuration: ``streams/k`` streams on ``1/k`` of every pool's
+        devices, each device as loaded as before (k one of :meth:`part_divisors`)."""
+        if k not in self._divisors():
+            raise LatsimError(f"{self.streams} stream(s) on pools "
+                              f"{','.join(f'{n}={s}' for n, s in self.pools)} do not "
+                              f"divide into {k} equal parts")
+        return replace(self, streams=self.streams // k,
+                       pools=tuple((name, size // k) for name, size in self.pools))
 
     @property
     def degree(self) -> int:
