@@ -6,7 +6,8 @@ Every such time comes from a committed benchmark file: ``results/bench/commands.
 (bench/bench_plan.py --target) for the Wan plan, ``results/bench/serving_jobs.json``
 (bench/bench_serving.py --json) for the serving engine's jobs per CPU second and per-slot
 growth, ``compiled.json``, ``memory.json`` and ``floor.json`` (bench/bench_compiled.py,
-bench_memory.py and bench_floor.py with ``--json``) for the rest of the engine table. A document
+bench_memory.py and bench_floor.py with ``--json``) and ``lead_cost.json``
+(bench/pilot_cost.py --example) for the rest of the engine table. A document
 quotes a row in the form ``bench_commands.quote`` writes; this test checks every quote
 against its file, and that no document quotes the file with a time no row holds.
 """
@@ -205,3 +206,14 @@ def test_the_engine_tables_other_rows_are_the_benchmarks():
     assert fleet[2].startswith(" and ".join(f"{m:.1f}" for m in walls["pure Python"]) + " min")
     assert fleet[3].startswith(" and ".join(f"{m:.1f}" for m in walls["compiled with mypyc"])
                                + " min")
+
+
+def test_the_lead_targets_ratio_is_the_benchmarks():
+    """The engine table's row for ``--lead auto``'s cost on the issue's 4,096-stream
+    example quotes bench/pilot_cost.py --example's file, each build's median ratio."""
+    rows = {row["build"]: row for row in _target_rows("lead_cost.json")}
+    assert set(rows) == set(BUILDS)
+    cells = _engine_row("| `--lead auto`'s cost")
+    for build, column in zip(BUILDS, (2, 3), strict=True):
+        assert cells[column].startswith(f"{rows[build]['wall_ratio']:.2f}"), (build, cells)
+        assert rows[build]["lead_model"].startswith("pilot run of")
