@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from latsim.controller.records import slot_init
 from latsim.errors import MAX_K, MAX_SECONDS, LatsimError, check_int, check_number
 from latsim.model.costs import JOB_KINDS, WHAT, CostModel
 from latsim.model.traces import read_toml
@@ -55,6 +56,11 @@ class Step:
     pool: str
     duration: float
     latents: int
+
+
+# a job makes a step or two: built by slot_init's __init__, not the frozen dataclass's own
+# (object.__setattr__ a field)
+Step.__init__ = slot_init(Step)  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)
