@@ -51,14 +51,20 @@ TARGET = ROOT / "results" / "bench" / "plan_target.json"
 TARGET_FILE = "examples/plan_wan_day.toml"
 
 
-def target() -> None:
-    """One run of the Wan plan with 2 workers per build found (see the module docstring)."""
+def latsim_builds() -> list[tuple[str, Path]]:
+    """(build, its ``latsim`` command): this Python's, and ``.venv-compiled``'s (the
+    compiled build, ``docs/testing.md``) where that exists."""
     builds = [("pure Python", Path(sys.executable).parent / "latsim")]
     compiled = ROOT / ".venv-compiled" / "bin" / "latsim"
     if compiled.exists():
         builds.append(("compiled with mypyc", compiled))
+    return builds
+
+
+def target() -> None:
+    """One run of the Wan plan with 2 workers per build found (see the module docstring)."""
     rows = []
-    for build, latsim in builds:
+    for build, latsim in latsim_builds():
         with tempfile.TemporaryDirectory(prefix="latsim-plan-") as out:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()

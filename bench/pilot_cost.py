@@ -35,12 +35,12 @@ import platform
 import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from lead_regimes import experiment, timed  # this script's folder
+from bench_plan import latsim_builds  # this script's folder
+from lead_regimes import experiment, timed
 
 from latsim.experiments.executors import gc_paused
 
@@ -81,12 +81,8 @@ def _timed(latsim: Path, lead: str) -> tuple[float, float, str]:
 
 def example(pairs: int) -> None:
     """The issue's example at --lead auto against --lead cost (see the module docstring)."""
-    builds = [("pure Python", Path(sys.executable).parent / "latsim")]
-    compiled = ROOT / ".venv-compiled" / "bin" / "latsim"
-    if compiled.exists():
-        builds.append(("compiled with mypyc", compiled))
     rows = []
-    for build, latsim in builds:
+    for build, latsim in latsim_builds():
         auto, cost = [], []
         for _ in range(pairs):
             auto.append(_timed(latsim, "auto"))
