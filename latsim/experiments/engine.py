@@ -563,8 +563,8 @@ def _auto_lead_answers(experiment: Experiment, cells: Sequence[tuple[int, float,
 def _pilots(experiment: Experiment, runs: Sequence[tuple[int, float, str, int, int]]
             ) -> list[float]:
     """:func:`pilot_wait_budget` of each (K, pilot lead, policy, replication, part), on the
-    active
-    pool (reporting to :func:`reporting_progress`'s callback, if any, as each ends)."""
+    active pool (reporting to :func:`reporting_progress`'s callback, if any, as each
+    ends)."""
     pool = active_pool() or LocalPool(1)
     progress = _PROGRESS.get()
     budgets: list[float] = [math.nan] * len(runs)

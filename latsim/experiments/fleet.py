@@ -78,7 +78,8 @@ def fleet_experiment(run: FleetRun) -> Experiment:
         lead=AUTO_LEAD if node.lead is None else node.lead, policies=(node.policy,),
         updates=workload.updates, duration=run.warmup + run.duration, seeds=run.seeds,
         seed=run.seed,
-        serving=replace(node.serving, streams=streams), records="conditions")
+        serving=replace(node.serving, streams=streams), records="conditions",
+        pilot=PILOT_WHOLE)  # the run a pilot serves is the fleet's, not one node's
     if experiment.lead != AUTO_LEAD or (workload.population and streams <= node.max_sessions):
         return experiment
     return replace(experiment, lead=node_auto_lead(experiment, node.max_sessions))
