@@ -87,10 +87,10 @@ def fleet_experiment(run: FleetRun) -> Experiment:
 
 def node_auto_lead(experiment: Experiment, sessions: int) -> float:
     """``--lead auto``'s lead for ``experiment``'s policy with ``sessions`` streams joining
-    at random phases on one node, from pilots of the whole node: the run they serve is
-    the fleet's, many nodes long, not one node's."""
+    at random phases on one node (a fleet's experiment pilots the whole node:
+    :func:`fleet_experiment`)."""
     serving = replace(experiment.serving, streams=sessions, start="random")
-    full = plan(replace(experiment, serving=serving, seeds=1, pilot=PILOT_WHOLE))
+    full = plan(replace(experiment, serving=serving, seeds=1))
     (cell,) = full.cells
     return cell.lead
 
@@ -225,13 +225,11 @@ def simulate_replication(fp: FleetPlan, replication: int) -> FleetRecords:
 
 
 def _play(fp: FleetPlan, replication: int, node: int, plan: list):
-    """One node's plan played, the cyclic garbage collector off meanwhile (as for every
-    other simulation: :func:`~latsim.experiments.executors.gc_paused` says why)."""
+    """One node's plan played."""
     from latsim.sim.fleet import simulate_node_plan
 
     setup, _, inputs, batch_rng, _ = _parts(fp, replication, with_sessions=False)
-    with gc_paused():
-        return simulate_node_plan(setup, node, plan, inputs, batch_rng(node))
+    return simulate_node_plan(setup, node, plan, inputs, batch_rng(node))
 
 
 def run_node_unit(args: tuple) -> tuple:
@@ -240,8 +238,9 @@ def run_node_unit(args: tuple) -> tuple:
     from latsim.analysis.fleet import node_tally
 
     fp, replication, node, plan = args
-    # the collector stays off until the node's records are tallied and freed: on again
-    # while they lived, its next collection would walk every one of them (5% of a plan)
+    # the cyclic collector off while the node plays (as for every other simulation:
+    # gc_paused says why) and until its records are tallied and freed: on again while
+    # they lived, its next collection would walk every one of them (5% of a plan)
     with gc_paused():
         play = _play(fp, replication, node, plan)
         window = fp.horizon if fp.run.workload.population else math.inf  # .measured
