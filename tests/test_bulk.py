@@ -578,16 +578,22 @@ def test_a_drain_can_end_at_the_job_end_that_ends_a_stall(monkeypatch):
     assert ran.end_time == 1.5 and ran.streams[0].stalls[-1].t_end == 1.5
 
 
+@pytest.mark.parametrize("replayed", [False, True])
 @pytest.mark.parametrize(("devices", "degree", "vae", "start", "records"), [
     (1, 1, 0, "random", "all"), (3, 1, 0, "random", "none"), (4, 2, 0, "random", "all"),
     (2, 1, 1, "random", "conditions"), (2, 1, 0, "staggered", "all"),
     (3, 1, 2, "random", "none")])
 def test_conditions_under_the_baseline_stay_in_numpy(devices, degree, vae, start, records,
-                                                     monkeypatch):
+                                                     replayed, monkeypatch):
     """Eight streams at ρ 0.5 with a condition every 2 s each, 60 s (K = 2: about 120
-    jobs a stream, so ``records="none"`` forgets some): the numpy path keeps the run, the
-    streams' quiet cycles between conditions go as one step each, conditions are shown
-    and the run drains past its window's end, and every record is the event path's."""
+    jobs a stream, so ``records="none"`` forgets some): the numpy path keeps the run and
+    reads every stream's conditions off the arrays (none is replayed through its
+    controller), conditions are shown and the run drains past its window's end, and
+    every record is the event path's. The same where the arrays do not tell them
+    (``replayed``: each stream is replayed, its quiet cycles between conditions as one
+    step each)."""
+    if replayed:
+        monkeypatch.setattr(bulk_numpy._Shows, "read", classmethod(lambda *args: None))
     timing = Timing(2, 4, 16.0)
     n, duration = 8, 60.0
     rng = np.random.default_rng(devices + vae)
@@ -603,7 +609,7 @@ def test_conditions_under_the_baseline_stay_in_numpy(devices, degree, vae, start
                             dit_degree=degree, decode=decode)
     in_bulk, on_clock, kept, steps = _in_bulk_and_on_clock(
         config, model, serving, joins, traces, duration, 5, records, monkeypatch)
-    assert kept and steps > n
+    assert kept and (steps > n if replayed else steps == 0)
     assert in_bulk == on_clock
     ran = pickle.loads(in_bulk)
     assert sum(v.displayed for v in ran.viewer) > 0.9 * 30 * n

@@ -63,7 +63,7 @@ import numpy as np
 from latsim.controller import Controller, ControllerConfig
 from latsim.controller.machine import EPS, FORGET_JOBS_AT
 from latsim.controller.playout import ClientPlayout
-from latsim.controller.records import JobRecord, SlotLog, SlotTally
+from latsim.controller.records import ConditionRecord, JobRecord, SlotLog, SlotTally
 from latsim.model.costs import CostModel
 from latsim.model.generators import StagedGenerator, Step, StepStreams
 from latsim.model.serving import ServingConfig
@@ -78,6 +78,18 @@ from latsim.run.serving import (
 )
 from latsim.run.stream import busy_at_end
 from latsim.sim.bulk_replay import Differs, OnlineStream, StreamReplay
+
+
+class Shows(Protocol):
+    """A stream's conditions where the arrays tell them (:mod:`latsim.sim.bulk_numpy`):
+    each job's version, and the records once the ticks played are known."""
+
+    versions: list[int]
+
+    def slot_versions(self, played: int) -> list[int]: ...
+
+    def records(self, played: int, delay: float, shift: float
+                ) -> tuple[list[ConditionRecord], list[ViewerRecord]]: ...
 
 
 class StreamInput(Protocol):
@@ -176,7 +188,7 @@ class _Stream:
                  "dit_start",
                  "planned_end", "armed", "next_job", "job", "branch", "t_enqueue",
                  "ctrl_start", "jobs", "jobs_done", "starts", "ran", "tally", "took",
-                 "kind", "steps", "driven", "closed", "left", "cold")
+                 "kind", "steps", "driven", "closed", "left", "cold", "shows")
 
     def __init__(self, index: int, origin: float, rng: np.random.Generator,
                  decode_rng: np.random.Generator, clock: Sequence[float]) -> None:
@@ -211,6 +223,8 @@ class _Stream:
         # a fleet node's stream that left (:meth:`_Run.close`), and its records then
         self.closed = False
         self.left: tuple[RunRecords, list[ViewerRecord]] | None = None
+        # its conditions, where the arrays tell them (latsim.sim.bulk_numpy's _Shows)
+        self.shows: Shows | None = None
 
 
 def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
@@ -317,7 +331,9 @@ class _Run:
         self.generator = StagedGenerator(cost, serving.replan_cost, serving.decode,
                                          serving.decode_pool)
         self.step_streams: dict[int, StepStreams] = {}  # a driven stream's, by index
-        self.last_tick = -1  # streams below this index play their ticks at the end's instant
+        # streams below this index play their ticks at the end's instant, and the stream
+        # of this index its tick there (the one that closed the run)
+        self.last_tick = -1
         timing = configs[0].timing  # every stream's (bulk_refusal)
         self.K, self.delta = timing.K, timing.delta
         self.refill_lead = Controller(configs[0]).refill_lead
@@ -697,11 +713,11 @@ class _Run:
                     else stream.origin - join + first_display))
                 continue
             self.catch_up(stream, end, consume=stream.job == 0,
-                          through=stream.index < self.last_tick)
+                          through=stream.index <= self.last_tick)
             cache_end = stream.branch if stream.job else stream.planned_end
             if stream.played > cache_end:
                 raise _Giveback  # a stall before the end
-            runs.append(self.run_records(stream, cache_end))
+            runs.append(self.run_records(stream, cache_end, viewer))
             # the event path's sums: its first tick's time less the origin (the tick is
             # at the origin) plus the playout, then the origin less the join
             first = (stream.origin - stream.origin + self.playout + self.playout_shift
@@ -717,16 +733,26 @@ class _Run:
             client_stalls=(), pools=serving.pools, playout_delay=self.playout,
             dit_degree=serving.degree, records=self.records, task_tally=self.task_tally)
 
-    def run_records(self, stream: _Stream, cache_end: int) -> RunRecords:
+    def run_records(self, stream: _Stream, cache_end: int, viewer: list[ViewerRecord]
+                    ) -> RunRecords:
+        """A stream's records at the run's end, from its books (and what its viewer saw
+        of its conditions, into ``viewer``)."""
         window, K = self.window, self.K
         played, end_time = stream.played, self.end - stream.origin
         origin = stream.origin
-        # slot p: version 0, job p // K (0: the prebuffer), at its tick's controller time
+        shows = stream.shows
+        conditions: list[ConditionRecord] = []
+        if shows is not None:
+            conditions, seen = shows.records(played, self.playout, self.playout_shift)
+            viewer.extend(seen)
+        # slot p: its job's version, job p // K (0: the prebuffer), at its tick's
+        # controller time
         t_starts = np.asarray(stream.clock)[:played] - origin
         if self.keep:
             slots = SlotLog()
-            slots.extend(range(played), [0] * played, (np.arange(played) // K).tolist(),
-                         t_starts.tolist())
+            slots.extend(range(played),
+                         [0] * played if shows is None else shows.slot_versions(played),
+                         (np.arange(played) // K).tolist(), t_starts.tolist())
         else:  # the counts a tally folds of those columns
             slots = SlotTally(window.duration)
             before = int(np.searchsorted(t_starts, window.duration, side="left"))
@@ -734,7 +760,7 @@ class _Run:
         busy, tally = busy_at_end(stream.starts, stream.ran, stream.tally, end_time,
                                   window.duration)
         return RunRecords(
-            duration=window.duration, end_time=end_time, conditions=(),
+            duration=window.duration, end_time=end_time, conditions=tuple(conditions),
             jobs=tuple(stream.jobs), slots=slots, stalls=(), discards=(), busy=busy,
             jobs_started=stream.next_job - 1, jobs_done=stream.jobs_done,
             cached_at_end=cache_end - played, status=COMPLETE, records=self.records,

@@ -17,9 +17,12 @@ this module computes the same numbers as arrays, a row per stream and a column p
   point, which is the run's (it is causal: a value depends only on earlier ones), and
   the iteration is stopped where it does not settle;
 - a run with conditions (under an eager commit: they move no job) is computed the same
-  way, up to the drain's limit, and each stream that sees one is replayed through its
-  own controller on that schedule (:mod:`latsim.sim.bulk_replay`), which also says where
-  the run ends; the arrays are cut there.
+  way, up to the drain's limit; each stream's conditions are read off that schedule
+  (:class:`_Shows`: each job's version from the arrivals, each condition shown by the
+  first slot of the first job that binds it), or, where the schedule cannot tell them,
+  the stream is replayed through its own controller on it
+  (:mod:`latsim.sim.bulk_replay`); their last shows say where the run ends, and the
+  arrays are cut there.
 
 What the loop checks as it goes (every tick played in Consume quiet by ``_play_quiet``'s
 test, every wake-up on ``quiet_wake``'s fast path, no tick before its chunk) is checked
@@ -35,16 +38,22 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from itertools import repeat
 
 import numpy as np
 
 from latsim.controller.machine import EPS, FORGET_JOBS_AT
-from latsim.controller.records import JobRecord
+from latsim.controller.records import ConditionRecord, JobRecord
 from latsim.run.records import BusyTally
-from latsim.run.serving import TaskRecord, TaskTally
+from latsim.run.serving import (
+    TaskRecord,
+    TaskTally,
+    ViewerRecord,
+    censored_records,
+    shown_records,
+)
 from latsim.sim.bulk import _Run, _Stream
 from latsim.sim.bulk_replay import Differs, StreamReplay
 from latsim.sim.lindley import (
@@ -84,6 +93,8 @@ def play_in_numpy(run: _Run) -> bool:
     except (_NotExact, Differs):
         run.end = run.cut = run.window_end
         run.replays, run.last_tick = {}, -1
+        for stream in run.streams:
+            stream.shows = None
         for rng, state in zip(rngs, saved, strict=True):
             rng.bit_generator.state = state
         return False
@@ -102,14 +113,16 @@ def play_in_numpy(run: _Run) -> bool:
 
 
 def _replay_conditions(run: _Run, jobs: _Jobs) -> None:
-    """Replay each stream that sees a condition through its own controller on the
-    schedule (:mod:`latsim.sim.bulk_replay`), and end the run where the event path ends
-    it: at the window's end, or past it at the tick that shows the last condition still
-    open there (no later than the drain's limit; the streams of a lower index play their
-    ticks of that instant, as the clock orders ticks). The arrays are then cut there."""
+    """Resolve each stream's conditions (:class:`_Shows`: read off the arrays where they
+    can be, else replayed through the stream's own controller on the schedule,
+    :mod:`latsim.sim.bulk_replay`), and end the run where the event path ends it: at the
+    window's end, or past it at the tick that shows the last condition still open there
+    (no later than the drain's limit; the streams of a lower index play their ticks of
+    that instant, as the clock orders ticks). The arrays are then cut there."""
     horizon, window_end = run.horizon, run.window_end
     counts = (jobs.requests < horizon).sum(axis=1).tolist()
     replays: dict[int, StreamReplay] = {}
+    closes = []
     for index, (inputs, stream) in enumerate(zip(run.inputs, run.streams, strict=True)):
         window = run.windows[index]
         sent = [t for t in inputs.trace.times if t < window.duration]
@@ -117,26 +130,31 @@ def _replay_conditions(run: _Run, jobs: _Jobs) -> None:
             continue
         origin = now = stream.origin  # the serving port's sums, from its start
         n = counts[index]
+        arrivals = [now + ((t + origin) - now) for t in sent]
+        shows = _Shows.read(run, jobs, index, arrivals, sent, n)
+        if shows is not None:
+            stream.shows = shows
+            closing = shows.closing(window_end, horizon)
+            if closing is not None:
+                closes.append((closing, index))
+            continue
         asked, began = jobs.requests[index, :n], jobs.starts[index, :n]
         replays[index] = StreamReplay(
             index, origin, run.configs[index], window, run.records,
-            [(now + ((t + origin) - now), t) for t in sent],
+            list(zip(arrivals, sent, strict=True)),
             asked.tolist(), jobs.armed[index, :n + 1].tolist(), began.tolist(),
             jobs.ends[index, :n].tolist(), jobs.took[index, :n].tolist(), run.clock[index],
             horizon, run.playout,
             skips=not ((began > asked) & (began - origin == asked - origin)).any())
     for replay in replays.values():
         replay.play_until(window_end)
-    end, last = window_end, -1
-    draining = [replay for replay in replays.values() if replay.ctrl.open_conditions]
-    if draining:
-        closes = []
-        for replay in draining:
+    for replay in replays.values():
+        if replay.ctrl.open_conditions:
             closed = replay.play_until(horizon, through=True, closing=True)
             if closed is None:
                 raise _NotExact  # open at the drain's limit: the event path's end rule
             closes.append((closed, replay.index))
-        end, last = max(closes)
+    end, last = max(closes) if closes else (window_end, -1)
     for replay in replays.values():
         replay.play_until(end, through=replay.index < last, at_end=last >= 0)
     # past the window the drain stops after the tick that closes it: the events of that
@@ -149,6 +167,122 @@ def _replay_conditions(run: _Run, jobs: _Jobs) -> None:
             tuple(column[keep] for column in dispatched)  # type: ignore[misc]
             for stage, dispatched in zip(jobs.stages, jobs.ranks.dispatched, strict=True)
             for keep in [stage.starts.flat[dispatched[0]] < cut]]
+
+
+class _Shows:
+    """One stream's conditions read off the arrays, as its controller would resolve them
+    on their schedule: under an eager commit a condition moves no job, so each one only
+    registers a version (``quiet_condition``), which the next job binds as it is asked
+    for, or, binding at the start, as a device starts it after a wait
+    (``_act_note_job_start``: one chunk in flight, so it always rebinds); a tick shows
+    the conditions up to the version of the slot it plays (``_resolve_conditions``), and
+    the versions along the slots never decrease, so the first slot of the first job that
+    binds version v shows it. Where an arrival falls at the instant of another of the
+    stream's events (their ids order them), or comes so near its armed refill's due time
+    that the decide step would start it (``quiet_condition`` refuses), :meth:`read` says
+    None and the stream is replayed through its controller instead."""
+
+    __slots__ = ("index", "K", "origin", "versions", "arrivals", "sent", "places",
+                 "ticks", "job_times")
+
+    def __init__(self, index: int, K: int, origin: float, versions: list[int],
+                 arrivals: list[float], sent: list[float], places: list[int],
+                 ticks: list[float], job_times: list[tuple[float, float]]) -> None:
+        self.index, self.K, self.origin = index, K, origin
+        self.versions = versions  # each job's version (job j at j - 1)
+        self.arrivals = arrivals  # each condition's arrival (global time)
+        self.sent = sent  # ... and its send time, in version order
+        # the place of the slot that shows each version (-1: no job binds it here), the
+        # time of that tick (global; inf: past the ticks computed), and the controller's
+        # (start, ready) of the job that made it
+        self.places, self.ticks, self.job_times = places, ticks, job_times
+
+    @classmethod
+    def read(cls, run: _Run, jobs: _Jobs, index: int, arrivals: list[float],
+             sent: list[float], n: int) -> _Shows | None:
+        """Stream ``index``'s conditions (``arrivals``, global times, and their ``sent``
+        times) over its first ``n`` jobs, or None where the arrays cannot tell them."""
+        origin = run.streams[index].origin
+        asked = jobs.requests[index, :n].tolist()
+        began = jobs.starts[index, :n].tolist()
+        ended = jobs.ends[index, :n].tolist()
+        armed = jobs.armed[index, :n + 1].tolist()
+        waited = [s > a for a, s in zip(asked, began, strict=True)]
+        instants = {origin, *asked, *ended, *(s for s, w in zip(began, waited, strict=True)
+                                              if w)}
+        if any(a in instants for a in arrivals):
+            return None  # two events at one instant: the clock orders them by their ids
+        for a in arrivals:  # in Consume (the refill armed), the decide step keeps it armed
+            job = bisect_right(asked, a)
+            if (job == 0 or ended[job - 1] < a) and armed[job] == armed[job] and (
+                    armed[job] <= (a - origin) + 2 * EPS):
+                return None
+        if run.configs[index].bind == "start":
+            binds = [s if w else a for a, s, w in zip(asked, began, waited, strict=True)]
+        else:
+            binds = asked
+        versions = [bisect_left(arrivals, b) for b in binds]
+        K = run.K
+        clock = run.clock[index]
+        width = clock.size
+        places, ticks, job_times = [], [], []
+        for version in range(1, len(arrivals) + 1):
+            job = bisect_left(versions, version)  # its index: job id job + 1
+            if job >= n:
+                places.append(-1)
+                ticks.append(math.inf)
+                job_times.append((math.nan, math.nan))
+                continue
+            place = (job + 1) * K
+            places.append(place)
+            ticks.append(float(clock[place]) if place < width else math.inf)
+            start = began[job] if waited[job] else asked[job]
+            job_times.append((start - origin, ended[job] - origin))
+        return cls(index, K, origin, versions, arrivals, sent, places, ticks, job_times)
+
+    def closing(self, window_end: float, horizon: float) -> float | None:
+        """The time of the tick that shows the last condition, where one is still open at
+        the window's end (None where none is); no later than ``horizon`` (the drain's
+        limit: past it the event path ends the run its own way)."""
+        last = self.ticks[-1]
+        if last < window_end:
+            return None
+        if last > horizon:
+            raise _NotExact
+        return last
+
+    def slot_versions(self, played: int) -> list[int]:
+        """The version of each slot played, from position 0 (the prebuffer's: 0)."""
+        K = self.K
+        versions = [0] * K
+        for version in self.versions[:(played + K - 1) // K]:
+            versions += [version] * K
+        return versions[:played]
+
+    def records(self, played: int, delay: float, shift: float
+                ) -> tuple[list[ConditionRecord], list[ViewerRecord]]:
+        """The controller's condition records and the viewer's, ``played`` ticks played:
+        those the ticks showed, then the censored ones."""
+        conditions, viewer = [], []
+        index, origin, K, versions = self.index, self.origin, self.K, self.versions
+        for version, (arrival, place, tick, (start, ready)) in enumerate(zip(
+                self.arrivals, self.places, self.ticks, self.job_times, strict=True), 1):
+            t_arrival = arrival - origin
+            if 0 <= place < played:
+                job = place // K
+                shown_version = versions[job - 1]
+                cond = ConditionRecord.shown(
+                    version, t_arrival, JobRecord(job, "refill", place, K, shown_version,
+                                                  place, start, ready),
+                    tick - origin, superseded=version < shown_version)
+                conditions.append(cond)
+                viewer.extend(shown_records(index, [cond], self.sent,
+                                            cond.t_play + delay + shift))
+            else:
+                cond = ConditionRecord.censored(version, t_arrival)
+                conditions.append(cond)
+                viewer.extend(censored_records(index, [cond], self.sent))
+        return conditions, viewer
 
 
 class _Jobs:
@@ -513,8 +647,12 @@ class _Jobs:
             else:
                 places = [j - 1 for j in kept]
             branches = [j * K for j in kept]
+            shows = stream.shows
+            versions = (repeat(0) if shows is None else
+                        shows.versions[places] if isinstance(places, slice) else
+                        [shows.versions[p] for p in places])
             stream.jobs.extend(map(JobRecord, kept, repeat("refill"), branches, repeat(K),
-                                   repeat(0), branches, row.ctrl[places].tolist(),
+                                   versions, branches, row.ctrl[places].tolist(),
                                    row.ready[places].tolist()))
             stream.jobs_done = done
             stream.next_job = requested + 1

@@ -6,8 +6,9 @@ Under an eager commit (the baseline's chunk-boundary commitment) a condition mov
 the next job a device starts carries it, and nothing before the cache end can be
 replanned, so the pools serve the same requests as in a run without it.
 :mod:`latsim.sim.bulk_numpy` therefore computes the pools' schedule as if every stream
-were quiet, and this module replays each stream that sees a condition through its own
-controller (a :class:`~latsim.run.stream.StreamRun`: its fast paths where they hold, the
+were quiet and reads most streams' conditions off it; this module replays each of the
+others (two of its events at one instant, which the clock orders by their ids, or an
+arrival at its armed refill's due time) through its own controller (a :class:`~latsim.run.stream.StreamRun`: its fast paths where they hold, the
 table where they do not) on that schedule: the conditions' arrivals, the armed wake-ups,
 the starts of jobs that waited and the jobs' ends, in the clock's order, its quiet ticks
 played in bulk between them (``play_quiet_shifted``) and the others one at a time, as the
