@@ -391,8 +391,9 @@ def conditioned_setups(draw):
     """A run with conditions the numpy path plays, mostly: the baseline (eager commit: a
     condition moves no job) on a FIFO DiT pool (devices or USP groups, maybe a decode
     pool), random, together or staggered joins, conditions at up to one a second a stream
-    (some near the window's end, so that the run drains past it), and the lead from tight
-    (some stall: the event path plays those) to loose; now and then latent commitment
+    (some near the window's end, so that the run drains past it), binding at the start or
+    as asked for, and the lead from tight (some stall: the event path plays those) to
+    loose; now and then latent commitment
     (its replans move jobs: the loop plays those, :func:`replanning_setups` more of them)."""
     timing = Timing(draw(st.sampled_from([2, 4, 8])), 4, 16.0)
     n = draw(st.integers(1, 8))
@@ -405,7 +406,10 @@ def conditioned_setups(draw):
                                                "staggered"])), n, timing)
     lead = model.quantile(timing.K, 0.99) + draw(st.floats(0.0, 1.5)) * timing.T
     policy = draw(st.sampled_from([BASELINE] * 5 + [SPECULATIVE]))
-    config = ControllerConfig(timing, policy, lead)
+    # a job that waits takes the newest version as a device starts it, or keeps the one
+    # it was asked for with
+    config = ControllerConfig(timing, policy, lead,
+                              bind=draw(st.sampled_from(["start", "start", "enqueue"])))
     decode = draw(st.sampled_from([None, None, FixedCost(0.02), LognormalCost(0.05, 0.5)]))
     pools = (("dit", devices),) if decode is None else (
         ("dit", devices), ("vae", draw(st.integers(1, 3))))
@@ -579,19 +583,21 @@ def test_a_drain_can_end_at_the_job_end_that_ends_a_stall(monkeypatch):
 
 
 @pytest.mark.parametrize("replayed", [False, True])
-@pytest.mark.parametrize(("devices", "degree", "vae", "start", "records"), [
-    (1, 1, 0, "random", "all"), (3, 1, 0, "random", "none"), (4, 2, 0, "random", "all"),
-    (2, 1, 1, "random", "conditions"), (2, 1, 0, "staggered", "all"),
-    (3, 1, 2, "random", "none")])
+@pytest.mark.parametrize(("devices", "degree", "vae", "start", "records", "bind"), [
+    (1, 1, 0, "random", "all", "start"), (3, 1, 0, "random", "none", "start"),
+    (4, 2, 0, "random", "all", "start"), (2, 1, 1, "random", "conditions", "start"),
+    (2, 1, 0, "staggered", "all", "start"), (3, 1, 2, "random", "none", "start"),
+    (1, 1, 0, "random", "all", "enqueue"), (2, 1, 1, "random", "all", "enqueue")])
 def test_conditions_under_the_baseline_stay_in_numpy(devices, degree, vae, start, records,
-                                                     replayed, monkeypatch):
+                                                     bind, replayed, monkeypatch):
     """Eight streams at ρ 0.5 with a condition every 2 s each, 60 s (K = 2: about 120
     jobs a stream, so ``records="none"`` forgets some): the numpy path keeps the run and
     reads every stream's conditions off the arrays (none is replayed through its
     controller), conditions are shown and the run drains past its window's end, and
     every record is the event path's. The same where the arrays do not tell them
     (``replayed``: each stream is replayed, its quiet cycles between conditions as one
-    step each)."""
+    step each). A job that waits binds its version as a device starts it, or (``bind``
+    enqueue) keeps the one it was asked for with."""
     if replayed:
         monkeypatch.setattr(bulk_numpy._Shows, "read", classmethod(lambda *args: None))
     timing = Timing(2, 4, 16.0)
@@ -603,7 +609,7 @@ def test_conditions_under_the_baseline_stay_in_numpy(devices, degree, vae, start
     traces = [tuple(np.sort(rng.uniform(0, duration - 1, 29)).tolist()) + (duration - 0.1,)
               for _ in range(n)]  # the last one is open at the window's end
     decode = LognormalCost(0.01 * vae, 0.3) if vae else None
-    config = ControllerConfig(timing, BASELINE, model.quantile(2, 0.99) + 0.5)
+    config = ControllerConfig(timing, BASELINE, model.quantile(2, 0.99) + 0.5, bind=bind)
     serving = ServingConfig(streams=n, pools=(("dit", devices),) + ((("vae", vae),) if vae
                                                                   else ()),
                             dit_degree=degree, decode=decode)
@@ -614,6 +620,34 @@ def test_conditions_under_the_baseline_stay_in_numpy(devices, degree, vae, start
     ran = pickle.loads(in_bulk)
     assert sum(v.displayed for v in ran.viewer) > 0.9 * 30 * n
     assert ran.end_time > ran.window_end  # conditions open at the window's end: a drain
+
+
+@pytest.mark.parametrize("before", [0.0, 0.5e-9])
+def test_an_arrival_the_arrays_cannot_tell_is_replayed(before, monkeypatch):
+    """Two baseline streams, the first refill armed for 0.5 s (K δ less the lead): a
+    condition at that wake-up's instant (the clock orders the two by their ids), or half
+    of EPS before it (the decide step after the arrival finds the refill due and starts
+    it then, not at the wake-up), is not read off the arrays; that stream is replayed
+    through its controller (which gives the near one to the event path), the other's
+    read, and the records are the event path's: the refill carries the condition (at
+    the instant, the arrival took its place in the clock's order first)."""
+    config = ControllerConfig(Timing(8, 4, 16.0), BASELINE, 1.5)
+    serving = ServingConfig(streams=2, pools=(("dit", 1),))
+    read: list[bool] = []
+    original = bulk_numpy._Shows.read.__func__
+
+    def watched(cls, *args):
+        read.append(original(cls, *args) is not None)
+        return None if not read[-1] else original(cls, *args)
+
+    monkeypatch.setattr(bulk_numpy._Shows, "read", classmethod(watched))
+    in_bulk, on_clock, _, _ = _in_bulk_and_on_clock(
+        config, FixedCost(0.4), serving, [0.0, 0.7], [(0.5 - before, 3.3), (2.1,)], 8.0, 0,
+        "all", monkeypatch)
+    assert in_bulk == on_clock
+    assert read == [False, True]
+    first = pickle.loads(on_clock).streams[0].jobs[1]  # the refill carries it, and
+    assert (first.version, first.t_start) == (1, 0.5 - before)  # starts at the arrival
 
 
 def _waiting_for_a_version() -> Controller:

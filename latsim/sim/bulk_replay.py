@@ -8,8 +8,9 @@ replanned, so the pools serve the same requests as in a run without it.
 :mod:`latsim.sim.bulk_numpy` therefore computes the pools' schedule as if every stream
 were quiet and reads most streams' conditions off it; this module replays each of the
 others (two of its events at one instant, which the clock orders by their ids, or an
-arrival at its armed refill's due time) through its own controller (a :class:`~latsim.run.stream.StreamRun`: its fast paths where they hold, the
-table where they do not) on that schedule: the conditions' arrivals, the armed wake-ups,
+arrival at its armed refill's due time) through its own controller (a
+:class:`~latsim.run.stream.StreamRun`: its fast paths where they hold, the table where
+they do not) on that schedule: the conditions' arrivals, the armed wake-ups,
 the starts of jobs that waited and the jobs' ends, in the clock's order, its quiet ticks
 played in bulk between them (``play_quiet_shifted``) and the others one at a time, as the
 serving port plays them. Where the controller is in its quiet cycles, those up to the
