@@ -536,13 +536,15 @@ class Controller:
 
     def quiet_cycle_books(self) -> tuple[int, float, float] | None:
         """What a driver that plays the quiet cycles itself, to hand them over in one
-        :meth:`play_quiet_cycles`, starts from: where :attr:`in_quiet_cycles` holds with no
-        version pending and the job in flight or armed is a refill of the K slots from the
-        cache end (:attr:`cache_end`; each next job's the K after), (its id, when it was
-        asked for (``inf``: armed, not asked for), the armed refill's due time (``nan``: in
+        :meth:`play_quiet_cycles`, starts from: where :attr:`in_quiet_cycles` holds (under
+        a lazy commit with no version pending: the decide step would replan it) and the
+        job in flight or armed is a refill of the K slots from the cache end
+        (:attr:`cache_end`; each next job's the K after), (its id, when it was asked for
+        (``inf``: armed, not asked for), the armed refill's due time (``nan``: in
         flight)); else None. The playhead is at :attr:`next_position`, due at
         :attr:`next_due`."""
-        return None if self._latest_version > self._planned_version else self._quiet_head()
+        return (None if not self._eager and self._latest_version > self._planned_version
+                else self._quiet_head())
 
     def _quiet_head(self) -> tuple[int, float, float] | None:
         """:meth:`quiet_cycle_books` with a version pending too (under an eager commit,

@@ -38,9 +38,10 @@ them, before each event that touches it. A tick is an event only for the stream 
 it late, just before the stream's next event, changes nothing another stream sees; one
 that would start a job or arm a wake-up would, and ends the bulk run (:class:`Differs`).
 Between conditions such a stream coasts (:meth:`OnlineStream._coast`): where its
-controller is in its quiet cycles with no version pending, its wake-ups, jobs and ticks
-are played here by the fast paths' sums, and handed to the controller in one
-``play_quiet_cycles`` at the next event they do not cover.
+controller is in its quiet cycles (under a lazy commit with no version pending; under an
+eager one the next job asked for binds it), its wake-ups, jobs and ticks are played here
+by the fast paths' sums, and handed to the controller in one ``play_quiet_cycles`` at the
+next event they do not cover.
 """
 
 from __future__ import annotations
@@ -523,8 +524,10 @@ class OnlineStream(_Driven):
     # ------------------------------------------------------------ coasting
 
     def _coast(self) -> None:
-        """Coast from here where the controller is in its quiet cycles with no version
-        pending (:meth:`Controller.quiet_cycle_books`): its wake-ups, its jobs' starts and
+        """Coast from here where the controller is in its quiet cycles, under a lazy
+        commit with no version pending (:meth:`Controller.quiet_cycle_books`; under an
+        eager one a version pending binds to the next job asked for, as
+        ``play_quiet_cycles`` binds it): its wake-ups, its jobs' starts and
         ends and its ticks are then played here, by the sums of its fast paths
         (``quiet_wake``, ``quiet_job_done``, ``_play_quiet``), and handed to it as one
         :meth:`~latsim.run.stream.StreamRun.play_quiet_cycles` at the next event they do
