@@ -89,7 +89,7 @@ def play_in_numpy(run: _Run) -> bool:
     try:
         jobs = _Jobs(run, draws, decode_draws)
         if run.conditions:
-            _replay_conditions(run, jobs)
+            _show_conditions(run, jobs)
     except (_NotExact, Differs):
         run.end = run.cut = run.window_end
         run.replays, run.last_tick = {}, -1
@@ -112,7 +112,7 @@ def play_in_numpy(run: _Run) -> bool:
     return True
 
 
-def _replay_conditions(run: _Run, jobs: _Jobs) -> None:
+def _show_conditions(run: _Run, jobs: _Jobs) -> None:
     """Resolve each stream's conditions (:class:`_Shows`: read off the arrays where they
     can be, else replayed through the stream's own controller on the schedule,
     :mod:`latsim.sim.bulk_replay`), and end the run where the event path ends it: at the
