@@ -359,8 +359,12 @@ def _print_rows(rows: list[dict]) -> None:
     from latsim.cli.tables import Column, print_table
 
     first = rows[0]
+    runs, streams = first["n_runs"], first.get("n_streams")
+    # a serving run's runs are its streams' (each seed's): say which
+    counted = (f"{runs // streams} seed(s) × {streams} stream(s)"
+               if streams and runs % streams == 0 else f"{runs} runs")
     title = (f"{first['fps']:g} fps, r={first['r']}, cost {first['cost']}, updates "
-             f"{first['updates']}, {first['duration']:g} s × {first['n_runs']} runs")
+             f"{first['updates']}, {first['duration']:g} s × {counted}")
     # (key, header, digits, rank): rank 0 shows first; the highest ranks go first at 80
     columns = [
         ("policy", "policy", 0, 0), ("K", "K", 0, 0), ("T", "T", 2, 5), ("C_mean", "C", 3, 4),
@@ -372,8 +376,7 @@ def _print_rows(rows: list[dict]) -> None:
         ("n_superseded", "supers.", 0, 8),
     ]
     if "n_streams" in first:  # a serving run: the viewer's view beside the server's
-        title += (f"; {first['n_streams']} stream(s), playout delay "
-                  f"{_fmt(first['playout_delay'], 3)} s")
+        title += f"; playout delay {_fmt(first['playout_delay'], 3)} s"
         after_l95 = [key for key, *_ in columns].index("L95") + 1
         columns[after_l95:after_l95] = [("L99", "L99", 3, 3), ("L_server50", "srv L50", 3, 5)]
         columns += [("viewer_stall_pct", "viewer stall%", 2, 2), ("cpr", "cpr", 3, 6),
