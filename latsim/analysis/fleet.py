@@ -43,7 +43,7 @@ import numpy as np
 
 from latsim.analysis.intervals import percentile_intervals
 from latsim.analysis.latency import LEVELS, percentile, pooled
-from latsim.analysis.metrics import stall_pct, summarize
+from latsim.analysis.metrics import stall_pct, work_counts
 from latsim.numeric import total
 from latsim.run.fleet import REJECTED, SERVED, WAITING, FleetRecords
 from latsim.run.records import window_overlap
@@ -112,12 +112,10 @@ def node_tally(node_run: ServingRecords, origins: Sequence[float],
             lo, hi = max(0.0, start), min(length, end)
             if hi > lo:
                 stalls.append((origin + lo, origin + hi))
-    work = summarize(started) if started else None
+    played_generated, discarded, dit_calls = work_counts(started)
     return NodeTally(latencies, shown_at, tuple(sorted(stalls)),
-                     array("d", node_run.chunk_latencies()),
-                     0 if work is None else work.discarded,
-                     0 if work is None else work.played_generated,
-                     0 if work is None else work.dit_calls)
+                     array("d", node_run.chunk_latencies()), discarded, played_generated,
+                     dit_calls)
 
 
 def node_tallies(run: FleetRecords) -> list[NodeTally]:

@@ -98,6 +98,15 @@ def _calls_started(run: RunRecords) -> int:
     return run.calls_started_in_window
 
 
+def work_counts(runs: Sequence[RunRecords]) -> tuple[int, int, int]:
+    """The runs' (generated slots played, latents discarded, DiT calls started) within
+    their windows: the work counts of :func:`summarize`, without its latency statistics
+    (a fleet node's tally needs only these)."""
+    return (sum(_played_generated(run) for run in runs),
+            sum(_discarded(run) for run in runs),
+            sum(_calls_started(run) for run in runs))
+
+
 def work_calls(run: RunRecords) -> float:
     """DiT work consumed in the window, in calls: generated latents played or discarded
     within ``[0, duration]``, over K (every job samples K latents)."""
@@ -145,8 +154,7 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
     latencies = [c.L for c in shown]
     window = total(run.duration for run in runs)
     played = sum(count_slots_before(run.slots, run.duration) for run in runs)
-    played_generated = sum(_played_generated(run) for run in runs)
-    discarded = sum(_discarded(run) for run in runs)
+    played_generated, discarded, dit_calls = work_counts(runs)
     n_all = sum(len(run.conditions) for run in runs)
     n_superseded = sum(1 for run in runs for c in run.conditions if c.superseded)
     n_censored = sum(1 for run in runs for c in run.conditions if not c.displayed)
@@ -161,7 +169,7 @@ def summarize(runs: Sequence[RunRecords]) -> Metrics:
         busy_pct=100.0 * total(run.busy_in_window for run in runs) / window,
         w=(discarded / (discarded + played_generated)
            if played_generated + discarded else None),
-        dit_calls=sum(_calls_started(run) for run in runs),
+        dit_calls=dit_calls,
         work_calls=total(work_calls(run) for run in runs),
         played=played,
         played_generated=played_generated,
