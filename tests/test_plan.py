@@ -398,6 +398,11 @@ def test_fleet_size_is_erlang_b_or_a_populations_own_count():
     assert blocking == erlang_b(nodes * 4, 30.0) <= 0.01 < erlang_b((nodes - 1) * 4, 30.0)
     assert fleet_nodes(10.0, 4, 0.0, exact=True) == (3, 0.0)
     assert fleet_nodes(1e9, 1, 0.01) == (None, 1.0)  # past the most nodes a fleet has
+    # the search carries the recurrence from one count to the next: the same floats
+    nodes, blocking = fleet_nodes(987.5, 3, 0.005)
+    assert blocking == erlang_b(nodes * 3, 987.5) <= 0.005 < erlang_b((nodes - 1) * 3, 987.5)
+    assert all(erlang_b(n, 41.3, (j, erlang_b(j, 41.3))) == erlang_b(n, 41.3)
+               for j in (0, 1, 17, 60) for n in (j, j + 1, j + 38))
 
 
 def test_present_over_is_the_m_g_infinity_mean_at_each_moment():

@@ -244,11 +244,12 @@ def erlang_loss_pmf(servers: int, load: float) -> list[float]:
     return [w / total for w in weights]
 
 
-def erlang_b(servers: int, load: float) -> float:
+def erlang_b(servers: int, load: float, since: tuple[int, float] = (0, 1.0)) -> float:
     """The Erlang-B blocking probability of ``servers`` with offered ``load`` (erlangs): an
     M/G/c/c loss system, whatever the holding-time law. The stable recurrence B(0) = 1,
-    B(k) = a·B(k−1) / (k + a·B(k−1))."""
-    blocking = 1.0
-    for k in range(1, servers + 1):
+    B(k) = a·B(k−1) / (k + a·B(k−1)); ``since``: (j, B(j)) an earlier call gave at this
+    load, to go on from there (the same float as from B(0))."""
+    done, blocking = since
+    for k in range(done + 1, servers + 1):
         blocking = load * blocking / (k + load * blocking)
     return blocking

@@ -616,9 +616,11 @@ def fleet_nodes(load: float, sessions_per_node: int, blocking: float, exact: boo
     nodes = max(1, math.ceil(load / sessions_per_node) if blocking == 0 or exact else 1)
     if exact:  # a population: exactly ``load`` sessions, none turned away
         return (nodes, 0.0) if nodes <= MAX_NODES else (None, 1.0)
+    found, servers = 1.0, 0  # Erlang-B's recurrence, carried from one count to the next
     while nodes <= MAX_NODES:
         slots = nodes * sessions_per_node
-        found = erlang_b(slots, load) if load > 0 else 0.0
+        found = erlang_b(slots, load, (servers, found)) if load > 0 else 0.0
+        servers = slots
         if found <= blocking or (blocking == 0 and slots >= load and found < 1e-12):
             return nodes, found
         nodes += 1
