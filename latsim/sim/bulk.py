@@ -711,6 +711,7 @@ class _Run:
                     stream.index, join, stream.origin,
                     math.nan if first_display is None
                     else stream.origin - join + first_display))
+                replay.release()
                 continue
             self.catch_up(stream, end, consume=stream.job == 0,
                           through=stream.index <= self.last_tick)
