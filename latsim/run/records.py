@@ -66,7 +66,7 @@ class RunRecords:
     #: what was kept (:data:`~latsim.controller.records.RECORD_LEVELS`); below ``all``,
     #: ``slots`` is a :class:`~latsim.controller.records.SlotTally`, ``busy`` is empty and
     #: ``busy_tally`` holds what the summary needs of it; at ``none``, ``jobs`` holds only
-    #: the prebuffer's record and those of the last jobs (the others were forgotten)
+    #: the prebuffer's record (the job table is not kept; K reads off it)
     records: str = "all"
     busy_tally: BusyTally | None = None
 

@@ -270,7 +270,7 @@ class StreamRun:
             duration=self.window.duration,
             end_time=end_time,
             conditions=tuple(sorted(ctrl.conditions, key=lambda c: c.version)),
-            jobs=tuple(ctrl.jobs),
+            jobs=tuple(ctrl.jobs) if self.records != "none" else tuple(ctrl.jobs[:1]),
             slots=ctrl.slots,
             stalls=tuple(ctrl.stalls),
             discards=tuple(ctrl.discards),

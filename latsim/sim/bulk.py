@@ -61,7 +61,7 @@ from typing import Protocol, TypeVar, cast
 import numpy as np
 
 from latsim.controller import Controller, ControllerConfig
-from latsim.controller.machine import EPS, FORGET_JOBS_AT
+from latsim.controller.machine import EPS
 from latsim.controller.playout import ClientPlayout
 from latsim.controller.records import ConditionRecord, JobRecord, SlotLog, SlotTally
 from latsim.model.costs import CostModel
@@ -643,11 +643,9 @@ class _Run:
         t_now = now - origin
         stream.job = 0
         stream.jobs_done += 1
-        stream.jobs.append(JobRecord(job, "refill", stream.branch, self.K, 0, stream.branch,
-                                     stream.ctrl_start, t_now))
-        if self.forget and len(stream.jobs) >= FORGET_JOBS_AT:
-            cached = {p // self.K for p in range(stream.played, stream.planned_end)}
-            stream.jobs[1:] = [j for j in stream.jobs[1:] if j.job_id in cached]
+        if not self.forget:  # at "none" a run keeps only the prebuffer's record
+            stream.jobs.append(JobRecord(job, "refill", stream.branch, self.K, 0,
+                                         stream.branch, stream.ctrl_start, t_now))
         due = self.due(stream)
         if due <= t_now + EPS:
             self.request(stream, now)

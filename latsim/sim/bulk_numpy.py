@@ -39,12 +39,12 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from itertools import repeat
 
 import numpy as np
 
-from latsim.controller.machine import EPS, FORGET_JOBS_AT
+from latsim.controller.machine import EPS
 from latsim.controller.records import ConditionRecord, JobRecord
 from latsim.run.records import BusyTally
 from latsim.run.serving import (
@@ -641,19 +641,14 @@ class _Jobs:
         K, end, origin = run.K, run.cut, stream.origin
         if records:
             stream.jobs.append(JobRecord(0, "prebuffer", 0, K, 0, 0, 0.0, 0.0))
-            kept = range(1, done + 1) if not run.forget else _kept_jobs(done, row.played, K)
-            if isinstance(kept, range):  # the columns as slices (map makes them fastest)
-                places: slice | list[int] = slice(kept.start - 1, done)
-            else:
-                places = [j - 1 for j in kept]
-            branches = [j * K for j in kept]
-            shows = stream.shows
-            versions = (repeat(0) if shows is None else
-                        shows.versions[places] if isinstance(places, slice) else
-                        [shows.versions[p] for p in places])
-            stream.jobs.extend(map(JobRecord, kept, repeat("refill"), branches, repeat(K),
-                                   versions, branches, row.ctrl[places].tolist(),
-                                   row.ready[places].tolist()))
+            if not run.forget:  # at "none" a run keeps only the prebuffer's record
+                kept = range(1, done + 1)
+                branches = [j * K for j in kept]
+                shows = stream.shows
+                stream.jobs.extend(map(
+                    JobRecord, kept, repeat("refill"), branches, repeat(K),
+                    repeat(0) if shows is None else shows.versions[:done], branches,
+                    row.ctrl[:done].tolist(), row.ready[:done].tolist()))
             stream.jobs_done = done
             stream.next_job = requested + 1
             stream.planned_end = (requested + 1) * K
@@ -857,19 +852,3 @@ class _Row:
     def __init__(self, *rows: np.ndarray) -> None:
         (self.requests, self.starts, self.ends, self.ctrl, self.ready, self.armed,
          self.took, self.played) = rows
-
-
-def _kept_jobs(done: int, played: np.ndarray, K: int) -> Sequence[int]:
-    """The refill jobs a stream keeps at ``records="none"``: ``quiet_job_done`` forgets,
-    each time the list reaches :data:`FORGET_JOBS_AT`, every job whose chunk is no longer
-    cached (``played`` is the ticks played by each job's end)."""
-    kept: list[int] = []
-    last = 0
-    while True:
-        upto = last + max(1, FORGET_JOBS_AT - 1 - len(kept))
-        if upto > done:
-            return kept + list(range(last + 1, done + 1)) if last else range(1, done + 1)
-        kept += range(last + 1, upto + 1)
-        oldest = int(played[upto - 1]) // K  # the chunks cached: oldest .. upto
-        kept = [j for j in kept if oldest <= j <= upto]
-        last = upto
