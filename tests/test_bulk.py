@@ -784,3 +784,26 @@ def test_tick_rows_in_python_are_the_numpy_columns_bit_for_bit(origins, delta, t
         in_numpy = bulk_module._tick_columns(np.array(origins, dtype=float), delta, ticks)
     assert in_python.shape == in_numpy.shape == (len(origins), ticks)
     assert in_python.tobytes() == in_numpy.tobytes()
+
+
+def test_a_run_keeps_the_random_streams_its_models_may_draw_from():
+    """A run the bulk engine may give back keeps (and restores) each random stream a model
+    may draw from, and skips those of a fixed cost, which draws nothing: the DiT stream
+    with a random cost, the decode and replan streams with a decode stage or a replan
+    overhead that draw, and all three with a system model (its own chain draws as it
+    likes)."""
+    from latsim.model.generators import WaveForcingCost
+
+    streams = inputs([[], []], [0.0, 0.5])
+    plain = ServingConfig(streams=2, pools=(("dit", 1),))
+    staged = replace(plain, pools=(("dit", 1), ("vae", 1)), decode=LognormalCost(0.1, 0.2),
+                     replan_cost=FixedCost(0.05))
+
+    def kept(cost, serving):
+        return [id(rng) for rng in bulk_module._drawn(cost, serving, streams)]
+
+    assert kept(FixedCost(0.4), plain) == []
+    assert kept(LognormalCost(0.4, 0.3), plain) == [id(s.cost) for s in streams]
+    assert kept(FixedCost(0.4), staged) == [id(s.stages[0]) for s in streams]
+    assert kept(WaveForcingCost(0.1, 4, 0.05), plain) == [
+        id(rng) for s in streams for rng in (s.cost, s.stages[0], s.stages[3])]

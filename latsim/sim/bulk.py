@@ -64,7 +64,7 @@ from latsim.controller import Controller, ControllerConfig
 from latsim.controller.machine import EPS
 from latsim.controller.playout import ClientPlayout
 from latsim.controller.records import ConditionRecord, JobRecord, SlotLog, SlotTally
-from latsim.model.costs import CostModel
+from latsim.model.costs import CostModel, FixedCost
 from latsim.model.generators import StagedGenerator, Step, StepStreams
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
@@ -247,7 +247,7 @@ def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
             run.play()
         return run.finish()
 
-    return _restoring(streams, play)
+    return _restoring(_drawn(cost, serving, streams), play)
 
 
 def simulate_node_in_bulk(configs: Sequence[ControllerConfig], cost: CostModel,
@@ -271,14 +271,29 @@ def simulate_node_in_bulk(configs: Sequence[ControllerConfig], cost: CostModel,
             math.nan if first is None else stream.origin + first
             for stream, first in zip(run.streams, shown, strict=True)]
 
-    return _restoring(streams, play)
+    return _restoring(_drawn(cost, serving, streams), play)
 
 
-def _restoring(streams: Sequence[StreamInput], play: Callable[[], _Played]
+def draws(model: CostModel | None) -> bool:
+    """Whether ``model`` may draw from the random stream it is given (a fixed cost, or
+    none, draws nothing: its stream need not be kept or restored)."""
+    return model is not None and type(model) is not FixedCost
+
+
+def _drawn(cost: CostModel, serving: ServingConfig, streams: Sequence[StreamInput]
+           ) -> list[np.random.Generator]:
+    """The streams' random streams a run may draw from: DiT, decode and replan overhead
+    (all three where the cost is a system model: its own chain draws what it likes)."""
+    chain = hasattr(cost, "steps")
+    return [rng for s in streams for rng, model in (
+        (s.cost, cost), (s.stages[0], serving.decode), (s.stages[3], serving.replan_cost))
+        if chain or draws(model)]
+
+
+def _restoring(drawn: list[np.random.Generator], play: Callable[[], _Played]
                ) -> _Played | None:
-    """What ``play`` gives, or None where it gives the run back, the streams' random
-    streams (DiT, decode and replan overhead) then as they were."""
-    drawn = [rng for s in streams for rng in (s.cost, *s.stages[:1], *s.stages[3:4])]
+    """What ``play`` gives, or None where it gives the run back, the random streams it
+    may draw from (:func:`_drawn`) then as they were."""
     saved = [rng.bit_generator.state for rng in drawn]
     try:
         return play()

@@ -54,7 +54,7 @@ from latsim.run.serving import (
     censored_records,
     shown_records,
 )
-from latsim.sim.bulk import _Run, _Stream
+from latsim.sim.bulk import _Run, _Stream, draws
 from latsim.sim.bulk_replay import Differs, StreamReplay
 from latsim.sim.lindley import (
     event_ranks,
@@ -78,16 +78,19 @@ class _NotExact(Exception):
 def play_in_numpy(run: _Run) -> bool:
     """Fill ``run``'s books as its loop would leave them at the run's end, and say True;
     or leave them untouched and say False (the loop plays it)."""
-    draws = getattr(run.cost, "sample_many", None)
+    dit_draws = getattr(run.cost, "sample_many", None)
     decode_draws = (None if run.decode is None
                     else getattr(run.decode, "sample_many", None))
-    if draws is None or (run.decode is not None and decode_draws is None):
+    if dit_draws is None or (run.decode is not None and decode_draws is None):
         return False
-    rngs = [s.rng for s in run.streams] + [s.decode_rng for s in run.streams]
+    # a fixed cost draws nothing: its streams are neither kept nor drawn again below
+    drawing = draws(run.cost)
+    rngs = (([s.rng for s in run.streams] if drawing else [])
+            + ([s.decode_rng for s in run.streams] if draws(run.decode) else []))
     saved = [rng.bit_generator.state for rng in rngs]
     run.cut = run.horizon  # the schedule as far as a drain may go, where one may
     try:
-        jobs = _Jobs(run, draws, decode_draws)
+        jobs = _Jobs(run, dit_draws, decode_draws)
         if run.conditions:
             _show_conditions(run, jobs)
     except (_NotExact, Differs):
@@ -102,9 +105,11 @@ def play_in_numpy(run: _Run) -> bool:
     # its DiT step ends
     for rng, state in zip(rngs, saved, strict=True):
         rng.bit_generator.state = state
-    for stream, count in zip(run.streams, jobs.requested.sum(axis=1).tolist(), strict=True):
-        draws(run.K, stream.rng, count, "refill")
-    if decode_draws is not None:
+    if drawing:
+        for stream, count in zip(run.streams, jobs.requested.sum(axis=1).tolist(),
+                                 strict=True):
+            dit_draws(run.K, stream.rng, count, "refill")
+    if decode_draws is not None and draws(run.decode):
         for stream, count in zip(run.streams, (jobs.dit_ends < run.cut).sum(axis=1).tolist(),
                                  strict=True):
             decode_draws(run.K, stream.decode_rng, count, "refill")
