@@ -859,8 +859,12 @@ def simulate_serving(
     """
     if configs is not None and len(configs) != len(streams):
         raise ValueError(f"{len(configs)} stream configurations for {len(streams)} streams")
-    own = list(configs) if configs is not None else [config] * len(streams)
-    windows = [RunWindow.for_config(c, duration, drain) for c in own]
+    if configs is None:  # one configuration: one window
+        own = [config] * len(streams)
+        windows = [RunWindow.for_config(config, duration, drain)] * len(streams)
+    else:
+        own = list(configs)
+        windows = [RunWindow.for_config(c, duration, drain) for c in own]
     window = max(windows, key=lambda w: w.limit)
     if ((TICKS_IN_BULK if ticks_in_bulk is None else ticks_in_bulk)
             and (QUIET_RUNS_IN_BULK if quiet_in_bulk is None else quiet_in_bulk)
