@@ -29,7 +29,7 @@ SDVG = SdvgCost(draft=0.1, target=0.8, vae=0.05, reward=0.03, accept=0.6)
 
 def _streams(seed: int) -> StepStreams:
     rng = np.random.default_rng(seed)
-    return StepStreams(rng, rng, rng)
+    return StepStreams(rng, (rng,) * 4)
 
 
 def test_sdvg_with_every_draft_accepted_costs_draft_decode_reward_per_block():
@@ -317,3 +317,32 @@ def test_the_wave_forcing_generation_length_is_fitted_on_the_4_step_end_to_end_f
     four = wave_forcing_model(4)
     rates = [generation_fps(four, (("dit", 5), ("vae", 3)), n)[1] for n in (10, 71, 500)]
     assert rates == sorted(rates) and rates[-1] < 12 / wave["round_time"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32), key=st.lists(st.integers(0, 1000), max_size=3),
+       reads=st.lists(st.integers(-4, 3), min_size=1, max_size=8))
+def test_spawned_streams_are_the_spawn_seeded_as_read(seed, key, reads):
+    """SpawnedStreams gives the generators SeedSequence.spawn would, whatever order they
+    are read in, each seeded once (the same object read again), and none before it is
+    read; a sequence that has spawned already is refused."""
+    from latsim.model.generators import SpawnedStreams
+
+    parent = np.random.SeedSequence(seed, spawn_key=tuple(key))
+    lazy = SpawnedStreams(parent, 4)
+    expected = [np.random.default_rng(child).random(3).tolist()
+                for child in np.random.SeedSequence(seed, spawn_key=tuple(key)).spawn(4)]
+    seen = {}
+    for index in reads:
+        rng = lazy[index]
+        assert seen.setdefault(index % 4, rng) is rng
+    for index, rng in seen.items():
+        assert rng.random(3).tolist() == expected[index]
+    assert lazy._made.count(None) == 4 - len(seen) and len(lazy) == 4
+    sliced = SpawnedStreams(np.random.SeedSequence(seed, spawn_key=tuple(key)), 4)[1:3]
+    assert [rng.random(3).tolist() for rng in sliced] == expected[1:3]
+    with pytest.raises(IndexError):
+        lazy[4]
+    parent.spawn(1)
+    with pytest.raises(ValueError, match="spawned already"):
+        SpawnedStreams(parent, 4)

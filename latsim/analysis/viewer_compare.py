@@ -44,6 +44,7 @@ from latsim.controller.timing import Timing
 from latsim.errors import LatsimError
 from latsim.model.costs import TableCost
 from latsim.model.display import NOMINAL_PERIOD, RefreshFit, fit_refresh
+from latsim.model.generators import SpawnedStreams
 from latsim.model.serving import ServingConfig
 from latsim.model.traces import Trace
 from latsim.run.folder import COMPLETE, read_run_folder, scan_run_folders
@@ -224,8 +225,7 @@ def predict_viewers(runs: list[ClientRun], replications: int = 20, seed: int = 0
                                            strict=True):
             cost_seq, stages_seq = stream_seq.spawn(2)
             streams.append(StreamInput(trace, join, np.random.default_rng(cost_seq),
-                                       tuple(np.random.default_rng(s)
-                                             for s in stages_seq.spawn(4))))
+                                       SpawnedStreams(stages_seq, 4)))
         sims.append(simulate_serving(configs[0], cost, serving, streams, runs[0].window,
                                      np.random.default_rng(batch_seq), drain, configs))
     displays = [run.display() for run in runs]

@@ -181,6 +181,7 @@ def sessions_of(fp: FleetPlan, replication: int) -> tuple[Session, ...]:
 def _parts(fp: FleetPlan, replication: int, with_sessions: bool = True) -> tuple:
     """(setup, sessions, segment inputs, node batch streams, placement stream) of one
     replication (no sessions drawn for a sharded node, which needs only the rest)."""
+    from latsim.model.generators import SpawnedStreams
     from latsim.sim.fleet import FleetSetup
     from latsim.sim.serving import StreamInput
 
@@ -194,8 +195,7 @@ def _parts(fp: FleetPlan, replication: int, with_sessions: bool = True) -> tuple
         trace = (Trace(f"log segment {segment}", conditions, length) if conditions is not None
                  else p.arrivals.trace((replication + segment) % p.replications,
                                        np.random.default_rng(arrivals), length, timing))
-        return StreamInput(trace, join, np.random.default_rng(costs),
-                           tuple(np.random.default_rng(c) for c in costs.spawn(4)))
+        return StreamInput(trace, join, np.random.default_rng(costs), SpawnedStreams(costs, 4))
 
     def batch_rng(node: int) -> np.random.Generator:
         key = BATCH_KEY if node == 0 else _NODE_KEY + node

@@ -200,6 +200,7 @@ class SharedDevices:
         arrival stream: what a stream draws does not depend on how many streams there are.
         Trace sources give stream ``s`` trace ``(replication + s) mod n``.
         """
+        from latsim.model.generators import SpawnedStreams
         from latsim.sim.serving import StreamInput
 
         serving, seed, T = self.serving, p.experiment.seed, cell.timing.T
@@ -216,7 +217,7 @@ class SharedDevices:
             trace = p.arrivals.trace((replication + s) % p.replications,
                                      np.random.default_rng(arrivals), p.duration, cell.timing)
             inputs.append(StreamInput(trace, join, np.random.default_rng(costs),
-                                      tuple(np.random.default_rng(c) for c in costs.spawn(4))))
+                                      SpawnedStreams(costs, 4)))
         return inputs
 
     def metrics(self, runs: list) -> dict:

@@ -34,9 +34,10 @@ Specs: ``sdvg:PATH`` (a TOML system file, see ``latsim/experiments/systems/``),
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 
@@ -66,11 +67,59 @@ Step.__init__ = slot_init(Step)  # type: ignore[method-assign]
 @dataclass(frozen=True)
 class StepStreams:
     """The random streams a job's steps draw from: ``cost`` is the one :meth:`sample` uses;
-    the staged chain draws decode and replan overhead from their own."""
+    the staged chain draws decode and replan overhead from their own, read from the
+    stream's ``stages`` (:class:`latsim.sim.serving.StreamInput`'s: decode, deliver,
+    uplink, replan) as they are first drawn."""
 
     cost: np.random.Generator
-    decode: np.random.Generator
-    replan: np.random.Generator
+    stages: Sequence[np.random.Generator]
+
+    @property
+    def decode(self) -> np.random.Generator:
+        return self.stages[0]
+
+    @property
+    def replan(self) -> np.random.Generator:
+        return self.stages[3]
+
+
+class SpawnedStreams(Sequence[np.random.Generator]):
+    """The random streams of ``parent.spawn(count)``, each seeded the first time it is
+    read, where a list of them would seed them all at once: a run draws from few of a
+    stream's stage streams, often none, and spawning and seeding four took 44 µs a
+    stream, more than the rest of a fleet session's inputs. ``parent`` must not have
+    spawned before (these are the children its first spawn makes, as it would make
+    them)."""
+
+    __slots__ = ("_parent", "_made")
+
+    def __init__(self, parent: np.random.SeedSequence, count: int) -> None:
+        if parent.n_children_spawned:
+            raise ValueError("SpawnedStreams: the parent seed sequence has spawned already")
+        self._parent = parent
+        self._made: list[np.random.Generator | None] = [None] * count
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    @overload
+    def __getitem__(self, index: int) -> np.random.Generator: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[np.random.Generator, ...]: ...
+
+    def __getitem__(self, index: int | slice
+                    ) -> np.random.Generator | tuple[np.random.Generator, ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(len(self._made))[index])
+        child = range(len(self._made))[index]  # IndexError past the end
+        made = self._made[child]
+        if made is None:  # SeedSequence.spawn's child, as spawn makes it
+            parent = self._parent
+            made = self._made[child] = np.random.default_rng(np.random.SeedSequence(
+                parent.entropy, spawn_key=(*parent.spawn_key, child),
+                pool_size=parent.pool_size))
+        return made
 
 
 def _cost_kind(kind: str) -> str:
@@ -165,7 +214,7 @@ class SdvgCost:
     # -- as a cost model: the job's time on dedicated devices (steps back to back)
 
     def sample(self, K: int, rng: np.random.Generator, kind: str = "refill") -> float:
-        streams = StepStreams(rng, rng, rng)
+        streams = StepStreams(rng, (rng,) * 4)
         return sum(step.duration for step in self.steps(K, kind, streams))
 
     def _routed(self) -> float:

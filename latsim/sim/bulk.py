@@ -103,7 +103,7 @@ class StreamInput(Protocol):
     @property
     def cost(self) -> np.random.Generator: ...
     @property
-    def stages(self) -> tuple[np.random.Generator, ...]: ...
+    def stages(self) -> Sequence[np.random.Generator]: ...
 
 
 @dataclass(frozen=True)
@@ -184,18 +184,18 @@ class _Stream:
     """One stream's refill cycle, as the controller's books keep it (the fields the quiet
     fast paths read and write), and its ticks."""
 
-    __slots__ = ("index", "origin", "rng", "decode_rng", "clock", "played", "stage",
+    __slots__ = ("index", "origin", "rng", "stages", "clock", "played", "stage",
                  "dit_start",
                  "planned_end", "armed", "next_job", "job", "branch", "t_enqueue",
                  "ctrl_start", "jobs", "jobs_done", "starts", "ran", "tally", "took",
                  "kind", "steps", "driven", "closed", "left", "cold", "shows")
 
     def __init__(self, index: int, origin: float, rng: np.random.Generator,
-                 decode_rng: np.random.Generator, clock: Sequence[float]) -> None:
+                 stages: Sequence[np.random.Generator], clock: Sequence[float]) -> None:
         self.index = index
         self.origin = origin
         self.rng = rng
-        self.decode_rng = decode_rng
+        self.stages = stages  # StreamInput.stages: read as they are drawn from
         self.stage = "dit"  # the step of the job in flight: "dit", then "decode" if any
         self.dit_start = 0.0  # when its DiT step started (global time)
         self.clock = clock  # tick n's clock time (its controller time: minus the origin)
@@ -225,6 +225,10 @@ class _Stream:
         self.left: tuple[RunRecords, list[ViewerRecord]] | None = None
         # its conditions, where the arrays tell them (latsim.sim.bulk_numpy's _Shows)
         self.shows: Shows | None = None
+
+    @property
+    def decode_rng(self) -> np.random.Generator:
+        return self.stages[0]
 
 
 def simulate_quiet_serving(configs: Sequence[ControllerConfig], cost: CostModel,
@@ -285,9 +289,17 @@ def _drawn(cost: CostModel, serving: ServingConfig, streams: Sequence[StreamInpu
     """The streams' random streams a run may draw from: DiT, decode and replan overhead
     (all three where the cost is a system model: its own chain draws what it likes)."""
     chain = hasattr(cost, "steps")
-    return [rng for s in streams for rng, model in (
-        (s.cost, cost), (s.stages[0], serving.decode), (s.stages[3], serving.replan_cost))
-        if chain or draws(model)]
+    dit, decode, replan = (chain or draws(model) for model in (
+        cost, serving.decode, serving.replan_cost))
+    drawn = []
+    for s in streams:  # a stage stream read only where it may be drawn (SpawnedStreams)
+        if dit:
+            drawn.append(s.cost)
+        if decode:
+            drawn.append(s.stages[0])
+        if replan:
+            drawn.append(s.stages[3])
+    return drawn
 
 
 def _restoring(drawn: list[np.random.Generator], play: Callable[[], _Played]
@@ -363,7 +375,7 @@ class _Run:
         none = np.empty(0)
         # a row each, a view of the matrix's C doubles (bisect reads them as floats; a list
         # of float objects took four times the memory)
-        self.streams = [_Stream(i, origins[i], s.cost, s.stages[0],
+        self.streams = [_Stream(i, origins[i], s.cost, s.stages,
                                 cast(Sequence[float], memoryview(rows.get(i, none))))
                         for i, s in enumerate(streams)]
         self.keep = records == "all"
@@ -473,8 +485,7 @@ class _Run:
         if sent is not None:
             inputs = self.inputs[index]
             if index not in self.step_streams:
-                self.step_streams[index] = StepStreams(inputs.cost, inputs.stages[0],
-                                                       inputs.stages[3])
+                self.step_streams[index] = StepStreams(inputs.cost, inputs.stages)
                 # a fleet node's cold start: its first chunk on the pools, then here
                 if self.node is not None and self.serving.cold_start:
                     self.cold_start(stream, now)

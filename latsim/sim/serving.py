@@ -80,12 +80,13 @@ QUIET_RUNS_IN_BULK = True
 class StreamInput:
     """What one stream brings: its arrivals (client send times, stream time), where it
     joins (global time) and its random streams: ``cost`` for the DiT draws, ``stages`` for
-    decode, deliver, uplink and replan overhead (in that order)."""
+    decode, deliver, uplink and replan overhead (in that order; a
+    :class:`~latsim.model.generators.SpawnedStreams` seeds each as it is first read)."""
 
     trace: Trace
     join: float
     cost: np.random.Generator
-    stages: tuple[np.random.Generator, ...]
+    stages: Sequence[np.random.Generator]
 
 
 class _Task:
@@ -364,8 +365,8 @@ class _StreamPort:
         self.serving = engine.config
         self.K = config.timing.K
         self.inputs = inputs
-        decode_rng, self.deliver_rng, self.uplink_rng, replan_rng = inputs.stages
-        self.streams = StepStreams(inputs.cost, decode_rng, replan_rng)
+        self.deliver_rng, self.uplink_rng = inputs.stages[1], inputs.stages[2]
+        self.streams = StepStreams(inputs.cost, inputs.stages)
         self.generator = engine.generator
         self.origin = inputs.join
         self.playout = ClientPlayout(playout_delay)
