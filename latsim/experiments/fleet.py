@@ -180,7 +180,8 @@ def sessions_of(fp: FleetPlan, replication: int) -> tuple[Session, ...]:
 
 def _parts(fp: FleetPlan, replication: int, with_sessions: bool = True) -> tuple:
     """(setup, sessions, segment inputs, node batch streams, placement stream) of one
-    replication (no sessions drawn for a sharded node, which needs only the rest)."""
+    replication (for a sharded node, which needs neither, no sessions drawn and no
+    placement stream: None)."""
     from latsim.model.generators import SpawnedStreams
     from latsim.sim.fleet import FleetSetup
     from latsim.sim.serving import StreamInput
@@ -205,10 +206,11 @@ def _parts(fp: FleetPlan, replication: int, with_sessions: bool = True) -> tuple
     setup = FleetSetup(fp.cell.config, p.cost, replace(run.node, serving=p.serving),
                        run.fleet, fp.horizon, run.workload.population,
                        mode="exact" if run.workload.population else run.mode)
+    if not with_sessions:
+        return setup, (), inputs, batch_rng, None
     placement = np.random.default_rng(np.random.SeedSequence(
         seed, spawn_key=(replication, _PLACEMENT_KEY)))
-    sessions = sessions_of(fp, replication) if with_sessions else ()
-    return setup, sessions, inputs, batch_rng, placement
+    return setup, sessions_of(fp, replication), inputs, batch_rng, placement
 
 
 def simulate_replication(fp: FleetPlan, replication: int) -> FleetRecords:
