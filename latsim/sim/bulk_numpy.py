@@ -353,7 +353,8 @@ class _Jobs:
             if np.array_equal(following, self.requests):
                 # time orders the events where every instant is one event's; else they
                 # are ranked from here on, and the rounds go on until that settles too
-                if self.ranked or not self._ties():
+                # (a first round's requests and service are those it found untied)
+                if self.ranked or rounds == 1 or not self._ties():
                     break
                 rounds, self.ranked, self.ranks = 0, True, self._rank_events()
                 continue

@@ -107,9 +107,13 @@ def row_bisect(rows_of: np.ndarray, rows: np.ndarray, values: np.ndarray,
     too uneven for a few corrections."""
     width = rows_of.shape[1]
     at = np.clip(np.ceil((values - origins[rows]) / step), 0, width).astype(np.int64)
+    flat = rows_of.ravel()  # a row's place in it from its start (1-D takes cost less)
+    first = rows * width
+    last = first + (width - 1)
     for _ in range(8):
-        below = (at > 0) & (rows_of[rows, np.maximum(at - 1, 0)] >= values)
-        above = (at < width) & (rows_of[rows, np.minimum(at, width - 1)] < values)
+        place = first + at
+        below = (at > 0) & (flat.take(np.maximum(place - 1, first)) >= values)
+        above = (at < width) & (flat.take(np.minimum(place, last)) < values)
         if not (below.any() or above.any()):
             return at
         at = at - below + above
