@@ -176,6 +176,36 @@ def test_between_conditions_a_nodes_streams_coast(policy, monkeypatch):
     assert sum(handed) == done if policy is BASELINE else sum(handed) > 0.6 * done
 
 
+def test_a_refill_a_tick_starts_after_a_stall_stays_in_the_loop(monkeypatch):
+    """After a stall a stream's ticks fall off its refill's due grid, and a tick within EPS
+    before the armed due time starts the refill itself, before the wake-up. The loop plays
+    ticks at the stream's next event (here that wake-up), behind its clock; where it has
+    played no event since the tick, the pools are as they were then, and it queues the job
+    there as the clock does: the run stays in the loop, with the clock's records (it was
+    given back to the clock whole)."""
+    from latsim.sim.bulk_replay import OnlineStream
+
+    started_by_ticks: list[int] = []
+    start_job = OnlineStream.start_job
+
+    def watching(self, job, now):
+        if self.ticking:
+            started_by_ticks.append(job.job_id)
+        return start_job(self, job, now)
+
+    monkeypatch.setattr(OnlineStream, "start_job", watching)
+    timing = Timing(8, 4, 16.0)
+    config = ControllerConfig(timing, SPECULATIVE, 0.75)
+    serving = ServingConfig(streams=1, pools=(("dit", 1),), cold_start=True)
+    node = NodeSpec(8, None, "speculative", 0.75, 4, 16.0, serving, 4)
+    setup = FleetSetup(config, LognormalCost(0.5, 0.3), node, FleetSpec(), 600.0, False,
+                       records="all", mode="sharded")
+    plan = [PlannedSegment(index, 0.3 + 0.7 * index, 599.0) for index in range(4)]
+    in_bulk, on_clock, kept = _plays(setup, plan, 0.002, 0, monkeypatch)
+    assert started_by_ticks and kept
+    assert in_bulk == on_clock
+
+
 def test_a_node_run_leaves_no_cycles_for_the_collector():
     """Once a node's records are taken, its drivers let go of their runs and the loop: the
     run is freed by reference counting as it is dropped, with nothing left for the cyclic

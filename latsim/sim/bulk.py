@@ -385,6 +385,8 @@ class _Run:
         # (whom: the batch id)
         self.heap: list[tuple[float, int, int, int]] = []
         self.ids = count()
+        # the time of the event being played, and of the one played before it
+        self.event_at = self.previous_at = -math.inf
         self.decode = serving.decode
         self.pools = {name: _Pool(name, size // (serving.degree if name == serving.dit_pool
                                                  else 1))
@@ -422,6 +424,7 @@ class _Run:
     def _step(self) -> None:
         """The next event."""
         at, _, kind, whom = heapq.heappop(self.heap)
+        self.previous_at, self.event_at = self.event_at, at
         if kind == 2:
             self.done(whom, at)
             return

@@ -402,6 +402,14 @@ class Loop(Protocol):
     def submit(self, index: int, job: int, kind: str, now: float) -> None:
         """Queue the first step of job ``job`` (of ``kind``) on its pool at ``now``."""
 
+    @property
+    def event_at(self) -> float:
+        """The time of the event being played."""
+
+    @property
+    def previous_at(self) -> float:
+        """The time of the event played before it."""
+
 
 class OnlineStream(_Driven):
     """One stream's controller driven by the bulk loop's events as they come (the module
@@ -418,6 +426,7 @@ class OnlineStream(_Driven):
         # the arrivals still to come (time, id, send time), the next one last
         self.coming: list[tuple[float, int, float]] = []
         self.ticking = False  # a tick that is not quiet is being played
+        self.first_in_event = False  # the ticks played first in an event (_first_ticks)
         self.run = StreamRun(config, window, self, records=records)
         self.ctrl = self.run.controller
         self.K, self.delta = config.timing.K, config.timing.delta
@@ -471,15 +480,32 @@ class OnlineStream(_Driven):
         self.loop.wake_at(self.index, when)
 
     def start_job(self, job: StartJob, now: float) -> None:
-        if self.ticking:
-            raise Differs  # started by a tick: behind the loop's clock
+        behind = self.ticking  # started by a tick: behind the loop's clock
+        if behind and not (self.first_in_event and self.loop.previous_at < self.now):
+            raise Differs  # ... with an event played since (_first_ticks)
         self.job_start = math.inf
         self.loop.submit(self.index, job.job_id, job.kind, self.now)
+        if behind and self.job_start < math.inf and (
+                self.now + self.job_took < self.loop.event_at):
+            raise Differs  # its first step ended before the event being played
 
     def _slot_due(self, position: int, t: float) -> None:
         self.ticking = True
         self.run.deliver(SlotDue(position), t)
         self.ticking = False
+
+    def _first_ticks(self, at: float) -> None:
+        """The ticks before ``at``, played first in the loop's event at ``at`` (its
+        wake-up or arrival: nothing has touched the pools in it yet). One of them may
+        start a job, behind the loop's clock, where the loop played no event since that
+        tick's time: the pools are then as they were at it, and the job is queued there
+        as the clock queues it (after a stall the ticks fall off the due grid, and one
+        within EPS before the armed due time starts the refill itself)."""
+        self.first_in_event = True
+        try:
+            self._ticks(at, False, False)
+        finally:
+            self.first_in_event = False
 
     # ------------------------------------------------------------ the events
 
@@ -489,7 +515,7 @@ class OnlineStream(_Driven):
         if self.coasting:
             self._coast_ticks(at)
             self._hand_back()
-        self._ticks(at, False, False)
+        self._first_ticks(at)
         self.now = at
         self.run.deliver(ConditionArrived(), at - self.origin)
         self._coast()
@@ -499,7 +525,7 @@ class OnlineStream(_Driven):
             if self._coast_ticks(at) and self._coast_wake(at):
                 return
             self._hand_back()
-        self._ticks(at, False, False)
+        self._first_ticks(at)
         self.now = at
         self.run.deliver(WakeUp(), at - self.origin)
         self._coast()
