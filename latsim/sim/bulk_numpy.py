@@ -84,9 +84,9 @@ def play_in_numpy(run: _Run) -> bool:
     if dit_draws is None or (run.decode is not None and decode_draws is None):
         return False
     # a fixed cost draws nothing: its streams are neither kept nor drawn again below
-    drawing = draws(run.cost)
+    drawing, decode_drawing = draws(run.cost), draws(run.decode)
     rngs = (([s.rng for s in run.streams] if drawing else [])
-            + ([s.decode_rng for s in run.streams] if draws(run.decode) else []))
+            + ([s.decode_rng for s in run.streams] if decode_drawing else []))
     saved = [rng.bit_generator.state for rng in rngs]
     run.cut = run.horizon  # the schedule as far as a drain may go, where one may
     try:
@@ -109,7 +109,7 @@ def play_in_numpy(run: _Run) -> bool:
         for stream, count in zip(run.streams, jobs.requested.sum(axis=1).tolist(),
                                  strict=True):
             dit_draws(run.K, stream.rng, count, "refill")
-    if decode_draws is not None and draws(run.decode):
+    if decode_draws is not None and decode_drawing:
         for stream, count in zip(run.streams, (jobs.dit_ends < run.cut).sum(axis=1).tolist(),
                                  strict=True):
             decode_draws(run.K, stream.decode_rng, count, "refill")
